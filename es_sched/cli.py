@@ -1,0 +1,125 @@
+"""The ``es-sched`` command line.
+
+Every command loads and validates settings once, and turns any ``EsSchedError`` into a one-line
+message on stderr and exit status 1 (2 for bad settings), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from es_sched.errors import ConfigError, EsSchedError
+from es_sched.settings import Settings, load_settings
+from es_sched.stack import ROLES, Role, ServiceStatus, Stack
+
+F = TypeVar("F", bound=Callable[..., object])
+err = Console(stderr=True)
+out = Console()
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        err.print(f"[red]configuration error:[/] {exc}")
+        sys.exit(2)
+
+
+def _roles(only: str | None) -> tuple[Role, ...]:
+    if not only:
+        return ROLES
+    picked = tuple(r.strip() for r in only.split(",") if r.strip())
+    unknown = [r for r in picked if r not in ROLES]
+    if unknown:
+        raise click.BadParameter(f"unknown service {unknown}; choose from {', '.join(ROLES)}")
+    return tuple(r for r in ROLES if r in picked)
+
+
+def _report(role: str, message: str) -> None:
+    err.print(f"[bold cyan]{role:>8}[/] {message}")
+
+
+def _status_table(statuses: list[ServiceStatus]) -> Table:
+    table = Table(title="es-sched stack")
+    for col in ("service", "endpoint", "healthy", "managed", "pid", "memory MiB", "detail"):
+        table.add_column(col)
+    for s in statuses:
+        table.add_row(
+            f"{s.role} ({s.service})",
+            s.endpoint,
+            "[green]yes[/]" if s.healthy else "[red]no[/]",
+            s.managed,
+            str(s.pid or ""),
+            f"{s.memory_mb:.0f}" if s.memory_mb is not None else "",
+            s.detail,
+        )
+    return table
+
+
+@click.group()
+@click.version_option(package_name="es-sched")
+def cli() -> None:
+    """es-sched: an event-sourced DAG task scheduler for media pipelines over Kafka."""
+
+
+@cli.group()
+def stack() -> None:
+    """Run the services es-sched needs: Kafka, PostgreSQL and OpenSearch/Elasticsearch."""
+
+
+ONLY = click.option("--only", help="Comma-separated subset of kafka,postgres,search.")
+
+
+@stack.command("up")
+@ONLY
+def stack_up(only: str | None) -> None:
+    """Install (first time) and start the stack; waits until every service is ready."""
+    statuses = Stack(_settings(), _roles(only)).up(report=_report)
+    out.print(_status_table(statuses))
+    if not all(s.healthy for s in statuses):
+        sys.exit(1)
+
+
+@stack.command("down")
+@ONLY
+def stack_down(only: str | None) -> None:
+    """Stop exactly the processes this state folder started."""
+    Stack(_settings(), _roles(only)).down(report=_report)
+
+
+@stack.command("status")
+@ONLY
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def stack_status(only: str | None, as_json: bool) -> None:
+    """Probe every service; exit 1 when one is not healthy."""
+    stack_ = Stack(_settings(), _roles(only))
+    statuses = stack_.status()
+    if as_json:
+        doc: dict[str, object] = {"mode": stack_.mode()}
+        doc.update({s.role: s.as_json() for s in statuses})
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        out.print(_status_table(statuses))
+    if not all(s.healthy for s in statuses):
+        sys.exit(1)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except EsSchedError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(1)

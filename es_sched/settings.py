@@ -1,0 +1,165 @@
+"""Typed settings, read once from ``ES_SCHED_*`` environment variables.
+
+Each adapter has its own settings class and prefix, with defaults that work against the local
+stack that ``es-sched stack up`` starts. ``load_settings()`` validates everything at start-up and
+raises ``ConfigError`` naming the offending variable; nothing else in es-sched reads the
+environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from es_sched.errors import ConfigError
+
+
+class KafkaSettings(BaseSettings):
+    """``ES_SCHED_KAFKA_*``: where the brokers are and how topics are named."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_KAFKA_", frozen=True)
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = "es-sched"
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port...], got {value!r}")
+        return value
+
+    @property
+    def first_port(self) -> int:
+        return int(self.bootstrap_servers.split(",")[0].rpartition(":")[2])
+
+
+class PostgresSettings(BaseSettings):
+    """``ES_SCHED_PG_*``: the read-model database, as a SQLAlchemy URL using psycopg 3."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_PG_", frozen=True)
+
+    url: str = "postgresql+psycopg://es_sched:es_sched@127.0.0.1:15432/es_sched"
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if not parts.scheme.startswith("postgresql"):
+            raise ValueError(f"expected a postgresql+psycopg:// URL, got scheme {parts.scheme!r}")
+        if not parts.hostname or not parts.path.strip("/"):
+            raise ValueError("the URL needs a host and a database name")
+        return value
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 5432
+
+    @property
+    def user(self) -> str:
+        return urlsplit(self.url).username or "es_sched"
+
+    @property
+    def password(self) -> str:
+        return urlsplit(self.url).password or ""
+
+    @property
+    def database(self) -> str:
+        return urlsplit(self.url).path.strip("/")
+
+    @property
+    def libpq_dsn(self) -> str:
+        """The same URL without SQLAlchemy's ``+driver`` part, for psycopg.connect."""
+        scheme, rest = self.url.split("://", 1)
+        return "postgresql://" + rest if scheme != "postgresql" else self.url
+
+
+class SearchSettings(BaseSettings):
+    """``ES_SCHED_SEARCH_*``: Elasticsearch 8 or OpenSearch 2 behind one URL."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_SEARCH_", frozen=True)
+
+    url: str = "http://127.0.0.1:9200"
+    flavor: Literal["opensearch", "elasticsearch"] = "opensearch"
+    index_prefix: str = "es-sched"
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected http(s)://host:port, got {value!r}")
+        return value.rstrip("/")
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port or (443 if parts.scheme == "https" else 9200)
+
+
+class StackSettings(BaseSettings):
+    """``ES_SCHED_STACK_*``: how ``es-sched stack`` runs services on this machine."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_STACK_", frozen=True)
+
+    mode: Literal["auto", "local", "docker"] = "auto"
+    state_dir: Path = Path(".state")
+    cache_dir: Path | None = None
+    kafka_controller_port: int = Field(default=9093, ge=1, le=65535)
+    kafka_heap: str = "512m"
+    search_heap: str = "768m"
+    ready_timeout_s: float = Field(default=180.0, gt=0)
+    compose_file: Path = Path("docker-compose.yml")
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        return self.state_dir.expanduser().resolve()
+
+    @property
+    def resolved_cache_dir(self) -> Path:
+        base = self.cache_dir if self.cache_dir is not None else self.state_dir / "cache"
+        return base.expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka: KafkaSettings
+    postgres: PostgresSettings
+    search: SearchSettings
+    stack: StackSettings
+
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+def _load(cls: type[_S]) -> _S:
+    try:
+        return cls()
+    except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        problems = "; ".join(
+            f"{prefix}{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid setting {problems}") from None
+
+
+def load_settings() -> Settings:
+    """Read and validate every setting; raise ``ConfigError`` naming the bad variable."""
+    return Settings(
+        kafka=_load(KafkaSettings),
+        postgres=_load(PostgresSettings),
+        search=_load(SearchSettings),
+        stack=_load(StackSettings),
+    )

@@ -1,0 +1,184 @@
+"""``es-sched stack up | down | status``: one entry point over local processes or compose.
+
+``up`` is idempotent: a service of ours that is already running is only probed, and a healthy
+service of somebody else's on the configured endpoint is used as it is ("external") and never
+touched. ``down`` stops exactly the processes whose PID files this state folder holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from es_sched.errors import StackError
+from es_sched.settings import Settings
+from es_sched.stack import compose, probes
+from es_sched.stack import process as proc
+from es_sched.stack.base import LocalService
+from es_sched.stack.kafka import LocalKafka
+from es_sched.stack.opensearch import LocalOpenSearch
+from es_sched.stack.postgres import LocalPostgres
+
+Role = Literal["kafka", "postgres", "search"]
+ROLES: tuple[Role, ...] = ("kafka", "postgres", "search")
+Managed = Literal["local", "docker", "external", "stopped"]
+Report = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    role: Role
+    service: str
+    endpoint: str
+    healthy: bool
+    detail: str
+    managed: Managed
+    pid: int | None = None
+    memory_mb: float | None = None
+    log: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _quiet(_role: str, _message: str) -> None:
+    return None
+
+
+class Stack:
+    def __init__(self, settings: Settings, only: Iterable[Role] = ROLES) -> None:
+        self.settings = settings
+        self.roles = tuple(only)
+        self.local: dict[Role, LocalService] = {
+            "kafka": LocalKafka(settings),
+            "postgres": LocalPostgres(settings),
+            "search": LocalOpenSearch(settings),
+        }
+        self.mode_file = settings.stack.resolved_state_dir / "stack-mode"
+
+    # -- mode ---------------------------------------------------------------------------------
+    def mode(self) -> Literal["local", "docker"]:
+        """The mode of a running stack if there is one, else the configured or detected one."""
+        if self.mode_file.exists():
+            recorded = self.mode_file.read_text().strip()
+            if recorded in ("local", "docker"):
+                return "docker" if recorded == "docker" else "local"
+        wanted = self.settings.stack.mode
+        if wanted == "auto":
+            return "docker" if compose.engine_available() else "local"
+        return wanted
+
+    # -- up -----------------------------------------------------------------------------------
+    def up(self, report: Report = _quiet) -> list[ServiceStatus]:
+        mode = self.mode()
+        self.mode_file.parent.mkdir(parents=True, exist_ok=True)
+        self.mode_file.write_text(mode + "\n")
+        if mode == "docker":
+            report("stack", "docker compose up (engine found)")
+            compose.up(self.settings)
+            return self.status()
+        pending: dict[Role, float] = {}
+        to_start: list[Role] = []
+        for role in self.roles:
+            svc = self.local[role]
+            if not svc.endpoint.is_local:
+                report(role, f"external endpoint {svc.display_endpoint}: not managed here")
+            elif svc.owned.pid() is not None:
+                pending[role] = time.monotonic()
+            elif not probes.port_open(svc.endpoint.host, svc.endpoint.port):
+                report(role, "installing")
+                svc.install()
+                to_start.append(role)
+            elif svc.probe().healthy:
+                report(role, f"a healthy service already answers on {svc.endpoint}: using it")
+            else:
+                raise StackError(
+                    f"{svc.endpoint} is taken by a process es-sched did not start and that does "
+                    f"not answer as {svc.name}; free the port or change the endpoint setting"
+                )
+        for role in to_start:
+            pid = self.local[role].start()
+            report(role, f"started pid {pid}, waiting for readiness")
+            pending[role] = time.monotonic()
+        started = set(to_start)
+        self._wait_ready(pending, started, report)
+        return self.status()
+
+    def _wait_ready(self, pending: dict[Role, float], started: set[Role], report: Report) -> None:
+        deadline = time.monotonic() + self.settings.stack.ready_timeout_s
+        while pending:
+            for role in list(pending):
+                svc = self.local[role]
+                if svc.owned.pid() is None:
+                    raise StackError(
+                        f"{svc.name} exited during start-up; log {svc.log_file}:\n"
+                        f"{proc.tail(svc.log_file)}"
+                    )
+                if not svc.probe().healthy:
+                    if not svc.server_probe().healthy:
+                        continue
+                    svc.after_ready()  # e.g. the role and database clients log in with
+                    probe = svc.probe()
+                    if not probe.healthy:
+                        raise StackError(f"{svc.name} is up but clients fail: {probe.detail}")
+                took = time.monotonic() - pending.pop(role)
+                report(role, f"ready in {took:.1f}s" if role in started else "already running")
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(self.local[r].name for r in pending)
+                logs = "; ".join(str(self.local[r].log_file) for r in pending)
+                raise StackError(
+                    f"{names} not ready after {self.settings.stack.ready_timeout_s:.0f}s "
+                    f"(ES_SCHED_STACK_READY_TIMEOUT_S); see {logs}"
+                )
+            if pending:
+                time.sleep(0.5)
+
+    # -- down ---------------------------------------------------------------------------------
+    def down(self, report: Report = _quiet) -> None:
+        if self.mode() == "docker":
+            compose.down(self.settings)
+            report("stack", "docker compose down")
+        else:
+            for role in self.roles:
+                svc = self.local[role]
+                pid = svc.stop()
+                report(role, f"stopped pid {pid}" if pid else "not running (nothing of ours)")
+        if set(self.roles) == set(ROLES):
+            self.mode_file.unlink(missing_ok=True)
+
+    # -- status -------------------------------------------------------------------------------
+    def status(self) -> list[ServiceStatus]:
+        docker = self.mode_file.exists() and self.mode() == "docker"
+        result = []
+        for role in self.roles:
+            svc = self.local[role]
+            probe = svc.probe()
+            pid = None if docker else svc.owned.pid()
+            managed: Managed
+            if docker:
+                managed = "docker"
+            elif pid is not None:
+                managed = "local"
+            else:
+                managed = "external" if probe.healthy else "stopped"
+            service = (
+                compose.search_service(self.settings)
+                if role == "search" and docker
+                else ("opensearch" if role == "search" else svc.name)
+            )
+            result.append(
+                ServiceStatus(
+                    role=role,
+                    service=service,
+                    endpoint=svc.display_endpoint,
+                    healthy=probe.healthy,
+                    detail=probe.detail,
+                    managed=managed,
+                    pid=pid,
+                    memory_mb=proc.tree_memory_mb(pid) if pid else None,
+                    log=str(svc.log_file) if pid else None,
+                )
+            )
+        return result

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from es_sched.stack import probes
+from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
+
+
+@pytest.fixture(scope="session", params=["local", "testcontainers"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "local":
+        b = local()
+        down = [
+            name
+            for name, probe in (
+                ("kafka", probes.kafka(b.kafka_bootstrap)),
+                ("search", probes.search(b.search_url)),
+            )
+            if not probe.healthy
+        ]
+        if down:
+            pytest.fail(f"local stack not healthy ({', '.join(down)}): run `es-sched stack up`")
+        yield b
+    else:
+        if not engine_available():
+            pytest.skip(NO_DOCKER)
+        with testcontainers() as b:
+            yield b
+
+
+@pytest.fixture
+def unique() -> str:
+    """A name no other test uses: each test gets its own topic, schema or index."""
+    return f"t{uuid.uuid4().hex[:12]}"
