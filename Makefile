@@ -1,0 +1,44 @@
+# The two commands a newcomer types: `make demo` (the main job) and `make test`.
+# Both create .venv, install es-sched into it, and bring up the real stack (Kafka, PostgreSQL,
+# OpenSearch) with `es-sched stack up`, which installs what is missing on first use.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint unit stack-up stack-down stack-status clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+stack-up: $(STAMP)
+	$(BIN)/es-sched stack up
+
+stack-down: $(STAMP)
+	$(BIN)/es-sched stack down
+
+stack-status: $(STAMP)
+	$(BIN)/es-sched stack status
+
+# Until the media demo lands, the main job is a running, healthy stack.
+demo: stack-up
+	$(BIN)/es-sched stack status
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+test: stack-up lint
+	$(BIN)/pytest
+
+clean: stack-down
+	rm -rf .state $(VENV)

@@ -1,0 +1,3 @@
+from es_sched.cli import main
+
+main()
