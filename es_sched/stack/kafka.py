@@ -47,6 +47,18 @@ def server_properties(port: int, controller_port: int, log_dir: str) -> str:
     )
 
 
+def new_cluster_id() -> str:
+    """16 random bytes as URL-safe base64 without padding, like Kafka's ``Uuid.randomUuid``.
+
+    An id starting with ``-`` would be read as an option by the storage tool (Kafka's own
+    generator redraws those too).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class LocalKafka(LocalService):
     name = "kafka"
 
@@ -82,7 +94,7 @@ class LocalKafka(LocalService):
         heap = self.settings.stack.kafka_heap
         jvm_log = f"-Dlog4j2.configurationFile={log4j}"
         if not (data / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             fmt = java_command(
                 "256m", lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
                 "-c", str(props), "--ignore-formatted",

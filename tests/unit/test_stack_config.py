@@ -9,7 +9,7 @@ import pytest
 from es_sched.errors import StackError
 from es_sched.settings import load_settings
 from es_sched.stack.base import Endpoint
-from es_sched.stack.kafka import LocalKafka, server_properties
+from es_sched.stack.kafka import LocalKafka, new_cluster_id, server_properties
 from es_sched.stack.opensearch import OPENSEARCH_YML, LocalOpenSearch
 from es_sched.stack.postgres import LocalPostgres, find_bin_dir
 
@@ -78,3 +78,13 @@ def test_local_opensearch_refuses_a_port_the_runner_cannot_take(
     with pytest.raises(StackError, match="up to 9299"):
         LocalOpenSearch(load_settings()).start()
     assert not (tmp_path / "pids" / "opensearch.pid").exists()
+
+
+def test_cluster_ids_are_22_url_safe_characters_never_read_as_an_option() -> None:
+    ids = {new_cluster_id() for _ in range(2000)}  # ~31 of 2000 draws would start with "-"
+    assert len(ids) == 2000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert all(
+        set(i) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        for i in ids
+    )
