@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,8 +21,9 @@ from es_sched.settings import Settings, load_settings
 from es_sched.stack import ROLES, Role, ServiceStatus, Stack
 
 F = TypeVar("F", bound=Callable[..., object])
-err = Console(stderr=True)
-out = Console()
+# Piped output (CI logs, `| less`) gets a fixed width instead of rich's 80-column fallback.
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+out = Console(width=None if sys.stdout.isatty() else 120)
 
 
 def _settings() -> Settings:
@@ -48,11 +50,12 @@ def _report(role: str, message: str) -> None:
 
 def _status_table(statuses: list[ServiceStatus]) -> Table:
     table = Table(title="es-sched stack")
-    for col in ("service", "endpoint", "healthy", "managed", "pid", "memory MiB", "detail"):
-        table.add_column(col)
+    for col in ("service", "endpoint", "healthy", "managed", "pid", "MiB"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detail", overflow="fold")
     for s in statuses:
         table.add_row(
-            f"{s.role} ({s.service})",
+            s.service,
             s.endpoint,
             "[green]yes[/]" if s.healthy else "[red]no[/]",
             s.managed,
@@ -81,7 +84,9 @@ ONLY = click.option("--only", help="Comma-separated subset of kafka,postgres,sea
 @ONLY
 def stack_up(only: str | None) -> None:
     """Install (first time) and start the stack; waits until every service is ready."""
+    started = time.monotonic()
     statuses = Stack(_settings(), _roles(only)).up(report=_report)
+    _report("stack", f"up in {time.monotonic() - started:.1f}s")
     out.print(_status_table(statuses))
     if not all(s.healthy for s in statuses):
         sys.exit(1)

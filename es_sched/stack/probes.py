@@ -40,7 +40,7 @@ def kafka(bootstrap_servers: str, timeout_s: float = 3.0) -> Probe:
         return Probe(False, f"metadata request failed: {exc.args[0]}")
     if not meta.brokers:
         return Probe(False, "metadata lists no broker")
-    return Probe(True, f"{len(meta.brokers)} broker(s), cluster {meta.cluster_id}")
+    return Probe(True, f"{len(meta.brokers)} broker(s)")
 
 
 def postgres(dsn: str, timeout_s: float = 3.0) -> Probe:
@@ -50,7 +50,8 @@ def postgres(dsn: str, timeout_s: float = 3.0) -> Probe:
     except psycopg.Error as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return Probe(False, first_line)
-    return Probe(True, f"PostgreSQL {row[0] if row else '?'}")
+    version = str(row[0]).split()[0] if row else "?"
+    return Probe(True, f"PostgreSQL {version}")
 
 
 def search(url: str, timeout_s: float = 3.0) -> Probe:
@@ -62,7 +63,7 @@ def search(url: str, timeout_s: float = 3.0) -> Probe:
     status = body.get("status")
     if status not in ("yellow", "green"):
         return Probe(False, f"cluster health is {status}")
-    return Probe(True, f"cluster {body.get('cluster_name')} is {status}")
+    return Probe(True, f"cluster {status}")
 
 
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
