@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from es_sched.cli_defs import defs
 from es_sched.errors import ConfigError, EsSchedError
 from es_sched.settings import Settings, load_settings
 from es_sched.stack import ROLES, Role, ServiceStatus, Stack
@@ -114,6 +115,9 @@ def stack_status(only: str | None, as_json: bool) -> None:
         out.print(_status_table(statuses))
     if not all(s.healthy for s in statuses):
         sys.exit(1)
+
+
+cli.add_command(defs)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Adapters: the edges of es-sched that talk to engines, brokers and databases."""

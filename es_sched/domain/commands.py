@@ -1,0 +1,181 @@
+"""Inputs to the decider: commands from people and services, reports from the runtime.
+
+Commands are imperative (``StartWorkflow``) and carry a client-chosen ``command_id`` used for
+idempotency and an optional ``expected_version`` (the workflow's last seq) for optimistic
+concurrency. Runtime inputs (dispatcher, workers, timers, child workflows) carry an
+``input_id`` for the same purpose. ``INPUT_TYPES`` is the registry of stable type strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Input:
+    TYPE: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 1
+    input_id: str
+    workflow_id: str
+
+    @property
+    def command_id(self) -> str:
+        return self.input_id
+
+
+@dataclass(frozen=True)
+class Command(Input):
+    expected_version: int | None = None
+
+
+# -- commands -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StartWorkflow(Command):
+    TYPE = "workflow.start"
+    name: str = ""
+    version: int | None = None
+    input: JSON = field(default_factory=dict)
+    priority: int = 4
+    tenant: str | None = None
+    correlation_id: str | None = None
+    # Filled by the shell from the definition registry (or given inline by the client):
+    definition: JSON | None = None
+    taskdefs: list[JSON] = field(default_factory=list)
+    subworkflow_definitions: list[JSON] = field(default_factory=list)
+    parent_workflow_id: str | None = None
+    parent_task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelWorkflow(Command):
+    TYPE = "workflow.cancel"
+    reason: str = "canceled"
+
+
+@dataclass(frozen=True)
+class TerminateWorkflow(Command):
+    TYPE = "workflow.terminate"
+    reason: str = "terminated"
+
+
+@dataclass(frozen=True)
+class RetryWorkflow(Command):
+    TYPE = "workflow.retry"
+
+
+@dataclass(frozen=True)
+class PauseWorkflow(Command):
+    TYPE = "workflow.pause"
+
+
+@dataclass(frozen=True)
+class ResumeWorkflow(Command):
+    TYPE = "workflow.resume"
+
+
+@dataclass(frozen=True)
+class SignalWorkflow(Command):
+    """Completes a waiting WAIT task (by ref, or the oldest waiting one) with ``output``."""
+
+    TYPE = "workflow.signal"
+    ref: str | None = None
+    status: str = "COMPLETED"  # or FAILED
+    output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RegisterDefinition(Command):
+    """Registers a workflow definition (and TaskDefs); keyed by definition name, not workflow."""
+
+    TYPE = "definition.register"
+    definition: JSON = field(default_factory=dict)
+    taskdefs: list[JSON] = field(default_factory=list)
+
+
+# -- runtime inputs -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DispatchTask(Input):
+    TYPE = "dispatcher.task_dispatched"
+    task_id: str = ""
+    attempt: int = 1
+    worker_id: str = ""
+    lease_epoch: int = 1
+    lease_token: str = ""
+
+
+@dataclass(frozen=True)
+class ExpireLease(Input):
+    TYPE = "dispatcher.lease_expired"
+    task_id: str = ""
+    lease_epoch: int = 1
+
+
+@dataclass(frozen=True)
+class WorkerReport(Input):
+    task_id: str = ""
+    attempt: int = 1
+    worker_id: str = ""
+    lease_epoch: int = 1
+    lease_token: str = ""
+
+
+@dataclass(frozen=True)
+class ReportStarted(WorkerReport):
+    TYPE = "worker.task_started"
+
+
+@dataclass(frozen=True)
+class ReportProgress(WorkerReport):
+    TYPE = "worker.task_progress"
+    percent: float = 0.0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ReportCompleted(WorkerReport):
+    TYPE = "worker.task_completed"
+    output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReportFailed(WorkerReport):
+    TYPE = "worker.task_failed"
+    reason: str = ""
+    terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR
+    output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FireTimer(Input):
+    """A durable timer came due. ``kind``: retry | wait | response_timeout | total_timeout |
+    workflow_timeout. A timer whose workflow moved on is ignored by the decider."""
+
+    TYPE = "timer.fired"
+    kind: str = ""
+    task_id: str | None = None
+    due_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ChildWorkflowEnded(Input):
+    TYPE = "workflow.child_ended"
+    child_workflow_id: str = ""
+    task_id: str = ""
+    status: str = ""
+    output: JSON = field(default_factory=dict)
+    reason: str = ""
+
+
+INPUT_TYPES: dict[str, type[Input]] = {
+    cls.TYPE: cls
+    for cls in (
+        StartWorkflow, CancelWorkflow, TerminateWorkflow, RetryWorkflow, PauseWorkflow,
+        ResumeWorkflow, SignalWorkflow, RegisterDefinition, DispatchTask, ExpireLease,
+        ReportStarted, ReportProgress, ReportCompleted, ReportFailed, FireTimer,
+        ChildWorkflowEnded,
+    )
+}  # fmt: skip

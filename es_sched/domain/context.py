@@ -1,0 +1,90 @@
+"""What a decision may use besides state: the time, fresh ids and a script engine.
+
+Also the read-only views expressions and scripts see of a workflow and its tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from es_sched.domain.definitions import TaskSettings, WorkflowTask, settings_for
+from es_sched.domain.ids import IdSource
+from es_sched.domain.scripts import ScriptEngine, ScriptResult
+from es_sched.domain.state import TaskState, WorkflowState
+
+
+class NoScripts:
+    """The engine used when none is given: every script fails with that reason."""
+
+    def evaluate(self, expression: str, bindings: Any) -> ScriptResult:
+        return ScriptResult(False, error="no script engine is configured")
+
+
+@dataclass(frozen=True)
+class Context:
+    now: datetime
+    ids: IdSource
+    scripts: ScriptEngine
+
+
+def workflow_view(st: WorkflowState) -> dict[str, Any]:
+    return {
+        "workflowId": st.workflow_id,
+        "input": st.input,
+        "output": st.output,
+        "variables": st.variables,
+        "correlationId": st.correlation_id,
+        "status": st.ending or st.status,
+        "reasonForIncompletion": st.reason,
+        "workflowType": st.definition.name,
+        "version": st.definition.version,
+        "parentWorkflowId": st.parent_workflow_id,
+        "priority": st.priority,
+        "tenant": st.tenant,
+    }
+
+
+def task_view(task: TaskState) -> dict[str, Any]:
+    return {
+        "taskId": task.task_id,
+        "referenceTaskName": task.ref,
+        "taskType": task.task_type,
+        "status": task.status,
+        "input": task.input,
+        "output": task.output,
+        "attempt": task.attempt,
+        "retryCount": task.attempt - 1,
+        "reasonForIncompletion": task.reason,
+        "workerId": task.worker_id,
+        "iteration": task.iteration,
+    }
+
+
+def lookup_for(st: WorkflowState, suffix: str = "") -> Any:
+    """The first-segment resolver for expressions evaluated inside a loop iteration ``suffix``."""
+
+    def lookup(name: str) -> Any:
+        if name == "workflow":
+            return workflow_view(st)
+        task = (st.instance(name + suffix) if suffix else None) or st.instance(name)
+        if task is None:
+            task = _latest_iteration(st, name)
+        return task_view(task) if task is not None else None
+
+    return lookup
+
+
+def _latest_iteration(st: WorkflowState, ref: str) -> TaskState | None:
+    """Outside a loop, ``${loopTask.output}`` means the loop task's last iteration."""
+    best: TaskState | None = None
+    for task_id in st.latest.values():
+        task = st.tasks[task_id]
+        if task.def_ref == ref and (best is None or task.iteration > best.iteration):
+            best = task
+    return best
+
+
+def settings(st: WorkflowState, task: WorkflowTask) -> TaskSettings:
+    return settings_for(task, st.taskdefs)

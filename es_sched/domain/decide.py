@@ -1,0 +1,338 @@
+"""``decide(state, input, now, ids, scripts) -> list[Event]``: the decider's pure core.
+
+An input is first checked (idempotency, expected version, lease fencing), turned into its
+primary events, and then ``engine.step`` runs until the workflow must wait for the next input.
+Every returned event already carries its envelope (seq, deterministic event id, causation and
+correlation ids). Expected refusals become ``command.rejected`` / ``task.completion_rejected``
+events in the workflow's history; an input for a workflow that does not exist raises
+``UnknownWorkflow`` (the shell dead-letters it). A redelivered input returns no event at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import assert_never
+
+from es_sched.domain import commands as c
+from es_sched.domain import engine
+from es_sched.domain.context import Context, NoScripts, settings
+from es_sched.domain.definitions import DefinitionError
+from es_sched.domain.events import (
+    CommandRejected,
+    CompletionRejected,
+    Event,
+    LeaseExpired,
+    Payload,
+    TaskCompleted,
+    TaskDispatched,
+    TaskFailed,
+    TaskProgressed,
+    TaskStarted,
+    TaskTimedOut,
+    WorkflowEnding,
+    WorkflowPaused,
+    WorkflowResumed,
+    WorkflowRetried,
+    WorkflowStarted,
+)
+from es_sched.domain.evolve import evolve
+from es_sched.domain.ids import IdSource, event_id
+from es_sched.domain.scheduling import again
+from es_sched.domain.scripts import ScriptEngine
+from es_sched.domain.state import (
+    CANCELED,
+    IN_PROGRESS,
+    PAUSED,
+    RUNNING,
+    SCHEDULED,
+    TASK_UNSUCCESSFUL,
+    TERMINATED,
+    TIMED_OUT,
+    WORKFLOW_TERMINAL,
+    TaskState,
+    WorkflowState,
+)
+from es_sched.domain.validation import validate_workflow
+from es_sched.errors import DomainError
+
+MAX_EVENTS_PER_INPUT = 20_000
+
+
+class UnknownWorkflow(DomainError):
+    """An input for a workflow id that has no history (and is not a StartWorkflow)."""
+
+
+@dataclass
+class _Recorder:
+    state: WorkflowState | None
+    workflow_id: str
+    causation_id: str
+    correlation_id: str
+    now: datetime
+    events: list[Event] = field(default_factory=list)
+
+    def emit(self, payload: Payload) -> None:
+        seq = (self.state.seq if self.state is not None else 0) + 1
+        event = Event(
+            event_id(self.workflow_id, seq),
+            self.workflow_id,
+            seq,
+            self.now,
+            self.causation_id,
+            self.correlation_id,
+            payload,
+        )
+        self.state = evolve(self.state, event)
+        self.events.append(event)
+
+
+def decide(
+    state: WorkflowState | None,
+    inp: c.Input,
+    now: datetime,
+    ids: IdSource,
+    scripts: ScriptEngine | None = None,
+) -> list[Event]:
+    ctx = Context(now, ids, scripts or NoScripts())
+    if state is None:
+        if not isinstance(inp, c.StartWorkflow):
+            raise UnknownWorkflow(f"{inp.TYPE} for unknown workflow {inp.workflow_id!r}")
+        correlation = inp.correlation_id or inp.workflow_id
+        rec = _Recorder(None, inp.workflow_id, inp.input_id, correlation, now)
+        rec.emit(_start(inp))
+    else:
+        if inp.input_id in state.recent_inputs:
+            return []  # a redelivered input: already applied
+        rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now)
+        for payload in _primary(state, inp, ctx):
+            rec.emit(payload)
+    _cascade(rec, ctx)
+    return rec.events
+
+
+def _cascade(rec: _Recorder, ctx: Context) -> None:
+    while rec.state is not None:
+        payloads = engine.step(rec.state, ctx)
+        if not payloads:
+            return
+        if len(rec.events) > MAX_EVENTS_PER_INPUT and rec.state.ending is None:
+            payloads = [WorkflowEnding("FAILED", "runaway decision: a loop without worker tasks?")]
+        for payload in payloads:
+            rec.emit(payload)
+
+
+def _start(inp: c.StartWorkflow) -> WorkflowStarted:
+    if inp.definition is None:
+        raise DefinitionError([f"no definition for workflow {inp.name!r} (version {inp.version})"])
+    problems = validate_workflow(inp.definition, inp.taskdefs)
+    if problems:
+        raise DefinitionError(problems)
+    return WorkflowStarted(
+        definition=dict(inp.definition),
+        taskdefs=list(inp.taskdefs),
+        input=dict(inp.input),
+        priority=inp.priority,
+        tenant=inp.tenant,
+        command_id=inp.input_id,
+        parent_workflow_id=inp.parent_workflow_id,
+        parent_task_id=inp.parent_task_id,
+        subworkflow_definitions=list(inp.subworkflow_definitions),
+    )
+
+
+def _reject(inp: c.Input, reason: str) -> list[Payload]:
+    return [CommandRejected(inp.input_id, inp.TYPE, reason)]
+
+
+def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
+    expected = inp.expected_version if isinstance(inp, c.Command) else None
+    if expected is not None and expected != st.seq:
+        return _reject(inp, f"version_conflict: expected {expected}, workflow is at {st.seq}")
+    open_ = st.status not in WORKFLOW_TERMINAL and st.ending is None
+    match inp:
+        case c.StartWorkflow():
+            return []  # the same command id again on a started workflow: nothing to do
+        case c.CancelWorkflow() | c.TerminateWorkflow():
+            if not open_:
+                return _reject(inp, f"workflow is {st.ending or st.status}")
+            status = CANCELED if isinstance(inp, c.CancelWorkflow) else TERMINATED
+            return [WorkflowEnding(status, inp.reason)]
+        case c.PauseWorkflow():
+            return (
+                [WorkflowPaused()]
+                if open_ and st.status == RUNNING
+                else _reject(inp, f"workflow is {st.status}")
+            )
+        case c.ResumeWorkflow():
+            return (
+                [WorkflowResumed()]
+                if st.status == PAUSED
+                else _reject(inp, f"workflow is {st.status}")
+            )
+        case c.RetryWorkflow():
+            if st.status not in WORKFLOW_TERMINAL - {"COMPLETED"}:
+                return _reject(
+                    inp,
+                    f"only a failed, timed-out, terminated or canceled workflow can be "
+                    f"retried; it is {st.status}",
+                )
+            redo = [t for t in _latest(st) if t.status in TASK_UNSUCCESSFUL and not t.callback]
+            return [WorkflowRetried(st.status), *[again(st, t, ctx) for t in redo]]
+        case c.SignalWorkflow():
+            waiting = [
+                t
+                for t in _latest(st)
+                if t.task_type == "WAIT"
+                and t.status == IN_PROGRESS
+                and (inp.ref is None or t.ref == inp.ref)
+            ]
+            if not waiting or not open_:
+                return _reject(
+                    inp, f"no WAIT task is waiting{f' as {inp.ref!r}' if inp.ref else ''}"
+                )
+            if inp.status.upper() == "COMPLETED":
+                return [TaskCompleted(waiting[0].task_id, dict(inp.output))]
+            return [
+                TaskFailed(
+                    waiting[0].task_id,
+                    str(inp.output.get("reason", "failed by signal")),
+                    output=dict(inp.output),
+                )
+            ]
+        case c.RegisterDefinition():
+            raise DomainError(
+                "definition.register is handled by the definition registry, not a workflow"
+            )
+        case c.DispatchTask():
+            task = _task(st, inp.task_id)
+            if task is None or task.status != SCHEDULED or task.attempt != inp.attempt or not open_:
+                return [
+                    CompletionRejected(
+                        inp.task_id,
+                        inp.attempt,
+                        inp.worker_id,
+                        "stale dispatch: the task is not waiting for a worker",
+                    )
+                ]
+            return [
+                TaskDispatched(
+                    inp.task_id, inp.attempt, inp.worker_id, inp.lease_epoch, inp.lease_token
+                )
+            ]
+        case c.ExpireLease():
+            task = _task(st, inp.task_id)
+            if task is None or task.terminal or task.lease_epoch != inp.lease_epoch:
+                return []  # the lease was renewed, superseded or the task ended: nothing to do
+            return [LeaseExpired(inp.task_id, inp.lease_epoch)]
+        case c.ReportStarted() | c.ReportProgress() | c.ReportCompleted() | c.ReportFailed():
+            return _report(st, inp)
+        case c.FireTimer():
+            return _timer(st, inp, ctx)
+        case c.ChildWorkflowEnded():
+            task = _task(st, inp.task_id)
+            if task is None or task.terminal or task.child_workflow_id != inp.child_workflow_id:
+                return []
+            output = {**inp.output, "subWorkflowId": inp.child_workflow_id}
+            if inp.status == "COMPLETED":
+                return [TaskCompleted(task.task_id, output)]
+            reason = f"sub-workflow {inp.child_workflow_id} ended {inp.status}: {inp.reason}"
+            return [TaskFailed(task.task_id, reason, output=output)]
+        case _:
+            assert_never(inp)  # type: ignore[arg-type]
+
+
+def _latest(st: WorkflowState) -> list[TaskState]:
+    return [st.tasks[tid] for tid in st.latest.values()]
+
+
+def _task(st: WorkflowState, task_id: str) -> TaskState | None:
+    """The task instance if it exists and is the newest attempt of its ref."""
+    task = st.tasks.get(task_id)
+    if task is None or st.latest.get(task.ref) != task_id:
+        return None
+    return task
+
+
+def _report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
+    task = st.tasks.get(inp.task_id)
+    reason = None
+    if task is None:
+        reason = "unknown task"
+    elif st.latest.get(task.ref) != task.task_id or task.attempt != inp.attempt:
+        reason = f"stale attempt {inp.attempt}: the task is at a newer attempt"
+    elif task.terminal:
+        reason = f"task already {task.status}"
+    elif task.lease_token is not None and (
+        task.lease_epoch != inp.lease_epoch
+        or task.lease_token != inp.lease_token
+        or task.worker_id != inp.worker_id
+    ):
+        reason = "lease mismatch: wrong worker, epoch or token (the lease was reassigned)"
+    elif task.lease_token is None and task.worker_id is None and task.task_type in ("WAIT", "JOIN"):
+        reason = "system task: not completed by workers"
+    if reason is not None:
+        return [CompletionRejected(inp.task_id, inp.attempt, inp.worker_id, reason)]
+    assert task is not None
+    match inp:
+        case c.ReportStarted():
+            return [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
+        case c.ReportProgress():
+            started = (
+                [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
+            )
+            return [*started, TaskProgressed(task.task_id, inp.percent, inp.message)]
+        case c.ReportCompleted():
+            return [TaskCompleted(task.task_id, dict(inp.output))]
+        case c.ReportFailed():
+            return [TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
+    return []
+
+
+def _timer(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:
+    if st.status in WORKFLOW_TERMINAL:
+        return []
+    if inp.kind == "workflow_timeout":
+        limit = st.definition.timeout_seconds
+        if st.ending or limit <= 0 or (ctx.now - st.created_at).total_seconds() < limit:
+            return []
+        if st.definition.timeout_policy == "ALERT_ONLY":
+            return []
+        return [WorkflowEnding(TIMED_OUT, f"workflow timed out after {limit:g}s")]
+    task = _task(st, inp.task_id or "")
+    if task is None:
+        return []
+    if inp.kind == "retry":
+        if task.retry_due_at is None or ctx.now < task.retry_due_at or st.ending:
+            return []
+        return [again(st, task, ctx)]
+    if task.terminal:
+        return []
+    if inp.kind == "wait":
+        if task.wait_until is None or ctx.now < task.wait_until:
+            return []
+        return [TaskCompleted(task.task_id, {})]
+    definition = st.lookup_task(task.def_ref)
+    if definition is None:
+        return []
+    s = settings(st, definition)
+    if inp.kind == "response_timeout":
+        since = task.last_progress_at
+        if since is None or (ctx.now - since).total_seconds() < s.response_timeout_seconds:
+            return []
+    elif inp.kind == "total_timeout":
+        if (
+            task.started_at is None
+            or s.timeout_seconds <= 0
+            or (ctx.now - task.started_at).total_seconds() < s.timeout_seconds
+        ):
+            return []
+    else:
+        return []
+    if s.timeout_policy == "ALERT_ONLY":
+        return []
+    kind = "response" if inp.kind == "response_timeout" else "total"
+    timed_out: list[Payload] = [TaskTimedOut(task.task_id, kind)]
+    if s.timeout_policy == "TIME_OUT_WF":
+        timed_out.append(WorkflowEnding(TIMED_OUT, f"task {task.ref!r} timed out ({kind})"))
+    return timed_out

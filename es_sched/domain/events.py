@@ -1,0 +1,250 @@
+"""Events: every change of workflow or task state, past tense, frozen, with a full envelope.
+
+``Event`` is the envelope (``event_id``, ``workflow_id``, ``seq``, ``occurred_at``,
+``causation_id``, ``correlation_id``) around one payload class per stable type string
+(``"task.completed"``). ``EVENT_TYPES`` is the one registry of those strings; the serialization
+package maps it to JSON Schemas in ``schemas/events/`` and never stores Python import paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Payload:
+    TYPE: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+
+# -- workflow lifecycle ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkflowStarted(Payload):
+    TYPE = "workflow.started"
+    definition: JSON  # the Conductor document, so replay never depends on a registry
+    taskdefs: list[JSON]
+    input: JSON
+    priority: int = 4
+    tenant: str | None = None
+    command_id: str | None = None
+    parent_workflow_id: str | None = None
+    parent_task_id: str | None = None
+    subworkflow_definitions: list[JSON] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkflowCompleted(Payload):
+    TYPE = "workflow.completed"
+    output: JSON
+
+
+@dataclass(frozen=True)
+class WorkflowEnding(Payload):
+    """The workflow will end in ``status``; CALLBACK tasks run first, then the final event."""
+
+    TYPE = "workflow.ending"
+    status: str  # FAILED | TIMED_OUT | TERMINATED | CANCELED
+    reason: str
+    output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkflowEnded(Payload):
+    """Final event of a workflow that did not complete (after its callbacks ran)."""
+
+    TYPE = "workflow.ended"
+    status: str
+    reason: str
+    output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkflowPaused(Payload):
+    TYPE = "workflow.paused"
+
+
+@dataclass(frozen=True)
+class WorkflowResumed(Payload):
+    TYPE = "workflow.resumed"
+
+
+@dataclass(frozen=True)
+class WorkflowRetried(Payload):
+    TYPE = "workflow.retried"
+    from_status: str
+
+
+@dataclass(frozen=True)
+class VariablesSet(Payload):
+    TYPE = "workflow.variables_set"
+    variables: JSON
+
+
+@dataclass(frozen=True)
+class WorkflowStartRequested(Payload):
+    """A START_WORKFLOW task, a SUB_WORKFLOW task or failureWorkflow asks for a new workflow."""
+
+    TYPE = "workflow.start_requested"
+    child_workflow_id: str
+    name: str
+    version: int | None
+    input: JSON
+    task_id: str | None = None  # set for SUB_WORKFLOW: the parent task waiting on the child
+    definition: JSON | None = None  # an inline definition (subWorkflowParam.workflowDefinition)
+
+
+@dataclass(frozen=True)
+class CommandRejected(Payload):
+    TYPE = "command.rejected"
+    command_id: str
+    command_type: str
+    reason: str
+
+
+# -- tasks ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskScheduled(Payload):
+    TYPE = "task.scheduled"
+    SCHEMA_VERSION = 2  # v2 added rate_limit_key and callback (see serialization.upcasters)
+    task_id: str
+    ref: str  # with the __N suffix inside a DO_WHILE
+    def_ref: str  # the taskReferenceName in the definition
+    task_type: str  # Conductor's execution type: FORK for FORK_JOIN, the name for SIMPLE
+    name: str
+    attempt: int
+    input: JSON
+    iteration: int = 0
+    status: str = "SCHEDULED"  # IN_PROGRESS for system tasks that wait (JOIN, DO_WHILE, WAIT)
+    priority: int = 4
+    resources: JSON = field(default_factory=dict)
+    rate_limit_key: str | None = None
+    wait_until: datetime | None = None
+    dynamic_tasks: list[JSON] = field(default_factory=list)
+    callback: bool = False
+
+
+@dataclass(frozen=True)
+class TaskDispatched(Payload):
+    TYPE = "task.dispatched"
+    task_id: str
+    attempt: int
+    worker_id: str
+    lease_epoch: int
+    lease_token: str
+
+
+@dataclass(frozen=True)
+class TaskStarted(Payload):
+    TYPE = "task.started"
+    task_id: str
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class TaskProgressed(Payload):
+    TYPE = "task.progressed"
+    task_id: str
+    percent: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TaskCompleted(Payload):
+    TYPE = "task.completed"
+    task_id: str
+    output: JSON
+
+
+@dataclass(frozen=True)
+class TaskFailed(Payload):
+    TYPE = "task.failed"
+    task_id: str
+    reason: str
+    terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR: never retried
+    output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskTimedOut(Payload):
+    TYPE = "task.timed_out"
+    task_id: str
+    kind: str  # response | total
+
+
+@dataclass(frozen=True)
+class TaskCanceled(Payload):
+    TYPE = "task.canceled"
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskRetryScheduled(Payload):
+    TYPE = "task.retry_scheduled"
+    task_id: str  # the failed attempt
+    next_attempt: int
+    delay_seconds: float
+    due_at: datetime
+
+
+@dataclass(frozen=True)
+class LeaseExpired(Payload):
+    """The worker holding the task stopped heartbeating; the task goes back to its queue."""
+
+    TYPE = "task.lease_expired"
+    task_id: str
+    lease_epoch: int
+
+
+@dataclass(frozen=True)
+class LoopIterated(Payload):
+    TYPE = "task.loop_iterated"
+    task_id: str  # the DO_WHILE task
+    iteration: int  # the iteration that starts now
+    output: JSON
+
+
+@dataclass(frozen=True)
+class CompletionRejected(Payload):
+    """A worker report that cannot be accepted: stale attempt, wrong lease, unknown task."""
+
+    TYPE = "task.completion_rejected"
+    task_id: str
+    attempt: int
+    worker_id: str
+    reason: str
+
+
+EVENT_TYPES: dict[str, type[Payload]] = {
+    cls.TYPE: cls
+    for cls in (
+        WorkflowStarted, WorkflowCompleted, WorkflowEnding, WorkflowEnded, WorkflowPaused,
+        WorkflowResumed, WorkflowRetried, VariablesSet, WorkflowStartRequested, CommandRejected,
+        TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted, TaskFailed,
+        TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
+        CompletionRejected,
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Event:
+    event_id: str
+    workflow_id: str
+    seq: int
+    occurred_at: datetime
+    causation_id: str
+    correlation_id: str
+    payload: Payload
+
+    @property
+    def type(self) -> str:
+        return self.payload.TYPE
+
+    @property
+    def schema_version(self) -> int:
+        return self.payload.SCHEMA_VERSION

@@ -1,0 +1,224 @@
+"""How each task type starts: the events that schedule (and, for most system tasks, finish) it.
+
+``schedule`` resolves a task's inputs against the current state and returns the payloads that
+put one new task instance into the workflow. System tasks that finish at once (SWITCH, FORK,
+SET_VARIABLE, INLINE, TERMINATE, START_WORKFLOW) are scheduled and completed in the same
+decision, like Conductor's synchronous system tasks; worker tasks wait for a worker, WAIT for a
+timer or signal, SUB_WORKFLOW for its child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from es_sched.domain import retry
+from es_sched.domain.context import Context, lookup_for, settings
+from es_sched.domain.definitions import WorkflowTask
+from es_sched.domain.events import (
+    Payload,
+    TaskCompleted,
+    TaskFailed,
+    TaskScheduled,
+    VariablesSet,
+    WorkflowCompleted,
+    WorkflowEnding,
+    WorkflowStartRequested,
+)
+from es_sched.domain.expressions import resolve
+from es_sched.domain.state import IN_PROGRESS, TaskState, WorkflowState
+
+EXECUTION_TYPE = {"FORK_JOIN": "FORK", "FORK_JOIN_DYNAMIC": "FORK"}
+JS_EVALUATORS = frozenset({"javascript", "graaljs"})
+
+
+def switch_case(
+    st: WorkflowState, task: WorkflowTask, inputs: Mapping[str, Any], ctx: Context
+) -> str:
+    """The case value a SWITCH/DECISION selects, as Conductor's String.valueOf would print it."""
+    if task.type == "DECISION":
+        if task.get("caseValueParam"):
+            return _case_text(inputs.get(str(task.get("caseValueParam"))))
+        expression, evaluator = str(task.get("caseExpression") or ""), "javascript"
+    else:
+        expression = str(task.get("expression") or "")
+        evaluator = str(task.get("evaluatorType") or "value-param")
+        if evaluator == "value-param":
+            return _case_text(inputs.get(expression))
+    if evaluator not in JS_EVALUATORS:
+        raise ScriptFailure(f"unknown evaluatorType {evaluator!r}")
+    result = ctx.scripts.evaluate(expression, inputs)
+    if not result.ok:
+        raise ScriptFailure(result.error or "script failed")
+    return _case_text(result.value)
+
+
+class ScriptFailure(Exception):
+    pass
+
+
+def _case_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "null" if value is None else str(value)
+
+
+def task_payload(
+    st: WorkflowState,
+    task: WorkflowTask,
+    ref: str,
+    inputs: dict[str, Any],
+    ctx: Context,
+    *,
+    iteration: int = 0,
+    attempt: int = 1,
+    status: str = "SCHEDULED",
+    callback: bool = False,
+    **extra: Any,
+) -> TaskScheduled:
+    s = settings(st, task)
+    worker = task.type in ("SIMPLE", "CALLBACK")
+    return TaskScheduled(
+        task_id=ctx.ids(),
+        ref=ref,
+        def_ref=task.ref,
+        task_type=task.name if worker else EXECUTION_TYPE.get(task.type, task.type),
+        name=task.name,
+        attempt=attempt,
+        input=inputs,
+        iteration=iteration,
+        status=status,
+        priority=s.priority if s.priority is not None else st.priority,
+        resources=s.resources.as_dict() if worker else {},
+        rate_limit_key=s.rate_limit_key,
+        callback=callback,
+        **extra,
+    )
+
+
+def again(st: WorkflowState, old: TaskState, ctx: Context) -> TaskScheduled:
+    """The next attempt of a failed task instance, with the same input."""
+    task = st.lookup_task(old.def_ref)
+    assert task is not None, old.def_ref
+    status = IN_PROGRESS if task.type in ("SUB_WORKFLOW", "WAIT") else "SCHEDULED"
+    return task_payload(
+        st, task, old.ref, dict(old.input), ctx, iteration=old.iteration,
+        attempt=old.attempt + 1, status=status, callback=old.callback,
+        wait_until=old.wait_until,
+    )  # fmt: skip
+
+
+def schedule(
+    st: WorkflowState,
+    task: WorkflowTask,
+    ref: str,
+    suffix: str,
+    iteration: int,
+    ctx: Context,
+    callback: bool = False,
+) -> list[Payload]:
+    inputs = resolve(dict(task.input_parameters), lookup_for(st, suffix))
+    p = task_payload(st, task, ref, inputs, ctx, iteration=iteration, callback=callback)
+    tid = p.task_id
+    match task.type:
+        case "SIMPLE" | "CALLBACK":
+            return [p]
+        case "SWITCH" | "DECISION":
+            try:
+                case = switch_case(st, task, inputs, ctx)
+            except ScriptFailure as exc:
+                return [p, TaskFailed(tid, f"switch evaluation failed: {exc}", terminal=True)]
+            return [p, TaskCompleted(tid, {"evaluationResult": [case], "selectedCase": case})]
+        case "FORK_JOIN":
+            return [p, TaskCompleted(tid, {})]
+        case "FORK_JOIN_DYNAMIC":
+            return _dynamic_fork(task, inputs, p)
+        case "JOIN" | "DO_WHILE":
+            return [
+                _with(p, status=IN_PROGRESS, iteration=1 if task.type == "DO_WHILE" else iteration)
+            ]
+        case "SET_VARIABLE":
+            return [p, VariablesSet(dict(inputs)), TaskCompleted(tid, {})]
+        case "INLINE":
+            result = ctx.scripts.evaluate(str(inputs.get("expression", "")), inputs)
+            if not result.ok:
+                return [p, TaskFailed(tid, result.error or "script failed", terminal=True)]
+            return [p, TaskCompleted(tid, {"result": result.value})]
+        case "TERMINATE":
+            return _terminate(tid, inputs, p)
+        case "WAIT":
+            return _wait(tid, inputs, p, ctx)
+        case "SUB_WORKFLOW":
+            param = dict(task.get("subWorkflowParam") or {})
+            inline = param.get("workflowDefinition")
+            start = WorkflowStartRequested(
+                child_workflow_id=ctx.ids(),
+                name=str(param.get("name") or (inline or {}).get("name", "")),
+                version=param.get("version"),
+                input=inputs,
+                task_id=tid,
+                definition=inline if isinstance(inline, dict) else None,
+            )
+            return [_with(p, status=IN_PROGRESS), start]
+        case "START_WORKFLOW":
+            spec = dict(inputs.get("startWorkflow") or {})
+            child = ctx.ids()
+            start = WorkflowStartRequested(
+                child, str(spec.get("name", "")), spec.get("version"), dict(spec.get("input") or {})
+            )
+            return [p, start, TaskCompleted(tid, {"workflowId": child})]
+        case _:
+            return [p, TaskFailed(tid, f"unknown task type {task.type!r}", terminal=True)]
+
+
+def _with(p: TaskScheduled, **changes: Any) -> TaskScheduled:
+    return replace(p, **changes)
+
+
+def _dynamic_fork(task: WorkflowTask, inputs: Mapping[str, Any], p: TaskScheduled) -> list[Payload]:
+    tasks = inputs.get(str(task.get("dynamicForkTasksParam")))
+    task_inputs = inputs.get(str(task.get("dynamicForkTasksInputParamName"))) or {}
+    if not isinstance(tasks, list) or not all(isinstance(t, Mapping) for t in tasks):
+        reason = (
+            f"dynamicForkTasksParam {task.get('dynamicForkTasksParam')!r} is not a list of tasks"
+        )
+        return [p, TaskFailed(p.task_id, reason, terminal=True)]
+    if not isinstance(task_inputs, Mapping):
+        return [p, TaskFailed(p.task_id, "dynamic fork inputs are not an object", terminal=True)]
+    docs = []
+    for t in tasks:
+        ref = str(t.get("taskReferenceName", ""))
+        docs.append({"type": "SIMPLE", **t, "inputParameters": dict(task_inputs.get(ref) or {})})
+    refs = [d["taskReferenceName"] for d in docs]
+    return [
+        _with(p, dynamic_tasks=docs),
+        TaskCompleted(p.task_id, {"forkedTasks": refs, "forkedTaskInputs": dict(task_inputs)}),
+    ]
+
+
+def _terminate(tid: str, inputs: Mapping[str, Any], p: TaskScheduled) -> list[Payload]:
+    status = str(inputs.get("terminationStatus") or "COMPLETED").upper()
+    output = inputs.get("workflowOutput")
+    output = dict(output) if isinstance(output, Mapping) else {}
+    reason = str(inputs.get("terminationReason") or "")
+    done: list[Payload] = [p, TaskCompleted(tid, {"output": output})]
+    if status == "COMPLETED":
+        return [*done, WorkflowCompleted(output)]
+    final = status if status in ("FAILED", "TERMINATED") else "FAILED"
+    return [*done, WorkflowEnding(final, reason or f"terminated by task {p.ref!r}", output)]
+
+
+def _wait(tid: str, inputs: Mapping[str, Any], p: TaskScheduled, ctx: Context) -> list[Payload]:
+    try:
+        if inputs.get("duration"):
+            until = retry.after(ctx.now, retry.parse_duration(str(inputs["duration"])))
+        elif inputs.get("until"):
+            until = retry.parse_until(str(inputs["until"]))
+        else:
+            return [_with(p, status=IN_PROGRESS)]  # until a signal arrives
+    except ValueError as exc:
+        return [p, TaskFailed(tid, str(exc), terminal=True)]
+    return [_with(p, status=IN_PROGRESS, wait_until=until)]

@@ -1,0 +1,105 @@
+"""Workflow and task state: what ``fold`` builds from events. Immutable values.
+
+A task *instance* is one attempt of one reference (``ref`` carries ``__N`` inside a DO_WHILE);
+a retry is a new instance with the next attempt number, like Conductor's task list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from es_sched.domain.definitions import TaskDef, WorkflowDef, WorkflowTask
+
+JSON = dict[str, Any]
+
+RUNNING, PAUSED, COMPLETED = "RUNNING", "PAUSED", "COMPLETED"
+FAILED, TIMED_OUT, TERMINATED, CANCELED = "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"
+WORKFLOW_TERMINAL = frozenset({COMPLETED, FAILED, TIMED_OUT, TERMINATED, CANCELED})
+
+SCHEDULED, IN_PROGRESS = "SCHEDULED", "IN_PROGRESS"
+T_COMPLETED, T_COMPLETED_WITH_ERRORS = "COMPLETED", "COMPLETED_WITH_ERRORS"
+T_FAILED, T_FAILED_TERMINAL = "FAILED", "FAILED_WITH_TERMINAL_ERROR"
+T_TIMED_OUT, T_CANCELED, T_SKIPPED = "TIMED_OUT", "CANCELED", "SKIPPED"
+TASK_SUCCESS = frozenset({T_COMPLETED, T_COMPLETED_WITH_ERRORS, T_SKIPPED})
+TASK_UNSUCCESSFUL = frozenset({T_FAILED, T_FAILED_TERMINAL, T_TIMED_OUT, T_CANCELED})
+TASK_TERMINAL = TASK_SUCCESS | TASK_UNSUCCESSFUL
+
+RECENT_INPUTS = 256  # input ids remembered per workflow for idempotency
+
+
+@dataclass(frozen=True)
+class TaskState:
+    task_id: str
+    ref: str
+    def_ref: str
+    task_type: str
+    name: str
+    attempt: int
+    status: str
+    input: JSON
+    scheduled_at: datetime
+    order: int  # position in the workflow's task list (scheduling order)
+    iteration: int = 0
+    output: JSON = field(default_factory=dict)
+    reason: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    worker_id: str | None = None
+    lease_epoch: int = 0
+    lease_token: str | None = None
+    progress: float = 0.0
+    last_progress_at: datetime | None = None
+    retry_due_at: datetime | None = None  # set on a failed attempt that will be retried
+    retried: bool = False  # a later attempt of this ref exists
+    wait_until: datetime | None = None
+    child_workflow_id: str | None = None
+    callback: bool = False
+    priority: int = 4
+    resources: JSON = field(default_factory=dict)
+    rate_limit_key: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TASK_TERMINAL
+
+
+@dataclass(frozen=True)
+class WorkflowState:
+    workflow_id: str
+    definition: WorkflowDef
+    taskdefs: Mapping[str, TaskDef]
+    status: str
+    input: JSON
+    created_at: datetime
+    correlation_id: str
+    seq: int = 0
+    priority: int = 4
+    tenant: str | None = None
+    output: JSON = field(default_factory=dict)
+    variables: JSON = field(default_factory=dict)
+    reason: str = ""
+    ending: str | None = None  # the terminal status being reached while callbacks run
+    updated_at: datetime | None = None
+    ended_at: datetime | None = None
+    parent_workflow_id: str | None = None
+    parent_task_id: str | None = None
+    tasks: Mapping[str, TaskState] = field(default_factory=dict)  # by task_id, in order
+    latest: Mapping[str, str] = field(default_factory=dict)  # ref -> task_id of newest attempt
+    dynamic: Mapping[str, WorkflowTask] = field(default_factory=dict)  # dynamic-fork tasks
+    subworkflow_definitions: tuple[JSON, ...] = ()
+    recent_inputs: tuple[str, ...] = ()
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in WORKFLOW_TERMINAL
+
+    def instance(self, ref: str) -> TaskState | None:
+        task_id = self.latest.get(ref)
+        return self.tasks[task_id] if task_id is not None else None
+
+    def lookup_task(self, ref: str) -> WorkflowTask | None:
+        loc = self.definition.index.get(ref)
+        return loc.task if loc is not None else self.dynamic.get(ref)

@@ -1,0 +1,64 @@
+"""Durable timers implied by events: what must fire, when, as a ``timer.fired`` input.
+
+``timers_for(state, event)`` reads one applied event (with the state after it) and returns the
+timers it sets. A timer's id is deterministic per (workflow, kind, task), so a later timer of the
+same id replaces the earlier one (progress pushes a response timeout back). Timers are never
+cancelled: the decider ignores one whose task or workflow has moved on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from es_sched.domain.context import settings
+from es_sched.domain.events import (
+    Event,
+    TaskProgressed,
+    TaskRetryScheduled,
+    TaskScheduled,
+    TaskStarted,
+    WorkflowStarted,
+)
+from es_sched.domain.ids import timer_id
+from es_sched.domain.retry import after
+from es_sched.domain.state import WorkflowState
+
+
+@dataclass(frozen=True)
+class Timer:
+    timer_id: str
+    workflow_id: str
+    kind: str
+    task_id: str | None
+    due_at: datetime
+
+
+def _timer(wf: str, kind: str, task_id: str | None, due: datetime) -> Timer:
+    return Timer(timer_id(wf, kind, task_id or "-"), wf, kind, task_id, due)
+
+
+def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
+    p, wf, at = event.payload, event.workflow_id, event.occurred_at
+    if isinstance(p, WorkflowStarted):
+        limit = state.definition.timeout_seconds
+        return [_timer(wf, "workflow_timeout", None, after(at, limit))] if limit > 0 else []
+    if isinstance(p, TaskRetryScheduled):
+        return [_timer(wf, "retry", p.task_id, p.due_at)]
+    if isinstance(p, TaskScheduled) and p.wait_until is not None:
+        return [_timer(wf, "wait", p.task_id, p.wait_until)]
+    if isinstance(p, TaskStarted | TaskProgressed):
+        task = state.tasks.get(p.task_id)
+        definition = state.lookup_task(task.def_ref) if task else None
+        if task is None or definition is None:
+            return []
+        s = settings(state, definition)
+        out = []
+        if s.response_timeout_seconds > 0:
+            out.append(
+                _timer(wf, "response_timeout", p.task_id, after(at, s.response_timeout_seconds))
+            )
+        if isinstance(p, TaskStarted) and s.timeout_seconds > 0:
+            out.append(_timer(wf, "total_timeout", p.task_id, after(at, s.timeout_seconds)))
+        return out
+    return []

@@ -1,0 +1,160 @@
+"""Encode and decode events and inputs; every failure is a ``SchemaError`` with the reason.
+
+Wire form of an event (the envelope of ../shared/DESIGN.md section 1)::
+
+    {"event_id", "workflow_id", "seq", "type", "schema_version", "occurred_at",
+     "causation_id", "correlation_id", "payload": {...}}
+
+and of an input: ``{"type", "schema_version", "input_id" | "command_id", "workflow_id",
+...fields}``. Timestamps are ISO 8601 in UTC. Decoding validates against the JSON Schema of the
+document's own version, upcasts it to the current version, then builds the domain object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import Any, get_type_hints
+
+from es_sched.domain.commands import INPUT_TYPES, Input
+from es_sched.domain.events import EVENT_TYPES, Event, Payload
+from es_sched.errors import SchemaError
+from es_sched.serialization.schemas import SchemaCatalog, default_catalog
+from es_sched.serialization.upcasters import upcast
+
+_DATETIME_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _datetime_fields(cls: type) -> frozenset[str]:
+    if cls not in _DATETIME_FIELDS:
+        hints = get_type_hints(cls)
+        _DATETIME_FIELDS[cls] = frozenset(
+            f.name for f in dataclasses.fields(cls) if "datetime" in str(hints.get(f.name))
+        )
+    return _DATETIME_FIELDS[cls]
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parse_time(value: Any, what: str) -> datetime:
+    if not isinstance(value, str):
+        raise SchemaError(f"{what}: expected an ISO 8601 time, got {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise SchemaError(f"{what}: {exc}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _fields_to_dict(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    times = _datetime_fields(type(obj))
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        if f.name in skip:
+            continue
+        value = getattr(obj, f.name)
+        out[f.name] = _iso(value) if f.name in times and value is not None else value
+    return out
+
+
+def _build(cls: type[Any], data: dict[str, Any], what: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    times = _datetime_fields(cls)
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise SchemaError(f"{what}: unknown field {key!r}")
+        kwargs[key] = (
+            _parse_time(value, f"{what}.{key}") if key in times and value is not None else value
+        )
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise SchemaError(f"{what}: {exc}") from None
+
+
+# -- events ---------------------------------------------------------------------------------
+def event_to_dict(event: Event) -> dict[str, Any]:
+    return {
+        "event_id": event.event_id,
+        "workflow_id": event.workflow_id,
+        "seq": event.seq,
+        "type": event.type,
+        "schema_version": event.schema_version,
+        "occurred_at": _iso(event.occurred_at),
+        "causation_id": event.causation_id,
+        "correlation_id": event.correlation_id,
+        "payload": _fields_to_dict(event.payload),
+    }
+
+
+def event_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Event:
+    catalog = catalog or default_catalog()
+    if not isinstance(doc, dict):
+        raise SchemaError(f"an event must be a JSON object, got {type(doc).__name__}")
+    etype, version = doc.get("type"), doc.get("schema_version")
+    if not isinstance(etype, str) or etype not in EVENT_TYPES:
+        raise SchemaError(f"unknown event type {etype!r}")
+    cls = EVENT_TYPES[etype]
+    catalog.validate("events", etype, version, doc)
+    doc = upcast("events", etype, doc)
+    payload: Payload = _build(cls, dict(doc["payload"]), etype)
+    return Event(
+        event_id=doc["event_id"],
+        workflow_id=doc["workflow_id"],
+        seq=doc["seq"],
+        occurred_at=_parse_time(doc["occurred_at"], "occurred_at"),
+        causation_id=doc["causation_id"],
+        correlation_id=doc["correlation_id"],
+        payload=payload,
+    )
+
+
+def encode_event(event: Event) -> bytes:
+    return json.dumps(event_to_dict(event), separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_event(raw: bytes, catalog: SchemaCatalog | None = None) -> Event:
+    return event_from_dict(_loads(raw), catalog)
+
+
+# -- inputs ---------------------------------------------------------------------------------
+def input_to_dict(inp: Input) -> dict[str, Any]:
+    return {"type": inp.TYPE, "schema_version": inp.SCHEMA_VERSION, **_fields_to_dict(inp)}
+
+
+def input_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Input:
+    catalog = catalog or default_catalog()
+    if not isinstance(doc, dict):
+        raise SchemaError(f"a command must be a JSON object, got {type(doc).__name__}")
+    itype, version = doc.get("type"), doc.get("schema_version")
+    if not isinstance(itype, str) or itype not in INPUT_TYPES:
+        raise SchemaError(f"unknown command type {itype!r}")
+    cls = INPUT_TYPES[itype]
+    catalog.validate("commands", itype, version, doc)
+    doc = upcast("commands", itype, doc)
+    fields = {k: v for k, v in doc.items() if k not in ("type", "schema_version")}
+    result: Input = _build(cls, fields, itype)
+    return result
+
+
+def encode_input(inp: Input) -> bytes:
+    return json.dumps(input_to_dict(inp), separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_input(raw: bytes, catalog: SchemaCatalog | None = None) -> Input:
+    return input_from_dict(_loads(raw), catalog)
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SchemaError(f"not UTF-8 JSON: {exc}") from None
+
+
+def _no_constants(name: str) -> Any:
+    raise SchemaError(f"{name} is not valid JSON")

@@ -1,0 +1,270 @@
+"""``es-sched defs simulate``: run definitions through the pure core with a scripted worker.
+
+An in-memory runtime plays every other role: it dispatches worker tasks in the order they were
+scheduled and answers each from the script (or completes it at once with an empty output),
+starts and finishes sub-workflows, delivers ``external`` completions to WAIT tasks, and moves a
+virtual clock to the next due timer when nothing else can happen. The same decide/evolve code
+as the decider runs underneath, so a simulation is a faithful dry run of a definition.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from es_sched.domain import commands as c
+from es_sched.domain.decide import decide
+from es_sched.domain.events import (
+    Event,
+    TaskCanceled,
+    TaskScheduled,
+    WorkflowCompleted,
+    WorkflowEnded,
+    WorkflowStartRequested,
+)
+from es_sched.domain.evolve import fold
+from es_sched.domain.ids import counter_ids
+from es_sched.domain.scripts import ScriptEngine
+from es_sched.domain.state import IN_PROGRESS, WorkflowState
+from es_sched.domain.timers import timers_for
+from es_sched.errors import DomainError
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+MAX_STEPS = 200_000
+
+
+@dataclass
+class _Workflow:
+    state: WorkflowState | None = None
+    events: list[Event] = field(default_factory=list)
+    path: tuple[str, ...] = ()  # SUB_WORKFLOW refs from the root to this workflow
+    children: dict[str, str] = field(default_factory=dict)  # SUB_WORKFLOW ref -> child id
+    failure_workflow: str | None = None
+
+
+class Simulation:
+    def __init__(
+        self,
+        definitions: Sequence[Mapping[str, Any]],
+        taskdefs: Sequence[Mapping[str, Any]] = (),
+        script: Sequence[Mapping[str, Any]] = (),
+        scripts: ScriptEngine | None = None,
+        start: datetime = EPOCH,
+    ) -> None:
+        self.definitions = [dict(d) for d in definitions]
+        self.taskdefs = [dict(t) for t in taskdefs]
+        self.script = [dict(s) for s in script]
+        self.used = [False] * len(self.script)
+        self.scripts = scripts
+        self.now = start
+        self.ids = counter_ids("task")
+        self.wf_ids = counter_ids("wf")
+        self.workflows: dict[str, _Workflow] = {}
+        self.queue: deque[tuple[str, c.Input]] = deque()
+        self.timers: list[tuple[datetime, int, str, c.FireTimer]] = []
+        self.input_ids = counter_ids("in")
+        self.timer_seq = itertools.count()
+
+    # -- definitions ------------------------------------------------------------------------
+    def find(self, name: str, version: int | None) -> dict[str, Any] | None:
+        matches: list[dict[str, Any]] = [d for d in self.definitions if d.get("name") == name]
+        if version is not None:
+            matches = [d for d in matches if d.get("version", 1) == version]
+        return max(matches, key=lambda d: int(d.get("version", 1))) if matches else None
+
+    # -- running ----------------------------------------------------------------------------
+    def run(
+        self, definition: Mapping[str, Any], workflow_input: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        root = self.wf_ids()
+        self.workflows[root] = _Workflow()
+        self.queue.append((root, self._start(root, dict(definition), dict(workflow_input))))
+        steps = 0
+        while steps < MAX_STEPS:
+            steps += 1
+            if self.queue:
+                wf_id, inp = self.queue.popleft()
+                self._apply(wf_id, inp)
+            elif not self._signal_waiting() and not self._fire_next_timer():
+                break
+        return self.report(root)
+
+    def _start(
+        self, wf_id: str, definition: dict[str, Any], inp: dict[str, Any], **extra: Any
+    ) -> c.StartWorkflow:
+        return c.StartWorkflow(
+            input_id=self.input_ids(), workflow_id=wf_id, name=str(definition.get("name", "")),
+            version=definition.get("version"), input=inp, definition=definition,
+            taskdefs=self.taskdefs, **extra,
+        )  # fmt: skip
+
+    def _apply(self, wf_id: str, inp: c.Input) -> None:
+        wf = self.workflows[wf_id]
+        events = decide(wf.state, inp, self.now, self.ids, self.scripts)
+        for event in events:
+            wf.events.append(event)
+        if events:
+            wf.state = fold(events, wf.state)
+        assert wf.state is not None
+        for event in events:
+            for timer in timers_for(wf.state, event):
+                fire = c.FireTimer(
+                    self.input_ids(),
+                    wf_id,
+                    kind=timer.kind,
+                    task_id=timer.task_id,
+                    due_at=timer.due_at,
+                )
+                heapq.heappush(self.timers, (timer.due_at, next(self.timer_seq), wf_id, fire))
+            self._react(wf_id, wf, event)
+
+    def _react(self, wf_id: str, wf: _Workflow, event: Event) -> None:
+        p = event.payload
+        st = wf.state
+        assert st is not None
+        if isinstance(p, TaskScheduled) and st.lookup_task(p.def_ref) is not None:
+            task_def = st.lookup_task(p.def_ref)
+            if task_def is not None and task_def.type in ("SIMPLE", "CALLBACK"):
+                self._work(wf_id, wf, p)
+        elif isinstance(p, WorkflowStartRequested):
+            self._start_child(wf_id, wf, p)
+        elif isinstance(p, TaskCanceled):
+            child = st.tasks[p.task_id].child_workflow_id
+            if child and child in self.workflows:
+                self.queue.append(
+                    (child, c.TerminateWorkflow(self.input_ids(), child, reason="parent ended"))
+                )
+        elif isinstance(p, WorkflowCompleted | WorkflowEnded) and st.parent_workflow_id:
+            status = "COMPLETED" if isinstance(p, WorkflowCompleted) else p.status
+            reason = "" if isinstance(p, WorkflowCompleted) else p.reason
+            ended = c.ChildWorkflowEnded(
+                self.input_ids(), st.parent_workflow_id, child_workflow_id=wf_id,
+                task_id=st.parent_task_id or "", status=status, output=dict(p.output),
+                reason=reason,
+            )  # fmt: skip
+            self.queue.append((st.parent_workflow_id, ended))
+
+    def _start_child(self, parent_id: str, parent: _Workflow, p: WorkflowStartRequested) -> None:
+        definition = p.definition or self.find(p.name, p.version)
+        child_id = p.child_workflow_id
+        ref = parent.state.tasks[p.task_id].def_ref if p.task_id and parent.state else None
+        self.workflows[child_id] = _Workflow(path=(*parent.path, ref) if ref else parent.path)
+        if ref:
+            parent.children[ref] = child_id
+        elif p.name == (parent.state.definition.failure_workflow if parent.state else None):
+            parent.failure_workflow = child_id
+        if definition is None:
+            if p.task_id:
+                self.queue.append((parent_id, c.ChildWorkflowEnded(
+                    self.input_ids(), parent_id, child_workflow_id=child_id, task_id=p.task_id,
+                    status="FAILED", reason=f"no definition for workflow {p.name!r}",
+                )))  # fmt: skip
+            return
+        extra = {"parent_workflow_id": parent_id, "parent_task_id": p.task_id} if p.task_id else {}
+        self.queue.append((child_id, self._start(child_id, definition, p.input, **extra)))
+
+    def _work(self, wf_id: str, wf: _Workflow, p: TaskScheduled) -> None:
+        entry = self._take(wf.path, p.ref, p.attempt, external=False)
+        worker = "sim-worker"
+        token = f"lease-{p.task_id}"
+        status = str((entry or {}).get("status", "COMPLETED")).upper()
+        output = dict((entry or {}).get("output") or {})
+
+        def send(cls: type[c.DispatchTask | c.WorkerReport], **extra: Any) -> None:
+            self.queue.append((wf_id, cls(
+                self.input_ids(), wf_id, task_id=p.task_id, attempt=p.attempt,
+                worker_id=worker, lease_epoch=1, lease_token=token, **extra,
+            )))  # fmt: skip
+
+        send(c.DispatchTask)
+        send(c.ReportStarted)
+        if status == "COMPLETED":
+            send(c.ReportCompleted, output=output)
+        elif status in ("FAILED", "FAILED_WITH_TERMINAL_ERROR"):
+            reason = str((entry or {}).get("reason") or output.get("reason") or "failed by script")
+            terminal = status == "FAILED_WITH_TERMINAL_ERROR"
+            send(c.ReportFailed, reason=reason, terminal=terminal, output=output)
+        # IN_PROGRESS: the worker keeps the task and never answers (timeouts will act)
+
+    def _take(
+        self, path: tuple[str, ...], ref: str, attempt: int, external: bool
+    ) -> dict[str, Any] | None:
+        sub = path[-1] if path else None
+        for i, entry in enumerate(self.script):
+            if self.used[i] or entry.get("ref") != ref or bool(entry.get("external")) != external:
+                continue
+            if entry.get("in_subworkflow_of") != sub:
+                continue
+            if "attempt" in entry and int(entry["attempt"]) != attempt:
+                continue
+            self.used[i] = True
+            return entry
+        return None
+
+    def _signal_waiting(self) -> bool:
+        for wf_id, wf in self.workflows.items():
+            st = wf.state
+            if st is None or st.terminal:
+                continue
+            for task_id in st.latest.values():
+                task = st.tasks[task_id]
+                if task.task_type == "WAIT" and task.status == IN_PROGRESS:
+                    entry = self._take(wf.path, task.ref, task.attempt, external=True)
+                    if entry is not None:
+                        status = str(entry.get("status", "COMPLETED")).upper()
+                        self.queue.append((wf_id, c.SignalWorkflow(
+                            self.input_ids(), wf_id, ref=task.ref, status=status,
+                            output=dict(entry.get("output") or {}),
+                        )))  # fmt: skip
+                        return True
+        return False
+
+    def _fire_next_timer(self) -> bool:
+        while self.timers:
+            due, _, wf_id, fire = heapq.heappop(self.timers)
+            st = self.workflows[wf_id].state
+            if st is None or st.terminal:
+                continue
+            self.now = max(self.now, due)
+            self.queue.append((wf_id, fire))
+            return True
+        return False
+
+    # -- reporting --------------------------------------------------------------------------
+    def report(self, wf_id: str) -> dict[str, Any]:
+        wf = self.workflows[wf_id]
+        st = wf.state
+        if st is None:
+            raise DomainError("the workflow never started")
+        tasks = sorted(st.tasks.values(), key=lambda t: t.order)
+        result: dict[str, Any] = {
+            "workflowId": wf_id,
+            "status": st.status,
+            "output": st.output,
+            "tasks": [
+                {
+                    "taskReferenceName": t.ref,
+                    "taskType": t.task_type,
+                    "status": t.status,
+                    "attempt": t.attempt,
+                }
+                for t in tasks
+            ],
+            "subworkflows": {
+                ref: self.report(child)
+                for ref, child in wf.children.items()
+                if self.workflows[child].state
+            },
+        }
+        if st.reason:
+            result["reasonForIncompletion"] = st.reason
+        if wf.failure_workflow and self.workflows[wf.failure_workflow].state:
+            result["failureWorkflow"] = self.report(wf.failure_workflow)
+        result["events"] = len(wf.events)
+        result["virtualSeconds"] = (self.now - EPOCH).total_seconds()
+        return result
