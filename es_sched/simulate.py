@@ -43,7 +43,8 @@ class _Workflow:
     state: WorkflowState | None = None
     events: list[Event] = field(default_factory=list)
     path: tuple[str, ...] = ()  # SUB_WORKFLOW refs from the root to this workflow
-    children: dict[str, str] = field(default_factory=dict)  # SUB_WORKFLOW ref -> child id
+    children: dict[str, str] = field(default_factory=dict)  # SUB_WORKFLOW ref -> latest child
+    started: list[tuple[str, int, str]] = field(default_factory=list)  # (ref, attempt, child id)
     failure_workflow: str | None = None
 
 
@@ -79,7 +80,7 @@ class Simulation:
 
     # -- running ----------------------------------------------------------------------------
     def run(
-        self, definition: Mapping[str, Any], workflow_input: Mapping[str, Any]
+        self, definition: Mapping[str, Any], workflow_input: Mapping[str, Any], detail: bool = False
     ) -> dict[str, Any]:
         root = self.wf_ids()
         self.workflows[root] = _Workflow()
@@ -92,7 +93,7 @@ class Simulation:
                 self._apply(wf_id, inp)
             elif not self._signal_waiting() and not self._fire_next_timer():
                 break
-        return self.report(root)
+        return self.report(root, detail)
 
     def _start(
         self, wf_id: str, definition: dict[str, Any], inp: dict[str, Any], **extra: Any
@@ -154,8 +155,9 @@ class Simulation:
         child_id = p.child_workflow_id
         ref = parent.state.tasks[p.task_id].def_ref if p.task_id and parent.state else None
         self.workflows[child_id] = _Workflow(path=(*parent.path, ref) if ref else parent.path)
-        if ref:
+        if ref and p.task_id and parent.state:
             parent.children[ref] = child_id
+            parent.started.append((ref, parent.state.tasks[p.task_id].attempt, child_id))
         elif p.name == (parent.state.definition.failure_workflow if parent.state else None):
             parent.failure_workflow = child_id
         if definition is None:
@@ -236,35 +238,46 @@ class Simulation:
         return False
 
     # -- reporting --------------------------------------------------------------------------
-    def report(self, wf_id: str) -> dict[str, Any]:
+    def report(self, wf_id: str, detail: bool = False) -> dict[str, Any]:
+        """The simulate result; ``detail`` adds task inputs/outputs, variables and every child."""
         wf = self.workflows[wf_id]
         st = wf.state
         if st is None:
             raise DomainError("the workflow never started")
-        tasks = sorted(st.tasks.values(), key=lambda t: t.order)
+        tasks = []
+        for t in sorted(st.tasks.values(), key=lambda t: t.order):
+            row: dict[str, Any] = {
+                "taskReferenceName": t.ref,
+                "taskType": t.task_type,
+                "status": t.status,
+                "attempt": t.attempt,
+            }
+            if detail:
+                row |= {"input": t.input, "output": t.output, "reason": t.reason}
+            tasks.append(row)
         result: dict[str, Any] = {
             "workflowId": wf_id,
+            "name": st.definition.name,
             "status": st.status,
             "output": st.output,
-            "tasks": [
-                {
-                    "taskReferenceName": t.ref,
-                    "taskType": t.task_type,
-                    "status": t.status,
-                    "attempt": t.attempt,
-                }
-                for t in tasks
-            ],
+            "tasks": tasks,
             "subworkflows": {
-                ref: self.report(child)
+                ref: self.report(child, detail)
                 for ref, child in wf.children.items()
                 if self.workflows[child].state
             },
         }
         if st.reason:
             result["reasonForIncompletion"] = st.reason
+        if detail:
+            result |= {"input": st.input, "variables": st.variables}
+            result["children"] = [
+                {"parent_ref": ref, "parent_attempt": attempt, **self.report(child, detail)}
+                for ref, attempt, child in wf.started
+                if self.workflows[child].state
+            ]
         if wf.failure_workflow and self.workflows[wf.failure_workflow].state:
-            result["failureWorkflow"] = self.report(wf.failure_workflow)
+            result["failureWorkflow"] = self.report(wf.failure_workflow, detail)
         result["events"] = len(wf.events)
         result["virtualSeconds"] = (self.now - EPOCH).total_seconds()
         return result

@@ -20,6 +20,8 @@ Guarantees:
   ``clock()``, the CPU time of the whole process, so other busy threads make it trip sooner: it is
   a ceiling against runaway scripts, not a timer), ``memory_limit_bytes`` of JavaScript heap
   (bindings included), a fixed stack and ``max_result_bytes`` of UTF-8 JSON result.
+* Conductor compatibility. Arrays also answer ``get(i)`` and ``size()``, as the Java lists of
+  Conductor's GraalJS do, so scripts written for Conductor run unchanged.
 * Results. The value goes through ``JSON.stringify`` in the engine and ``json.loads`` here:
   ``undefined`` becomes None, NaN and Infinity become null, members that are functions are
   dropped; a function, symbol, BigInt or cyclic result is refused.
@@ -61,6 +63,10 @@ _RUNNER: Final = f"""(() => {{
   const NoDate = refuse("Date");
   NoDate.now = NoDate.parse = NoDate.UTC = NoDate;
   g.Date = NoDate;
+  // Conductor runs scripts in GraalJS, where input lists are Java lists: keep `list.get(i)`
+  // and `list.size()` working on plain arrays (non-enumerable, so JSON results are unchanged).
+  Object.defineProperty(Array.prototype, "get", {{ value: function (i) {{ return this[i]; }} }});
+  Object.defineProperty(Array.prototype, "size", {{ value: function () {{ return this.length; }} }});
   g.$ = bindings;
   const value = run(source);
   if (value === undefined) return "u";

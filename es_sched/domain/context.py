@@ -47,13 +47,16 @@ def workflow_view(st: WorkflowState) -> dict[str, Any]:
 
 
 def task_view(task: TaskState) -> dict[str, Any]:
+    output = task.output
+    if task.task_type == "DO_WHILE":  # a running loop reports the iteration under way
+        output = {**output, "iteration": task.iteration}
     return {
         "taskId": task.task_id,
         "referenceTaskName": task.ref,
         "taskType": task.task_type,
         "status": task.status,
         "input": task.input,
-        "output": task.output,
+        "output": output,
         "attempt": task.attempt,
         "retryCount": task.attempt - 1,
         "reasonForIncompletion": task.reason,
@@ -62,12 +65,17 @@ def task_view(task: TaskState) -> dict[str, Any]:
     }
 
 
-def lookup_for(st: WorkflowState, suffix: str = "") -> Any:
-    """The first-segment resolver for expressions evaluated inside a loop iteration ``suffix``."""
+def lookup_for(st: WorkflowState, suffix: str = "", task_id: str | None = None) -> Any:
+    """The first-segment resolver for expressions evaluated inside a loop iteration ``suffix``.
+
+    ``${CPEWF_TASK_ID}`` is Conductor's name for the id of the task being scheduled.
+    """
 
     def lookup(name: str) -> Any:
         if name == "workflow":
             return workflow_view(st)
+        if name == "CPEWF_TASK_ID":
+            return task_id
         task = (st.instance(name + suffix) if suffix else None) or st.instance(name)
         if task is None:
             task = _latest_iteration(st, name)

@@ -24,6 +24,7 @@ from es_sched.domain.events import (
     Event,
     LeaseExpired,
     Payload,
+    TaskCanceled,
     TaskCompleted,
     TaskDispatched,
     TaskFailed,
@@ -178,7 +179,7 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                     f"retried; it is {st.status}",
                 )
             redo = [t for t in _latest(st) if t.status in TASK_UNSUCCESSFUL and not t.callback]
-            return [WorkflowRetried(st.status), *[again(st, t, ctx) for t in redo]]
+            return [WorkflowRetried(st.status), *[p for t in redo for p in again(st, t, ctx)]]
         case c.SignalWorkflow():
             waiting = [
                 t
@@ -236,6 +237,13 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
             output = {**inp.output, "subWorkflowId": inp.child_workflow_id}
             if inp.status == "COMPLETED":
                 return [TaskCompleted(task.task_id, output)]
+            # Conductor maps the child's end onto the task: TERMINATED/CANCELED -> CANCELED.
+            if inp.status in (TERMINATED, CANCELED):
+                return [
+                    TaskCanceled(task.task_id, f"sub-workflow {inp.status.lower()}: {inp.reason}")
+                ]
+            if inp.status == TIMED_OUT:
+                return [TaskTimedOut(task.task_id, "sub-workflow")]
             reason = f"sub-workflow {inp.child_workflow_id} ended {inp.status}: {inp.reason}"
             return [TaskFailed(task.task_id, reason, output=output)]
         case _:
@@ -305,7 +313,7 @@ def _timer(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:
     if inp.kind == "retry":
         if task.retry_due_at is None or ctx.now < task.retry_due_at or st.ending:
             return []
-        return [again(st, task, ctx)]
+        return again(st, task, ctx)
     if task.terminal:
         return []
     if inp.kind == "wait":

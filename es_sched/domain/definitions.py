@@ -23,7 +23,7 @@ from es_sched.errors import DomainError
 SYSTEM_TYPES = frozenset(
     {
         "SWITCH", "DECISION", "FORK_JOIN", "FORK_JOIN_DYNAMIC", "JOIN", "DO_WHILE",
-        "SET_VARIABLE", "INLINE", "TERMINATE", "WAIT", "SUB_WORKFLOW", "START_WORKFLOW",
+        "SET_VARIABLE", "INLINE", "LAMBDA", "TERMINATE", "WAIT", "SUB_WORKFLOW", "START_WORKFLOW",
     }
 )  # fmt: skip
 WORKER_TYPES = frozenset({"SIMPLE", "CALLBACK"})
@@ -299,9 +299,11 @@ def parse_task_def(doc: Any) -> tuple[TaskDef | None, list[str]]:
 def settings_for(task: WorkflowTask, taskdefs: Mapping[str, TaskDef]) -> TaskSettings:
     """Conductor's defaults, then the TaskDef, then the task's own taskDefinition and fields."""
     merged: dict[str, Any] = {}
+    inline = task.get("taskDefinition")
     if task.name in taskdefs:
         merged.update(taskdefs[task.name].overrides)
-    inline = task.get("taskDefinition")
+    elif not isinstance(inline, Mapping):
+        merged["retry_count"] = 0  # Conductor retries only tasks that have a TaskDef
     if isinstance(inline, Mapping):
         merged.update(settings_overrides(inline))
     merged.update(settings_overrides(task.raw))

@@ -3,7 +3,9 @@
 ``step(state, ctx)`` walks the definition tree against the task instances and returns the next
 payloads: tasks to schedule, system tasks to finish, retries, loop iterations, the workflow's
 end. The decider applies them and calls ``step`` again until it returns nothing, so one input
-can cascade through any number of system tasks.
+can cascade through any number of system tasks. Each walk makes one decision (the first in
+depth-first order), which reproduces Conductor's scheduling order: a SWITCH in a fork branch
+has its case's first task scheduled before the next branch's first task.
 
 Walk rules (Conductor's): a task list runs in order, each task after the previous one finished;
 a SWITCH runs the selected case then continues after itself; a FORK runs every branch at once
@@ -26,6 +28,7 @@ from es_sched.domain.events import (
     Payload,
     TaskCanceled,
     TaskCompleted,
+    TaskCompletedWithErrors,
     TaskFailed,
     TaskRetryScheduled,
     WorkflowCompleted,
@@ -40,10 +43,12 @@ from es_sched.domain.state import (
     FAILED,
     PAUSED,
     T_CANCELED,
+    T_COMPLETED_WITH_ERRORS,
     T_FAILED,
     T_TIMED_OUT,
     TASK_SUCCESS,
     TASK_UNSUCCESSFUL,
+    TERMINATED,
     TIMED_OUT,
     TaskState,
     WorkflowState,
@@ -70,12 +75,16 @@ class Walker:
         self, tasks: Sequence[WorkflowTask], suffix: str = "", iteration: int = 0
     ) -> Outcome:
         for task in tasks:
+            if self.actions:  # one decision per walk: the next walk sees its effects
+                self.busy = True
+                return Outcome.RUNNING
             if task.type == "CALLBACK":
                 continue
             inst = self.st.instance(task.ref + suffix)
             if inst is None:
+                extra = {"joinOn": self.join_refs(task)} if task.type == "JOIN" else {}
                 self.actions += schedule(
-                    self.st, task, task.ref + suffix, suffix, iteration, self.ctx
+                    self.st, task, task.ref + suffix, suffix, iteration, self.ctx, extra_input=extra
                 )
                 self.busy = True
                 return Outcome.RUNNING
@@ -88,9 +97,13 @@ class Walker:
         self, task: WorkflowTask, inst: TaskState, suffix: str, iteration: int
     ) -> Outcome:
         if inst.status in TASK_SUCCESS:
-            if task.type in ("SWITCH", "DECISION"):
+            if task.type == "SWITCH":
                 case = str((inst.output.get("evaluationResult") or [""])[0])
                 branch = task.decision_cases.get(case, task.default_case)
+                return self.walk_list(branch, suffix, iteration)
+            if task.type == "DECISION":  # an empty case list falls back to the default here
+                case = str((inst.output.get("caseOutput") or [""])[0])
+                branch = task.decision_cases.get(case) or task.default_case
                 return self.walk_list(branch, suffix, iteration)
             if task.type == "FORK_JOIN":
                 return self.walk_branches(task.fork_tasks, suffix, iteration)
@@ -110,9 +123,9 @@ class Walker:
     def walk_branches(
         self, branches: Sequence[Sequence[WorkflowTask]], suffix: str, iteration: int
     ) -> Outcome:
-        outcomes = [self.walk_list(b, suffix, iteration) for b in branches]
-        if Outcome.FAILED in outcomes:
-            return Outcome.FAILED
+        for branch in branches:
+            if self.walk_list(branch, suffix, iteration) is Outcome.FAILED:
+                return Outcome.FAILED
         return Outcome.DONE  # the JOIN after the fork waits for whatever is still running
 
     # -- failures and retries -----------------------------------------------------------------
@@ -139,7 +152,7 @@ class Walker:
             due = retry.after(self.ctx.now, delay)
             self.actions.append(TaskRetryScheduled(inst.task_id, inst.attempt + 1, delay, due))
         else:
-            self.actions.append(again(self.st, inst, self.ctx))
+            self.actions += again(self.st, inst, self.ctx)
         self.busy = True
         return True
 
@@ -147,8 +160,10 @@ class Walker:
         if self.retry_or_none(task, inst):
             return Outcome.RUNNING
         if task.optional and inst.status != T_CANCELED:
-            return Outcome.DONE
-        status = TIMED_OUT if inst.status == T_TIMED_OUT else FAILED
+            self.actions.append(TaskCompletedWithErrors(inst.task_id))
+            self.busy = True
+            return Outcome.RUNNING
+        status = {T_TIMED_OUT: TIMED_OUT, T_CANCELED: TERMINATED}.get(inst.status, FAILED)
         if self.failure is None:
             detail = f": {inst.reason}" if inst.reason else ""
             self.failure = (status, f"task {inst.ref!r} {inst.status.lower()}{detail}")
@@ -169,19 +184,21 @@ class Walker:
         return []
 
     def join(self, task: WorkflowTask, inst: TaskState, suffix: str) -> Outcome:
+        """Done when every joined task succeeded; output ``{ref: output}`` without empty ones."""
         outputs: dict[str, Any] = {}
+        with_errors = False
         for ref in self.join_refs(task):
             done = self.st.instance(ref + suffix) or self.st.instance(ref)
-            lookup = self.st.lookup_task(ref)
-            optional_failure = (
-                done is not None and done.status in TASK_UNSUCCESSFUL and lookup is not None
-                and lookup.optional and done.retry_due_at is None
-            )  # fmt: skip
-            if done is None or not (done.status in TASK_SUCCESS or optional_failure):
+            if done is None or done.status not in TASK_SUCCESS:
                 self.busy = True
                 return Outcome.RUNNING
-            outputs[ref] = done.output
-        self.actions.append(TaskCompleted(inst.task_id, outputs))
+            with_errors |= done.status == T_COMPLETED_WITH_ERRORS
+            if done.output:
+                outputs[ref] = done.output
+        if with_errors:
+            self.actions.append(TaskCompletedWithErrors(inst.task_id, outputs))
+        else:
+            self.actions.append(TaskCompleted(inst.task_id, outputs))
         self.busy = True
         return Outcome.RUNNING
 
@@ -203,12 +220,19 @@ class Walker:
             self.actions.append(
                 TaskFailed(inst.task_id, f"loopCondition failed: {result.error}", True)
             )
-        elif result.value:
+        elif _truthy(result.value):
             self.actions.append(LoopIterated(inst.task_id, n + 1, output))
         else:
             self.actions.append(TaskCompleted(inst.task_id, output))
         self.busy = True
         return Outcome.RUNNING
+
+
+def _truthy(value: Any) -> bool:
+    """Conductor continues a DO_WHILE only on boolean true or a number above 0."""
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, int | float) and value > 0
 
 
 def _workflow_output(st: WorkflowState) -> dict[str, Any]:
@@ -251,14 +275,31 @@ def ending_step(st: WorkflowState, ctx: Context) -> list[Payload]:
                 failure_wf,
                 None,
                 {
+                    **st.input,
                     "workflowId": st.workflow_id,
                     "reason": st.reason,
                     "failureStatus": st.ending,
-                    "workflowInput": st.input,
+                    "failureTaskId": _failed_task_id(st),
+                    "failedWorkflow": {
+                        "workflowId": st.workflow_id,
+                        "workflowType": st.definition.name,
+                        "version": st.definition.version,
+                        "status": st.ending,
+                        "reasonForIncompletion": st.reason,
+                        "input": st.input,
+                    },
                 },
             )
         )
-    return [*final, WorkflowEnded(st.ending, st.reason, dict(st.output))]
+    output = dict(st.output)
+    if final:
+        output["conductor.failure_workflow"] = final[0].child_workflow_id  # type: ignore[attr-defined]
+    return [*final, WorkflowEnded(st.ending, st.reason, output)]
+
+
+def _failed_task_id(st: WorkflowState) -> str | None:
+    failed = [t for t in st.tasks.values() if t.status in TASK_UNSUCCESSFUL and not t.callback]
+    return failed[-1].task_id if failed else None
 
 
 def step(st: WorkflowState, ctx: Context) -> list[Payload]:

@@ -40,6 +40,7 @@ class WorkflowStarted(Payload):
 class WorkflowCompleted(Payload):
     TYPE = "workflow.completed"
     output: JSON
+    reason: str = ""  # set when a TERMINATE task completed the workflow
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,15 @@ class TaskCompleted(Payload):
 
 
 @dataclass(frozen=True)
+class TaskCompletedWithErrors(Payload):
+    """An optional task that ran out of retries, or a JOIN over one: the workflow goes on."""
+
+    TYPE = "task.completed_with_errors"
+    task_id: str
+    output: JSON | None = None  # None keeps the output the task already has
+
+
+@dataclass(frozen=True)
 class TaskFailed(Payload):
     TYPE = "task.failed"
     task_id: str
@@ -224,7 +234,8 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     for cls in (
         WorkflowStarted, WorkflowCompleted, WorkflowEnding, WorkflowEnded, WorkflowPaused,
         WorkflowResumed, WorkflowRetried, VariablesSet, WorkflowStartRequested, CommandRejected,
-        TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted, TaskFailed,
+        TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted,
+        TaskCompletedWithErrors, TaskFailed,
         TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
         CompletionRejected,
     )

@@ -27,6 +27,7 @@ from es_sched.domain.events import (
     Payload,
     TaskCanceled,
     TaskCompleted,
+    TaskCompletedWithErrors,
     TaskDispatched,
     TaskFailed,
     TaskProgressed,
@@ -127,7 +128,12 @@ def _apply(st: s.WorkflowState, event: Event) -> s.WorkflowState:
             raise DomainError(f"workflow {event.workflow_id} started twice (seq {event.seq})")
         case WorkflowCompleted():
             return replace(
-                st, status=s.COMPLETED, output=p.output, ended_at=event.occurred_at, ending=None
+                st,
+                status=s.COMPLETED,
+                output=p.output,
+                reason=p.reason,
+                ended_at=event.occurred_at,
+                ending=None,
             )
         case WorkflowEnding():
             return replace(st, ending=p.status, reason=p.reason, output=p.output or st.output)
@@ -181,6 +187,9 @@ def _apply(st: s.WorkflowState, event: Event) -> s.WorkflowState:
             )
         case TaskCompleted():
             return _end_task(st, p.task_id, event, s.T_COMPLETED, output=p.output)
+        case TaskCompletedWithErrors():
+            output = p.output if p.output is not None else st.tasks[p.task_id].output
+            return _end_task(st, p.task_id, event, s.T_COMPLETED_WITH_ERRORS, output=output)
         case TaskFailed():
             status = s.T_FAILED_TERMINAL if p.terminal else s.T_FAILED
             return _end_task(st, p.task_id, event, status, reason=p.reason, output=p.output)

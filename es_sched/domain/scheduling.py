@@ -77,12 +77,13 @@ def task_payload(
     attempt: int = 1,
     status: str = "SCHEDULED",
     callback: bool = False,
+    task_id: str | None = None,
     **extra: Any,
 ) -> TaskScheduled:
     s = settings(st, task)
     worker = task.type in ("SIMPLE", "CALLBACK")
     return TaskScheduled(
-        task_id=ctx.ids(),
+        task_id=task_id or ctx.ids(),
         ref=ref,
         def_ref=task.ref,
         task_type=task.name if worker else EXECUTION_TYPE.get(task.type, task.type),
@@ -99,15 +100,15 @@ def task_payload(
     )
 
 
-def again(st: WorkflowState, old: TaskState, ctx: Context) -> TaskScheduled:
-    """The next attempt of a failed task instance, with the same input."""
+def again(st: WorkflowState, old: TaskState, ctx: Context) -> list[Payload]:
+    """The next attempt of a failed task instance, scheduled afresh (inputs resolved again and,
+    for a SUB_WORKFLOW, a new child started), like Conductor's retry."""
     task = st.lookup_task(old.def_ref)
     assert task is not None, old.def_ref
-    status = IN_PROGRESS if task.type in ("SUB_WORKFLOW", "WAIT") else "SCHEDULED"
-    return task_payload(
-        st, task, old.ref, dict(old.input), ctx, iteration=old.iteration,
-        attempt=old.attempt + 1, status=status, callback=old.callback,
-        wait_until=old.wait_until,
+    suffix = old.ref[len(old.def_ref) :]
+    return schedule(
+        st, task, old.ref, suffix, old.iteration, ctx, callback=old.callback,
+        attempt=old.attempt + 1,
     )  # fmt: skip
 
 
@@ -119,10 +120,16 @@ def schedule(
     iteration: int,
     ctx: Context,
     callback: bool = False,
+    extra_input: Mapping[str, Any] | None = None,
+    attempt: int = 1,
 ) -> list[Payload]:
-    inputs = resolve(dict(task.input_parameters), lookup_for(st, suffix))
-    p = task_payload(st, task, ref, inputs, ctx, iteration=iteration, callback=callback)
-    tid = p.task_id
+    tid = ctx.ids()
+    inputs = resolve(dict(task.input_parameters), lookup_for(st, suffix, tid))
+    inputs.update(extra_input or {})
+    p = task_payload(
+        st, task, ref, inputs, ctx, iteration=iteration, callback=callback, task_id=tid,
+        attempt=attempt,
+    )  # fmt: skip
     match task.type:
         case "SIMPLE" | "CALLBACK":
             return [p]
@@ -131,6 +138,8 @@ def schedule(
                 case = switch_case(st, task, inputs, ctx)
             except ScriptFailure as exc:
                 return [p, TaskFailed(tid, f"switch evaluation failed: {exc}", terminal=True)]
+            if task.type == "DECISION":
+                return [p, TaskCompleted(tid, {"caseOutput": [case]})]
             return [p, TaskCompleted(tid, {"evaluationResult": [case], "selectedCase": case})]
         case "FORK_JOIN":
             return [p, TaskCompleted(tid, {})]
@@ -144,6 +153,13 @@ def schedule(
             return [p, VariablesSet(dict(inputs)), TaskCompleted(tid, {})]
         case "INLINE":
             result = ctx.scripts.evaluate(str(inputs.get("expression", "")), inputs)
+            if not result.ok:
+                return [p, TaskFailed(tid, result.error or "script failed", terminal=True)]
+            return [p, TaskCompleted(tid, {"result": result.value})]
+        case "LAMBDA":
+            # Conductor wraps a LAMBDA script in a function, so it may ``return``.
+            script = f"(function(){{ {inputs.get('scriptExpression', '')} }})()"
+            result = ctx.scripts.evaluate(script, inputs)
             if not result.ok:
                 return [p, TaskFailed(tid, result.error or "script failed", terminal=True)]
             return [p, TaskCompleted(tid, {"result": result.value})]
@@ -200,18 +216,26 @@ def _dynamic_fork(task: WorkflowTask, inputs: Mapping[str, Any], p: TaskSchedule
 
 
 def _terminate(tid: str, inputs: Mapping[str, Any], p: TaskScheduled) -> list[Payload]:
-    status = str(inputs.get("terminationStatus") or "COMPLETED").upper()
-    output = inputs.get("workflowOutput")
-    output = dict(output) if isinstance(output, Mapping) else {}
-    reason = str(inputs.get("terminationReason") or "")
-    done: list[Payload] = [p, TaskCompleted(tid, {"output": output})]
+    """Conductor's TERMINATE: a map workflowOutput is the workflow's output as it is, any other
+    value is wrapped as ``{"output": value}``; the task itself always ends COMPLETED."""
+    status = str(inputs.get("terminationStatus") or "").upper()
+    if status not in ("COMPLETED", "FAILED", "TERMINATED"):
+        reason = f"terminationStatus must be COMPLETED, FAILED or TERMINATED, got {status!r}"
+        return [p, TaskFailed(tid, reason, terminal=True)]
+    raw = inputs.get("workflowOutput")
+    output = dict(raw) if isinstance(raw, Mapping) else ({} if raw is None else {"output": raw})
+    reason = str(
+        inputs.get("terminationReason") or f"Workflow is {status} by TERMINATE task: {tid}"
+    )
+    done: list[Payload] = [p, TaskCompleted(tid, output)]
     if status == "COMPLETED":
-        return [*done, WorkflowCompleted(output)]
-    final = status if status in ("FAILED", "TERMINATED") else "FAILED"
-    return [*done, WorkflowEnding(final, reason or f"terminated by task {p.ref!r}", output)]
+        return [*done, WorkflowCompleted(output, reason)]
+    return [*done, WorkflowEnding(status, reason, output)]
 
 
 def _wait(tid: str, inputs: Mapping[str, Any], p: TaskScheduled, ctx: Context) -> list[Payload]:
+    if inputs.get("duration") and inputs.get("until"):
+        return [p, TaskFailed(tid, "WAIT takes duration or until, not both", terminal=True)]
     try:
         if inputs.get("duration"):
             until = retry.after(ctx.now, retry.parse_duration(str(inputs["duration"])))

@@ -106,6 +106,8 @@ class _Checker:
             self.problems.append(f"{owner}: {where} has an empty expression ${{{path}}}")
             return
         root = parts[0]
+        if root == "CPEWF_TASK_ID" and len(parts) == 1:
+            return
         if root == "workflow":
             if len(parts) < 2 or parts[1] not in WORKFLOW_FIELDS:
                 self.problems.append(
