@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -25,6 +26,9 @@ def test_owned_process_is_found_and_stopped(tmp_path: Path) -> None:
     )
     owned = process.OwnedProcess(tmp_path / "pids" / "svc.pid", marker)
     owned.record(pid)
+    deadline = time.monotonic() + 10  # until exec() has replaced the forked parent's cmdline
+    while "up" not in process.tail(tmp_path / "logs" / "svc.log") and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert owned.pid() == pid
     assert process.tree_memory_mb(pid) > 0
     assert owned.stop(timeout_s=10) == pid
