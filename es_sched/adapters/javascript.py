@@ -66,7 +66,9 @@ _RUNNER: Final = f"""(() => {{
   // Conductor runs scripts in GraalJS, where input lists are Java lists: keep `list.get(i)`
   // and `list.size()` working on plain arrays (non-enumerable, so JSON results are unchanged).
   Object.defineProperty(Array.prototype, "get", {{ value: function (i) {{ return this[i]; }} }});
-  Object.defineProperty(Array.prototype, "size", {{ value: function () {{ return this.length; }} }});
+  Object.defineProperty(Array.prototype, "size", {{
+    value: function () {{ return this.length; }},
+  }});
   g.$ = bindings;
   const value = run(source);
   if (value === undefined) return "u";

@@ -5,8 +5,9 @@ Wire form of an event (the envelope of ../shared/DESIGN.md section 1)::
     {"event_id", "workflow_id", "seq", "type", "schema_version", "occurred_at",
      "causation_id", "correlation_id", "payload": {...}}
 
-and of an input: ``{"type", "schema_version", "input_id" | "command_id", "workflow_id",
-...fields}``. Timestamps are ISO 8601 in UTC. Decoding validates against the JSON Schema of the
+and of an input: ``{"type", "schema_version", "input_id", "workflow_id", ...fields}``, where a
+command may name its id ``command_id`` instead (it is read as ``input_id``). Timestamps are ISO 8601
+in UTC. Decoding validates against the JSON Schema of the
 document's own version, upcasts it to the current version, then builds the domain object.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
@@ -114,7 +116,7 @@ def event_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Event:
 
 
 def encode_event(event: Event) -> bytes:
-    return json.dumps(event_to_dict(event), separators=(",", ":"), sort_keys=True).encode()
+    return _dumps(event_to_dict(event))
 
 
 def decode_event(raw: bytes, catalog: SchemaCatalog | None = None) -> Event:
@@ -130,6 +132,8 @@ def input_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Input:
     catalog = catalog or default_catalog()
     if not isinstance(doc, dict):
         raise SchemaError(f"a command must be a JSON object, got {type(doc).__name__}")
+    if "command_id" in doc and "input_id" not in doc:  # DESIGN.md names a command's id so
+        doc = {("input_id" if k == "command_id" else k): v for k, v in doc.items()}
     itype, version = doc.get("type"), doc.get("schema_version")
     if not isinstance(itype, str) or itype not in INPUT_TYPES:
         raise SchemaError(f"unknown command type {itype!r}")
@@ -142,7 +146,7 @@ def input_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Input:
 
 
 def encode_input(inp: Input) -> bytes:
-    return json.dumps(input_to_dict(inp), separators=(",", ":"), sort_keys=True).encode()
+    return _dumps(input_to_dict(inp))
 
 
 def decode_input(raw: bytes, catalog: SchemaCatalog | None = None) -> Input:
@@ -151,10 +155,26 @@ def decode_input(raw: bytes, catalog: SchemaCatalog | None = None) -> Input:
 
 def _loads(raw: bytes) -> Any:
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SchemaError(f"not UTF-8 JSON: {exc}") from None
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants, parse_float=_finite)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and integers beyond Python's digit limit;
+        # RecursionError a document nested too deep to be anything but hostile.
+        raise SchemaError(f"not UTF-8 JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def _no_constants(name: str) -> Any:
     raise SchemaError(f"{name} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise SchemaError(f"{text} is not a finite number")
+    return value
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+    except ValueError as exc:
+        raise SchemaError(f"cannot encode {doc.get('type')}: {exc}") from None

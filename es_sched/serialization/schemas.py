@@ -31,7 +31,7 @@ class SchemaCatalog:
         return self.root / kind / f"{type_}.v{version}.json"
 
     def types(self, kind: str) -> set[str]:
-        return {p.name.split(".v")[0] for p in (self.root / kind).glob("*.v*.json")}
+        return {p.name.rsplit(".v", 1)[0] for p in (self.root / kind).glob("*.v*.json")}
 
     def validator(self, path: Path) -> Draft202012Validator:
         if path not in self._validators:
