@@ -54,10 +54,16 @@ from es_sched.domain.state import (
     TaskState,
     WorkflowState,
 )
-from es_sched.domain.validation import validate_workflow
+from es_sched.domain.validation import validate_workflow_cached
 from es_sched.errors import DomainError
 
 MAX_EVENTS_PER_INPUT = 20_000
+# Events after which the DAG walk cannot find anything new to do: a task that is dispatched,
+# started, making progress or back in its queue is "running" to the walk either way, and a
+# rejection changes nothing. Skipping the walk keeps these frequent inputs cheap.
+NO_PROGRESS = (
+    TaskDispatched, TaskStarted, TaskProgressed, LeaseExpired, CommandRejected, CompletionRejected,
+)  # fmt: skip
 
 
 class UnknownWorkflow(DomainError):
@@ -108,7 +114,8 @@ def decide(
         rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now)
         for payload in _primary(state, inp, ctx):
             rec.emit(payload)
-    _cascade(rec, ctx)
+    if not all(isinstance(e.payload, NO_PROGRESS) for e in rec.events):
+        _cascade(rec, ctx)
     return rec.events
 
 
@@ -126,7 +133,7 @@ def _cascade(rec: _Recorder, ctx: Context) -> None:
 def _start(inp: c.StartWorkflow) -> WorkflowStarted:
     if inp.definition is None:
         raise DefinitionError([f"no definition for workflow {inp.name!r} (version {inp.version})"])
-    problems = validate_workflow(inp.definition, inp.taskdefs)
+    problems = validate_workflow_cached(inp.definition, inp.taskdefs)
     if problems:
         raise DefinitionError(problems)
     return WorkflowStarted(

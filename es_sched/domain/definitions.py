@@ -14,6 +14,8 @@ TaskDef; the CALLBACK task type.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,6 +290,28 @@ def parse_workflow(doc: Any) -> tuple[WorkflowDef | None, list[str]]:
     index: dict[str, Location] = {}
     _index(tasks, None, "", index, problems)
     return WorkflowDef(name, version, tasks, doc, index), problems
+
+
+_CACHE: OrderedDict[str, tuple[WorkflowDef | None, list[str]]] = OrderedDict()
+_CACHE_SIZE = 512
+
+
+def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, list[str]]:
+    """``parse_workflow`` memoised on the document's canonical JSON.
+
+    Every workflow of a definition folds the same document; parsing is deterministic and a
+    ``WorkflowDef`` is immutable, so sharing one is indistinguishable from parsing again.
+    """
+    key = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit[0], list(hit[1])
+    parsed = parse_workflow(doc)
+    _CACHE[key] = parsed
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return parsed[0], list(parsed[1])
 
 
 def parse_task_def(doc: Any) -> tuple[TaskDef | None, list[str]]:

@@ -8,15 +8,14 @@ envelope's ``seq``, which must follow the state's.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
-from typing import assert_never
+from typing import Any, assert_never, cast
 
 from es_sched.domain import state as s
 from es_sched.domain.definitions import (
     DefinitionError,
     parse_task_def,
     parse_tasks,
-    parse_workflow,
+    parse_workflow_cached,
 )
 from es_sched.domain.events import (
     CommandRejected,
@@ -24,7 +23,6 @@ from es_sched.domain.events import (
     Event,
     LeaseExpired,
     LoopIterated,
-    Payload,
     TaskCanceled,
     TaskCompleted,
     TaskCompletedWithErrors,
@@ -47,9 +45,17 @@ from es_sched.domain.events import (
 )
 from es_sched.errors import DomainError
 
+AnyPayload = (
+    WorkflowStarted | WorkflowCompleted | WorkflowEnding | WorkflowEnded | WorkflowPaused
+    | WorkflowResumed | WorkflowRetried | VariablesSet | WorkflowStartRequested | CommandRejected
+    | TaskScheduled | TaskDispatched | TaskStarted | TaskProgressed | TaskCompleted
+    | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled | TaskRetryScheduled
+    | LeaseExpired | LoopIterated | CompletionRejected
+)  # fmt: skip
+
 
 def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
-    definition, problems = parse_workflow(p.definition)
+    definition, problems = parse_workflow_cached(p.definition)
     if definition is None or problems:
         raise DefinitionError(problems)
     taskdefs = {}
@@ -77,18 +83,18 @@ def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
     )
 
 
-def _task(st: s.WorkflowState, task_id: str, event: Event, **changes: object) -> s.WorkflowState:
-    task = replace(st.tasks[task_id], **changes)  # type: ignore[arg-type]
-    return replace(st, tasks={**st.tasks, task_id: task})
+def _task(st: s.WorkflowState, task_id: str, **changes: Any) -> None:
+    task = st.tasks[task_id].clone()  # copy-on-write: the previous state keeps its task
+    for key, value in changes.items():
+        setattr(task, key, value)
+    st.tasks[task_id] = task  # type: ignore[index]
 
 
-def _end_task(
-    st: s.WorkflowState, task_id: str, event: Event, status: str, **changes: object
-) -> s.WorkflowState:
-    return _task(st, task_id, event, status=status, ended_at=event.occurred_at, **changes)
+def _end_task(st: s.WorkflowState, task_id: str, event: Event, status: str, **changes: Any) -> None:
+    _task(st, task_id, status=status, ended_at=event.occurred_at, **changes)
 
 
-def _scheduled(st: s.WorkflowState, event: Event, p: TaskScheduled) -> s.WorkflowState:
+def _scheduled(st: s.WorkflowState, event: Event, p: TaskScheduled) -> None:
     task = s.TaskState(
         task_id=p.task_id,
         ref=p.ref,
@@ -108,130 +114,116 @@ def _scheduled(st: s.WorkflowState, event: Event, p: TaskScheduled) -> s.Workflo
         resources=p.resources,
         rate_limit_key=p.rate_limit_key,
     )
-    tasks = dict(st.tasks)
     previous = st.latest.get(p.ref)
     if previous is not None:
-        tasks[previous] = replace(tasks[previous], retried=True, retry_due_at=None)
-    tasks[p.task_id] = task
-    dynamic = st.dynamic
+        _task(st, previous, retried=True, retry_due_at=None)
+    st.tasks[p.task_id] = task  # type: ignore[index]
+    st.latest[p.ref] = p.task_id  # type: ignore[index]
     if p.dynamic_tasks:
         problems: list[str] = []
         parsed = parse_tasks(p.dynamic_tasks, problems, f"task {p.ref!r} dynamic tasks")
-        dynamic = {**dynamic, **{t.ref: t for t in parsed}}
-    return replace(st, tasks=tasks, latest={**st.latest, p.ref: p.task_id}, dynamic=dynamic)
+        st.dynamic = {**st.dynamic, **{t.ref: t for t in parsed}}
 
 
-def _apply(st: s.WorkflowState, event: Event) -> s.WorkflowState:
-    p: Payload = event.payload
+def _apply(st: s.WorkflowState, event: Event) -> None:
+    """Apply one event to ``st`` in place (``st`` is a private copy: ``WorkflowState.clone``)."""
+    p = cast(AnyPayload, event.payload)
     match p:
         case WorkflowStarted():
             raise DomainError(f"workflow {event.workflow_id} started twice (seq {event.seq})")
         case WorkflowCompleted():
-            return replace(
-                st,
-                status=s.COMPLETED,
-                output=p.output,
-                reason=p.reason,
-                ended_at=event.occurred_at,
-                ending=None,
-            )
+            st.status, st.output, st.reason = s.COMPLETED, p.output, p.reason
+            st.ended_at, st.ending = event.occurred_at, None
         case WorkflowEnding():
-            return replace(st, ending=p.status, reason=p.reason, output=p.output or st.output)
+            st.ending, st.reason, st.output = p.status, p.reason, p.output or st.output
         case WorkflowEnded():
-            return replace(
-                st,
-                status=p.status,
-                reason=p.reason,
-                output=p.output or st.output,
-                ending=None,
-                ended_at=event.occurred_at,
-            )
+            st.status, st.reason, st.output = p.status, p.reason, p.output or st.output
+            st.ending, st.ended_at = None, event.occurred_at
         case WorkflowPaused():
-            return replace(st, status=s.PAUSED)
+            st.status = s.PAUSED
         case WorkflowResumed():
-            return replace(st, status=s.RUNNING)
+            st.status = s.RUNNING
         case WorkflowRetried():
-            return replace(st, status=s.RUNNING, ending=None, reason="", ended_at=None)
+            st.status, st.ending, st.reason, st.ended_at = s.RUNNING, None, "", None
         case VariablesSet():
-            return replace(st, variables={**st.variables, **p.variables})
+            st.variables = {**st.variables, **p.variables}
         case WorkflowStartRequested():
-            if p.task_id is None:
-                return st
-            return _task(st, p.task_id, event, child_workflow_id=p.child_workflow_id)
+            if p.task_id is not None:
+                _task(st, p.task_id, child_workflow_id=p.child_workflow_id)
         case CommandRejected() | CompletionRejected():
-            return st
+            pass
         case TaskScheduled():
-            return _scheduled(st, event, p)
+            _scheduled(st, event, p)
         case TaskDispatched():
-            return _task(
+            _task(
                 st,
                 p.task_id,
-                event,
                 worker_id=p.worker_id,
                 lease_epoch=p.lease_epoch,
                 lease_token=p.lease_token,
             )
         case TaskStarted():
-            return _task(
-                st,
-                p.task_id,
-                event,
-                status=s.IN_PROGRESS,
-                started_at=event.occurred_at,
-                last_progress_at=event.occurred_at,
-                worker_id=p.worker_id,
-            )
+            _task(
+                st, p.task_id, status=s.IN_PROGRESS, started_at=event.occurred_at,
+                last_progress_at=event.occurred_at, worker_id=p.worker_id,
+            )  # fmt: skip
         case TaskProgressed():
-            return _task(
-                st, p.task_id, event, progress=p.percent, last_progress_at=event.occurred_at
-            )
+            _task(st, p.task_id, progress=p.percent, last_progress_at=event.occurred_at)
         case TaskCompleted():
-            return _end_task(st, p.task_id, event, s.T_COMPLETED, output=p.output)
+            _end_task(st, p.task_id, event, s.T_COMPLETED, output=p.output)
         case TaskCompletedWithErrors():
             output = p.output if p.output is not None else st.tasks[p.task_id].output
-            return _end_task(st, p.task_id, event, s.T_COMPLETED_WITH_ERRORS, output=output)
+            _end_task(st, p.task_id, event, s.T_COMPLETED_WITH_ERRORS, output=output)
         case TaskFailed():
             status = s.T_FAILED_TERMINAL if p.terminal else s.T_FAILED
-            return _end_task(st, p.task_id, event, status, reason=p.reason, output=p.output)
+            _end_task(st, p.task_id, event, status, reason=p.reason, output=p.output)
         case TaskTimedOut():
-            return _end_task(st, p.task_id, event, s.T_TIMED_OUT, reason=f"{p.kind} timeout")
+            _end_task(st, p.task_id, event, s.T_TIMED_OUT, reason=f"{p.kind} timeout")
         case TaskCanceled():
-            return _end_task(st, p.task_id, event, s.T_CANCELED, reason=p.reason)
+            _end_task(st, p.task_id, event, s.T_CANCELED, reason=p.reason)
         case TaskRetryScheduled():
-            return _task(st, p.task_id, event, retry_due_at=p.due_at)
+            _task(st, p.task_id, retry_due_at=p.due_at)
         case LeaseExpired():
-            return _task(st, p.task_id, event, status=s.SCHEDULED, worker_id=None, lease_token=None)
+            _task(st, p.task_id, status=s.SCHEDULED, worker_id=None, lease_token=None)
         case LoopIterated():
-            return _task(st, p.task_id, event, iteration=p.iteration, output=p.output)
+            _task(st, p.task_id, iteration=p.iteration, output=p.output)
         case _:
-            assert_never(p)  # type: ignore[arg-type]
+            assert_never(p)
+    st.seq, st.updated_at = event.seq, event.occurred_at
+    if not st.recent_inputs or st.recent_inputs[-1] != event.causation_id:
+        st.recent_inputs = (*st.recent_inputs, event.causation_id)[-s.RECENT_INPUTS :]
 
 
-def evolve(state: s.WorkflowState | None, event: Event) -> s.WorkflowState:
+def _check(state: s.WorkflowState | None, event: Event) -> None:
     if state is None:
         if not isinstance(event.payload, WorkflowStarted):
             raise DomainError(
                 f"workflow {event.workflow_id}: history starts with {event.type}, "
                 "not workflow.started"
             )
-        return _started(event, event.payload)
-    if event.seq != state.seq + 1:
+    elif event.seq != state.seq + 1:
         raise DomainError(
             f"workflow {state.workflow_id}: event seq {event.seq} does not follow {state.seq}"
         )
-    new = _apply(state, event)
-    recent = (*new.recent_inputs, event.causation_id)
-    if new.recent_inputs and new.recent_inputs[-1] == event.causation_id:
-        recent = new.recent_inputs
-    return replace(
-        new,
-        seq=event.seq,
-        updated_at=event.occurred_at,
-        recent_inputs=recent[-s.RECENT_INPUTS :],
-    )
+
+
+def evolve(state: s.WorkflowState | None, event: Event) -> s.WorkflowState:
+    """The state after ``event``; ``state`` itself is left unchanged."""
+    _check(state, event)
+    if state is None:
+        return _started(event, cast(WorkflowStarted, event.payload))
+    new = state.clone()
+    _apply(new, event)
+    return new
 
 
 def fold(events: Iterable[Event], state: s.WorkflowState | None = None) -> s.WorkflowState | None:
+    """``evolve`` over a history, applying it to one private copy of ``state``."""
+    current = state.clone() if state is not None else None
     for event in events:
-        state = evolve(state, event)
-    return state
+        _check(current, event)
+        if current is None:
+            current = _started(event, cast(WorkflowStarted, event.payload))
+        else:
+            _apply(current, event)
+    return current

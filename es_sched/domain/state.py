@@ -1,4 +1,8 @@
-"""Workflow and task state: what ``fold`` builds from events. Immutable values.
+"""Workflow and task state: what ``fold`` builds from events.
+
+Treat these as values: nothing outside ``evolve`` changes one in place. They are not frozen
+only so that ``fold`` can apply a long history to one private copy (copy-on-write per task)
+instead of rebuilding the whole state for every event.
 
 A task *instance* is one attempt of one reference (``ref`` carries ``__N`` inside a DO_WHILE);
 a retry is a new instance with the next attempt number, like Conductor's task list.
@@ -30,7 +34,7 @@ TASK_TERMINAL = TASK_SUCCESS | TASK_UNSUCCESSFUL
 RECENT_INPUTS = 256  # input ids remembered per workflow for idempotency
 
 
-@dataclass(frozen=True)
+@dataclass
 class TaskState:
     task_id: str
     ref: str
@@ -65,8 +69,14 @@ class TaskState:
     def terminal(self) -> bool:
         return self.status in TASK_TERMINAL
 
+    def clone(self) -> TaskState:
+        """A shallow copy, several times faster than ``copy.copy`` (it sits on fold's hot path)."""
+        new = object.__new__(TaskState)
+        new.__dict__.update(self.__dict__)
+        return new
 
-@dataclass(frozen=True)
+
+@dataclass
 class WorkflowState:
     workflow_id: str
     definition: WorkflowDef
@@ -95,6 +105,14 @@ class WorkflowState:
     @property
     def terminal(self) -> bool:
         return self.status in WORKFLOW_TERMINAL
+
+    def clone(self) -> WorkflowState:
+        """A copy to apply events to: containers copied, task objects shared until changed."""
+        new = object.__new__(WorkflowState)
+        new.__dict__.update(self.__dict__)
+        new.tasks = dict(self.tasks)
+        new.latest = dict(self.latest)
+        return new
 
     def instance(self, ref: str) -> TaskState | None:
         task_id = self.latest.get(ref)

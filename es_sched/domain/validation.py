@@ -9,6 +9,8 @@ timeout settings, and cycles between workflows through SUB_WORKFLOW.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +37,20 @@ TASK_FIELDS = frozenset(
     {"input", "output", "status", "taskId", "referenceTaskName", "taskType", "attempt",
      "retryCount", "reasonForIncompletion", "workerId", "iteration"}
 )  # fmt: skip
+
+
+_VALIDATED: OrderedDict[str, list[str]] = OrderedDict()
+
+
+def validate_workflow_cached(doc: Any, taskdef_docs: Sequence[Any] = ()) -> list[str]:
+    """``validate_workflow`` memoised on the documents' canonical JSON (every StartWorkflow of a
+    definition carries the same documents; the checks are deterministic)."""
+    key = json.dumps([doc, list(taskdef_docs)], sort_keys=True, separators=(",", ":"), default=str)
+    if key not in _VALIDATED:
+        _VALIDATED[key] = validate_workflow(doc, taskdef_docs)
+        if len(_VALIDATED) > 512:
+            _VALIDATED.popitem(last=False)
+    return list(_VALIDATED[key])
 
 
 def validate_workflow(doc: Any, taskdef_docs: Sequence[Any] = ()) -> list[str]:
