@@ -107,6 +107,11 @@ class _Checker:
             )
             return
         self.problems += [f"task {task.ref!r}: {p}" for p in _settings_problems(task.raw)]
+        inline = task.get("taskDefinition")
+        if isinstance(inline, Mapping):
+            self.problems += [
+                f"task {task.ref!r}: taskDefinition {p}" for p in _settings_problems(inline)
+            ]
         for path in references(dict(task.input_parameters)):
             self.check_path(task, path, seen | _loop_refs(self.d, task), "inputParameters")
         handler = getattr(self, f"check_{task.type.lower()}", None)
@@ -136,7 +141,14 @@ class _Checker:
             )
             return
         if root not in self.d.index:
-            if not self.has_dynamic:
+            # Refs of dynamically forked tasks are only known at run time: accept unknown refs
+            # only in tasks that run after a FORK_JOIN_DYNAMIC (and outputParameters).
+            after_dynamic = task is None or any(
+                self.d.index[r].task.type == "FORK_JOIN_DYNAMIC"
+                for r in allowed
+                if r in self.d.index
+            )
+            if not (self.has_dynamic and after_dynamic):
                 self.problems.append(
                     f"{owner}: {where} refers to unknown task {root!r} in ${{{path}}}"
                 )
@@ -176,12 +188,10 @@ class _Checker:
         inside = set().union(*(_all_refs(b) for b in task.fork_tasks)) if task.fork_tasks else set()
         for ref in join.join_on:
             if ref not in inside:
-                where = (
-                    "is not a task of any workflow task list"
-                    if ref not in self.d.index
-                    else "is outside the fork"
-                )
-                self.add(join, f"joinOn {ref!r} {where} {task.ref!r}")
+                if ref not in self.d.index:
+                    self.add(join, f"joinOn {ref!r} is not a task of this workflow")
+                else:
+                    self.add(join, f"joinOn {ref!r} is outside the fork {task.ref!r}")
 
     def check_fork_join_dynamic(
         self, task: WorkflowTask, siblings: Sequence[WorkflowTask], pos: int, *_: Any
@@ -296,10 +306,14 @@ def _settings_problems(doc: Mapping[str, Any]) -> list[str]:
     if doc.get("timeoutPolicy") is not None and doc["timeoutPolicy"] not in TIMEOUT_POLICIES:
         problems.append(f"timeoutPolicy must be one of {', '.join(sorted(TIMEOUT_POLICIES))}")
     priority = doc.get("priority")
-    if priority is not None and (not isinstance(priority, int) or not 0 <= priority <= 8):
+    if priority is not None and (
+        not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 8
+    ):
         problems.append(f"priority must be an integer 0-8 (0 highest), got {priority!r}")
     jitter = doc.get("retryJitter")
-    if jitter is not None and (not isinstance(jitter, int | float) or not 0 <= jitter <= 1):
+    if jitter is not None and (
+        not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter <= 1
+    ):
         problems.append(f"retryJitter must be between 0 and 1, got {jitter!r}")
     return problems
 
