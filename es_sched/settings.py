@@ -26,6 +26,7 @@ class KafkaSettings(BaseSettings):
 
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "es-sched"
+    partitions: int = Field(default=12, ge=1, le=1000)  # per-workflow topics
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -132,12 +133,46 @@ class StackSettings(BaseSettings):
         return base.expanduser().resolve()
 
 
+class RuntimeSettings(BaseSettings):
+    """``ES_SCHED_RUN_*``: the decider, timer and retry roles of ``es-sched run``."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_RUN_", frozen=True)
+
+    instance: str = "0"  # stable per process slot: the decider's transactional.id suffix
+    batch_max_records: int = Field(default=500, ge=1)
+    batch_max_ms: int = Field(default=50, ge=1)
+    transaction_timeout_ms: int = Field(default=30_000, ge=1000)
+    command_max_bytes: int = Field(default=256 * 1024, ge=1024)
+    retry_tiers_s: str = "5,30,300,3600"
+    retry_release_per_s: float = Field(default=200.0, gt=0)
+    # Test hook for the crash tests: after this many batches, produce the next batch, flush
+    # it uncommitted and sleep this long inside the open transaction. 0 disables it.
+    test_pause_after_batches: int = Field(default=0, ge=0)
+    test_pause_in_txn_s: float = Field(default=0.0, ge=0)
+
+    @field_validator("retry_tiers_s")
+    @classmethod
+    def _tiers(cls, value: str) -> str:
+        try:
+            tiers = [int(t) for t in value.split(",")]
+        except ValueError:
+            raise ValueError(f"expected comma-separated whole seconds, got {value!r}") from None
+        if not tiers or tiers != sorted(set(tiers)) or tiers[0] <= 0:
+            raise ValueError("tiers must be increasing positive seconds, e.g. 5,30,300")
+        return value
+
+    @property
+    def retry_tiers(self) -> list[int]:
+        return [int(t) for t in self.retry_tiers_s.split(",")]
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
     postgres: PostgresSettings
     search: SearchSettings
     stack: StackSettings
+    runtime: RuntimeSettings
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -162,4 +197,5 @@ def load_settings() -> Settings:
         postgres=_load(PostgresSettings),
         search=_load(SearchSettings),
         stack=_load(StackSettings),
+        runtime=_load(RuntimeSettings),
     )

@@ -101,6 +101,18 @@ def decide(
     ids: IdSource,
     scripts: ScriptEngine | None = None,
 ) -> list[Event]:
+    return decide_with_state(state, inp, now, ids, scripts)[0]
+
+
+def decide_with_state(
+    state: WorkflowState | None,
+    inp: c.Input,
+    now: datetime,
+    ids: IdSource,
+    scripts: ScriptEngine | None = None,
+) -> tuple[list[Event], WorkflowState | None]:
+    """``decide`` that also returns the state after the events (it is built anyway), so a
+    caller need not fold them again."""
     ctx = Context(now, ids, scripts or NoScripts())
     if state is None:
         if not isinstance(inp, c.StartWorkflow):
@@ -110,13 +122,13 @@ def decide(
         rec.emit(_start(inp))
     else:
         if inp.input_id in state.recent_inputs:
-            return []  # a redelivered input: already applied
+            return [], state  # a redelivered input: already applied
         rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now)
         for payload in _primary(state, inp, ctx):
             rec.emit(payload)
     if not all(isinstance(e.payload, NO_PROGRESS) for e in rec.events):
         _cascade(rec, ctx)
-    return rec.events
+    return rec.events, rec.state
 
 
 def _cascade(rec: _Recorder, ctx: Context) -> None:

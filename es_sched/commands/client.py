@@ -1,0 +1,363 @@
+"""``CommandClient``: the Python producer API of es-sched's command side.
+
+Guarantees:
+- **Validated before produce.** Every command is checked against its JSON Schema in
+  ``schemas/commands/`` and against the size cap (``ES_SCHED_RUN_COMMAND_MAX_BYTES``, 256 KiB by
+  default) before it is handed to the producer; a refused command raises ``SchemaError`` and
+  nothing of the call reaches Kafka (``submit_many`` checks every command before producing any).
+  ``push_definitions`` likewise refuses the whole set when one document has a problem.
+- **Durable when a call returns.** One idempotent producer (``acks=all``) per client; every
+  public call flushes, and a record the broker refused or that is still undelivered when the
+  flush times out raises ``InfrastructureError``.
+- **Keyed by workflow id.** Commands go to the ``commands`` topic with the workflow id as key
+  (murmur2), so a workflow's commands keep their order and meet its state on one partition.
+- **Command-id idempotency.** A StartWorkflow's workflow id is ``uuid5`` of its command id, so
+  resubmitting a command id answers with the same workflow id, and the decider, which dedupes by
+  command id, starts no second workflow. Submit with your own ``command_id`` to retry safely.
+
+StartWorkflow embeds the definition, its TaskDefs and its sub-workflows' definitions as read from
+the ``definitions`` topic, so the decider never needs the registry. ``wait`` reads the events
+topic (``read_committed``, assigned partitions, no consumer group offsets) from watermarks taken
+before submitting; it is a read-only observer, so records that are not final events of the
+awaited workflows are skipped unread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka import Producer as KafkaProducer
+
+from es_sched.adapters import files
+from es_sched.commands.prepare import (
+    awaited_final,
+    definition_problems,
+    prepare,
+    resolve,
+    terminal_status,
+)
+from es_sched.domain import commands as c
+from es_sched.domain.definitions import DefinitionError
+from es_sched.domain.ids import workflow_id_for_command
+from es_sched.errors import InfrastructureError, SchemaError
+from es_sched.kafka import clients
+from es_sched.kafka.registry import DefinitionRegistry, taskdef_key, workflow_key
+from es_sched.kafka.topics import Topics, ensure_topics, topics_from
+from es_sched.serialization import SchemaCatalog, decode_event
+from es_sched.settings import Settings, load_settings
+
+JSON = dict[str, Any]
+T = TypeVar("T")
+SETTLING = frozenset(  # errors of a topic created a moment ago, before its leaders are known
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A command accepted by Kafka: the workflow it addresses and its idempotency key."""
+
+    workflow_id: str
+    command_id: str
+
+
+class CommandClient:
+    def __init__(self, settings: Settings, flush_timeout_s: float = 30.0) -> None:
+        self.settings = settings
+        self.topics: Topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self.flush_timeout_s = flush_timeout_s
+        self._bootstrap = settings.kafka.bootstrap_servers
+        self._catalog = SchemaCatalog()
+        self._producer: KafkaProducer | None = None
+        self._registry: DefinitionRegistry | None = None
+        self._topics_ready = False
+        self._errors: list[str] = []
+
+    @classmethod
+    def from_env(cls) -> CommandClient:
+        return cls(load_settings())
+
+    # -- starting workflows -----------------------------------------------------------------
+    def submit(
+        self, name: str, input: JSON, version: int | None = None, priority: int = 4,
+        tenant: str | None = None, command_id: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Submitted:  # fmt: skip
+        ids = [command_id] if command_id is not None else None
+        return self.submit_many(name, [input], version, priority, tenant, ids, correlation_id)[0]
+
+    def submit_many(
+        self, name: str, inputs: Sequence[JSON], version: int | None = None, priority: int = 4,
+        tenant: str | None = None, command_ids: Sequence[str] | None = None,
+        correlation_id: str | None = None, sources: Sequence[str] | None = None,
+    ) -> list[Submitted]:  # fmt: skip
+        """Start one workflow per input; every command is checked before any is produced.
+
+        ``sources`` label the inputs in error messages (the CLI passes ``file:line``).
+        """
+        if command_ids is not None and len(command_ids) != len(inputs):
+            raise ValueError("command_ids must have one id per input")
+        self.ensure_topics()
+        registry = self._registry_caught_up()
+        resolved = resolve(registry, name, version)
+        records: list[tuple[str, bytes]] = []
+        submitted: list[Submitted] = []
+        for i, workflow_input in enumerate(inputs):
+            command_id = command_ids[i] if command_ids is not None else uuid.uuid4().hex
+            workflow_id = workflow_id_for_command(command_id)
+            cmd = c.StartWorkflow(
+                input_id=command_id,
+                workflow_id=workflow_id,
+                name=name,
+                version=resolved.definition.get("version", version),
+                input=workflow_input,
+                priority=priority,
+                tenant=tenant,
+                correlation_id=correlation_id,
+                definition=resolved.definition,
+                taskdefs=resolved.taskdefs,
+                subworkflow_definitions=resolved.subworkflow_definitions,
+            )
+            try:
+                records.append((workflow_id, self._prepare(cmd)))
+            except SchemaError as exc:
+                label = sources[i] if sources is not None else f"input {i + 1} of {len(inputs)}"
+                raise SchemaError(f"{label}: {exc}") from None
+            submitted.append(Submitted(workflow_id, command_id))
+        for key, value in records:
+            self._produce(self.topics.commands, key, value)
+        self.flush(self.flush_timeout_s)
+        return submitted
+
+    # -- acting on running workflows --------------------------------------------------------
+    def cancel(
+        self, wf_id: str, reason: str = "canceled", expected_version: int | None = None,
+        command_id: str | None = None,
+    ) -> Submitted:  # fmt: skip
+        return self._send(c.CancelWorkflow, wf_id, expected_version, command_id, reason=reason)
+
+    def terminate(
+        self, wf_id: str, reason: str = "terminated", expected_version: int | None = None,
+        command_id: str | None = None,
+    ) -> Submitted:  # fmt: skip
+        return self._send(c.TerminateWorkflow, wf_id, expected_version, command_id, reason=reason)
+
+    def retry(
+        self, wf_id: str, expected_version: int | None = None, command_id: str | None = None
+    ) -> Submitted:
+        return self._send(c.RetryWorkflow, wf_id, expected_version, command_id)
+
+    def pause(
+        self, wf_id: str, expected_version: int | None = None, command_id: str | None = None
+    ) -> Submitted:
+        return self._send(c.PauseWorkflow, wf_id, expected_version, command_id)
+
+    def resume(
+        self, wf_id: str, expected_version: int | None = None, command_id: str | None = None
+    ) -> Submitted:
+        return self._send(c.ResumeWorkflow, wf_id, expected_version, command_id)
+
+    def signal(
+        self, wf_id: str, output: JSON, ref: str | None = None, status: str = "COMPLETED",
+        expected_version: int | None = None, command_id: str | None = None,
+    ) -> Submitted:  # fmt: skip
+        return self._send(
+            c.SignalWorkflow, wf_id, expected_version, command_id,
+            ref=ref, status=status, output=output,
+        )  # fmt: skip
+
+    def _send(
+        self, cls: type[c.Command], wf_id: str, expected_version: int | None,
+        command_id: str | None, **fields: Any,
+    ) -> Submitted:  # fmt: skip
+        command_id = command_id or uuid.uuid4().hex
+        cmd = cls(input_id=command_id, workflow_id=wf_id, expected_version=expected_version,
+                  **fields)  # fmt: skip
+        value = self._prepare(cmd)
+        self.ensure_topics()
+        self._produce(self.topics.commands, wf_id, value)
+        self.flush(self.flush_timeout_s)
+        return Submitted(wf_id, command_id)
+
+    def _prepare(self, cmd: c.Input) -> bytes:
+        return prepare(cmd, self._catalog, self.settings.runtime.command_max_bytes)
+
+    # -- definitions ------------------------------------------------------------------------
+    def push_definitions(self, paths: Iterable[Path]) -> list[str]:
+        """Register workflow definitions and TaskDefs; all or nothing. Returns the keys written."""
+        docs = files.load(paths)
+        problems = definition_problems(docs, self._catalog)
+        if problems:
+            raise DefinitionError(problems)
+        records = [
+            (workflow_key(str(d["name"]), int(d.get("version", 1))), d) for d in docs.workflows
+        ] + [(taskdef_key(str(td["name"])), td) for td in docs.taskdefs]
+        self.ensure_topics()
+        for key, doc in records:
+            self._produce(self.topics.definitions, key, json.dumps(doc, sort_keys=True).encode())
+        self.flush(self.flush_timeout_s)
+        return [key for key, _ in records]
+
+    # -- waiting for outcomes ---------------------------------------------------------------
+    def start_watermarks(self) -> dict[int, int]:
+        """The end of every events partition now: call before submitting, pass to ``wait``."""
+        self.ensure_topics()
+        events = self.topics.events
+        reader = clients.consumer(self._bootstrap, None)
+        try:
+            return _settled(
+                f"reading the offsets of {events}",
+                lambda: {
+                    p: reader.get_watermark_offsets(TopicPartition(events, p), 10.0)[1]
+                    for p in _partitions(reader, events)
+                },
+            )
+        finally:
+            reader.close()
+
+    def wait(
+        self, workflow_ids: Iterable[str], timeout_s: float,
+        start: Mapping[int, int] | None = None,
+    ) -> dict[str, str | None]:  # fmt: skip
+        """Final status per workflow (COMPLETED, FAILED, ...), None if not final by the timeout.
+
+        Reads from ``start`` (``start_watermarks()`` taken before submitting); without it from
+        the beginning of the events topic, which is correct but slow on a long history.
+        """
+        result: dict[str, str | None] = dict.fromkeys(workflow_ids)
+        pending = set(result)
+        if not pending:
+            return result
+        self.ensure_topics()
+        events = self.topics.events
+        reader = clients.consumer(self._bootstrap, None)
+        deadline = time.monotonic() + timeout_s
+        try:
+            if start is None:
+                start = dict.fromkeys(_partitions(reader, events), OFFSET_BEGINNING)
+            reader.assign([TopicPartition(events, p, offset) for p, offset in start.items()])
+            while pending and (left := deadline - time.monotonic()) > 0:
+                msg = reader.poll(min(left, 0.5))
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise InfrastructureError(f"reading {events}: {err}")
+                workflow_id = awaited_final(msg.value(), pending)
+                if workflow_id is None:
+                    continue
+                status = terminal_status(decode_event(msg.value() or b"", self._catalog))
+                if status is not None:
+                    result[workflow_id] = status
+                    pending.discard(workflow_id)
+        except KafkaException as exc:
+            raise InfrastructureError(f"reading {events}: {exc}") from exc
+        finally:
+            reader.close()
+        return result
+
+    # -- Kafka plumbing ---------------------------------------------------------------------
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait for every produced record; raise if one was refused or is still undelivered."""
+        if self._producer is None:
+            return
+        remaining = self._producer.flush(timeout_s)
+        errors, self._errors = self._errors, []
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise InfrastructureError(f"Kafka refused a record: {errors[0]}{more}")
+        if remaining:
+            raise InfrastructureError(
+                f"{remaining} record(s) still undelivered after {timeout_s:g}s: "
+                f"is Kafka reachable at {self._bootstrap}?"
+            )
+
+    def close(self) -> None:
+        try:
+            self.flush(self.flush_timeout_s)
+        finally:
+            if self._registry is not None:
+                self._registry.close()
+                self._registry = None
+
+    def __enter__(self) -> CommandClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.close()
+
+    def ensure_topics(self) -> None:
+        """Create the es-sched topics that are missing (once per client)."""
+        if not self._topics_ready:
+            ensure_topics(self._bootstrap, self.topics)
+            self._topics_ready = True
+
+    def _registry_caught_up(self) -> DefinitionRegistry:
+        if self._registry is None:
+            self._registry = DefinitionRegistry(self._bootstrap, self.topics.definitions)
+        registry = self._registry
+        _settled(f"reading {self.topics.definitions}", registry.catch_up)
+        return registry
+
+    def _produce(self, topic: str, key: str, value: bytes) -> None:
+        if self._producer is None:
+            self._producer = clients.producer(self._bootstrap)
+        while True:
+            try:
+                self._producer.produce(topic, value, key.encode(), on_delivery=self._on_delivery)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain, then retry
+                self._producer.poll(0.5)
+            except KafkaException as exc:
+                raise InfrastructureError(f"cannot produce to {topic}: {exc}") from exc
+        self._producer.poll(0)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()} key {msg.key()!r}: {err.str()}")
+
+
+def _partitions(reader: Consumer, topic: str) -> list[int]:
+    metadata = reader.list_topics(topic, timeout=10.0).topics.get(topic)
+    if metadata is not None and metadata.error is not None:
+        raise KafkaException(metadata.error)
+    if metadata is None or not metadata.partitions:
+        raise InfrastructureError(f"topic {topic} is missing")
+    return sorted(metadata.partitions)
+
+
+def _settled(what: str, read: Callable[[], T], patience_s: float = 15.0) -> T:
+    """``read()``, retried while a freshly created topic is still electing its leaders."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return read()
+        except KafkaException as exc:
+            if exc.args[0].code() not in SETTLING or time.monotonic() > deadline:
+                raise InfrastructureError(f"{what}: {exc}") from exc
+        time.sleep(0.2)

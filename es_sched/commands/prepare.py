@@ -1,0 +1,167 @@
+"""The pure half of the command side: what a client checks before anything reaches Kafka.
+
+- ``prepare(cmd, catalog, cap)``: validate a command against ``schemas/commands/`` and encode it;
+  an invalid command or one over the size cap raises ``SchemaError`` and yields no bytes.
+- ``resolve(definitions, name, version)``: the definition a StartWorkflow embeds, with its
+  TaskDefs and the definitions of the sub-workflows it names; a missing one raises
+  ``UnknownDefinition``.
+- ``definition_problems(docs, catalog)``: every reason a set of definition files may not be
+  pushed (JSON Schema, ``validate_workflow``, sub-workflow cycles).
+- ``terminal_status(event)``: the final status an event announces, if it is a final event;
+  ``awaited_final(raw, pending)`` finds such events of awaited workflows without decoding.
+
+Nothing here touches the network, the clock or the environment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from es_sched.adapters.files import Documents
+from es_sched.domain.commands import Input
+from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded
+from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
+from es_sched.errors import DomainError, SchemaError
+from es_sched.serialization import SchemaCatalog, encode_input, input_to_dict, schema_dir
+
+TERMINAL_TYPES = frozenset({"workflow.completed", "workflow.ended"})
+CAP_VARIABLE = "ES_SCHED_RUN_COMMAND_MAX_BYTES"
+JSON = dict[str, Any]
+
+
+class UnknownDefinition(DomainError):
+    """No workflow definition of that name (and version) has been pushed."""
+
+    def __init__(self, name: str, version: int | None, needed_by: str | None = None) -> None:
+        which = f"{name!r} version {version}" if version is not None else f"{name!r} (any version)"
+        via = f" (a SUB_WORKFLOW of {needed_by!r})" if needed_by else ""
+        super().__init__(
+            f"no workflow definition {which}{via} in the registry; "
+            f"register it first with `es-sched defs push FILE...`"
+        )
+        self.name, self.version = name, version
+
+
+def prepare(cmd: Input, catalog: SchemaCatalog, cap: int) -> bytes:
+    """The bytes to produce for ``cmd``, or ``SchemaError`` saying why it may not be sent."""
+    doc = input_to_dict(cmd)
+    catalog.validate("commands", cmd.TYPE, cmd.SCHEMA_VERSION, doc)
+    try:
+        raw = encode_input(cmd)
+    except TypeError as exc:  # a value JSON cannot hold (a set, a datetime in the input...)
+        raise SchemaError(f"{cmd.TYPE}: cannot encode as JSON: {exc}") from None
+    if len(raw) > cap:
+        raise SchemaError(
+            f"{cmd.TYPE}: command is {len(raw)} bytes, over the cap of {cap} bytes ({CAP_VARIABLE})"
+        )
+    return raw
+
+
+class Definitions(Protocol):
+    """What ``resolve`` needs of ``es_sched.kafka.registry.DefinitionRegistry``."""
+
+    def workflow(self, name: str, version: int | None = None) -> JSON | None: ...
+
+    def taskdefs_for(self, definition: JSON) -> list[JSON]: ...
+
+
+@dataclass(frozen=True)
+class Resolved:
+    definition: JSON
+    taskdefs: list[JSON] = field(default_factory=list)
+    subworkflow_definitions: list[JSON] = field(default_factory=list)
+
+
+def resolve(definitions: Definitions, name: str, version: int | None = None) -> Resolved:
+    """The definition to embed in a StartWorkflow, so the decider never needs the registry."""
+    root = definitions.workflow(name, version)
+    if root is None:
+        raise UnknownDefinition(name, version)
+    taskdefs = {str(td.get("name")): td for td in definitions.taskdefs_for(root)}
+    children: dict[tuple[str, int | None], JSON] = {}
+    todo = [(root, ref) for ref in _sub_workflow_refs(root.get("tasks") or [])]
+    while todo:
+        parent, (child_name, child_version) = todo.pop()
+        if (child_name, child_version) in children:
+            continue
+        child = definitions.workflow(child_name, child_version)
+        if child is None:
+            raise UnknownDefinition(child_name, child_version, needed_by=str(parent.get("name")))
+        children[(child_name, child_version)] = child
+        taskdefs.update({str(td.get("name")): td for td in definitions.taskdefs_for(child)})
+        todo += [(child, ref) for ref in _sub_workflow_refs(child.get("tasks") or [])]
+    return Resolved(root, [taskdefs[n] for n in sorted(taskdefs)], list(children.values()))
+
+
+def _sub_workflow_refs(tasks: Iterable[Any]) -> list[tuple[str, int | None]]:
+    """(name, version) of every SUB_WORKFLOW that names a registered definition."""
+    refs: list[tuple[str, int | None]] = []
+    for t in tasks:
+        if not isinstance(t, dict):
+            continue
+        param = t.get("subWorkflowParam")
+        if t.get("type") == "SUB_WORKFLOW" and isinstance(param, dict):
+            version = param.get("version")
+            if param.get("name") and not isinstance(param.get("workflowDefinition"), dict):
+                refs.append((str(param["name"]), version if isinstance(version, int) else None))
+        branches = [
+            *(t.get("decisionCases") or {}).values(),
+            t.get("defaultCase") or [],
+            *(t.get("forkTasks") or []),
+            t.get("loopOver") or [],
+        ]
+        for branch in branches:
+            refs += _sub_workflow_refs(branch if isinstance(branch, list) else [])
+    return refs
+
+
+def definition_problems(docs: Documents, catalog: SchemaCatalog) -> list[str]:
+    """Every problem of the given definitions and TaskDefs, each naming its document."""
+    problems: list[str] = []
+    for doc in docs.workflows:
+        label = f"{doc.get('name')} v{doc.get('version', 1)} ({docs.sources.get(id(doc))})"
+        found = _schema(catalog, "workflow", doc) + validate_workflow(doc, docs.taskdefs)
+        problems += [f"{label}: {p}" for p in found]
+    for td in docs.taskdefs:
+        problems += [f"taskdef {td.get('name')}: {p}" for p in _schema(catalog, "taskdef", td)]
+    problems += sub_workflow_cycles({str(d.get("name")): d for d in docs.workflows})
+    if not docs.workflows and not docs.taskdefs:
+        problems.append("no workflow definition or TaskDef in the given files")
+    return problems
+
+
+def _schema(catalog: SchemaCatalog, kind: str, doc: JSON) -> list[str]:
+    try:
+        catalog.check(schema_dir() / "definitions" / f"{kind}.v1.json", doc, kind)
+    except SchemaError as exc:
+        return [str(exc)]
+    return []
+
+
+def terminal_status(event: Event) -> str | None:
+    """``COMPLETED`` for ``workflow.completed``, the status of ``workflow.ended``, else None."""
+    payload = event.payload
+    if isinstance(payload, WorkflowCompleted):
+        return "COMPLETED"
+    if isinstance(payload, WorkflowEnded):
+        return payload.status
+    return None
+
+
+def awaited_final(raw: bytes | None, pending: Collection[str]) -> str | None:
+    """The awaited workflow whose final event ``raw`` may be, judged before full decoding.
+
+    Whatever is not JSON is skipped: a reader is not the events topic's writer, which
+    dead-letters its own faults.
+    """
+    try:
+        doc = json.loads(raw or b"")
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("type") not in TERMINAL_TYPES:
+        return None
+    workflow_id = doc.get("workflow_id")
+    return workflow_id if isinstance(workflow_id, str) and workflow_id in pending else None

@@ -1,0 +1,99 @@
+"""confluent-kafka clients configured for es-sched's delivery guarantees.
+
+- ``producer()``: idempotent, ``acks=all``, murmur2 partitioning (what Java clients use, so a
+  workflow id lands on the same partition whoever writes it). With ``transactional_id`` it is a
+  transactional producer for consume-transform-produce.
+- ``consumer()``: ``read_committed``, no auto-commit, no offset store: offsets are committed by
+  the transaction (decider, relays) or explicitly after the work is durable.
+- ``read_partition()``: read one partition from the beginning to its current end (changelog
+  restore, compacted topics).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from es_sched.errors import InfrastructureError
+
+QUIET = {"log_level": 3}
+
+
+def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) -> Producer:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        **QUIET,
+    }
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
+    config.update(extra)
+    return Producer(config)
+
+
+def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group or "es-sched-reader",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        **QUIET,
+    }
+    config.update(extra)
+    return Consumer(config)
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0
+) -> Iterator[Message]:
+    """Every committed record of one partition, from its start to its end when reading began.
+
+    With ``read_committed`` the last offsets may be transaction markers or aborted records that
+    are never delivered, so the end is detected by the consumer's position (and partition EOF),
+    not by the offset of the last message seen.
+    """
+    c = consumer(bootstrap, None, **{"enable.partition.eof": True})
+    tp = TopicPartition(topic, partition)
+    try:
+        low, high = c.get_watermark_offsets(tp, timeout=timeout_s)
+        if high <= low:
+            return
+        c.assign([TopicPartition(topic, partition, low)])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = c.poll(1.0)
+            if msg is None:
+                position = c.position([tp])[0].offset
+                if position >= high:
+                    return
+                if time.monotonic() > deadline:
+                    raise InfrastructureError(
+                        f"reading {topic}[{partition}] stalled at {position}/{high}"
+                    )
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return
+                raise InfrastructureError(f"reading {topic}[{partition}]: {err}")
+            deadline = time.monotonic() + timeout_s
+            yield msg
+    except KafkaException as exc:
+        raise InfrastructureError(f"reading {topic}[{partition}]: {exc}") from exc
+    finally:
+        c.close()
+
+
+def check_delivery(err: KafkaError | None, msg: Message) -> None:
+    """Delivery callback: a record the broker refused is a fatal error for the caller."""
+    if err is not None:
+        raise InfrastructureError(f"delivery to {msg.topic()} failed: {err}")

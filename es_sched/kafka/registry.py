@@ -1,0 +1,111 @@
+"""Definitions and TaskDefs as a compacted topic, read into memory.
+
+Keys: ``workflow:<name>:<version>`` for a workflow definition and ``taskdef:<name>`` for a
+Conductor TaskDef; values are the documents as JSON (a tombstone deletes). ``defs push`` writes
+them; the CLI and the decider read them with ``DefinitionRegistry``, which tails the topic
+without a consumer group (every reader sees everything).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from es_sched.kafka.clients import consumer
+
+
+def workflow_key(name: str, version: int) -> str:
+    return f"workflow:{name}:{version}"
+
+
+def taskdef_key(name: str) -> str:
+    return f"taskdef:{name}"
+
+
+class DefinitionRegistry:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.workflows: dict[tuple[str, int], dict[str, Any]] = {}
+        self.taskdefs: dict[str, dict[str, Any]] = {}
+        self._consumer = consumer(bootstrap, None, **{"enable.partition.eof": True})
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self._topic = topic
+
+    def catch_up(self, timeout_s: float = 10.0) -> None:
+        """Read until the end of the topic as it is now."""
+        _, high = self._consumer.get_watermark_offsets(
+            TopicPartition(self._topic, 0), timeout=timeout_s
+        )
+        position = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
+        while position < high:
+            msg = self._consumer.poll(timeout_s)
+            if msg is None:
+                break
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            self._apply(_bytes(msg.key()), _bytes(msg.value()))
+            position = (msg.offset() or 0) + 1
+
+    def poll(self) -> None:
+        """Apply whatever arrived since the last call, without waiting."""
+        while True:
+            msg = self._consumer.poll(0)
+            if msg is None:
+                return
+            err = msg.error()
+            if err is None:
+                self._apply(_bytes(msg.key()), _bytes(msg.value()))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                return
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        text = (key or b"").decode()
+        kind, _, rest = text.partition(":")
+        doc = json.loads(value) if value else None
+        if kind == "workflow":
+            name, _, version = rest.rpartition(":")
+            if doc is None:
+                self.workflows.pop((name, int(version)), None)
+            else:
+                self.workflows[(name, int(version))] = doc
+        elif kind == "taskdef":
+            if doc is None:
+                self.taskdefs.pop(rest, None)
+            else:
+                self.taskdefs[rest] = doc
+
+    def workflow(self, name: str, version: int | None = None) -> dict[str, Any] | None:
+        if version is not None:
+            return self.workflows.get((name, version))
+        versions = [v for (n, v) in self.workflows if n == name]
+        return self.workflows[(name, max(versions))] if versions else None
+
+    def taskdefs_for(self, definition: dict[str, Any]) -> list[dict[str, Any]]:
+        names = set(_task_names(definition.get("tasks") or []))
+        return [doc for name, doc in sorted(self.taskdefs.items()) if name in names]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _task_names(tasks: list[Any]) -> list[str]:
+    names = []
+    for t in tasks:
+        if not isinstance(t, dict):
+            continue
+        names.append(str(t.get("name")))
+        for case in (t.get("decisionCases") or {}).values():
+            names += _task_names(case)
+        names += _task_names(t.get("defaultCase") or [])
+        for branch in t.get("forkTasks") or []:
+            names += _task_names(branch)
+        names += _task_names(t.get("loopOver") or [])
+    return names
+
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value

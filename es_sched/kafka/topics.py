@@ -1,0 +1,145 @@
+"""The topics of ../shared/DESIGN.md section 2, named from one prefix, created idempotently.
+
+Per-workflow topics (commands, task results, events, decider changelog, retry tiers, timers)
+share one partition count so a workflow's inputs, events and state live on the same partition
+number. The events topic is never compacted and keeps history forever; changelog, timers,
+definitions, config and worker status are compacted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from es_sched.errors import InfrastructureError
+from es_sched.settings import KafkaSettings
+
+COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str
+    partitions: int
+    retry_tiers: tuple[int, ...] = (5, 30, 300, 3600)
+
+    def _n(self, suffix: str) -> str:
+        return f"{self.prefix}.{suffix}"
+
+    @property
+    def commands(self) -> str:
+        return self._n("commands")
+
+    @property
+    def task_results(self) -> str:
+        return self._n("task-results")
+
+    @property
+    def events(self) -> str:
+        return self._n("events")
+
+    @property
+    def changelog(self) -> str:
+        return self._n("decider-state")
+
+    @property
+    def ready(self) -> str:
+        return self._n("ready")
+
+    @property
+    def assignments(self) -> str:
+        return self._n("assignments")
+
+    @property
+    def worker_status(self) -> str:
+        return self._n("worker-status")
+
+    @property
+    def timers(self) -> str:
+        return self._n("timers")
+
+    @property
+    def dead_letters(self) -> str:
+        return self._n("dead-letters")
+
+    @property
+    def definitions(self) -> str:
+        return self._n("definitions")
+
+    @property
+    def config(self) -> str:
+        return self._n("config")
+
+    def retry(self, tier_seconds: int) -> str:
+        return self._n(f"retry-{tier_seconds}s")
+
+    def retry_tier_for(self, delay_seconds: float) -> int:
+        """The smallest tier that is at least the delay (the last one for longer delays)."""
+        for tier in self.retry_tiers:
+            if delay_seconds <= tier:
+                return tier
+        return self.retry_tiers[-1]
+
+    def all(self) -> list[Topic]:
+        n = self.partitions
+        return [
+            Topic(self.commands, n, {}),
+            Topic(self.task_results, n, {}),
+            Topic(self.events, n, FOREVER),
+            Topic(self.changelog, n, COMPACT),
+            Topic(self.ready, n, {}),
+            Topic(self.assignments, n, {}),
+            Topic(self.worker_status, n, COMPACT),
+            Topic(self.timers, n, COMPACT),
+            Topic(self.dead_letters, n, FOREVER),
+            Topic(self.definitions, 1, COMPACT),
+            Topic(self.config, 1, COMPACT),
+            *(Topic(self.retry(t), n, {}) for t in self.retry_tiers),
+        ]
+
+
+def topics_from(settings: KafkaSettings, retry_tiers: list[int] | None = None) -> Topics:
+    return Topics(
+        settings.topic_prefix, settings.partitions, tuple(retry_tiers or (5, 30, 300, 3600))
+    )
+
+
+def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.0) -> list[str]:
+    """Create every missing topic; existing ones are left as they are. Returns those created."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise InfrastructureError(
+            f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
+        ) from exc
+    wanted = [t for t in topics.all() if t.name not in existing]
+    if not wanted:
+        return []
+    futures = admin.create_topics(
+        [
+            NewTopic(t.name, num_partitions=t.partitions, replication_factor=-1, config=t.config)
+            for t in wanted
+        ],
+        request_timeout=timeout_s,
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another process won
+                raise InfrastructureError(f"cannot create topic {name}: {exc}") from exc
+    return created

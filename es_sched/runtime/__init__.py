@@ -1,0 +1,1 @@
+"""The long-running roles of ``es-sched run``: decider, timers and retry relay."""

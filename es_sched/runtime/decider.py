@@ -1,0 +1,290 @@
+"""The decider role: exactly-once consume-transform-produce over Kafka transactions.
+
+Inputs: ``commands`` and ``task-results`` (group ``<prefix>-decider``, ``read_committed``, the
+range assignor so partition *p* of both topics goes to the same member). Per poll batch, in
+ONE transaction: events, changelog snapshots, ready tasks, timers, retry requests, commands to
+other workflows and dead letters are produced, then the batch's offsets are sent with the
+consumer group metadata (KIP-447 fencing) and the transaction commits. In-memory state changes
+are staged and kept only after the commit succeeds; after an abort the consumer rewinds to the
+committed offsets and the staged changes are dropped, so memory never runs ahead of the log.
+A fatal producer error re-creates the producer; a fenced producer means another process owns
+this ``ES_SCHED_RUN_INSTANCE`` and the role stops.
+
+State: restored per partition from the compacted changelog on assignment (the restore rate is
+logged), dropped on revocation. Duplicate inputs are no-ops (``decide`` remembers input ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from es_sched.domain import commands as c
+from es_sched.domain.decide import decide_with_state
+from es_sched.domain.ids import workflow_id_for_command
+from es_sched.domain.scripts import ScriptEngine
+from es_sched.domain.state import WorkflowState
+from es_sched.errors import EsSchedError, InfrastructureError
+from es_sched.kafka.clients import consumer, producer, read_partition
+from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.registry import DefinitionRegistry
+from es_sched.kafka.topics import ensure_topics, topics_from
+from es_sched.runtime.outbox import Record, outbound, snapshot
+from es_sched.serialization import decode_input
+from es_sched.serialization.snapshots import decode_state
+from es_sched.settings import Settings
+
+log = logging.getLogger("es_sched.decider")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Decider:
+    def __init__(
+        self,
+        settings: Settings,
+        scripts: ScriptEngine,
+        clock: Callable[[], datetime] = _utcnow,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self.settings, self.scripts, self.clock, self.new_id = settings, scripts, clock, new_id
+        self.run_settings = settings.runtime
+        self.topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self.bootstrap = settings.kafka.bootstrap_servers
+        self.group = f"{settings.kafka.topic_prefix}-decider"
+        self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
+        self.states: dict[str, WorkflowState] = {}
+        self.partition_of: dict[str, int] = {}
+        self.batches = 0
+        self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        ensure_topics(self.bootstrap, self.topics)
+        self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
+        self.registry.catch_up()
+        self.producer = self._new_producer()
+        self.consumer: Consumer = consumer(
+            self.bootstrap,
+            self.group,
+            # range: partition p of both input topics goes to one member (one changelog p).
+            # A short session lets the group notice a killed decider in seconds.
+            **{"partition.assignment.strategy": "range", "session.timeout.ms": 10_000,
+               "heartbeat.interval.ms": 2_000},
+        )  # fmt: skip
+        self.consumer.subscribe(
+            [self.topics.commands, self.topics.task_results],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+        )
+        log.info("decider %s started (group %s)", self.txn_id, self.group)
+        try:
+            while not stop.is_set():
+                self.registry.poll()
+                msgs = self.consumer.consume(
+                    self.run_settings.batch_max_records, self.run_settings.batch_max_ms / 1000
+                )
+                if msgs:
+                    self.process(msgs)
+        finally:
+            self.consumer.close()
+            self.registry.close()
+            log.info("decider %s stopped: %s", self.txn_id, self.stats)
+
+    def _new_producer(self) -> Producer:
+        p = producer(
+            self.bootstrap,
+            self.txn_id,
+            **{"transaction.timeout.ms": self.run_settings.transaction_timeout_ms},
+        )
+        p.init_transactions(30)
+        return p
+
+    # -- partitions ------------------------------------------------------------------------
+    def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
+        for number in sorted({tp.partition for tp in partitions}):
+            started, count = time.monotonic(), 0
+            for msg in read_partition(self.bootstrap, self.topics.changelog, number):
+                key, value = (msg.key() or b""), msg.value()
+                wf = key.decode() if isinstance(key, bytes) else key
+                if value is None:
+                    self.states.pop(wf, None)
+                else:
+                    raw = value if isinstance(value, bytes) else value.encode()
+                    self.states[wf] = decode_state(raw)
+                    self.partition_of[wf] = number
+                count += 1
+            took = time.monotonic() - started
+            log.info(
+                "restored partition %d: %d snapshots in %.2fs (%.0f/s)",
+                number, count, took, count / took if took > 0 else 0.0,
+            )  # fmt: skip
+
+    def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        for wf in [wf for wf, p in self.partition_of.items() if p in gone]:
+            self.states.pop(wf, None)
+            self.partition_of.pop(wf, None)
+        log.info("revoked partitions %s", sorted(gone))
+
+    # -- one batch -------------------------------------------------------------------------
+    def process(self, msgs: list[Message]) -> bool:
+        staged: dict[str, WorkflowState] = {}
+        staged_partition: dict[str, int] = {}
+        records: list[Record] = []
+        offsets: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", err)
+                continue
+            offsets[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
+            records += self.handle(msg, staged, staged_partition)
+        records += [snapshot(self.topics, st) for st in staged.values()]
+        if not offsets:
+            return True
+        if not self.commit(records, offsets):
+            return False
+        self.states.update(staged)
+        self.partition_of.update(staged_partition)
+        self.batches += 1
+        return True
+
+    def handle(
+        self, msg: Message, staged: dict[str, WorkflowState], where: dict[str, int]
+    ) -> list[Record]:
+        raw = msg.value()
+        data = raw if isinstance(raw, bytes) else (raw or "").encode()
+        if not data:
+            return [self._dead(msg, "empty record", "SchemaError")]
+        if len(data) > self.run_settings.command_max_bytes:
+            return [self._dead(msg, f"record is {len(data)} bytes, over the cap", "SchemaError")]
+        try:
+            inp = decode_input(data)
+            key = msg.key()
+            key_text = key.decode() if isinstance(key, bytes) else (key or "")
+            if key_text != inp.workflow_id:
+                raise EsSchedError(
+                    f"record key {key_text!r} is not its workflow_id {inp.workflow_id!r}"
+                )
+            inp = self._complete_start(inp)
+            st = staged.get(inp.workflow_id) or self.states.get(inp.workflow_id)
+            events, new = decide_with_state(st, inp, self.clock(), self.new_id, self.scripts)
+        except EsSchedError as exc:
+            return [self._dead(msg, str(exc), type(exc).__name__)]
+        self.stats["inputs"] += 1
+        if not events or new is None:
+            return []
+        self.stats["events"] += len(events)
+        staged[new.workflow_id] = new
+        where[new.workflow_id] = msg.partition() or 0
+        return outbound(self.topics, new, events, self.resolve)
+
+    def _complete_start(self, inp: c.Input) -> c.Input:
+        if not isinstance(inp, c.StartWorkflow):
+            return inp
+        if (
+            inp.workflow_id != workflow_id_for_command(inp.input_id)
+            and inp.input_id != f"start-child:{inp.workflow_id}"
+        ):
+            raise EsSchedError(
+                "a StartWorkflow's workflow_id must be uuid5 of its command_id "
+                "(es_sched.domain.ids.workflow_id_for_command): one command, one workflow"
+            )
+        if inp.definition is not None:
+            return inp
+        found = self.resolve(inp.name, inp.version)
+        if found is None:
+            raise EsSchedError(f"unknown definition {inp.name!r} version {inp.version}")
+        return dataclasses.replace(inp, definition=found[0], taskdefs=found[1])
+
+    def resolve(
+        self, name: str, version: int | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        definition = self.registry.workflow(name, version)
+        if definition is None:
+            return None
+        return definition, self.registry.taskdefs_for(definition)
+
+    def _dead(self, msg: Message, reason: str, error_class: str) -> Record:
+        self.stats["dead_letters"] += 1
+        key = msg.key()
+        key_text = key.decode(errors="replace") if isinstance(key, bytes) else (key or "")
+        raw = msg.value()
+        log.warning(
+            "dead letter from %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), reason
+        )
+        return Record(
+            self.topics.dead_letters, key_text,
+            raw if isinstance(raw, bytes) or raw is None else raw.encode(),
+            headers_for(msg, reason, error_class, "decider"),
+        )  # fmt: skip
+
+    # -- the transaction -------------------------------------------------------------------
+    def commit(self, records: list[Record], offsets: dict[tuple[str, int], int]) -> bool:
+        try:
+            self.producer.begin_transaction()
+            for r in records:
+                self._produce(r)
+            self._test_pause()
+            positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+            self.producer.send_offsets_to_transaction(
+                positions, self.consumer.consumer_group_metadata(), 30
+            )
+            self.producer.commit_transaction(60)
+            return True
+        except KafkaException as exc:
+            return self._recover(exc.args[0])
+
+    def _produce(self, r: Record) -> None:
+        while True:
+            try:
+                self.producer.produce(r.topic, key=r.key.encode(), value=r.value, headers=r.headers)
+                return
+            except BufferError:
+                self.producer.poll(0.05)  # the local queue is full: let deliveries drain
+
+    def _test_pause(self) -> None:
+        hook = self.run_settings
+        if hook.test_pause_after_batches and self.batches + 1 == hook.test_pause_after_batches:
+            self.producer.flush(30)
+            log.warning(
+                "test hook: transaction open with records flushed; sleeping %.1fs",
+                hook.test_pause_in_txn_s,
+            )
+            time.sleep(hook.test_pause_in_txn_s)
+
+    def _recover(self, err: KafkaError) -> bool:
+        self.stats["aborts"] += 1
+        if err.code() == KafkaError._FENCED or err.code() == KafkaError.PRODUCER_FENCED:
+            raise InfrastructureError(f"decider {self.txn_id} was fenced by another process: {err}")
+        if err.txn_requires_abort():
+            log.warning("transaction aborted: %s", err)
+            try:
+                self.producer.abort_transaction(30)
+            except KafkaException as exc:
+                log.warning("abort failed (%s): re-creating the producer", exc)
+                self.producer = self._new_producer()
+        else:
+            log.error("fatal producer error: %s; re-creating the producer", err)
+            self.producer = self._new_producer()
+        self._rewind()
+        return False
+
+    def _rewind(self) -> None:
+        """Back to the committed offsets: the aborted batch will be read and decided again."""
+        assigned = self.consumer.assignment()
+        for tp in self.consumer.committed(assigned, timeout=30):
+            offset = tp.offset if tp.offset >= 0 else 0
+            self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))

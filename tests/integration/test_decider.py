@@ -1,0 +1,188 @@
+"""The decider on a real broker: exactly-once under crashes and rebalances, dead letters,
+idempotent starts. The test itself plays the workers (runtime_harness.Worker)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, TopicPartition
+
+from es_sched.domain import commands as c
+from es_sched.domain.events import Event
+from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.dead_letters import header_map
+from tests.integration.runtime_harness import (
+    BOOTSTRAP,
+    Env,
+    Worker,
+    count_records,
+    final_status,
+    load_json,
+    read_events,
+    roles,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+MEDIA = "examples/media_pipeline.json"
+TASKDEFS = "examples/media_taskdefs.json"
+
+
+def media_env(**extra: str) -> Env:
+    env = Env(extra=extra)
+    env.create()
+    env.push(load_json(MEDIA), load_json(TASKDEFS))
+    return env
+
+
+def media_inputs(n: int) -> list[dict[str, Any]]:
+    return [
+        {"source_uri": f"file:///in/{i}.mp4", "asset_id": f"a{i}", "callback_url": "http://cb"}
+        for i in range(n)
+    ]
+
+
+def assert_clean_history(by_wf: dict[str, list[Event]]) -> None:
+    """Per workflow: seq 1..n without gaps, no duplicate event id, one start."""
+    for wf, events in by_wf.items():
+        assert [e.seq for e in events] == list(range(1, len(events) + 1)), wf
+        assert len({e.event_id for e in events}) == len(events), wf
+        assert sum(e.type == "workflow.started" for e in events) == 1, wf
+
+
+def done(env: Env, n: int) -> bool:
+    return sum(final_status(v) == "COMPLETED" for v in read_events(env).values()) >= n
+
+
+def test_a_thousand_media_workflows_complete_with_clean_histories() -> None:
+    env = media_env()
+    with roles(env, "decider"), Worker(env):
+        env.send(env.start_commands("media_pipeline", media_inputs(1000)))
+        wait_until(lambda: done(env, 1000), 240, "1000 workflows completed")
+    by_wf = read_events(env)
+    assert len(by_wf) == 1000
+    assert all(final_status(v) == "COMPLETED" for v in by_wf.values())
+    assert_clean_history(by_wf)
+    first = next(iter(by_wf.values()))
+    tasks = {getattr(e.payload, "ref", "") for e in first if e.type == "task.scheduled"}
+    assert {
+        "transcode_1080p",
+        "transcode_720p",
+        "transcode_480p",
+        "write_asset",
+        "notify_done",
+    } <= tasks
+
+
+def _summary(events: list[Event]) -> list[tuple[str, str]]:
+    return [
+        (e.type, getattr(e.payload, "ref", ""))
+        for e in events
+        if e.type in ("task.scheduled", "workflow.completed")
+    ]
+
+
+def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
+    reference = media_env()
+    with roles(reference, "decider"), Worker(reference):
+        reference.send(reference.start_commands("media_pipeline", media_inputs(150)))
+        wait_until(lambda: done(reference, 150), 120, "reference run")
+    expected = sorted(_summary(v) for v in read_events(reference).values())
+
+    env = media_env()
+    hook = {"ES_SCHED_RUN_TEST_PAUSE_AFTER_BATCHES": "4", "ES_SCHED_RUN_TEST_PAUSE_IN_TXN_S": "120"}
+    with Worker(env):
+        with roles(env, "decider", **hook) as (victim,):
+            env.send(env.start_commands("media_pipeline", media_inputs(150)))
+            victim.wait_log("test hook: transaction open", 60)
+            uncommitted = count_records(env, env.topics.events, "read_uncommitted")
+            committed = count_records(env, env.topics.events, "read_committed")
+            assert uncommitted > committed, "the kill must cut an open transaction"
+            victim.kill()
+        with roles(env, "decider"):
+            wait_until(lambda: done(env, 150), 180, "recovery after kill -9")
+    by_wf = read_events(env)
+    assert len(by_wf) == 150
+    assert_clean_history(by_wf)
+    assert sorted(_summary(v) for v in by_wf.values()) == expected
+
+
+def test_a_rebalance_under_load_loses_and_doubles_nothing() -> None:
+    env = media_env()
+    with Worker(env), roles(env, "decider", ES_SCHED_RUN_INSTANCE="a"):
+        with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b") as (second,):
+            env.send(env.start_commands("media_pipeline", media_inputs(300)))
+            second.wait_log("restored partition", 60)
+        # second stopped (SIGTERM): its partitions move to the first; then it comes back
+        with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b"):
+            wait_until(lambda: done(env, 300), 240, "300 workflows across rebalances")
+    by_wf = read_events(env)
+    assert len(by_wf) == 300
+    assert all(final_status(v) == "COMPLETED" for v in by_wf.values())
+    assert_clean_history(by_wf)
+
+
+def test_poison_records_go_to_dead_letters_with_their_origin() -> None:
+    env = media_env()
+    good = env.start_commands("media_pipeline", media_inputs(5))
+    poison: list[tuple[bytes, str]] = [
+        (b"\xff\x00 not json", "not UTF-8 JSON"),
+        (
+            b'{"type": "workflow.explode", "schema_version": 1, "input_id": "x", '
+            b'"workflow_id": "w"}',
+            "unknown",
+        ),
+        (b'{"type": "workflow.cancel", "schema_version": 1, "workflow_id": "w"}', "input_id"),
+        (
+            b'{"type": "workflow.cancel", "schema_version": 9, "input_id": "x", '
+            b'"workflow_id": "w"}',
+            "schema_version",
+        ),
+    ]
+    p = producer(BOOTSTRAP)
+    for raw, _ in poison:
+        p.produce(env.topics.commands, key=b"w", value=raw)
+    p.flush(30)
+    with roles(env, "decider"), Worker(env):
+        env.send(good)
+        wait_until(lambda: done(env, 5), 60, "healthy workflows despite poison")
+    cons = consumer(BOOTSTRAP, None)
+    cons.assign([TopicPartition(env.topics.dead_letters, n, 0) for n in range(env.partitions)])
+    letters: list[Message] = []
+    while len(letters) < len(poison):
+        batch = cons.consume(100, 5)
+        assert batch, f"only {len(letters)} dead letters arrived"
+        letters += [m for m in batch if m.error() is None]
+    cons.close()
+    by_value = {m.value(): header_map(m) for m in letters}
+    for raw, reason_part in poison:
+        headers = by_value[raw]
+        assert headers["origin.topic"] == env.topics.commands
+        assert headers["origin.offset"].isdigit() and headers["origin.partition"].isdigit()
+        assert reason_part in headers["error.reason"], headers
+
+
+def test_the_same_command_id_five_times_concurrently_starts_one_workflow() -> None:
+    env = media_env()
+    start = env.start_commands("media_pipeline", media_inputs(1))[0]
+    with roles(env, "decider"), Worker(env):
+        senders = [threading.Thread(target=env.send, args=([start],)) for _ in range(5)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+        wait_until(lambda: done(env, 1), 60, "the one workflow")
+        env.send([start])  # and once more after it finished
+        env.send([c.PauseWorkflow("late-pause", start.workflow_id)])
+        wait_until(
+            lambda: any(
+                e.type == "command.rejected" for e in read_events(env).get(start.workflow_id, [])
+            ),
+            30,
+            "rejection",
+        )
+    by_wf = read_events(env)
+    assert list(by_wf) == [start.workflow_id]
+    assert_clean_history(by_wf)
