@@ -68,6 +68,7 @@ def run(role: tuple[str, ...], log_level: str) -> None:
 
     def guarded(name: str, r: Role) -> None:
         try:
+            logging.getLogger("es_sched").info("role %s started", name)
             r.run(stop)
         except BaseException as exc:
             logging.getLogger("es_sched").exception("role %s failed", name)
