@@ -148,9 +148,9 @@ def _start(inp: c.StartWorkflow) -> WorkflowStarted:
     problems = validate_workflow_cached(inp.definition, inp.taskdefs)
     if problems:
         raise DefinitionError(problems)
-    return WorkflowStarted(
-        definition=dict(inp.definition),
-        taskdefs=list(inp.taskdefs),
+    return WorkflowStarted(  # documents are shared, never mutated: parse caches hit by identity
+        definition=inp.definition,
+        taskdefs=inp.taskdefs,
         input=dict(inp.input),
         priority=inp.priority,
         tenant=inp.tenant,

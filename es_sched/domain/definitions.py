@@ -294,6 +294,7 @@ def parse_workflow(doc: Any) -> tuple[WorkflowDef | None, list[str]]:
 
 _CACHE: OrderedDict[str, tuple[WorkflowDef | None, list[str]]] = OrderedDict()
 _CACHE_SIZE = 512
+_BY_IDENTITY: dict[int, tuple[Mapping[str, Any], WorkflowDef | None, list[str]]] = {}
 
 
 def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, list[str]]:
@@ -302,16 +303,28 @@ def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, l
     Every workflow of a definition folds the same document; parsing is deterministic and a
     ``WorkflowDef`` is immutable, so sharing one is indistinguishable from parsing again.
     """
+    same = _BY_IDENTITY.get(id(doc))
+    if same is not None and same[0] is doc:  # the very same document object: no hashing at all
+        return same[1], list(same[2])
     key = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
+        _remember(doc, hit)
         return hit[0], list(hit[1])
     parsed = parse_workflow(doc)
     _CACHE[key] = parsed
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
+    _remember(doc, parsed)
     return parsed[0], list(parsed[1])
+
+
+def _remember(doc: Mapping[str, Any], parsed: tuple[WorkflowDef | None, list[str]]) -> None:
+    # Holding ``doc`` keeps its id from being reused by another object while cached.
+    _BY_IDENTITY[id(doc)] = (doc, parsed[0], parsed[1])
+    if len(_BY_IDENTITY) > _CACHE_SIZE:
+        _BY_IDENTITY.pop(next(iter(_BY_IDENTITY)))
 
 
 def parse_task_def(doc: Any) -> tuple[TaskDef | None, list[str]]:

@@ -40,16 +40,23 @@ TASK_FIELDS = frozenset(
 
 
 _VALIDATED: OrderedDict[str, list[str]] = OrderedDict()
+_VALIDATED_BY_IDENTITY: dict[tuple[int, int], tuple[Any, Any, list[str]]] = {}
 
 
 def validate_workflow_cached(doc: Any, taskdef_docs: Sequence[Any] = ()) -> list[str]:
     """``validate_workflow`` memoised on the documents' canonical JSON (every StartWorkflow of a
     definition carries the same documents; the checks are deterministic)."""
+    same = _VALIDATED_BY_IDENTITY.get((id(doc), id(taskdef_docs)))
+    if same is not None and same[0] is doc and same[1] is taskdef_docs:
+        return list(same[2])
     key = json.dumps([doc, list(taskdef_docs)], sort_keys=True, separators=(",", ":"), default=str)
     if key not in _VALIDATED:
         _VALIDATED[key] = validate_workflow(doc, taskdef_docs)
         if len(_VALIDATED) > 512:
             _VALIDATED.popitem(last=False)
+    _VALIDATED_BY_IDENTITY[(id(doc), id(taskdef_docs))] = (doc, taskdef_docs, _VALIDATED[key])
+    if len(_VALIDATED_BY_IDENTITY) > 512:
+        _VALIDATED_BY_IDENTITY.pop(next(iter(_VALIDATED_BY_IDENTITY)))
     return list(_VALIDATED[key])
 
 

@@ -28,6 +28,7 @@ class DefinitionRegistry:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.workflows: dict[tuple[str, int], dict[str, Any]] = {}
         self.taskdefs: dict[str, dict[str, Any]] = {}
+        self._taskdefs_cache: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._consumer = consumer(bootstrap, None, **{"enable.partition.eof": True})
         self._consumer.assign([TopicPartition(topic, 0, 0)])
         self._topic = topic
@@ -63,6 +64,7 @@ class DefinitionRegistry:
                 return
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        self._taskdefs_cache.clear()
         text = (key or b"").decode()
         kind, _, rest = text.partition(":")
         doc = json.loads(value) if value else None
@@ -85,8 +87,15 @@ class DefinitionRegistry:
         return self.workflows[(name, max(versions))] if versions else None
 
     def taskdefs_for(self, definition: dict[str, Any]) -> list[dict[str, Any]]:
+        """The TaskDefs a definition uses; the same list object until either changes, so the
+        core's caches recognise it by identity."""
+        cached = self._taskdefs_cache.get(id(definition))
+        if cached is not None and cached[0] is definition:
+            return cached[1]
         names = set(_task_names(definition.get("tasks") or []))
-        return [doc for name, doc in sorted(self.taskdefs.items()) if name in names]
+        found = [doc for name, doc in sorted(self.taskdefs.items()) if name in names]
+        self._taskdefs_cache[id(definition)] = (definition, found)
+        return found
 
     def close(self) -> None:
         self._consumer.close()

@@ -66,7 +66,7 @@ class Decider:
         self.states: dict[str, WorkflowState] = {}
         self.partition_of: dict[str, int] = {}
         self.batches = 0
-        self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0}
+        self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0}
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -159,6 +159,7 @@ class Decider:
         self.states.update(staged)
         self.partition_of.update(staged_partition)
         self.batches += 1
+        self.stats["batches"] = self.batches
         return True
 
     def handle(

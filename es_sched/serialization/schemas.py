@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
@@ -26,6 +27,7 @@ class SchemaCatalog:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or schema_dir()
         self._validators: dict[Path, Draft202012Validator] = {}
+        self._fast: dict[Path, Any] = {}
 
     def path(self, kind: str, type_: str, version: int) -> Path:
         return self.root / kind / f"{type_}.v{version}.json"
@@ -48,7 +50,26 @@ class SchemaCatalog:
         path = self.path(kind, type_, version)
         if not path.exists():
             raise SchemaError(f"{type_}: no schema for schema_version {version} ({path.name})")
-        self.check(path, doc, type_)
+        try:
+            self.fast(path)(doc)
+        except fastjsonschema.JsonSchemaException:
+            self.check(path, doc, type_)  # invalid: jsonschema explains it with its best error
+            raise SchemaError(f"{type_}: does not match {path.name}") from None
+
+    def fast(self, path: Path) -> Any:
+        """A compiled validator (fastjsonschema, ~100x faster than interpreting the schema).
+
+        Used for event and command schemas only, the hot path of every consumer. It compiles
+        the document under draft-07 rules; the keywords those schemas use (type, const, enum,
+        properties, required, additionalProperties, items, bounds, pattern; no ``$ref``) mean
+        the same in both drafts (a catalogue test keeps it so). Definition schemas, which use
+        ``$ref`` beside other keywords (ignored by draft-07), stay on jsonschema.
+        """
+        if path not in self._fast:
+            schema = json.loads(path.read_text())
+            schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+            self._fast[path] = fastjsonschema.compile(schema)
+        return self._fast[path]
 
     def check(self, path: Path, doc: Any, what: str) -> None:
         error = best_match(self.validator(path).iter_errors(doc))

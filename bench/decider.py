@@ -1,0 +1,224 @@
+"""Benchmark the decider on the local broker: input throughput on one core, and latency.
+
+Phase 1 (throughput): N StartWorkflow commands of a one-task workflow are produced before the
+decider starts; the decider (a subprocess pinned to one core with taskset) then works through
+them. Throughput = inputs / (last - first committed event's broker timestamp).
+Phase 2 (latency): with the decider running, task completions are produced at a steady rate;
+latency = time the resulting workflow.completed event is visible to a read_committed
+consumer minus the produce time. p50/p99 over all of them.
+
+Needs `es-sched stack up`. Prints figures, writes bench/results/decider.json.
+Rerun: `.venv/bin/python bench/decider.py [--inputs 20000 --rate 2000]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from es_sched.domain import commands as c
+from es_sched.domain.ids import workflow_id_for_command
+from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.registry import taskdef_key, workflow_key
+from es_sched.kafka.topics import Topics, ensure_topics
+from es_sched.serialization import encode_input
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOT = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+ONE_TASK = {
+    "name": "bench_one",
+    "version": 1,
+    "tasks": [{"name": "unit", "taskReferenceName": "unit"}],
+}
+BATCH_RECORDS, BATCH_MS = 500, 50
+
+
+def start_decider(prefix: str, partitions: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "ES_SCHED_KAFKA_TOPIC_PREFIX": prefix,
+        "ES_SCHED_KAFKA_PARTITIONS": str(partitions),
+        "ES_SCHED_RUN_BATCH_MAX_RECORDS": str(BATCH_RECORDS),
+        "ES_SCHED_RUN_BATCH_MAX_MS": str(BATCH_MS),
+    }
+    cmd = [sys.executable, "-m", "es_sched", "run", "--role", "decider"]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "1", *cmd]
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def tail_events(
+    topics: Topics, partitions: int, want: int, kind: str, progress: Progress, label: str
+) -> dict[str, float]:
+    """wf id -> local arrival time of its first event of type ``kind``; also broker timestamps."""
+    cons = consumer(BOOT, None)
+    cons.assign([TopicPartition(topics.events, p, 0) for p in range(partitions)])
+    seen: dict[str, float] = {}
+    stamps: list[int] = []
+    task = progress.add_task(label, total=want)
+    deadline = time.monotonic() + 600
+    while len(seen) < want and time.monotonic() < deadline:
+        for msg in cons.consume(1000, 0.2):
+            if msg.error() is not None:
+                if msg.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+                    raise SystemExit(str(msg.error()))
+                continue
+            doc = json.loads(msg.value() or b"{}")
+            if doc["type"] == kind and doc["workflow_id"] not in seen:
+                seen[doc["workflow_id"]] = time.time()
+                stamps.append(msg.timestamp()[1])
+                progress.advance(task)
+    cons.close()
+    seen["__first_ms"], seen["__last_ms"] = float(min(stamps)), float(max(stamps))
+    return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inputs", type=int, default=20_000)
+    parser.add_argument("--rate", type=int, default=2_000, help="completions per second in phase 2")
+    parser.add_argument("--partitions", type=int, default=12)
+    opts = parser.parse_args()
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    topics = Topics(prefix, opts.partitions)
+    ensure_topics(BOOT, topics)
+    p = producer(BOOT)
+    p.produce(
+        topics.definitions, key=workflow_key("bench_one", 1), value=json.dumps(ONE_TASK).encode()
+    )
+    p.produce(
+        topics.definitions,
+        key=taskdef_key("unit"),
+        value=json.dumps({"name": "unit", "retryCount": 0}).encode(),
+    )
+    starts = []
+    for i in range(opts.inputs):
+        cid = f"{prefix}-{i}"
+        starts.append(
+            c.StartWorkflow(cid, workflow_id_for_command(cid), name="bench_one", input={"i": i})
+        )
+        p.produce(
+            topics.commands, key=starts[-1].workflow_id.encode(), value=encode_input(starts[-1])
+        )
+        p.poll(0)
+    p.flush(120)
+    console = Console()
+    log = ROOT / "bench" / "results" / "decider-run.log"
+    decider = start_decider(prefix, opts.partitions, log)
+    try:
+        with Progress(console=console) as progress:
+            started = tail_events(
+                topics,
+                opts.partitions,
+                opts.inputs,
+                "workflow.started",
+                progress,
+                "phase 1: starts",
+            )
+            span_s = (started["__last_ms"] - started["__first_ms"]) / 1000
+            throughput = opts.inputs / span_s if span_s > 0 else float("inf")
+            # phase 2: complete every task at a steady rate, measure produce -> committed event
+            tasks = read_ready(topics, opts.partitions, opts.inputs)
+            sent: dict[str, float] = {}
+            interval = 1.0 / opts.rate
+            t0 = time.time()
+            for n, (wf, task_id) in enumerate(tasks.items()):
+                while time.time() < t0 + n * interval:
+                    time.sleep(interval / 4)
+                report = c.ReportCompleted(
+                    f"done-{task_id}", wf, task_id=task_id, attempt=1, worker_id="bench"
+                )
+                p.produce(topics.task_results, key=wf.encode(), value=encode_input(report))
+                sent[wf] = time.time()
+                p.poll(0)
+            p.flush(60)
+            done = tail_events(
+                topics,
+                opts.partitions,
+                len(tasks),
+                "workflow.completed",
+                progress,
+                "phase 2: completions",
+            )
+    finally:
+        decider.terminate()
+        decider.wait(60)
+    latencies = sorted((done[wf] - sent[wf]) * 1000 for wf in sent if wf in done)
+    stats = (
+        log.read_text().rsplit("stopped: ", 1)[-1].splitlines()[0]
+        if "stopped: " in log.read_text()
+        else "{}"
+    )
+    batches = json.loads(stats.replace("'", '"')).get("batches", 0) if stats.startswith("{") else 0
+    result: dict[str, Any] = {
+        "benchmark": "decider",
+        "machine": {
+            "decider_cores": 1,
+            "broker": "local single node",
+            "python": platform.python_version(),
+        },
+        "settings": {
+            "batch_max_records": BATCH_RECORDS,
+            "batch_max_ms": BATCH_MS,
+            "partitions": opts.partitions,
+        },
+        "phase1_start_inputs": opts.inputs,
+        "inputs_per_second": round(throughput),
+        "phase2_completions": len(latencies),
+        "phase2_rate_per_second": opts.rate,
+        "latency_ms": {
+            "p50": round(statistics.median(latencies), 1),
+            "p99": round(latencies[int(0.99 * (len(latencies) - 1))], 1),
+            "max": round(latencies[-1], 1),
+        },
+        "transactions": batches,
+        "mean_inputs_per_transaction": round((opts.inputs + len(latencies)) / batches, 1)
+        if batches
+        else None,
+        "target_inputs_per_second": 10_000,
+    }
+    table = Table(title="es-sched decider (one core, local broker)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("inputs/s (StartWorkflow, backlog)", f"{result['inputs_per_second']:,}")
+    table.add_row(
+        "latency p50 ms (completion -> committed event)", str(result["latency_ms"]["p50"])
+    )
+    table.add_row("latency p99 ms", str(result["latency_ms"]["p99"]))
+    table.add_row("transactions", str(batches))
+    table.add_row("batch bound (records / ms)", f"{BATCH_RECORDS} / {BATCH_MS}")
+    console.print(table)
+    (ROOT / "bench" / "results" / "decider.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def read_ready(topics: Topics, partitions: int, want: int) -> dict[str, str]:
+    cons = consumer(BOOT, None)
+    cons.assign([TopicPartition(topics.ready, p, 0) for p in range(partitions)])
+    out: dict[str, str] = {}
+    deadline = time.monotonic() + 300
+    while len(out) < want and time.monotonic() < deadline:
+        for msg in cons.consume(1000, 0.2):
+            if msg.error() is None:
+                doc = json.loads(msg.value() or b"{}")
+                out[doc["workflow_id"]] = doc["task_id"]
+    cons.close()
+    return out
+
+
+if __name__ == "__main__":
+    main()
