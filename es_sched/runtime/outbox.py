@@ -9,10 +9,11 @@ changelog snapshot is added once per workflow per batch by the caller.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from es_sched.domain import commands as c
 from es_sched.domain.events import (
@@ -44,7 +45,7 @@ class Record:
 
 
 def _json(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 
 def ready_record(topics: Topics, st: WorkflowState, p: TaskScheduled) -> Record:

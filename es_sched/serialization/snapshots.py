@@ -8,9 +8,10 @@ guards the format; restoring an unknown version fails loudly instead of guessing
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import datetime
 from typing import Any
+
+import orjson
 
 from es_sched.domain.definitions import (
     DefinitionError,
@@ -107,11 +108,11 @@ def state_from_dict(doc: dict[str, Any]) -> WorkflowState:
 
 
 def encode_state(st: WorkflowState) -> bytes:
-    return json.dumps(state_to_dict(st), separators=(",", ":"), sort_keys=True).encode()
+    return orjson.dumps(state_to_dict(st), option=orjson.OPT_SORT_KEYS)
 
 
 def decode_state(raw: bytes) -> WorkflowState:
     try:
-        return state_from_dict(json.loads(raw))
+        return state_from_dict(orjson.loads(raw))
     except (ValueError, KeyError, TypeError) as exc:
         raise SchemaError(f"unreadable decider snapshot: {exc}") from None
