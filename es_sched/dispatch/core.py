@@ -1,0 +1,155 @@
+"""The dispatcher's decisions, tying queues, limits, placement and leases together.
+
+``DispatchCore.dispatch(now, tokens)`` returns the next assignments: for every task type with a
+backlog it takes the best ready task (priority, aging, oldest workflow first), checks the type's
+concurrency and the type and tenant rate limits, places it on a fitting worker, reserves the
+resources and grants a lease. A task of priority <= 1 that fits nowhere may preempt a
+long-running task of priority >= 5 on a worker where it would then fit: the victim is handed
+back to the head of its queue (its attempt not counted as a failure) and the urgent task takes
+its place. Everything is in memory and deterministic for a given input order and ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from es_sched.dispatch.leases import Lease, LeaseTable
+from es_sched.dispatch.limits import Limits
+from es_sched.dispatch.placement import Fleet, Need, Placement, Policy
+from es_sched.dispatch.queues import ReadyQueues, ReadyTask
+
+
+@dataclass(frozen=True)
+class Assignment:
+    task: ReadyTask
+    placement: Placement
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim: Lease  # cancel this task on its worker; it is already back at the head of its queue
+
+
+@dataclass
+class _InFlight:
+    task: ReadyTask
+    need: Need
+    placement: Placement
+
+
+@dataclass
+class DispatchCore:
+    queues: ReadyQueues = field(default_factory=ReadyQueues)
+    limits: Limits = field(default_factory=Limits)
+    fleet: Fleet = field(default_factory=Fleet)
+    leases: LeaseTable = field(default_factory=LeaseTable)
+    pools: dict[str, str] = field(default_factory=dict)  # task type -> pool (default "default")
+    policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
+    preempt_after_s: float = 60.0
+    in_flight: dict[str, _InFlight] = field(default_factory=dict)
+
+    def enqueue(self, task: ReadyTask, front: bool = False) -> None:
+        self.queues.push(task, front)
+
+    def dispatch(
+        self, now: datetime, token: Callable[[], str], limit: int = 1000
+    ) -> list[Assignment | Preemption]:
+        out: list[Assignment | Preemption] = []
+        blocked: set[str] = set()
+        while len(out) < limit:
+            progressed = False
+            for task_type in self.queues.types():
+                if task_type in blocked:
+                    continue
+                decision = self._one(task_type, now, token)
+                if decision is None:
+                    blocked.add(task_type)
+                    continue
+                out += decision
+                progressed = True
+            if not progressed:
+                return out
+        return out
+
+    def _one(
+        self, task_type: str, now: datetime, token: Callable[[], str]
+    ) -> list[Assignment | Preemption] | None:
+        queue = self.queues.by_type[task_type]
+        task = queue.peek(now)
+        if task is None:
+            return None
+        need = Need.of(task.resources)
+        pool = self.pools.get(task_type, "default")
+        policy = self.policies.get(pool, "binpack")
+        placement = self.fleet.place(pool, task_type, need, now, policy)
+        victim = None
+        if placement is None:
+            if task.priority > 1:
+                return None
+            victim = self._find_victim(pool, task_type, need, now)
+            if victim is None:
+                return None
+        if self.limits.admit(task_type, task.tenant, now) is not None:
+            return None
+        popped = queue.pop(now)
+        assert popped is task  # nothing changed the queue since the peek
+        decisions: list[Assignment | Preemption] = []
+        if victim is not None:
+            flight = self.finished(victim.task_id)
+            if flight is not None:
+                self.enqueue(flight.task, front=True)  # back at the head, attempt not counted
+            decisions.append(Preemption(victim))
+            placement = self.fleet.place(pool, task_type, need, now, policy)
+            if placement is None:  # cannot happen: the victim's room was checked
+                self.limits.finished(task_type)
+                self.enqueue(task, front=True)
+                return decisions
+        assert placement is not None
+        self.fleet.reserve(placement, need)
+        lease = self.leases.grant(
+            task.task_id, task.attempt, placement.worker_id, token(), now, task.priority
+        )
+        self.in_flight[task.task_id] = _InFlight(task, need, placement)
+        return [*decisions, Assignment(task, placement, lease)]
+
+    def _find_victim(self, pool: str, task_type: str, need: Need, now: datetime) -> Lease | None:
+        """A long-running low-priority lease whose release makes room; nothing is changed."""
+        for lease in self.leases.preemptible(now, min_running_s=self.preempt_after_s):
+            flight = self.in_flight.get(lease.task_id)
+            worker = self.fleet.workers.get(lease.worker_id)
+            if flight is None or worker is None or worker.pool != pool:
+                continue
+            if not self.fleet.eligible(worker, task_type, now):
+                continue
+            self.fleet.release(flight.placement, flight.need)
+            fits = worker.fits(need) is not None
+            self.fleet.reserve(flight.placement, flight.need)
+            if fits:
+                return lease
+        return None
+
+    def finished(self, task_id: str) -> _InFlight | None:
+        """The task ended (or was handed back): free its resources, lease and concurrency slot."""
+        flight = self.in_flight.pop(task_id, None)
+        self.leases.release(task_id)
+        if flight is not None:
+            self.fleet.release(flight.placement, flight.need)
+            self.limits.finished(flight.task.task_type)
+        return flight
+
+    def expire(self, now: datetime) -> list[Lease]:
+        """Expired leases and those of dead workers: their tasks go back to the queue head."""
+        gone = self.leases.expired(now)
+        for worker in list(self.fleet.workers.values()):
+            if self.fleet.status(worker, now) == "dead":
+                gone += self.leases.reclaim_worker(worker.worker_id)
+        for lease in gone:
+            flight = self.in_flight.pop(lease.task_id, None)
+            if flight is not None:
+                self.fleet.release(flight.placement, flight.need)
+                self.limits.finished(flight.task.task_type)
+                self.enqueue(flight.task, front=True)
+        return gone

@@ -1,0 +1,208 @@
+"""Resource-aware placement over a fleet of workers, never overcommitting one.
+
+A worker offers cpu, memory, custom units and GPU devices (each with its free memory); the
+dispatcher reserves what each in-flight task declared and releases it when the task ends, so
+free = capacity - reservations (for a GPU: the free memory the worker reports minus our
+reservations, since other processes share the device). ``place`` picks, within a pool, a live,
+unbanned, non-blacklisted worker that serves the task type and fits every dimension: ``binpack`` the
+tightest fit (fewest free cpus that suffice), ``spread`` the loosest. Candidates come from a
+per-pool index sorted by free cpu, so a decision is a bisection plus a short walk.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+Policy = Literal["spread", "binpack"]
+
+
+@dataclass(frozen=True)
+class Need:
+    cpu: float = 0.0
+    memory_mb: int = 0
+    gpu_memory_mb: int = 0
+    custom: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def of(cls, resources: dict[str, object]) -> Need:
+        custom = resources.get("custom") or {}
+        assert isinstance(custom, dict)
+        return cls(
+            float(resources.get("cpu") or 0),  # type: ignore[arg-type]
+            int(resources.get("memory_mb") or 0),  # type: ignore[call-overload]
+            int(resources.get("gpu_memory_mb") or 0),  # type: ignore[call-overload]
+            tuple(sorted((str(k), float(v)) for k, v in custom.items())),
+        )
+
+
+@dataclass
+class Gpu:
+    index: int
+    total_mb: int
+    reported_free_mb: int
+    reserved_mb: int = 0
+
+    @property
+    def free_mb(self) -> int:
+        # Conservative: what the device reported free, minus what we reserved since. A task
+        # already running may be counted twice (under-commit), never forgotten (overcommit).
+        return min(self.reported_free_mb, self.total_mb) - self.reserved_mb
+
+
+@dataclass
+class WorkerView:
+    worker_id: str
+    pool: str
+    version: str
+    types: frozenset[str]
+    cpu: float
+    memory_mb: int
+    gpus: list[Gpu] = field(default_factory=list)
+    custom: dict[str, float] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    reserved_cpu: float = 0.0
+    reserved_memory_mb: int = 0
+    reserved_custom: dict[str, float] = field(default_factory=dict)
+    last_seen: datetime | None = None
+    blacklisted_until: datetime | None = None
+    outcomes: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failed
+
+    @property
+    def free_cpu(self) -> float:
+        return self.cpu - self.reserved_cpu
+
+    def fits(self, need: Need) -> int | None:
+        """-1 when it fits without a GPU, the GPU index when it needs one, None when not."""
+        if (
+            need.cpu > self.free_cpu + 1e-9
+            or need.memory_mb > self.memory_mb - self.reserved_memory_mb
+        ):
+            return None
+        for key, amount in need.custom:
+            if amount > self.custom.get(key, 0.0) - self.reserved_custom.get(key, 0.0) + 1e-9:
+                return None
+        if need.gpu_memory_mb <= 0:
+            return -1
+        fitting = [g for g in self.gpus if g.free_mb >= need.gpu_memory_mb]
+        return min(fitting, key=lambda g: g.free_mb).index if fitting else None
+
+
+@dataclass(frozen=True)
+class Placement:
+    worker_id: str
+    gpu: int | None  # device index to pin (CUDA_VISIBLE_DEVICES), None without a GPU
+
+
+class Fleet:
+    def __init__(self, suspect_after_s: float = 15.0, dead_after_s: float = 60.0) -> None:
+        self.workers: dict[str, WorkerView] = {}
+        self.index: dict[str, list[tuple[float, str]]] = {}  # pool -> sorted (free cpu, id)
+        self.banned_versions: set[str] = set()
+        self.suspect_after = timedelta(seconds=suspect_after_s)
+        self.dead_after = timedelta(seconds=dead_after_s)
+
+    # -- membership ------------------------------------------------------------------------
+    def upsert(self, worker: WorkerView) -> None:
+        old = self.workers.get(worker.worker_id)
+        if old is not None:
+            self._unindex(old)
+            worker.reserved_cpu, worker.reserved_memory_mb = (
+                old.reserved_cpu,
+                old.reserved_memory_mb,
+            )
+            worker.reserved_custom = old.reserved_custom
+            worker.blacklisted_until, worker.outcomes = old.blacklisted_until, old.outcomes
+            reserved = {g.index: g.reserved_mb for g in old.gpus}
+            for g in worker.gpus:
+                g.reserved_mb = reserved.get(g.index, 0)
+        self.workers[worker.worker_id] = worker
+        self._index(worker)
+
+    def remove(self, worker_id: str) -> None:
+        worker = self.workers.pop(worker_id, None)
+        if worker is not None:
+            self._unindex(worker)
+
+    def status(self, worker: WorkerView, now: datetime) -> str:
+        if worker.last_seen is None:
+            return "dead"
+        silence = now - worker.last_seen
+        return (
+            "alive"
+            if silence < self.suspect_after
+            else ("suspect" if silence < self.dead_after else "dead")
+        )
+
+    def _index(self, w: WorkerView) -> None:
+        bisect.insort(self.index.setdefault(w.pool, []), (w.free_cpu, w.worker_id))
+
+    def _unindex(self, w: WorkerView) -> None:
+        row = self.index.get(w.pool, [])
+        i = bisect.bisect_left(row, (w.free_cpu, w.worker_id))
+        if i < len(row) and row[i] == (w.free_cpu, w.worker_id):
+            row.pop(i)
+
+    # -- decisions -------------------------------------------------------------------------
+    def eligible(self, w: WorkerView, task_type: str, now: datetime) -> bool:
+        return (
+            task_type in w.types
+            and w.version not in self.banned_versions
+            and (w.blacklisted_until is None or now >= w.blacklisted_until)
+            and self.status(w, now) == "alive"
+        )
+
+    def place(
+        self, pool: str, task_type: str, need: Need, now: datetime, policy: Policy = "binpack"
+    ) -> Placement | None:
+        row = self.index.get(pool, [])
+        start = bisect.bisect_left(row, (need.cpu - 1e-9, ""))
+        order = (
+            range(start, len(row)) if policy == "binpack" else range(len(row) - 1, start - 1, -1)
+        )
+        for i in order:
+            w = self.workers[row[i][1]]
+            if not self.eligible(w, task_type, now):
+                continue
+            gpu = w.fits(need)
+            if gpu is not None:
+                return Placement(w.worker_id, None if gpu < 0 else gpu)
+        return None
+
+    def reserve(self, placement: Placement, need: Need) -> None:
+        self._adjust(placement, need, +1)
+
+    def release(self, placement: Placement, need: Need) -> None:
+        self._adjust(placement, need, -1)
+
+    def _adjust(self, placement: Placement, need: Need, sign: int) -> None:
+        w = self.workers.get(placement.worker_id)
+        if w is None:
+            return
+        self._unindex(w)
+        w.reserved_cpu = max(0.0, w.reserved_cpu + sign * need.cpu)
+        w.reserved_memory_mb = max(0, w.reserved_memory_mb + sign * need.memory_mb)
+        for key, amount in need.custom:
+            w.reserved_custom[key] = max(0.0, w.reserved_custom.get(key, 0.0) + sign * amount)
+        if placement.gpu is not None:
+            for g in w.gpus:
+                if g.index == placement.gpu:
+                    g.reserved_mb = max(0, g.reserved_mb + sign * need.gpu_memory_mb)
+        self._index(w)
+
+    # -- protection ------------------------------------------------------------------------
+    def record_outcome(self, worker_id: str, failed: bool, now: datetime, threshold: float = 0.5,
+                       min_samples: int = 10, cooldown_s: float = 300.0) -> bool:  # fmt: skip
+        """Track a worker's recent failures; True when this outcome blacklisted it."""
+        w = self.workers.get(worker_id)
+        if w is None:
+            return False
+        w.outcomes.append(failed)
+        if len(w.outcomes) >= min_samples and sum(w.outcomes) / len(w.outcomes) > threshold:
+            w.blacklisted_until = now + timedelta(seconds=cooldown_s)
+            w.outcomes.clear()
+            return True
+        return False
