@@ -118,9 +118,21 @@ def event_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Event:
 
 
 def encode_event(event: Event) -> bytes:
-    """Events are built by the decider from validated, finite inputs, so the fast encoder is
-    safe here (orjson, about 10x json; it would write NaN as null, which cannot occur)."""
-    return orjson.dumps(event_to_dict(event), option=orjson.OPT_SORT_KEYS)
+    """The same document as ``event_to_dict``, built for speed: orjson writes the payload's
+    fields and datetimes (RFC 3339, "Z") directly. Events come from validated, finite inputs,
+    so orjson's NaN-as-null can never apply."""
+    doc = {
+        "event_id": event.event_id,
+        "workflow_id": event.workflow_id,
+        "seq": event.seq,
+        "type": event.type,
+        "schema_version": event.schema_version,
+        "occurred_at": event.occurred_at,
+        "causation_id": event.causation_id,
+        "correlation_id": event.correlation_id,
+        "payload": event.payload.__dict__,
+    }
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
 
 def decode_event(raw: bytes, catalog: SchemaCatalog | None = None) -> Event:

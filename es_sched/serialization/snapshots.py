@@ -7,7 +7,6 @@ guards the format; restoring an unknown version fails loudly instead of guessing
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -29,27 +28,36 @@ _TASK_TIMES = frozenset(
 _WF_TIMES = frozenset({"created_at", "updated_at", "ended_at"})
 
 
-def _time(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 def _parse(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value is not None else None
 
 
+_FRAGMENTS: dict[int, tuple[object, orjson.Fragment]] = {}
+
+
+def _fragment(doc: Any) -> orjson.Fragment:
+    """``doc`` serialised once: a workflow's definition is in every one of its snapshots."""
+    hit = _FRAGMENTS.get(id(doc))
+    if hit is not None and hit[0] is doc:
+        return hit[1]
+    fragment = orjson.Fragment(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
+    _FRAGMENTS[id(doc)] = (doc, fragment)
+    if len(_FRAGMENTS) > 1024:
+        _FRAGMENTS.pop(next(iter(_FRAGMENTS)))
+    return fragment
+
+
 def state_to_dict(st: WorkflowState) -> dict[str, Any]:
-    tasks = []
-    for task in st.tasks.values():
-        row = {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
-        tasks.append({k: (_time(v) if k in _TASK_TIMES else v) for k, v in row.items()})
+    """The snapshot document; times stay ``datetime`` (orjson writes them as RFC 3339) and the
+    definition and TaskDefs are pre-serialised fragments shared by every snapshot."""
     return {
         "snapshot_version": SNAPSHOT_VERSION,
         "workflow_id": st.workflow_id,
-        "definition": dict(st.definition.raw),
-        "taskdefs": [dict(td.raw) for td in st.taskdefs.values()],
+        "definition": _fragment(st.definition.raw),
+        "taskdefs": [_fragment(td.raw) for td in st.taskdefs.values()],
         "status": st.status,
         "input": st.input,
-        "created_at": _time(st.created_at),
+        "created_at": st.created_at,
         "correlation_id": st.correlation_id,
         "seq": st.seq,
         "priority": st.priority,
@@ -58,13 +66,13 @@ def state_to_dict(st: WorkflowState) -> dict[str, Any]:
         "variables": st.variables,
         "reason": st.reason,
         "ending": st.ending,
-        "updated_at": _time(st.updated_at),
-        "ended_at": _time(st.ended_at),
+        "updated_at": st.updated_at,
+        "ended_at": st.ended_at,
         "parent_workflow_id": st.parent_workflow_id,
         "parent_task_id": st.parent_task_id,
-        "tasks": tasks,
-        "latest": dict(st.latest),
-        "dynamic": [dict(t.raw) for t in st.dynamic.values()],
+        "tasks": [task.__dict__ for task in st.tasks.values()],  # plain dataclasses, all JSON
+        "latest": st.latest,
+        "dynamic": [_fragment(t.raw) for t in st.dynamic.values()],
         "subworkflow_definitions": list(st.subworkflow_definitions),
         "recent_inputs": list(st.recent_inputs),
     }

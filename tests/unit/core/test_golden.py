@@ -8,7 +8,7 @@ import json
 import pytest
 
 from es_sched.domain.evolve import fold
-from es_sched.serialization import decode_event
+from es_sched.serialization import decode_event, encode_event, event_to_dict
 from tests.unit.core.golden import GOLDEN, summary
 
 NAMES = sorted(p.name.removesuffix(".events.jsonl") for p in GOLDEN.glob("*.events.jsonl"))
@@ -36,3 +36,10 @@ def test_the_v1_history_really_is_v1() -> None:
     scheduled = [d for d in docs if d["type"] == "task.scheduled"]
     assert scheduled and all(d["schema_version"] == 1 for d in scheduled)
     assert all("callback" not in d["payload"] for d in scheduled)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_fast_encoder_writes_the_same_document_as_event_to_dict(name: str) -> None:
+    for line in (GOLDEN / f"{name}.events.jsonl").read_bytes().splitlines():
+        event = decode_event(line)
+        assert json.loads(encode_event(event)) == event_to_dict(event)
