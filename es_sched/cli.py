@@ -17,8 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from es_sched.cli_commands import register as register_commands
+from es_sched.cli_config import register as register_config
 from es_sched.cli_defs import defs
 from es_sched.cli_runtime import run
+from es_sched.cli_worker import worker
 from es_sched.errors import ConfigError, EsSchedError
 from es_sched.settings import Settings, load_settings
 from es_sched.stack import ROLES, Role, ServiceStatus, Stack
@@ -122,6 +124,8 @@ def stack_status(only: str | None, as_json: bool) -> None:
 cli.add_command(defs)
 cli.add_command(run)
 register_commands(cli, defs)
+register_config(cli)
+cli.add_command(worker)
 
 
 def main() -> None:

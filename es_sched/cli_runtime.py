@@ -22,7 +22,7 @@ from es_sched.errors import EsSchedError
 from es_sched.runtime.decider import Decider
 from es_sched.settings import Settings, load_settings
 
-ROLES = ("decider", "timers", "retry")
+ROLES = ("decider", "timers", "retry", "dispatcher")
 
 
 class Role(Protocol):
@@ -42,6 +42,7 @@ BUILDERS: dict[str, Callable[[Settings], Role]] = {
     "decider": lambda s: Decider(s, QuickJsEngine()),
     "timers": _optional("es_sched.runtime.timer_service", "TimerService"),
     "retry": _optional("es_sched.runtime.retry_relay", "RetryRelay"),
+    "dispatcher": _optional("es_sched.runtime.dispatcher", "Dispatcher"),
 }
 
 

@@ -166,6 +166,23 @@ class RuntimeSettings(BaseSettings):
         return [int(t) for t in self.retry_tiers_s.split(",")]
 
 
+class DispatchSettings(BaseSettings):
+    """``ES_SCHED_DISPATCH_*``: the dispatcher role (leases, liveness, queues, placement)."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_DISPATCH_", frozen=True)
+
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    lease_k: int = Field(default=4, ge=3, le=6)  # a lease lasts lease_k heartbeats
+    suspect_after_s: float = Field(default=15.0, gt=0)
+    dead_after_s: float = Field(default=60.0, gt=0)
+    aging_s: float = Field(default=60.0, ge=0)
+    preempt_after_s: float = Field(default=60.0, ge=0)
+    policy: Literal["binpack", "spread"] = "binpack"
+    assignment_partitions: int = Field(default=64, ge=1, le=10_000)
+    metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
+    tick_ms: int = Field(default=20, ge=1, le=10_000)
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
@@ -173,6 +190,7 @@ class Settings:
     search: SearchSettings
     stack: StackSettings
     runtime: RuntimeSettings
+    dispatch: DispatchSettings
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -198,4 +216,5 @@ def load_settings() -> Settings:
         search=_load(SearchSettings),
         stack=_load(StackSettings),
         runtime=_load(RuntimeSettings),
+        dispatch=_load(DispatchSettings),
     )

@@ -33,6 +33,7 @@ class Topics:
     prefix: str
     partitions: int
     retry_tiers: tuple[int, ...] = (5, 30, 300, 3600)
+    assignment_partitions: int = 64  # ADR 5: one partition per worker id hash
 
     def _n(self, suffix: str) -> str:
         return f"{self.prefix}.{suffix}"
@@ -99,7 +100,7 @@ class Topics:
             Topic(self.events, n, FOREVER),
             Topic(self.changelog, n, COMPACT),
             Topic(self.ready, n, {}),
-            Topic(self.assignments, n, {}),
+            Topic(self.assignments, self.assignment_partitions, {}),
             Topic(self.worker_status, n, COMPACT),
             Topic(self.timers, n, COMPACT),
             Topic(self.dead_letters, n, FOREVER),
@@ -143,3 +144,30 @@ def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another process won
                 raise InfrastructureError(f"cannot create topic {name}: {exc}") from exc
     return created
+
+
+def ensure_topic(
+    bootstrap_servers: str,
+    name: str,
+    partitions: int,
+    config: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> bool:
+    """Create one topic if it is missing (e.g. a pool's assignments topic); True if created."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    try:
+        if name in admin.list_topics(timeout=timeout_s).topics:
+            return False
+    except KafkaException as exc:
+        raise InfrastructureError(
+            f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
+        ) from exc
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})
+    future = admin.create_topics([topic], request_timeout=timeout_s)[name]
+    try:
+        future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another process won
+            raise InfrastructureError(f"cannot create topic {name}: {exc}") from exc
+        return False
+    return True

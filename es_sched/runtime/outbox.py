@@ -2,9 +2,10 @@
 
 ``outbound(topics, state, events, resolve)`` maps one workflow's new events (and its state after
 them) to Kafka records: every event to ``events``; worker tasks to ``ready`` (keyed by task
-name); timers to ``timers`` (keyed by timer id); retry wake-ups to their delay tier; child
-workflow starts, cancellations and endings as commands to the other workflow's key. The
-changelog snapshot is added once per workflow per batch by the caller.
+name), and again after an expired lease; timers to ``timers`` (keyed by timer id); retry
+wake-ups to their delay tier; child workflow starts, cancellations and endings as commands to
+the other workflow's key. The changelog snapshot is added once per workflow per batch by the
+caller.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import orjson
 from es_sched.domain import commands as c
 from es_sched.domain.events import (
     Event,
+    LeaseExpired,
     TaskCanceled,
     TaskRetryScheduled,
     TaskScheduled,
@@ -48,23 +50,27 @@ def _json(doc: dict[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 
-def ready_record(topics: Topics, st: WorkflowState, p: TaskScheduled) -> Record:
+def ready_record(topics: Topics, st: WorkflowState, task_id: str) -> Record:
+    """The ready-queue record of one task instance, from the state (so a task handed back by
+    an expired lease is queued again durably, not only in a dispatcher's memory)."""
+    t = st.tasks[task_id]
     return Record(
         topics.ready,
-        p.name,
+        t.name,
         _json(
             {
                 "workflow_id": st.workflow_id,
-                "task_id": p.task_id,
-                "ref": p.ref,
-                "name": p.name,
-                "attempt": p.attempt,
-                "input": p.input,
-                "priority": p.priority,
-                "resources": p.resources,
-                "rate_limit_key": p.rate_limit_key,
+                "task_id": t.task_id,
+                "ref": t.ref,
+                "name": t.name,
+                "attempt": t.attempt,
+                "input": t.input,
+                "priority": t.priority,
+                "resources": t.resources,
+                "rate_limit_key": t.rate_limit_key,
                 "tenant": st.tenant,
-                "callback": p.callback,
+                "callback": t.callback,
+                "workflow_started_at": st.created_at.isoformat(),
             }
         ),
     )
@@ -91,7 +97,11 @@ def outbound(
         if isinstance(p, TaskScheduled):
             definition = st.lookup_task(p.def_ref)
             if definition is not None and definition.type in WORKER_TYPES:
-                out.append(ready_record(topics, st, p))
+                out.append(ready_record(topics, st, p.task_id))
+        elif isinstance(p, LeaseExpired):
+            task = st.tasks[p.task_id]
+            if not task.terminal and st.latest.get(task.ref) == task.task_id:
+                out.append(ready_record(topics, st, p.task_id))
         elif isinstance(p, TaskRetryScheduled):
             tier = topics.retry_tier_for(p.delay_seconds)
             value = {

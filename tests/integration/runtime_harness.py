@@ -89,12 +89,13 @@ class Env:
 class Role:
     """``es-sched run --role ROLE`` as a child process with this env."""
 
-    def __init__(self, env: Env, role: str, **extra_env: str) -> None:
+    def __init__(self, env: Env, role: str, argv: Sequence[str] = (), **extra_env: str) -> None:
         logs = Path(tempfile.gettempdir()) / "es-sched-test-roles"
         logs.mkdir(exist_ok=True)
         self.log = logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log"
+        command = list(argv) or ["run", "--role", role]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "es_sched", "run", "--role", role],
+            [sys.executable, "-m", "es_sched", *command],
             env={**os.environ, **env.vars, **extra_env},
             stdout=self.log.open("w"),
             stderr=subprocess.STDOUT,

@@ -1,0 +1,139 @@
+"""``es-sched config``: the dispatcher's run-time limits, as records on the compacted config topic.
+
+Each command validates its record with the same parser the dispatcher uses
+(``es_sched.runtime.dispatch_config``), produces it keyed by setting and waits for delivery;
+running dispatchers apply it within a tick. ``show`` folds the topic into the current settings.
+``register(cli)`` attaches the group to the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from es_sched.errors import ConfigError, InfrastructureError
+from es_sched.kafka.clients import producer, read_partition
+from es_sched.kafka.topics import ensure_topics, topics_from
+from es_sched.runtime import dispatch_config as dc
+from es_sched.settings import Settings, load_settings
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        click.echo(f"configuration error: {exc}", err=True)
+        sys.exit(2)
+
+
+def publish(settings: Settings, key: str, value: dict[str, Any] | None) -> None:
+    """Validate and produce one config record (None: a tombstone that removes the setting)."""
+    raw = dc.encode(value)
+    dc.parse(key, raw)  # the dispatcher's own check: a bad record never reaches the topic
+    topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+    ensure_topics(settings.kafka.bootstrap_servers, topics)
+    p = producer(settings.kafka.bootstrap_servers)
+    p.produce(topics.config, key=key.encode(), value=raw)
+    if p.flush(30):
+        raise InfrastructureError(f"config record {key!r} was not delivered")
+
+
+def current(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The config topic folded by key: the settings in force (tombstoned keys left out)."""
+    topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+    out: dict[str, dict[str, Any]] = {}
+    for msg in read_partition(settings.kafka.bootstrap_servers, topics.config, 0):
+        raw_key, value = msg.key(), msg.value()
+        key = raw_key.decode() if isinstance(raw_key, bytes) else (raw_key or "")
+        if value is None:
+            out.pop(key, None)
+        else:
+            try:
+                out[key] = json.loads(value)
+            except ValueError:  # not written by this CLI; the dispatcher dead-letters it
+                out[key] = {"unreadable": repr(value[:200])}
+    return out
+
+
+def _set(key: str, value: dict[str, Any] | None) -> None:
+    publish(_settings(), key, value)
+    click.echo(f"{key} = {json.dumps(value) if value is not None else '(removed)'}")
+
+
+@click.group("config")
+def config() -> None:
+    """Dispatcher limits, bans, pools and placement policies, changed at run time."""
+
+
+@config.command("set-rate")
+@click.option("--type", "task_type", help="Limit this task type.")
+@click.option("--tenant", help="Limit this tenant.")
+@click.argument("rate", type=float)
+@click.option("--burst", type=float, help="Tokens saved up at most (default: max(1, RATE)).")
+def set_rate(task_type: str | None, tenant: str | None, rate: float, burst: float | None) -> None:
+    """At most RATE tasks per second of a task type or a tenant."""
+    if (task_type is None) == (tenant is None):
+        raise click.UsageError("give exactly one of --type and --tenant")
+    value: dict[str, Any] = {"rate": rate}
+    if burst is not None:
+        value["burst"] = burst
+    _set(dc.rate_key(tenant or task_type or "", tenant=tenant is not None), value)
+
+
+@config.command("set-concurrency")
+@click.argument("task_type")
+@click.argument("limit", type=click.IntRange(min=0))
+def set_concurrency(task_type: str, limit: int) -> None:
+    """At most LIMIT tasks of TASK_TYPE in flight."""
+    _set(dc.key_for("concurrency", task_type), {"limit": limit})
+
+
+@config.command("ban-version")
+@click.argument("version")
+def ban_version(version: str) -> None:
+    """Workers of VERSION get no new tasks."""
+    _set(dc.key_for("ban-version", version), {})
+
+
+@config.command("unban-version")
+@click.argument("version")
+def unban_version(version: str) -> None:
+    """Lift a ban on VERSION."""
+    _set(dc.key_for("ban-version", version), None)
+
+
+@config.command("set-pool")
+@click.argument("task_type")
+@click.argument("pool")
+def set_pool(task_type: str, pool: str) -> None:
+    """Run TASK_TYPE on the workers of POOL."""
+    _set(dc.key_for("pool", task_type), {"pool": pool})
+
+
+@config.command("set-policy")
+@click.argument("pool")
+@click.argument("policy", type=click.Choice(dc.POLICIES))
+def set_policy(pool: str, policy: str) -> None:
+    """Place the tasks of POOL by binpack (tightest fit) or spread (loosest)."""
+    _set(dc.key_for("policy", pool), {"policy": policy})
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show(as_json: bool) -> None:
+    """The settings in force, from the config topic."""
+    settings = current(_settings())
+    if as_json:
+        click.echo(json.dumps(settings, indent=2, sort_keys=True))
+        return
+    if not settings:
+        click.echo("(no run-time config)")
+    for key in sorted(settings):
+        click.echo(f"{key}  {json.dumps(settings[key], sort_keys=True)}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(config)

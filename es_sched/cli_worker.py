@@ -1,0 +1,93 @@
+"""``es-sched worker``: serve a pool's assignments from the command line.
+
+``--noop`` registers, for every type in ``--types``, a handler that completes at once with its
+input echoed as output (tests and benchmarks). Real handlers are Python: build an
+``es_sched.workers.Worker`` and call ``run``. SIGINT/SIGTERM start the graceful shutdown: no new
+tasks, ``--grace-s`` for running ones, the rest handed back, then a status tombstone.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+import click
+
+from es_sched.settings import load_settings
+from es_sched.workers import TaskContext, Worker
+
+
+def _types(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def noop_worker(worker: Worker, types: list[str]) -> Worker:
+    def echo(_ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        return dict(task_input)
+
+    for task_type in types:
+        worker.task(task_type)(echo)
+    return worker
+
+
+@click.command("worker")
+@click.option("--pool", default="default", show_default=True, help="Pool whose tasks to run.")
+@click.option("--types", default="", help="Comma-separated task types (required with --noop).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--version", "worker_version", default="0.0.0", show_default=True)
+@click.option("--worker-id", default=None, help="Default: <host>-<pid>-<random>.")
+@click.option("--noop", is_flag=True, help="Complete every task at once, echoing its input.")
+@click.option(
+    "--heartbeat-s",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    help="Default: ES_SCHED_DISPATCH_HEARTBEAT_S (what the dispatcher expects).",
+)
+@click.option("--grace-s", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+def worker(
+    pool: str,
+    types: str,
+    concurrency: int,
+    worker_version: str,
+    worker_id: str | None,
+    noop: bool,
+    heartbeat_s: float | None,
+    grace_s: float,
+    log_level: str,
+) -> None:
+    """Run a worker until SIGINT or SIGTERM."""
+    if not noop:
+        raise click.UsageError(
+            "only --noop handlers run from the CLI; "
+            "serve real handlers with es_sched.workers.Worker(...).run()"
+        )
+    if not _types(types):
+        raise click.UsageError("--noop needs --types T1,T2")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    w = noop_worker(
+        Worker(
+            pool=pool,
+            version=worker_version,
+            worker_id=worker_id,
+            concurrency=concurrency,
+            settings=load_settings(),
+            heartbeat_s=heartbeat_s,
+            grace_s=grace_s,
+        ),
+        _types(types),
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("es_sched").info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    w.run(stop)

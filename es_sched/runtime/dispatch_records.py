@@ -1,0 +1,155 @@
+"""Kafka records <-> the dispatcher core's objects; pure functions, no I/O.
+
+- a ready record (``es_sched.runtime.outbox.ready_record``) -> ``ReadyTask``
+- a ``WorkerStatus`` report -> ``WorkerView`` (GPU free memory as reported)
+- a core ``Assignment`` -> the wire ``Assignment`` for the worker and the ``DispatchTask``
+  decider input; an expired or preempted lease -> ``Cancel`` + ``ExpireLease``
+- an event of the events topic -> the id of a task that ended, if it is one
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import orjson
+
+from es_sched.dispatch.core import Assignment as CoreAssignment
+from es_sched.dispatch.leases import Lease
+from es_sched.dispatch.placement import Gpu, WorkerView
+from es_sched.dispatch.queues import ReadyTask
+from es_sched.domain.commands import DispatchTask, ExpireLease
+from es_sched.errors import SchemaError
+from es_sched.kafka import wire
+
+ENDED = frozenset(
+    {
+        "task.completed",
+        "task.failed",
+        "task.timed_out",
+        "task.canceled",
+        "task.completed_with_errors",
+    }
+)
+
+
+def _time(value: object, what: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SchemaError(f"{what}: expected an ISO 8601 time, got {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise SchemaError(f"{what}: {exc}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -> ReadyTask:
+    """A ready record as a queue entry. Aging counts from the record's time (else now); the
+    workflow's start time orders tasks inside a level (the record's time when it lacks one)."""
+    try:
+        doc = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError as exc:
+        raise SchemaError(f"ready record is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SchemaError("a ready record must be a JSON object")
+    try:
+        task_id, workflow_id, name = str(doc["task_id"]), str(doc["workflow_id"]), str(doc["name"])
+        priority, attempt = int(doc.get("priority", 4)), int(doc.get("attempt", 1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SchemaError(f"ready record: missing or bad field {exc}") from None
+    resources = doc.get("resources") or {}
+    if not isinstance(resources, dict) or not isinstance(resources.get("custom") or {}, dict):
+        raise SchemaError("ready record: resources must be an object")
+    enqueued = min(record_time, now) if record_time is not None else now
+    started = _time(doc.get("workflow_started_at"), "workflow_started_at") or enqueued
+    return ReadyTask(
+        task_id=task_id,
+        workflow_id=workflow_id,
+        task_type=name,
+        priority=priority,
+        enqueued_at=enqueued,
+        workflow_started_at=started,
+        attempt=attempt,
+        tenant=doc.get("tenant"),
+        rate_limit_key=doc.get("rate_limit_key"),
+        resources=resources,
+        payload=doc,
+    )
+
+
+def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -> WorkerView:
+    """The fleet's view of one report. It is seen *now*, unless the report is older than a dead
+    worker's silence (a compacted record read at start-up): then it is seen when it was sent."""
+    seen = now
+    sent = _time(status.sent_at or None, "sent_at")
+    if sent is not None and now - sent > timedelta(seconds=dead_after_s):
+        seen = sent
+    return WorkerView(
+        worker_id=status.worker_id,
+        pool=status.pool or "default",
+        version=status.version,
+        types=frozenset(status.types),
+        cpu=status.cpu,
+        memory_mb=status.memory_mb,
+        gpus=[Gpu(g.index, g.total_mb, g.free_mb) for g in status.gpus],
+        custom=dict(status.custom),
+        labels=dict(status.labels),
+        last_seen=seen,
+    )
+
+
+def assignment(a: CoreAssignment) -> tuple[wire.Assignment, DispatchTask]:
+    task, lease = a.task, a.lease
+    record = wire.Assignment(
+        worker_id=lease.worker_id,
+        workflow_id=task.workflow_id,
+        task_id=task.task_id,
+        task_type=task.task_type,
+        attempt=task.attempt,
+        lease_epoch=lease.epoch,
+        lease_token=lease.token,
+        lease_expires_at=lease.expires_at.isoformat(),
+        input=dict(task.payload.get("input") or {}),
+        gpu=a.placement.gpu,
+        priority=task.priority,
+        resources=dict(task.resources),
+        ref=str(task.payload.get("ref") or ""),
+    )
+    dispatched = DispatchTask(
+        f"dispatch:{task.task_id}:{lease.epoch}",
+        task.workflow_id,
+        task_id=task.task_id,
+        attempt=task.attempt,
+        worker_id=lease.worker_id,
+        lease_epoch=lease.epoch,
+        lease_token=lease.token,
+    )
+    return record, dispatched
+
+
+def take_back(lease: Lease, workflow_id: str, reason: str) -> tuple[wire.Cancel, ExpireLease]:
+    """The worker stops the task; the decider hears its lease ended (attempt not counted)."""
+    cancel = wire.Cancel(lease.worker_id, lease.task_id, lease.epoch, reason)
+    expired = ExpireLease(
+        f"expire:{lease.task_id}:{lease.epoch}",
+        workflow_id,
+        task_id=lease.task_id,
+        lease_epoch=lease.epoch,
+    )
+    return cancel, expired
+
+
+def ended_task(raw: bytes | None) -> str | None:
+    """The task id of a task.completed/failed/timed_out/canceled/completed_with_errors event."""
+    try:
+        doc = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError as exc:
+        raise SchemaError(f"event is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("type") not in ENDED:
+        return None
+    payload = doc.get("payload")
+    task_id = payload.get("task_id") if isinstance(payload, dict) else None
+    if not isinstance(task_id, str):
+        raise SchemaError(f"{doc.get('type')} event without a task_id")
+    return task_id

@@ -1,0 +1,427 @@
+"""The dispatcher role: ready tasks -> leases on workers (``es-sched run --role dispatcher``).
+
+Inputs:
+- ``ready`` in group ``<prefix>-dispatcher`` (several dispatchers share the task types: the
+  topic is keyed by task name). Each record becomes a queued ``ReadyTask``.
+- ``worker-status`` (whole topic from the beginning, no group): a ``WorkerStatus`` updates the
+  fleet and is the worker's heartbeat for all its leases; a leased task missing from its
+  ``running`` list for over a heartbeat is released; a tombstone removes the worker; a
+  ``Progress`` extends the worker's leases.
+- ``config`` (compacted, from the beginning; ``es_sched.runtime.dispatch_config``): limits,
+  bans, pools and policies, changeable at run time.
+- ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
+  canceled / completed_with_errors free the task's resources.
+
+Every tick (``ES_SCHED_DISPATCH_TICK_MS``): expired leases -> ``ExpireLease`` to
+``task-results`` and a ``Cancel`` to the worker; new assignments -> the wire ``Assignment`` to
+the pool's assignments topic (key = worker id) and ``DispatchTask`` to ``task-results`` (key =
+workflow id); preemptions -> ``Cancel(preempted)`` and ``ExpireLease`` (the task is back at the
+head of its queue, its attempt not counted).
+
+Delivery: at least once. Ready offsets are committed only after the producer flushed the
+records of the tasks they carried, and never past a task still waiting in the queue, so a crash
+re-delivers every task not yet dispatched; the decider rejects a stale dispatch. Poison records
+of ready, worker-status and config go to ``dead-letters``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+
+from es_sched.dispatch.core import Assignment, DispatchCore
+from es_sched.dispatch.leases import Lease, LeaseTable
+from es_sched.dispatch.placement import Fleet
+from es_sched.dispatch.queues import ReadyQueues
+from es_sched.domain.commands import Input
+from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
+from es_sched.kafka import wire
+from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_from
+from es_sched.runtime import dispatch_config, dispatch_records
+from es_sched.runtime.metrics import Registry, serve
+from es_sched.serialization import encode_input
+from es_sched.settings import Settings
+
+log = logging.getLogger("es_sched.dispatcher")
+ROLE = "dispatcher"
+TP = tuple[str, int]
+GAUGE_EVERY_S = 0.5
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text(key: str | bytes | None) -> str:
+    return key.decode() if isinstance(key, bytes) else (key or "")
+
+
+def _raw(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+class _Tail:
+    """A group-less reader of every partition of a topic, from its beginning or its end."""
+
+    def __init__(self, bootstrap: str, topic: str, start: int) -> None:
+        self.topic = topic
+        self.consumer = consumer(bootstrap, None)
+        deadline = time.monotonic() + 30
+        while True:  # a topic created a moment ago may not be in the metadata yet
+            meta = self.consumer.list_topics(topic, timeout=30).topics[topic]
+            if meta.error is None and meta.partitions:
+                break
+            if time.monotonic() > deadline:
+                raise InfrastructureError(f"cannot read topic {topic}: {meta.error}")
+            time.sleep(0.2)
+        self.partitions = sorted(meta.partitions)
+        self.consumer.assign([TopicPartition(topic, p, start) for p in self.partitions])
+
+    def catch_up(self, timeout_s: float = 30.0) -> list[Message]:
+        """Every record up to the end the topic had when this was called."""
+        highs = {
+            p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+            for p in self.partitions
+        }
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            out += self.poll(1000, 0.2)
+            positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
+            if all(tp.offset >= highs[tp.partition] or highs[tp.partition] == 0
+                   for tp in positions):  # fmt: skip
+                return out
+        raise InfrastructureError(f"catching up with {self.topic} took over {timeout_s}s")
+
+    def poll(self, limit: int = 500, timeout_s: float = 0.0) -> list[Message]:
+        msgs = self.consumer.consume(limit, timeout_s)
+        return [m for m in msgs if m.error() is None or self._error(m)]
+
+    def _error(self, msg: Message) -> bool:
+        err = msg.error()
+        if err is not None and err.code() != KafkaError._PARTITION_EOF:
+            log.warning("reading %s: %s", self.topic, err)
+        return False
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], datetime] = _utcnow,
+        token: Callable[[], str] = lambda: secrets.token_hex(16),
+    ) -> None:
+        self.settings, self.clock, self.token = settings, clock, token
+        d = self.dispatch_settings = settings.dispatch
+        self.topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self.prefix = settings.kafka.topic_prefix
+        self.bootstrap = settings.kafka.bootstrap_servers
+        self.group = f"{self.prefix}-dispatcher"
+        self.core = DispatchCore(
+            queues=ReadyQueues(d.aging_s),
+            fleet=Fleet(d.suspect_after_s, d.dead_after_s),
+            leases=LeaseTable(d.heartbeat_s, d.lease_k),
+            policies={"default": d.policy},
+            preempt_after_s=d.preempt_after_s,
+        )
+        self.workflow_of: dict[str, str] = {}  # task id -> workflow id, queued or in flight
+        self.pending: dict[TP, dict[str, int]] = {}  # queued, not yet dispatched: id -> offset
+        self.consumed: dict[TP, int] = {}  # next offset after the last ready record read
+        self.committed: dict[TP, int] = {}
+        self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
+        self.pool_topics: set[str] = set()
+        self.failures: list[str] = []
+        self.started = threading.Event()  # set once subscribed (for in-process callers)
+        self._gauges_at = 0.0
+        self.registry = Registry()
+        r = self.registry
+        self.m_depth = r.gauge("es_sched_queue_depth", "Ready tasks waiting, by type and level.")
+        self.m_dispatched = r.counter("es_sched_dispatched_total", "Tasks assigned to workers.")
+        self.m_expired = r.counter("es_sched_leases_expired_total", "Leases that expired.")
+        self.m_limited = r.counter(
+            "es_sched_rate_limited_total", "Dispatch attempts refused by a limit."
+        )
+        self.m_preempted = r.counter("es_sched_preemptions_total", "Tasks preempted.")
+        self.m_latency = r.histogram(
+            "es_sched_dispatch_latency_seconds", "Ready record time to assignment produced."
+        )
+        self._refused_seen: dict[str, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        # The default pool's topic first, so it gets the assignment partition count (ADR 5).
+        self._pool_topic("default")
+        ensure_topics(self.bootstrap, self.topics)
+        self.producer = producer(self.bootstrap)
+        self.config = _Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
+        self.status = _Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING)
+        self.events = _Tail(self.bootstrap, self.topics.events, OFFSET_END)
+        now = self.clock()
+        for msg in self.config.catch_up():
+            self._on_config(msg)
+        for msg in self.status.catch_up():
+            self._on_status(msg, now)
+        self.ready: Consumer = consumer(
+            self.bootstrap, self.group,
+            **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
+        )  # fmt: skip
+        self.ready.subscribe([self.topics.ready], on_revoke=self._on_revoke)
+        server = serve(self.registry, self.dispatch_settings.metrics_port)
+        log.info(
+            "dispatcher started (group %s, %d workers, metrics port %s)",
+            self.group, len(self.core.fleet.workers), self.dispatch_settings.metrics_port or "off",
+        )  # fmt: skip
+        self.started.set()
+        try:
+            while not stop.is_set():
+                self.step(self.dispatch_settings.tick_ms / 1000)
+        finally:
+            self._flush_and_commit()
+            self.ready.close()
+            for tail in (self.config, self.status, self.events):
+                tail.consumer.close()
+            if server is not None:
+                server.shutdown()
+            log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
+
+    def step(self, wait_s: float) -> None:
+        """One tick: read what arrived, expire, dispatch, deliver, commit."""
+        for msg in self.config.poll():
+            self._on_config(msg)
+        now = self.clock()
+        for msg in self.status.poll():
+            self._on_status(msg, now)
+        for msg in self.events.poll():
+            self._on_event(msg)
+        for msg in self.ready.consume(500, wait_s):
+            self._on_ready(msg)
+        now = self.clock()
+        for lease in self.core.expire(now):
+            self._take_back(lease, "lease expired", now)
+            self.m_expired.inc()
+        decisions = self.core.dispatch(now, self.token)
+        assignments = [d for d in decisions if isinstance(d, Assignment)]
+        for decision in decisions:
+            if not isinstance(decision, Assignment):
+                self._take_back(decision.victim, "preempted", now)
+                self.m_preempted.inc()
+        # The decider must see each DispatchTask (and so the lease) before the worker can
+        # answer: both land on the workflow's task-results partition, but from two producers.
+        # Delivering the DispatchTasks first makes the worker's reports always come after.
+        for a in assignments:
+            self._send(dispatch_records.assignment(a)[1], now)
+        if assignments:
+            self.producer.flush(30)
+        for a in assignments:
+            self._assign(a, now)
+        self._flush_and_commit()
+        self._update_gauges()
+
+    # -- inputs ----------------------------------------------------------------------------
+    def _on_ready(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("reading %s: %s", self.topics.ready, err)
+            return
+        tp, offset = (msg.topic() or "", msg.partition() or 0), msg.offset() or 0
+        self.consumed[tp] = offset + 1
+        kind, ms = msg.timestamp()
+        at = ms / 1000 if kind and ms > 0 else None
+        try:
+            task = dispatch_records.ready_task(
+                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock()
+            )
+        except SchemaError as exc:
+            self._dead(msg, exc)
+            return
+        if task.task_id in self.workflow_of:
+            return  # re-delivered while we still hold it
+        self.workflow_of[task.task_id] = task.workflow_id
+        self.pending.setdefault(tp, {})[task.task_id] = offset
+        self.ready_at[task.task_id] = at or time.time()
+        self.core.enqueue(task)
+
+    def _on_status(self, msg: Message, now: datetime) -> None:
+        key, value = _text(msg.key()), _raw(msg.value())
+        if value is None:
+            if "/" not in key:  # a worker left; its leases expire unless it comes back
+                self.core.fleet.remove(key)
+            return
+        try:
+            record = wire.decode(value)
+        except SchemaError as exc:
+            self._dead(msg, exc)
+            return
+        if isinstance(record, wire.Progress):
+            self.core.leases.heartbeat(record.worker_id, now)
+        elif isinstance(record, wire.WorkerStatus):
+            view = dispatch_records.worker_view(record, now, self.dispatch_settings.dead_after_s)
+            self._pool_topic(view.pool)
+            self.core.fleet.upsert(view)
+            if view.last_seen != now:
+                return  # a stale report read at start-up is no heartbeat
+            self.core.leases.heartbeat(record.worker_id, now)
+            running, grace = set(record.running), self.dispatch_settings.heartbeat_s
+            for lease in self.core.leases.held_by(record.worker_id):
+                if lease.task_id not in running and (
+                    (now - lease.started_at).total_seconds() >= grace
+                ):
+                    self._finished(lease.task_id)  # the worker no longer runs it
+
+    def _on_config(self, msg: Message) -> None:
+        try:
+            change = dispatch_config.parse(_text(msg.key()), _raw(msg.value()))
+        except SchemaError as exc:
+            self._dead(msg, exc)
+            return
+        dispatch_config.apply(self.core, change, self.dispatch_settings.policy)
+        if change.kind == "pool" and change.value is not None:
+            self._pool_topic(change.value["pool"])
+        log.info("config %s:%s = %s", change.kind, change.subject, change.value)
+
+    def _on_event(self, msg: Message) -> None:
+        try:
+            task_id = dispatch_records.ended_task(_raw(msg.value()))
+        except SchemaError as exc:
+            log.warning("events %s@%s: %s", msg.partition(), msg.offset(), exc)
+            return
+        if task_id is not None and task_id in self.workflow_of:
+            self._finished(task_id)
+
+    def _on_revoke(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
+        """Tasks still queued from these partitions are now another dispatcher's: drop them
+        (their offsets are not committed, so the new owner reads them again)."""
+        self._flush_and_commit()
+        gone: set[str] = set()
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            gone |= set(self.pending.pop(key, {}))
+            self.consumed.pop(key, None)
+            self.committed.pop(key, None)
+        self._drop_queued(gone)
+        log.info("revoked %s: dropped %d queued tasks", [tp.partition for tp in partitions],
+                 len(gone))  # fmt: skip
+
+    # -- decisions -------------------------------------------------------------------------
+    def _assign(self, a: Assignment, now: datetime) -> None:
+        record, _ = dispatch_records.assignment(a)  # its DispatchTask was delivered already
+        pool = self.core.pools.get(a.task.task_type, "default")
+        self._produce(wire.assignment_topic(self.prefix, pool), record.worker_id,
+                      wire.encode(record), now)  # fmt: skip
+        for offsets in self.pending.values():
+            if offsets.pop(a.task.task_id, None) is not None:
+                break
+        at = self.ready_at.pop(a.task.task_id, None)
+        if at is not None:
+            self.m_latency.observe(max(0.0, time.time() - at))
+        self.m_dispatched.inc()
+
+    def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
+        workflow_id = self.workflow_of.get(lease.task_id, "")
+        cancel, expired = dispatch_records.take_back(lease, workflow_id, reason)
+        worker = self.core.fleet.workers.get(lease.worker_id)
+        pool = worker.pool if worker is not None else "default"
+        self._produce(wire.assignment_topic(self.prefix, pool), lease.worker_id,
+                      wire.encode(cancel), now)  # fmt: skip
+        self._send(expired, now)
+        log.info("took back %s (epoch %d) from %s: %s", lease.task_id, lease.epoch,
+                 lease.worker_id, reason)  # fmt: skip
+
+    def _finished(self, task_id: str) -> None:
+        if self.core.finished(task_id) is None:
+            self._drop_queued({task_id})  # ended while waiting (e.g. canceled): not dispatched
+        self.workflow_of.pop(task_id, None)
+        self.ready_at.pop(task_id, None)
+
+    def _drop_queued(self, task_ids: set[str]) -> None:
+        if not task_ids:
+            return
+        old, queues = self.core.queues, ReadyQueues(self.core.queues.aging_s)
+        for queue in old.by_type.values():
+            for level in queue.levels:
+                for rank, _, _, task in sorted(level, key=lambda e: e[:3]):
+                    if task.task_id not in task_ids:
+                        queues.push(task, front=rank == 0)
+        self.core.queues = queues
+        for task_id in task_ids:
+            self.workflow_of.pop(task_id, None)
+            self.ready_at.pop(task_id, None)
+            for offsets in self.pending.values():
+                offsets.pop(task_id, None)
+
+    # -- output ----------------------------------------------------------------------------
+    def _send(self, inp: Input, now: datetime) -> None:
+        self._produce(self.topics.task_results, inp.workflow_id, encode_input(inp), now)
+
+    def _produce(self, topic: str, key: str, value: bytes, now: datetime) -> None:
+        # The record time is the decision time, so rates are measurable on the topic itself.
+        ms = int(now.timestamp() * 1000)
+        self.producer.produce(
+            topic, key=key.encode(), value=value, timestamp=ms, on_delivery=self._delivered
+        )
+        self.producer.poll(0)
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.failures.append(f"{msg.topic()}: {err}")
+
+    def _dead(self, msg: Message, exc: EsSchedError) -> None:
+        log.warning("dead-lettering %s@%s/%s: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+        self.producer.produce(
+            self.topics.dead_letters, key=msg.key(), value=msg.value(),
+            headers=headers_for(msg, str(exc), type(exc).__name__, ROLE),
+            on_delivery=self._delivered,
+        )  # fmt: skip
+
+    def _flush_and_commit(self) -> None:
+        """Deliver everything produced, then commit ready offsets up to the first task still
+        waiting in each partition: a crash re-delivers exactly what was not dispatched."""
+        left = self.producer.flush(30)
+        if left or self.failures:
+            raise InfrastructureError(
+                f"dispatcher could not deliver {left} records: {self.failures[:3]}"
+            )
+        offsets = {}
+        for tp, end in self.consumed.items():
+            waiting = self.pending.get(tp)
+            offsets[tp] = next(iter(waiting.values())) if waiting else end
+        todo = [TopicPartition(t, p, o) for (t, p), o in offsets.items()
+                if self.committed.get((t, p)) != o]  # fmt: skip
+        if todo:
+            self.ready.commit(offsets=todo, asynchronous=False)
+            self.committed.update(offsets)
+
+    def _pool_topic(self, pool: str) -> None:
+        name = wire.assignment_topic(self.prefix, pool)
+        if name not in self.pool_topics:
+            ensure_topic(self.bootstrap, name, self.dispatch_settings.assignment_partitions)
+            self.pool_topics.add(name)
+
+    def _update_gauges(self) -> None:
+        if time.monotonic() - self._gauges_at < GAUGE_EVERY_S:
+            return
+        self._gauges_at = time.monotonic()
+        for task_type, levels in self.core.queues.depth().items():
+            for level, n in enumerate(levels):
+                self.m_depth.set(n, task_type=task_type, priority=str(level))
+        for reason, total in self.core.limits.refused.items():
+            new = total - self._refused_seen.get(reason, 0)
+            if new > 0:
+                self.m_limited.inc(new, limit=reason)
+                self._refused_seen[reason] = total

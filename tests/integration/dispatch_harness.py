@@ -1,0 +1,222 @@
+"""Real-Kafka harness for the dispatcher: a private prefix, the Dispatcher in a thread, scripted
+fake workers (status heartbeats + an assignment reader) and read-backs of task-results."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+
+from es_sched.cli_config import publish
+from es_sched.domain.commands import Input
+from es_sched.domain.events import Event, TaskCompleted
+from es_sched.kafka import wire
+from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.topics import Topics
+from es_sched.runtime.dispatcher import Dispatcher
+from es_sched.serialization import decode_input, encode_event
+from es_sched.settings import (
+    DispatchSettings,
+    KafkaSettings,
+    PostgresSettings,
+    RuntimeSettings,
+    SearchSettings,
+    Settings,
+    StackSettings,
+)
+from tests.integration.runtime_harness import BOOTSTRAP
+
+
+class Reader:
+    """Every record of a topic from its beginning, accumulated across ``read()`` calls."""
+
+    def __init__(self, topic: str) -> None:
+        self.consumer = consumer(BOOTSTRAP, None)
+        parts: dict[int, Any] = {}
+        for _ in range(100):  # a topic created a moment ago may not be in the metadata yet
+            parts = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
+            if parts:
+                break
+            time.sleep(0.1)
+        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        self.messages: list[Message] = []
+
+    def read(self) -> list[Message]:
+        for msg in self.consumer.consume(1000, 0.1):
+            if msg.error() is None:
+                self.messages.append(msg)
+        return self.messages
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Bench:
+    """One test's world: topics under a fresh prefix and a dispatcher over them."""
+
+    def __init__(self, **dispatch: Any) -> None:
+        self.prefix = f"t{uuid.uuid4().hex[:10]}"
+        self.settings = Settings(
+            kafka=KafkaSettings(bootstrap_servers=BOOTSTRAP, topic_prefix=self.prefix,
+                                partitions=2),
+            postgres=PostgresSettings(), search=SearchSettings(), stack=StackSettings(),
+            runtime=RuntimeSettings(),
+            dispatch=DispatchSettings(**{"heartbeat_s": 0.5, "lease_k": 3,
+                                         "suspect_after_s": 2.0, "dead_after_s": 10.0,
+                                         **dispatch}),
+        )  # fmt: skip
+        self.topics = Topics(self.prefix, 2)
+        self.producer = producer(BOOTSTRAP)
+        self.dispatcher = Dispatcher(self.settings)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self.dispatcher.run(self.stop)
+        except BaseException as exc:  # noqa: BLE001  (re-raised by start/close in the test)
+            self.error = exc
+
+    def start(self) -> None:
+        self.thread.start()
+        wait_until(lambda: self.dispatcher.started.is_set() or self.error is not None, 60,
+                   "the dispatcher to start")  # fmt: skip
+        assert self.error is None, self.error
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        assert self.error is None, self.error
+
+    # -- inputs ----------------------------------------------------------------------------
+    def ready(self, task_id: str, name: str = "enc", priority: int = 4, cpu: float = 1.0,
+              workflow_id: str = "wf", started: datetime | None = None,
+              **res: Any) -> None:  # fmt: skip
+        doc = {"workflow_id": workflow_id, "task_id": task_id, "ref": task_id, "name": name,
+               "attempt": 1, "input": {}, "priority": priority, "resources": {"cpu": cpu, **res},
+               "tenant": None, "rate_limit_key": None, "callback": False}  # fmt: skip
+        if started is not None:
+            doc["workflow_started_at"] = started.isoformat()
+        self.producer.produce(self.topics.ready, key=name.encode(), value=orjson.dumps(doc))
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+    def config(self, key: str, value: dict[str, Any] | None) -> None:
+        publish(self.settings, key, value)
+
+    def completed(self, task_id: str, workflow_id: str = "wf") -> None:
+        event = Event(uuid.uuid4().hex, workflow_id, 1, datetime.now(UTC), "test", workflow_id,
+                      TaskCompleted(task_id, {}))  # fmt: skip
+        self.producer.produce(self.topics.events, key=workflow_id.encode(),
+                              value=encode_event(event))  # fmt: skip
+        self.flush()
+
+    # -- outputs ---------------------------------------------------------------------------
+    def queued(self) -> int:
+        return sum(sum(levels) for levels in self.dispatcher.core.queues.depth().values())
+
+
+@dataclass
+class FakeWorker:
+    """A worker as the dispatcher sees it: status heartbeats listing what it runs, and a reader
+    of its assignments (every partition, records addressed to it)."""
+
+    bench: Bench
+    worker_id: str
+    cpu: float = 1.0
+    version: str = "v1"
+    types: list[str] = field(default_factory=lambda: ["enc"])
+    gpus: list[wire.GpuStatus] = field(default_factory=list)
+    every_s: float = 0.2
+    assignments: list[wire.Assignment] = field(default_factory=list)
+    cancels: list[wire.Cancel] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.stop, self.silent = threading.Event(), threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FakeWorker:
+        self.reader = Reader(wire.assignment_topic(self.bench.prefix, "default"))
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.reader.close()
+
+    def finish(self, task_id: str) -> None:
+        """Stop running it without a report: the next heartbeats no longer list it."""
+        with self.lock:
+            self.running.discard(task_id)
+
+    def ids(self) -> list[str]:
+        return [a.task_id for a in self.assignments]
+
+    def _run(self) -> None:
+        p, seen, last = producer(BOOTSTRAP), 0, 0.0
+        while not self.stop.is_set():
+            messages = self.reader.read()
+            for msg in messages[seen:]:
+                if (msg.key() or b"").decode() != self.worker_id:
+                    continue
+                record = wire.decode(msg.value() or b"")
+                with self.lock:
+                    if isinstance(record, wire.Assignment):
+                        self.assignments.append(record)
+                        self.running.add(record.task_id)
+                    elif isinstance(record, wire.Cancel):
+                        self.cancels.append(record)
+                        self.running.discard(record.task_id)
+            seen = len(messages)
+            if not self.silent.is_set() and time.monotonic() - last >= self.every_s:
+                last = time.monotonic()
+                with self.lock:
+                    status = wire.WorkerStatus(
+                        self.worker_id, "default", self.version, self.types, self.cpu, 64_000,
+                        gpus=self.gpus, running=sorted(self.running),
+                        sent_at=datetime.now(UTC).isoformat(),
+                    )  # fmt: skip
+                p.produce(self.bench.topics.worker_status, key=self.worker_id.encode(),
+                          value=wire.encode(status))  # fmt: skip
+                p.flush(10)
+
+
+def task_results(reader: Reader) -> list[tuple[int, Input]]:
+    """(record time in ms, decider input) of every record read so far."""
+    return [(m.timestamp()[1], decode_input(m.value() or b"")) for m in reader.read()]
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@contextmanager
+def bench(config: dict[str, dict[str, Any]] | None = None, **dispatch: Any) -> Iterator[Bench]:
+    """A started dispatcher; ``config`` records are on the config topic before it starts."""
+    b = Bench(**dispatch)
+    for key, value in (config or {}).items():
+        b.config(key, value)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()

@@ -1,0 +1,548 @@
+"""The worker SDK on a real broker: the test plays the dispatcher, producing assignments and
+cancels keyed by the worker id, and reads task-results and worker-status back.
+
+Cancellation contract checked here: a cancelled task is handed back with no report at all (the
+dispatcher took the lease back when it sent the cancel, ADR 5); a task still running when a
+graceful shutdown's grace ends is handed back with a non-terminal ``worker.task_failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from es_sched.domain import commands as c
+from es_sched.kafka import wire
+from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.topics import ensure_topics, topics_from
+from es_sched.serialization import decode_input
+from es_sched.settings import Settings, load_settings
+from es_sched.workers import Capacity, TaskCancelled, TaskContext, TaskFailure, Worker, discover
+from es_sched.workers.runner import partition_for
+from es_sched.workers.sdk import HANDED_BACK
+
+pytestmark = pytest.mark.integration
+BOOTSTRAP = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+PARTITIONS = 4
+JSON = dict[str, Any]
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Tail:
+    """Every record of a topic from its beginning, collected by a background thread."""
+
+    def __init__(self, topic: str) -> None:
+        self.records: list[tuple[str, bytes | None]] = []
+        self._stop = threading.Event()
+        self._cons = consumer(BOOTSTRAP, f"tail-{uuid.uuid4().hex}")
+        self._cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._cons.poll(0.05)
+            if msg is not None and msg.error() is None:
+                key = msg.key()
+                self.records.append((key.decode() if key else "", msg.value()))
+        self._cons.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+class Dispatcher:
+    """Plays the dispatcher and reads what the worker wrote."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topics = topics_from(settings.kafka)
+        self.producer = producer(BOOTSTRAP)
+        self.results = Tail(self.topics.task_results)
+        self.status = Tail(self.topics.worker_status)
+
+    def assign(
+        self, worker_id: str, task_type: str, task_input: JSON, **extra: Any
+    ) -> wire.Assignment:
+        task_id = f"task-{uuid.uuid4().hex[:8]}"
+        a = wire.Assignment(
+            worker_id=worker_id,
+            workflow_id=f"wf-{task_id}",
+            task_id=task_id,
+            task_type=task_type,
+            attempt=extra.pop("attempt", 2),
+            lease_epoch=extra.pop("lease_epoch", 3),
+            lease_token=uuid.uuid4().hex,
+            lease_expires_at="2030-01-01T00:00:00+00:00",
+            input=task_input,
+            **extra,
+        )
+        self._send(worker_id, wire.encode(a))
+        return a
+
+    def cancel(self, a: wire.Assignment) -> None:
+        self._send(
+            a.worker_id, wire.encode(wire.Cancel(a.worker_id, a.task_id, a.lease_epoch, "canceled"))
+        )
+
+    def _send(self, key: str, value: bytes) -> None:
+        topic = wire.assignment_topic(self.settings.kafka.topic_prefix, "default")
+        self.producer.produce(topic, key=key.encode(), value=value)
+        assert self.producer.flush(10) == 0
+
+    def reports(self, task_id: str) -> list[c.WorkerReport]:
+        out = []
+        for _, value in list(self.results.records):
+            inp = decode_input(value or b"")
+            if isinstance(inp, c.WorkerReport) and inp.task_id == task_id:
+                out.append(inp)
+        return out
+
+    def types(self, task_id: str) -> list[str]:
+        return [r.TYPE for r in self.reports(task_id)]
+
+    def final(self, task_id: str, timeout_s: float = 15) -> c.WorkerReport:
+        ends = ("worker.task_completed", "worker.task_failed")
+        wait_until(lambda: any(t in ends for t in self.types(task_id)), timeout_s, task_id)
+        return self.reports(task_id)[-1]
+
+    def statuses(self, key: str) -> list[wire.Record | None]:
+        return [
+            wire.decode(v) if v is not None else None
+            for k, v in list(self.status.records)
+            if k == key
+        ]
+
+    def close(self) -> None:
+        self.results.close()
+        self.status.close()
+
+
+@pytest.fixture
+def settings(monkeypatch: pytest.MonkeyPatch, unique: str) -> Settings:
+    monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", unique)
+    monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", str(PARTITIONS))
+    monkeypatch.setenv("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
+    s = load_settings()
+    ensure_topics(BOOTSTRAP, topics_from(s.kafka))
+    return s
+
+
+@pytest.fixture
+def dispatcher(settings: Settings) -> Iterator[Dispatcher]:
+    d = Dispatcher(settings)
+    yield d
+    d.close()
+
+
+class Running:
+    def __init__(self, worker: Worker) -> None:
+        self.worker, self.stop = worker, threading.Event()
+        self.thread = threading.Thread(target=worker.run, args=(self.stop,), daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        wait_until(
+            lambda: self.worker.ready.is_set() or not self.thread.is_alive(), 30, "worker start"
+        )
+        assert self.worker.ready.is_set(), "the worker failed to start"
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
+def make_worker(settings: Settings, **kw: Any) -> Worker:
+    kw.setdefault("heartbeat_s", 0.2)
+    kw.setdefault("capacity", Capacity(cpu=2.0, memory_mb=4096))
+    kw.setdefault("worker_id", f"w-{uuid.uuid4().hex[:8]}")
+    return Worker(settings=settings, **kw)
+
+
+def echoes_lease(report: c.WorkerReport, a: wire.Assignment) -> bool:
+    return (report.worker_id, report.attempt, report.lease_epoch, report.lease_token) == (
+        a.worker_id,
+        a.attempt,
+        a.lease_epoch,
+        a.lease_token,
+    ) and report.workflow_id == a.workflow_id
+
+
+def test_sync_and_async_handlers_report_started_then_completed(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+
+    @w.task("upper")
+    def upper(ctx: TaskContext, task_input: JSON) -> JSON:
+        return {"text": task_input["text"].upper(), "thread": threading.current_thread().name}
+
+    @w.task("sum", resources={"cpu": 1})
+    async def add(ctx: TaskContext, task_input: JSON) -> JSON:
+        await asyncio.sleep(0.01)
+        return {"sum": sum(task_input["xs"])}
+
+    with Running(w):
+        a = dispatcher.assign(w.worker_id, "upper", {"text": "abc"})
+        b = dispatcher.assign(w.worker_id, "sum", {"xs": [1, 2, 3]})
+        done_a, done_b = dispatcher.final(a.task_id), dispatcher.final(b.task_id)
+    assert dispatcher.types(a.task_id) == ["worker.task_started", "worker.task_completed"]
+    assert dispatcher.types(b.task_id) == ["worker.task_started", "worker.task_completed"]
+    assert isinstance(done_a, c.ReportCompleted) and isinstance(done_b, c.ReportCompleted)
+    assert done_a.output["text"] == "ABC" and done_a.output["thread"].startswith("es-sched-task")
+    assert done_b.output == {"sum": 6}
+    for report in dispatcher.reports(a.task_id) + dispatcher.reports(b.task_id):
+        assert echoes_lease(report, a if report.task_id == a.task_id else b)
+
+
+def test_failures_say_whether_they_are_retryable(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+
+    @w.task("bad_input")
+    def bad_input(ctx: TaskContext, task_input: JSON) -> JSON:
+        raise TaskFailure("unsupported codec", retryable=False, output={"codec": "vp6"})
+
+    @w.task("flaky")
+    def flaky(ctx: TaskContext, task_input: JSON) -> JSON:
+        raise ConnectionError("storage unreachable")
+
+    with Running(w):
+        terminal = dispatcher.assign(w.worker_id, "bad_input", {})
+        retry = dispatcher.assign(w.worker_id, "flaky", {})
+        unknown = dispatcher.assign(w.worker_id, "nobody_serves_this", {})
+        t, r, u = (dispatcher.final(x.task_id) for x in (terminal, retry, unknown))
+    assert isinstance(t, c.ReportFailed) and t.terminal and t.reason == "unsupported codec"
+    assert t.output == {"codec": "vp6"} and echoes_lease(t, terminal)
+    assert isinstance(r, c.ReportFailed) and not r.terminal
+    assert r.reason == "ConnectionError: storage unreachable"
+    assert isinstance(u, c.ReportFailed) and not u.terminal and "no handler" in u.reason
+    assert dispatcher.types(unknown.task_id) == ["worker.task_failed"]  # never started
+
+
+def test_progress_goes_to_worker_status_and_the_workflow(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+
+    @w.task("encode")
+    def encode(ctx: TaskContext, task_input: JSON) -> JSON:
+        ctx.progress(50, "half way")
+        ctx.progress(150)  # clamped
+        return {}
+
+    with Running(w):
+        a = dispatcher.assign(w.worker_id, "encode", {})
+        dispatcher.final(a.task_id)
+        key = f"{w.worker_id}/{a.task_id}"
+        wait_until(lambda: None in dispatcher.statuses(key), 10, "progress tombstone")
+    records = dispatcher.statuses(key)
+    first = records[0]
+    assert isinstance(first, wire.Progress)
+    assert (first.task_id, first.lease_epoch, first.percent, first.message) == (
+        a.task_id,
+        a.lease_epoch,
+        50.0,
+        "half way",
+    )
+    progress = [r for r in dispatcher.reports(a.task_id) if isinstance(r, c.ReportProgress)]
+    assert [(p.percent, p.message) for p in progress] == [(50.0, "half way"), (100.0, "")]
+    assert all(echoes_lease(p, a) for p in progress)
+    assert len({p.input_id for p in progress}) == 2
+    assert records[-1] is None  # forgotten once the task ended
+
+
+def test_cancel_reaches_the_handler_and_nothing_is_reported(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+    running, ended = threading.Event(), threading.Event()
+
+    @w.task("long")
+    def long(ctx: TaskContext, task_input: JSON) -> JSON:
+        running.set()
+        try:
+            while True:
+                ctx.raise_if_cancelled()
+                time.sleep(0.02)
+        except TaskCancelled:
+            ended.set()
+            raise
+
+    with Running(w):
+        a = dispatcher.assign(w.worker_id, "long", {})
+        assert running.wait(15)
+        dispatcher.cancel(a)
+        assert ended.wait(15), "the handler never saw the cancel"
+        wait_until(lambda: w.running == [], 5, "task released")
+        b = dispatcher.assign(w.worker_id, "long", {})  # the slot is free again
+        assert running.wait(15)
+        dispatcher.cancel(b)
+        time.sleep(0.5)
+    assert dispatcher.types(a.task_id) == ["worker.task_started"]
+
+
+def test_concurrency_bound_is_never_exceeded(settings: Settings, dispatcher: Dispatcher) -> None:
+    w = make_worker(settings, concurrency=2)
+    lock, now, peak = threading.Lock(), [0], [0]
+
+    @w.task("sleep")
+    def sleep(ctx: TaskContext, task_input: JSON) -> JSON:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.3)
+        with lock:
+            now[0] -= 1
+        return {}
+
+    @w.task("asleep")
+    async def asleep(ctx: TaskContext, task_input: JSON) -> JSON:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        await asyncio.sleep(0.3)
+        with lock:
+            now[0] -= 1
+        return {}
+
+    with Running(w):
+        tasks = [dispatcher.assign(w.worker_id, ("sleep", "asleep")[i % 2], {}) for i in range(7)]
+        for t in tasks:
+            assert isinstance(dispatcher.final(t.task_id, 30), c.ReportCompleted)
+    assert peak[0] == 2
+
+
+def test_status_heartbeats_carry_types_and_running_tasks(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings, concurrency=3, version="1.2.3", labels={"zone": "a"})
+    release = threading.Event()
+
+    @w.task("b_type")
+    def slow(ctx: TaskContext, task_input: JSON) -> JSON:
+        release.wait(10)
+        return {}
+
+    w.task("a_type")(slow)
+    with Running(w):
+        a = dispatcher.assign(w.worker_id, "b_type", {})
+
+        def heartbeats_with_task() -> int:
+            records = dispatcher.statuses(w.worker_id)
+            return sum(isinstance(s, wire.WorkerStatus) and a.task_id in s.running for s in records)
+
+        wait_until(lambda: heartbeats_with_task() >= 3, 10, "heartbeats while running")
+        release.set()
+        dispatcher.final(a.task_id)
+    beats = [s for s in dispatcher.statuses(w.worker_id) if isinstance(s, wire.WorkerStatus)]
+    busy = next(s for s in beats if s.running)
+    assert busy.types == ["a_type", "b_type"] and busy.running == [a.task_id]
+    assert (busy.pool, busy.version, busy.labels, busy.concurrency) == (
+        "default",
+        "1.2.3",
+        {"zone": "a"},
+        3,
+    )
+    assert (busy.cpu, busy.memory_mb) == (2.0, 4096) and busy.sent_at
+    assert beats[0].running == []
+
+
+def test_assignments_for_another_worker_on_the_partition_are_ignored(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+    mine = partition_for(w.worker_id.encode(), PARTITIONS)
+    other = next(
+        f"other-{i}"
+        for i in range(1000)
+        if partition_for(f"other-{i}".encode(), PARTITIONS) == mine
+    )
+    w.task("echo")(lambda ctx, task_input: task_input)
+    with Running(w):
+        theirs = dispatcher.assign(other, "echo", {"n": 1})
+        ours = dispatcher.assign(w.worker_id, "echo", {"n": 2})
+        assert isinstance(dispatcher.final(ours.task_id), c.ReportCompleted)
+        time.sleep(0.3)
+    assert dispatcher.types(theirs.task_id) == []
+
+
+def test_an_assigned_gpu_is_pinned_for_subprocesses(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+
+    @w.task("probe")
+    def probe(ctx: TaskContext, task_input: JSON) -> JSON:
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+            env=ctx.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return {
+            "gpu": ctx.gpu,
+            "env": ctx.env.get("CUDA_VISIBLE_DEVICES"),
+            "child": child.stdout.strip(),
+        }
+
+    with Running(w):
+        pinned = dispatcher.assign(w.worker_id, "probe", {}, gpu=1)
+        result = dispatcher.final(pinned.task_id)
+    assert isinstance(result, c.ReportCompleted)
+    assert result.output == {"gpu": 1, "env": "1", "child": "1"}
+
+
+def test_graceful_stop_hands_back_unfinished_tasks_and_leaves(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings, grace_s=0.5)
+    running, saw_cancel = threading.Event(), threading.Event()
+
+    @w.task("quick")
+    def quick(ctx: TaskContext, task_input: JSON) -> JSON:
+        return {"ok": True}
+
+    @w.task("forever")
+    def forever(ctx: TaskContext, task_input: JSON) -> JSON:
+        running.set()
+        if ctx.cancel_event.wait(30):
+            saw_cancel.set()
+        return {"should": "not be reported"}
+
+    run = Running(w)
+    with run:
+        done = dispatcher.assign(w.worker_id, "quick", {})
+        dispatcher.final(done.task_id)
+        long = dispatcher.assign(w.worker_id, "forever", {})
+        assert running.wait(15)
+        started = time.monotonic()
+    assert time.monotonic() - started < 10
+    assert saw_cancel.wait(5)
+    failed = dispatcher.final(long.task_id)
+    assert isinstance(failed, c.ReportFailed)
+    assert (failed.reason, failed.terminal) == (HANDED_BACK, False) and echoes_lease(failed, long)
+    time.sleep(0.3)
+    assert dispatcher.types(long.task_id) == ["worker.task_started", "worker.task_failed"]
+    wait_until(lambda: dispatcher.statuses(w.worker_id)[-1:] == [None], 10, "status tombstone")
+
+
+def test_a_restarted_worker_resumes_after_its_committed_position(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    w = make_worker(settings)
+    w.task("echo")(lambda ctx, task_input: task_input)
+    with Running(w):
+        first = dispatcher.assign(w.worker_id, "echo", {"n": 1})
+        dispatcher.final(first.task_id)
+    second = dispatcher.assign(w.worker_id, "echo", {"n": 2})  # sent while it is down
+    again = make_worker(settings, worker_id=w.worker_id)
+    again.task("echo")(lambda ctx, task_input: task_input)
+    with Running(again):
+        assert isinstance(dispatcher.final(second.task_id), c.ReportCompleted)
+    assert dispatcher.types(first.task_id).count("worker.task_completed") == 1
+
+
+def test_murmur2_matches_where_the_producer_puts_keys(unique: str) -> None:
+    topic, partitions = f"{unique}.murmur2", 7
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])[
+        topic
+    ].result(30)
+    p = producer(BOOTSTRAP)
+    keys = [f"worker-{i}-{uuid.uuid4().hex[:6]}".encode() for i in range(60)] + [b"21", b"x"]
+    landed: dict[bytes, int] = {}
+
+    def delivered(err: object, msg: Any) -> None:
+        assert err is None
+        landed[msg.key()] = msg.partition()
+
+    for key in keys:
+        p.produce(topic, key=key, value=b"v", on_delivery=delivered)
+    assert p.flush(30) == 0
+    assert landed == {k: partition_for(k, partitions) for k in keys}
+    assert len(set(landed.values())) == partitions
+
+
+def test_cli_noop_worker_echoes_and_stops_on_sigterm(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    worker_id = f"cli-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "ES_SCHED_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
+        "ES_SCHED_KAFKA_PARTITIONS": str(PARTITIONS),
+        "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
+    }
+    cmd = [
+        sys.executable, "-c", "from es_sched.cli_worker import worker; worker()",
+        "--noop", "--types", "a,b", "--worker-id", worker_id, "--heartbeat-s", "0.2",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if f"worker {worker_id} started" in line:
+                break
+        a = dispatcher.assign(worker_id, "b", {"uri": "file:///x.mp4"})
+        done = dispatcher.final(a.task_id)
+        assert isinstance(done, c.ReportCompleted) and done.output == {"uri": "file:///x.mp4"}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    wait_until(lambda: dispatcher.statuses(worker_id)[-1:] == [None], 10, "status tombstone")
+    beat = next(s for s in dispatcher.statuses(worker_id) if isinstance(s, wire.WorkerStatus))
+    assert beat.types == ["a", "b"]
+
+
+def test_cli_noop_needs_types() -> None:
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from es_sched.cli_worker import worker  # noqa: PLC0415
+
+    result = CliRunner().invoke(worker, ["--noop"])
+    assert result.exit_code == 2 and "--types" in result.output
+
+
+def test_real_gpus_are_reported_with_free_memory(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    cap = discover()
+    if not cap.gpus:
+        pytest.skip("no NVIDIA driver: pynvml found no device")
+    assert [g.index for g in cap.gpus] == list(range(len(cap.gpus)))
+    assert all(0 < g.free_mb <= g.total_mb and g.name for g in cap.gpus)
+    w = make_worker(settings, capacity=None)
+    w.task("noop")(lambda ctx, task_input: {})
+    with Running(w):
+        wait_until(lambda: bool(dispatcher.statuses(w.worker_id)), 10, "a heartbeat")
+    beat = dispatcher.statuses(w.worker_id)[0]
+    assert isinstance(beat, wire.WorkerStatus) and len(beat.gpus) == len(cap.gpus)
+    assert all(g.free_mb > 0 for g in beat.gpus)
