@@ -16,7 +16,7 @@ import click
 
 from es_sched.errors import ConfigError, InfrastructureError
 from es_sched.kafka.clients import producer, read_partition
-from es_sched.kafka.topics import ensure_topics, topics_from
+from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.runtime import dispatch_config as dc
 from es_sched.settings import Settings, load_settings
 
@@ -33,7 +33,7 @@ def publish(settings: Settings, key: str, value: dict[str, Any] | None) -> None:
     """Validate and produce one config record (None: a tombstone that removes the setting)."""
     raw = dc.encode(value)
     dc.parse(key, raw)  # the dispatcher's own check: a bad record never reaches the topic
-    topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+    topics = topics_for(settings)
     ensure_topics(settings.kafka.bootstrap_servers, topics)
     p = producer(settings.kafka.bootstrap_servers)
     p.produce(topics.config, key=key.encode(), value=raw)
@@ -43,7 +43,7 @@ def publish(settings: Settings, key: str, value: dict[str, Any] | None) -> None:
 
 def current(settings: Settings) -> dict[str, dict[str, Any]]:
     """The config topic folded by key: the settings in force (tombstoned keys left out)."""
-    topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+    topics = topics_for(settings)
     out: dict[str, dict[str, Any]] = {}
     for msg in read_partition(settings.kafka.bootstrap_servers, topics.config, 0):
         raw_key, value = msg.key(), msg.value()

@@ -57,7 +57,7 @@ from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.registry import DefinitionRegistry, taskdef_key, workflow_key
-from es_sched.kafka.topics import Topics, ensure_topics, topics_from
+from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.serialization import SchemaCatalog, decode_event
 from es_sched.settings import Settings, load_settings
 
@@ -84,7 +84,7 @@ class Submitted:
 class CommandClient:
     def __init__(self, settings: Settings, flush_timeout_s: float = 30.0) -> None:
         self.settings = settings
-        self.topics: Topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self.topics: Topics = topics_for(settings)
         self.flush_timeout_s = flush_timeout_s
         self._bootstrap = settings.kafka.bootstrap_servers
         self._catalog = SchemaCatalog()

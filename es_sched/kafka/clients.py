@@ -52,6 +52,26 @@ def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
     return Consumer(config)
 
 
+_FRESH_TOPIC = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+})  # fmt: skip
+
+
+def watermarks(c: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tuple[int, int]:
+    """``get_watermark_offsets`` that waits out a topic created a moment ago, whose partition
+    leaders are not elected yet (the broker answers NOT_LEADER_FOR_PARTITION meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = c.get_watermark_offsets(tp, timeout=min(10.0, timeout_s))
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _FRESH_TOPIC or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_partition(
     bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0
 ) -> Iterator[Message]:
@@ -64,7 +84,7 @@ def read_partition(
     c = consumer(bootstrap, None, **{"enable.partition.eof": True})
     tp = TopicPartition(topic, partition)
     try:
-        low, high = c.get_watermark_offsets(tp, timeout=timeout_s)
+        low, high = watermarks(c, tp, timeout_s)
         if high <= low:
             return
         c.assign([TopicPartition(topic, partition, low)])

@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from es_sched.kafka.clients import consumer
+from es_sched.kafka.clients import consumer, watermarks
 
 
 def workflow_key(name: str, version: int) -> str:
@@ -35,9 +35,7 @@ class DefinitionRegistry:
 
     def catch_up(self, timeout_s: float = 10.0) -> None:
         """Read until the end of the topic as it is now."""
-        _, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self._topic, 0), timeout=timeout_s
-        )
+        _, high = watermarks(self._consumer, TopicPartition(self._topic, 0), timeout_s)
         position = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
         while position < high:
             msg = self._consumer.poll(timeout_s)

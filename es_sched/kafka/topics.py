@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from es_sched.errors import InfrastructureError
-from es_sched.settings import KafkaSettings
+from es_sched.settings import KafkaSettings, Settings
 
 COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
 FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
@@ -108,6 +108,16 @@ class Topics:
             Topic(self.config, 1, COMPACT),
             *(Topic(self.retry(t), n, {}) for t in self.retry_tiers),
         ]
+
+
+def topics_for(settings: Settings) -> Topics:
+    """The topics every role agrees on, from the full settings."""
+    return Topics(
+        settings.kafka.topic_prefix,
+        settings.kafka.partitions,
+        tuple(settings.runtime.retry_tiers),
+        settings.dispatch.assignment_partitions,
+    )
 
 
 def topics_from(settings: KafkaSettings, retry_tiers: list[int] | None = None) -> Topics:

@@ -36,7 +36,7 @@ from es_sched.errors import EsSchedError, InfrastructureError
 from es_sched.kafka.clients import consumer, producer, read_partition
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.registry import DefinitionRegistry
-from es_sched.kafka.topics import ensure_topics, topics_from
+from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.runtime.outbox import Record, outbound, snapshot
 from es_sched.serialization import decode_input
 from es_sched.serialization.snapshots import decode_state
@@ -59,7 +59,7 @@ class Decider:
     ) -> None:
         self.settings, self.scripts, self.clock, self.new_id = settings, scripts, clock, new_id
         self.run_settings = settings.runtime
-        self.topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self.topics = topics_for(settings)
         self.bootstrap = settings.kafka.bootstrap_servers
         self.group = f"{settings.kafka.topic_prefix}-decider"
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"

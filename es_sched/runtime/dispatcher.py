@@ -49,9 +49,9 @@ from es_sched.dispatch.queues import ReadyQueues
 from es_sched.domain.commands import Input
 from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
 from es_sched.kafka import wire
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import consumer, producer, watermarks
 from es_sched.kafka.dead_letters import headers_for
-from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_from
+from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_for
 from es_sched.runtime import dispatch_config, dispatch_records
 from es_sched.runtime.metrics import Registry, serve
 from es_sched.serialization import encode_input
@@ -95,8 +95,7 @@ class _Tail:
     def catch_up(self, timeout_s: float = 30.0) -> list[Message]:
         """Every record up to the end the topic had when this was called."""
         highs = {
-            p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
-            for p in self.partitions
+            p: watermarks(self.consumer, TopicPartition(self.topic, p))[1] for p in self.partitions
         }
         out: list[Message] = []
         deadline = time.monotonic() + timeout_s
@@ -128,7 +127,7 @@ class Dispatcher:
     ) -> None:
         self.settings, self.clock, self.token = settings, clock, token
         d = self.dispatch_settings = settings.dispatch
-        self.topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self.topics = topics_for(settings)
         self.prefix = settings.kafka.topic_prefix
         self.bootstrap = settings.kafka.bootstrap_servers
         self.group = f"{self.prefix}-dispatcher"

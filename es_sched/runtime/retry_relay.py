@@ -35,7 +35,7 @@ from es_sched.domain.commands import FireTimer
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import headers_for
-from es_sched.kafka.topics import topics_from
+from es_sched.kafka.topics import topics_for
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.settings import Settings
 
@@ -176,7 +176,7 @@ class RetryRelay:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bootstrap = settings.kafka.bootstrap_servers
-        self._topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self._topics = topics_for(settings)
         self._tiers = [self._topics.retry(t) for t in self._topics.retry_tiers]
         prefix = settings.kafka.topic_prefix
         self._group, self._txn_id = f"{prefix}-retry", f"{prefix}-retry-{settings.runtime.instance}"

@@ -48,7 +48,7 @@ from es_sched.domain.timers import Timer
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import header_map, headers_for
-from es_sched.kafka.topics import topics_from
+from es_sched.kafka.topics import topics_for
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.settings import Settings
 
@@ -177,7 +177,7 @@ def fire_input(timer: Timer) -> FireTimer:
 class TimerService:
     def __init__(self, settings: Settings, clock: Clock = lambda: datetime.now(UTC)) -> None:
         self._bootstrap = settings.kafka.bootstrap_servers
-        self._topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        self._topics = topics_for(settings)
         prefix = settings.kafka.topic_prefix
         self._group = f"{prefix}-timers"
         self._txn_id = f"{prefix}-timers-{settings.runtime.instance}"

@@ -31,7 +31,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
 from es_sched.kafka import wire
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import consumer, producer, watermarks
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_input
@@ -237,7 +237,7 @@ class AssignmentReader:
         tp = TopicPartition(self.topic, self.partition)
         offset = self._consumer.committed([tp], timeout=timeout_s)[0].offset
         if offset < 0:
-            offset = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)[1]
+            offset = watermarks(self._consumer, tp, timeout_s)[1]
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
         self._committed = offset
         return True

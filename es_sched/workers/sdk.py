@@ -48,7 +48,7 @@ from confluent_kafka import Message
 from es_sched.domain import commands as c
 from es_sched.errors import EsSchedError, SchemaError
 from es_sched.kafka import wire
-from es_sched.kafka.topics import topics_from
+from es_sched.kafka.topics import topics_for
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import runner
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
@@ -182,7 +182,7 @@ class Worker:
         if self.capacity is None:
             self.capacity = discover()
             self._refresh_gpus = bool(self.capacity.gpus)
-        self._reporter = runner.Reporter(kafka.bootstrap_servers, topics_from(kafka))
+        self._reporter = runner.Reporter(kafka.bootstrap_servers, topics_for(self.settings))
         reader = runner.AssignmentReader(
             kafka.bootstrap_servers,
             wire.assignment_topic(prefix, self.pool),

@@ -7,6 +7,7 @@ import pytest
 
 from es_sched.stack import probes
 from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
+from tests.kafka_cleanup import delete_new_topics  # noqa: F401 - autouse fixture
 
 
 @pytest.fixture(scope="session", params=["local", "testcontainers"])

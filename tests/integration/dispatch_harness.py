@@ -71,9 +71,9 @@ class Bench:
             runtime=RuntimeSettings(),
             dispatch=DispatchSettings(**{"heartbeat_s": 0.5, "lease_k": 3,
                                          "suspect_after_s": 2.0, "dead_after_s": 10.0,
-                                         **dispatch}),
+                                         "assignment_partitions": 2, **dispatch}),
         )  # fmt: skip
-        self.topics = Topics(self.prefix, 2)
+        self.topics = Topics(self.prefix, 2, assignment_partitions=2)
         self.producer = producer(BOOTSTRAP)
         self.dispatcher = Dispatcher(self.settings)
         self.stop = threading.Event()

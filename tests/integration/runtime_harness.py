@@ -48,13 +48,14 @@ class Env:
         return {
             "ES_SCHED_KAFKA_TOPIC_PREFIX": self.prefix,
             "ES_SCHED_KAFKA_PARTITIONS": str(self.partitions),
+            "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": "4",
             "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
             **self.extra,
         }
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.prefix, self.partitions)
+        return Topics(self.prefix, self.partitions, assignment_partitions=4)
 
     def create(self) -> None:
         ensure_topics(BOOTSTRAP, self.topics)

@@ -47,6 +47,7 @@ def settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", prefix)
     monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", "3")
+    monkeypatch.setenv("ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS", "3")
     loaded = load_settings()
     if not probes.kafka(loaded.kafka.bootstrap_servers).healthy:
         pytest.fail("Kafka is not healthy: run `es-sched stack up --only kafka`")
@@ -295,6 +296,7 @@ def _env(settings: Settings) -> dict[str, str]:
         **os.environ,
         "ES_SCHED_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
         "ES_SCHED_KAFKA_PARTITIONS": str(settings.kafka.partitions),
+        "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(settings.dispatch.assignment_partitions),
     }
 
 

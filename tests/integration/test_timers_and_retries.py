@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 from es_sched.domain.commands import FireTimer
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import header_map
-from es_sched.kafka.topics import Topics, ensure_topics, topics_from
+from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.runtime.retry_relay import RetryRelay
 from es_sched.runtime.timer_service import TimerService
 from es_sched.serialization.codec import decode_input
@@ -36,13 +36,14 @@ def make_settings(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[Settin
     def make(**env: str) -> tuple[Settings, Topics]:
         monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", f"t{uuid4().hex[:10]}")
         monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", "2")
+        monkeypatch.setenv("ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS", "2")
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         settings = load_settings()
         probe = probes.kafka(settings.kafka.bootstrap_servers)
         if not probe.healthy:
             pytest.fail(f"Kafka not healthy ({probe.detail}): run `es-sched stack up`")
-        topics = topics_from(settings.kafka, settings.runtime.retry_tiers)
+        topics = topics_for(settings)
         ensure_topics(settings.kafka.bootstrap_servers, topics)
         return settings, topics
 

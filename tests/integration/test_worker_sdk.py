@@ -27,7 +27,7 @@ from confluent_kafka.cimpl import NewTopic
 from es_sched.domain import commands as c
 from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
-from es_sched.kafka.topics import ensure_topics, topics_from
+from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.serialization import decode_input
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import Capacity, TaskCancelled, TaskContext, TaskFailure, Worker, discover
@@ -77,7 +77,7 @@ class Dispatcher:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.topics = topics_from(settings.kafka)
+        self.topics = topics_for(settings)
         self.producer = producer(BOOTSTRAP)
         self.results = Tail(self.topics.task_results)
         self.status = Tail(self.topics.worker_status)
@@ -143,9 +143,10 @@ class Dispatcher:
 def settings(monkeypatch: pytest.MonkeyPatch, unique: str) -> Settings:
     monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", unique)
     monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", str(PARTITIONS))
+    monkeypatch.setenv("ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS", str(PARTITIONS))
     monkeypatch.setenv("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
     s = load_settings()
-    ensure_topics(BOOTSTRAP, topics_from(s.kafka))
+    ensure_topics(BOOTSTRAP, topics_for(s))
     return s
 
 
@@ -497,6 +498,7 @@ def test_cli_noop_worker_echoes_and_stops_on_sigterm(
         **os.environ,
         "ES_SCHED_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
         "ES_SCHED_KAFKA_PARTITIONS": str(PARTITIONS),
+        "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(PARTITIONS),
         "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
     }
     cmd = [

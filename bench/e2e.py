@@ -1,0 +1,190 @@
+"""End-to-end benchmark: media workflows through decider, dispatcher and two no-op workers.
+
+Phase 1 (throughput): N workflows of examples/media_pipeline.json are submitted at once;
+workflows/s and tasks/s = counts / (last completion - first start), from event timestamps.
+Phase 2 (dispatch latency): workflows are submitted at half the phase-1 rate; for every task,
+latency = time an assignment record is read from the assignments topic minus the broker
+timestamp of its ready record (both on this machine's clock). p50/p95/p99.
+
+Needs `es-sched stack up`. Prints figures, writes bench/results/e2e.json.
+Rerun: `.venv/bin/python bench/e2e.py [--workflows 1000 --seconds 20]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from es_sched.domain import commands as c  # noqa: E402
+from es_sched.domain.ids import workflow_id_for_command  # noqa: E402
+from es_sched.kafka.clients import consumer, producer  # noqa: E402
+from es_sched.serialization import encode_input  # noqa: E402
+from tests.integration.runtime_harness import BOOTSTRAP, Env, load_json  # noqa: E402
+
+TYPES = "media.probe,media.transcode,media.thumbnail,media.write_asset,media.callback"
+
+
+def spawn(env: Env, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "es_sched", *args],
+        env={**os.environ, **env.vars},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_for(log: Path, text: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{log}: no {text!r}")
+        time.sleep(0.2)
+
+
+def tail(
+    env: Env, topic: str, partitions: int, sink: dict[str, Any], stop: threading.Event
+) -> None:
+    """Record per task id (ready/assignments) or workflow id (events) what arrives, and when."""
+    cons = consumer(BOOTSTRAP, None)
+    cons.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    while not stop.is_set():
+        for msg in cons.consume(1000, 0.1):
+            if msg.error() is not None:
+                continue
+            now = time.time()
+            doc = json.loads(msg.value() or b"{}")
+            ts = msg.timestamp()[1] / 1000
+            if topic.endswith(".events"):
+                sink.setdefault(doc["type"], []).append((doc["workflow_id"], ts))
+            elif topic.endswith(".ready"):
+                sink.setdefault(doc["task_id"], ts)
+            else:
+                sink.setdefault(doc.get("task_id", ""), now)
+    cons.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflows", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20)
+    opts = parser.parse_args()
+    env = Env(partitions=12, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+    env.create()
+    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    logs = ROOT / "bench" / "results"
+    procs = [spawn(env, ["run"], logs / "e2e-run.log")]
+    worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "16", "--heartbeat-s", "1"]
+    procs += [spawn(env, worker, logs / f"e2e-worker{i}.log") for i in range(2)]
+    stop = threading.Event()
+    events: dict[str, Any] = {}
+    ready: dict[str, Any] = {}
+    assigned: dict[str, Any] = {}
+    tails = [
+        threading.Thread(target=tail, args=(env, env.topics.events, 12, events, stop), daemon=True),
+        threading.Thread(target=tail, args=(env, env.topics.ready, 12, ready, stop), daemon=True),
+        threading.Thread(
+            target=tail, args=(env, env.topics.assignments, 64, assigned, stop), daemon=True
+        ),
+    ]
+    try:
+        wait_for(logs / "e2e-run.log", "dispatcher started")
+        for i in range(2):
+            wait_for(logs / f"e2e-worker{i}.log", "started")
+        for t in tails:
+            t.start()
+        inputs = [
+            {"source_uri": f"file:///{i}.mp4", "asset_id": f"a{i}", "callback_url": "http://cb"}
+            for i in range(opts.workflows)
+        ]
+        env.send(env.start_commands("media_pipeline", inputs))
+        deadline = time.monotonic() + 900
+        while (
+            len(events.get("workflow.completed", [])) < opts.workflows
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        starts = [ts for _, ts in events["workflow.started"]]
+        ends = [ts for _, ts in events["workflow.completed"]]
+        span = max(ends) - min(starts)
+        wf_rate = len(ends) / span
+        tasks_done = len(events.get("task.completed", []))
+        task_rate = tasks_done / span
+        # phase 2: half the rate, latency of dispatch
+        phase1_tasks = set(assigned)
+        rate = max(1.0, wf_rate / 2)
+        second = [
+            {"source_uri": f"file:///p2-{i}.mp4", "asset_id": f"b{i}", "callback_url": "http://cb"}
+            for i in range(int(rate * opts.seconds))
+        ]
+        ids = [f"p2-{env.prefix}-{i}" for i in range(len(second))]
+        commands = [
+            c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline", input=inp)
+            for cid, inp in zip(ids, second, strict=True)
+        ]
+        out = producer(BOOTSTRAP)
+        t0 = time.time()
+        for n, cmd in enumerate(commands):
+            while time.time() < t0 + n / rate:
+                time.sleep(0.002)
+            out.produce(env.topics.commands, key=cmd.workflow_id.encode(), value=encode_input(cmd))
+            out.poll(0)
+        out.flush(30)
+        time.sleep(5)
+        lat: list[float] = sorted(
+            (assigned[t] - ready[t]) * 1000
+            for t in assigned
+            if t in ready and t not in phase1_tasks
+        )
+    finally:
+        stop.set()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(60)
+
+    def pct(q: float) -> float:
+        return float(round(lat[int(q * (len(lat) - 1))], 1))
+
+    result = {
+        "benchmark": "e2e",
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "workers": "2 x noop",
+        },
+        "workflows": len(ends),
+        "workflows_per_second": round(wf_rate, 1),
+        "tasks_per_second": round(task_rate, 1),
+        "phase2_rate_workflows_per_second": round(rate, 1),
+        "dispatch_latency_ms": {"n": len(lat), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99)},
+        "targets": {"workflows_per_second": 500, "dispatch_p95_ms": 25},
+    }
+    table = Table(title="es-sched end to end (2 cores, local broker, 2 noop workers)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("workflows/s", str(result["workflows_per_second"]))
+    table.add_row("tasks/s", str(result["tasks_per_second"]))
+    for k in ("p50", "p95", "p99"):
+        table.add_row(
+            f"dispatch latency {k} ms", str(pct({"p50": 0.5, "p95": 0.95, "p99": 0.99}[k]))
+        )
+    Console().print(table)
+    (ROOT / "bench" / "results" / "e2e.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
