@@ -142,6 +142,12 @@ def take_back(lease: Lease, workflow_id: str, reason: str) -> tuple[wire.Cancel,
 
 def ended_task(raw: bytes | None) -> str | None:
     """The task id of a task.completed/failed/timed_out/canceled/completed_with_errors event."""
+    found = ended_task_and_type(raw)
+    return found[0] if found else None
+
+
+def ended_task_and_type(raw: bytes | None) -> tuple[str, str] | None:
+    """(task id, event type) of an event that ends a task attempt, else None."""
     try:
         doc = orjson.loads(raw or b"")
     except orjson.JSONDecodeError as exc:
@@ -152,4 +158,4 @@ def ended_task(raw: bytes | None) -> str | None:
     task_id = payload.get("task_id") if isinstance(payload, dict) else None
     if not isinstance(task_id, str):
         raise SchemaError(f"{doc.get('type')} event without a task_id")
-    return task_id
+    return task_id, str(doc["type"])

@@ -296,12 +296,20 @@ class Dispatcher:
 
     def _on_event(self, msg: Message) -> None:
         try:
-            task_id = dispatch_records.ended_task(_raw(msg.value()))
+            ended = dispatch_records.ended_task_and_type(_raw(msg.value()))
         except SchemaError as exc:
             log.warning("events %s@%s: %s", msg.partition(), msg.offset(), exc)
             return
-        if task_id is not None and task_id in self.workflow_of:
-            self._finished(task_id)
+        if ended is None or ended[0] not in self.workflow_of:
+            return
+        task_id, kind = ended
+        flight = self.core.in_flight.get(task_id)
+        if flight is not None and kind in ("task.failed", "task.completed"):
+            # A worker failing most of its recent tasks is blacklisted for a cool-down.
+            worker = flight.placement.worker_id
+            if self.core.fleet.record_outcome(worker, kind == "task.failed", self.clock()):
+                log.warning("worker %s blacklisted: recent failure rate over the threshold", worker)
+        self._finished(task_id)
 
     def _on_revoke(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
         """Tasks still queued from these partitions are now another dispatcher's: drop them

@@ -41,10 +41,13 @@ _M32 = 0xFFFFFFFF
 HANDED_BACK = "worker shutting down; handed back"
 MAX_REASON = 1900  # the decider's schema allows 2000 characters
 OFFSET_UNSET = -1001  # librdkafka's OFFSET_INVALID: the group has no committed position
-_NO_LEADER = {  # a topic created a moment ago: leaders are still being elected
+_NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not elected yet
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 }
 
 

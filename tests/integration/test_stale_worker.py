@@ -1,5 +1,7 @@
-"""A frozen worker (SIGSTOP) loses its lease; the task completes on another worker; when the
-frozen one wakes up (SIGCONT) its late completion is rejected and recorded with the reason."""
+"""A frozen worker (SIGSTOP) loses its lease and the task completes on another worker. When the
+frozen one wakes up (SIGCONT) the SDK sees the dispatcher's cancel and reports nothing; a late
+completion sent anyway with the old lease (a worker that missed the cancel) is rejected by the
+decider and recorded with the reason."""
 
 from __future__ import annotations
 
@@ -7,11 +9,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 
-from tests.integration.runtime_harness import ROOT, Env, Role, final_status, read_events, wait_until
+from es_sched.domain import commands as c
+from es_sched.kafka import wire
+from es_sched.kafka.clients import consumer
+from tests.integration.runtime_harness import (
+    BOOTSTRAP,
+    ROOT,
+    Env,
+    Role,
+    final_status,
+    read_events,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 ONE = {
@@ -29,6 +44,22 @@ def _slow_worker(env: Env, worker_id: str, seconds: float, log: Path) -> subproc
         stderr=subprocess.STDOUT,
         cwd=ROOT,
     )
+
+
+def _first_assignment(env: Env, worker_id: str) -> wire.Assignment:
+    cons = consumer(BOOTSTRAP, None)
+    cons.assign([TopicPartition(env.topics.assignments, p, 0) for p in range(4)])
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            for msg in cons.consume(100, 0.5):
+                if msg.error() is None:
+                    record = wire.decode(msg.value() if isinstance(msg.value(), bytes) else None)
+                    if isinstance(record, wire.Assignment) and record.worker_id == worker_id:
+                        return record
+    finally:
+        cons.close()
+    raise AssertionError(f"no assignment for {worker_id}")
 
 
 def test_a_frozen_workers_late_completion_is_rejected(tmp_path: Path) -> None:
@@ -66,7 +97,15 @@ def test_a_frozen_workers_late_completion_is_rejected(tmp_path: Path) -> None:
             90,
             "completion on the rescuer",
         )
-        frozen.send_signal(signal.SIGCONT)  # it finishes its sleep and reports the old attempt
+        frozen.send_signal(signal.SIGCONT)  # it finishes its sleep, sees the cancel
+        frozen_log = tmp_path / "frozen.log"
+        wait_until(lambda: "no report" in frozen_log.read_text(), 30, "the SDK to drop the result")
+        old = _first_assignment(env, "frozen")
+        late = c.ReportCompleted(
+            "late-report", wf, task_id=old.task_id, attempt=old.attempt, worker_id="frozen",
+            lease_epoch=old.lease_epoch, lease_token=old.lease_token, output={"by": "frozen"},
+        )  # fmt: skip
+        env.send([late], env.topics.task_results)
 
         def rejected() -> bool:
             return any(e.type == "task.completion_rejected" for e in read_events(env)[wf])
@@ -89,4 +128,6 @@ def test_a_frozen_workers_late_completion_is_rejected(tmp_path: Path) -> None:
     assert len(completed) == 1 and completed[0].payload.output == {"by": "rescuer"}  # type: ignore[attr-defined]
     [reject] = [e for e in events if e.type == "task.completion_rejected"]
     assert getattr(reject.payload, "worker_id", "") == "frozen"
-    assert getattr(reject.payload, "reason", "")  # recorded with its reason
+    assert "lease mismatch" in getattr(reject.payload, "reason", "") or "already" in getattr(
+        reject.payload, "reason", ""
+    )

@@ -80,3 +80,11 @@ def test_ended_task_events() -> None:
         dr.ended_task(orjson.dumps({"type": "task.failed", "payload": {}}))
     with pytest.raises(SchemaError):
         dr.ended_task(b"{")
+
+
+def test_ended_task_and_type_tells_failures_from_completions() -> None:
+    failed = orjson.dumps({"type": "task.failed", "payload": {"task_id": "t1", "reason": "x"}})
+    assert dr.ended_task_and_type(failed) == ("t1", "task.failed")
+    done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2", "output": {}}})
+    assert dr.ended_task_and_type(done) == ("t2", "task.completed")
+    assert dr.ended_task_and_type(orjson.dumps({"type": "task.progressed", "payload": {}})) is None
