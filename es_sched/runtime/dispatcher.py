@@ -49,8 +49,9 @@ from es_sched.dispatch.queues import ReadyQueues
 from es_sched.domain.commands import Input
 from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
 from es_sched.kafka import wire
-from es_sched.kafka.clients import consumer, producer, watermarks
+from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_for
 from es_sched.runtime import dispatch_config, dispatch_records
 from es_sched.runtime.metrics import Registry, serve
@@ -73,49 +74,6 @@ def _text(key: str | bytes | None) -> str:
 
 def _raw(value: str | bytes | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
-
-
-class _Tail:
-    """A group-less reader of every partition of a topic, from its beginning or its end."""
-
-    def __init__(self, bootstrap: str, topic: str, start: int) -> None:
-        self.topic = topic
-        self.consumer = consumer(bootstrap, None)
-        deadline = time.monotonic() + 30
-        while True:  # a topic created a moment ago may not be in the metadata yet
-            meta = self.consumer.list_topics(topic, timeout=30).topics[topic]
-            if meta.error is None and meta.partitions:
-                break
-            if time.monotonic() > deadline:
-                raise InfrastructureError(f"cannot read topic {topic}: {meta.error}")
-            time.sleep(0.2)
-        self.partitions = sorted(meta.partitions)
-        self.consumer.assign([TopicPartition(topic, p, start) for p in self.partitions])
-
-    def catch_up(self, timeout_s: float = 30.0) -> list[Message]:
-        """Every record up to the end the topic had when this was called."""
-        highs = {
-            p: watermarks(self.consumer, TopicPartition(self.topic, p))[1] for p in self.partitions
-        }
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            out += self.poll(1000, 0.2)
-            positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
-            if all(tp.offset >= highs[tp.partition] or highs[tp.partition] == 0
-                   for tp in positions):  # fmt: skip
-                return out
-        raise InfrastructureError(f"catching up with {self.topic} took over {timeout_s}s")
-
-    def poll(self, limit: int = 500, timeout_s: float = 0.0) -> list[Message]:
-        msgs = self.consumer.consume(limit, timeout_s)
-        return [m for m in msgs if m.error() is None or self._error(m)]
-
-    def _error(self, msg: Message) -> bool:
-        err = msg.error()
-        if err is not None and err.code() != KafkaError._PARTITION_EOF:
-            log.warning("reading %s: %s", self.topic, err)
-        return False
 
 
 class Dispatcher:
@@ -167,9 +125,9 @@ class Dispatcher:
         self._pool_topic("default")
         ensure_topics(self.bootstrap, self.topics)
         self.producer = producer(self.bootstrap)
-        self.config = _Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
-        self.status = _Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING)
-        self.events = _Tail(self.bootstrap, self.topics.events, OFFSET_END)
+        self.config = Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
+        self.status = Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING)
+        self.events = Tail(self.bootstrap, self.topics.events, OFFSET_END)
         now = self.clock()
         for msg in self.config.catch_up():
             self._on_config(msg)
