@@ -303,7 +303,11 @@ def test_cancel_reaches_the_handler_and_nothing_is_reported(
         b = dispatcher.assign(w.worker_id, "long", {})  # the slot is free again
         assert running.wait(15)
         dispatcher.cancel(b)
-        time.sleep(0.5)
+        # the started report is read back asynchronously: wait for it, then make sure nothing
+        # else (no completion, no failure) follows for the cancelled task
+        started = lambda: dispatcher.types(a.task_id) == ["worker.task_started"]  # noqa: E731
+        wait_until(started, 15, "the started report of the cancelled task")
+        time.sleep(1.0)
     assert dispatcher.types(a.task_id) == ["worker.task_started"]
 
 
