@@ -30,9 +30,9 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 PORTS = {
-    "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:49092",
-    "ES_SCHED_STACK_KAFKA_CONTROLLER_PORT": "49093",
-    "ES_SCHED_PG_URL": "postgresql+psycopg://es_sched:es_sched@127.0.0.1:49432/es_sched",
+    "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19192",
+    "ES_SCHED_STACK_KAFKA_CONTROLLER_PORT": "19193",
+    "ES_SCHED_PG_URL": "postgresql+psycopg://es_sched:es_sched@127.0.0.1:25532/es_sched",
     "ES_SCHED_SEARCH_URL": "http://127.0.0.1:9280",
     "ES_SCHED_STACK_MODE": "local",
 }

@@ -67,9 +67,9 @@ def test_up_then_down_in_a_private_state_folder_leaves_no_process(tmp_path: Path
         "ES_SCHED_STACK_STATE_DIR": str(tmp_path / "state"),
         "ES_SCHED_STACK_CACHE_DIR": str(shared_cache),
         "ES_SCHED_STACK_MODE": "local",
-        "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:39092",
-        "ES_SCHED_STACK_KAFKA_CONTROLLER_PORT": "39093",
-        "ES_SCHED_PG_URL": "postgresql+psycopg://e2e:e2e-secret@127.0.0.1:39432/e2e_db",
+        "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
+        "ES_SCHED_STACK_KAFKA_CONTROLLER_PORT": "19093",
+        "ES_SCHED_PG_URL": "postgresql+psycopg://e2e:e2e-secret@127.0.0.1:25432/e2e_db",
         "ES_SCHED_SEARCH_URL": "http://127.0.0.1:9250",
         "ES_SCHED_STACK_SEARCH_HEAP": "384m",
     }
@@ -81,7 +81,7 @@ def test_up_then_down_in_a_private_state_folder_leaves_no_process(tmp_path: Path
         pids = {role: doc[role]["pid"] for role in ("kafka", "postgres", "search")}
         assert all(doc[r]["managed"] == "local" and doc[r]["healthy"] for r in pids), doc
         assert all(isinstance(pid, int) for pid in pids.values())
-        assert doc["postgres"]["endpoint"].startswith("postgresql://e2e@127.0.0.1:39432/e2e_db")
+        assert doc["postgres"]["endpoint"].startswith("postgresql://e2e@127.0.0.1:25432/e2e_db")
     finally:
         down = es_sched("stack", "down", env=env)
     assert down.returncode == 0, down.stderr
