@@ -75,13 +75,15 @@ def watermarks(c: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tupl
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0
+    bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
 ) -> Iterator[Message]:
     """Every committed record of one partition, from its start to its end when reading began.
 
-    With ``read_committed`` the last offsets may be transaction markers or aborted records that
-    are never delivered, so the end is detected by the consumer's position (and partition EOF),
-    not by the offset of the last message seen.
+    ``read_committed`` stops at the last stable offset, which trails the high watermark until
+    the markers of a just-committed transaction are written (asynchronously, after
+    ``commit_transaction`` returns). So the end is reached only when the consumer's position is
+    at the high watermark taken at the start; an end-of-partition event short of it means
+    "wait for the markers", never "done".
     """
     c = consumer(bootstrap, None, **{"enable.partition.eof": True})
     tp = TopicPartition(topic, partition)
@@ -92,23 +94,22 @@ def read_partition(
         c.assign([TopicPartition(topic, partition, low)])
         deadline = time.monotonic() + timeout_s
         while True:
-            msg = c.poll(1.0)
-            if msg is None:
-                position = c.position([tp])[0].offset
-                if position >= high:
-                    return
-                if time.monotonic() > deadline:
-                    raise InfrastructureError(
-                        f"reading {topic}[{partition}] stalled at {position}/{high}"
-                    )
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return
-                raise InfrastructureError(f"reading {topic}[{partition}]: {err}")
-            deadline = time.monotonic() + timeout_s
-            yield msg
+            msg = c.poll(0.5)
+            if msg is not None:
+                err = msg.error()
+                if err is None:
+                    deadline = time.monotonic() + timeout_s
+                    yield msg
+                    continue
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise InfrastructureError(f"reading {topic}[{partition}]: {err}")
+            position = c.position([tp])[0].offset
+            if position >= high:
+                return
+            if time.monotonic() > deadline:
+                raise InfrastructureError(
+                    f"reading {topic}[{partition}] stalled at {position}/{high}"
+                )
     except KafkaException as exc:
         raise InfrastructureError(f"reading {topic}[{partition}]: {exc}") from exc
     finally:
