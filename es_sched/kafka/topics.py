@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from es_sched.errors import InfrastructureError
-from es_sched.settings import KafkaSettings, Settings
+from es_sched.settings import Settings
 
 COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
 FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
@@ -117,12 +117,6 @@ def topics_for(settings: Settings) -> Topics:
         settings.kafka.partitions,
         tuple(settings.runtime.retry_tiers),
         settings.dispatch.assignment_partitions,
-    )
-
-
-def topics_from(settings: KafkaSettings, retry_tiers: list[int] | None = None) -> Topics:
-    return Topics(
-        settings.topic_prefix, settings.partitions, tuple(retry_tiers or (5, 30, 300, 3600))
     )
 
 
