@@ -1,4 +1,5 @@
-"""A worker process for the stale-completion test: its handler takes ``SLOW_WORKER_S`` seconds.
+"""A worker process for the stale-worker tests: its handler takes ``SLOW_WORKER_S`` seconds and
+up to ``SLOW_WORKER_CONCURRENCY`` (default 2) handlers run at once.
 
 Run as ``python -m tests.integration.slow_worker WORKER_ID`` with the test's ES_SCHED_* env.
 """
@@ -18,7 +19,8 @@ from es_sched.workers import TaskContext, Worker
 
 def main() -> None:
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
-    worker = Worker(pool="default", version="1.0", worker_id=sys.argv[1], concurrency=2)
+    concurrency = int(os.environ.get("SLOW_WORKER_CONCURRENCY", "2"))
+    worker = Worker(pool="default", version="1.0", worker_id=sys.argv[1], concurrency=concurrency)
     pause = float(os.environ.get("SLOW_WORKER_S", "0"))
 
     @worker.task("slow.step")
