@@ -1,8 +1,10 @@
 """``es-sched run``: the long-running roles, one process each or all in one.
 
-``--role decider|timers|retry`` runs one role; without ``--role`` all three run in threads of one
-process (development). SIGINT/SIGTERM stop the roles cleanly: the current transaction finishes,
-the consumer leaves its group.
+``--role decider|timers|retry|dispatcher`` runs one role (repeatable); without ``--role`` all
+of them run in threads of one process (development). ``--metrics-port`` (or
+``ES_SCHED_RUN_METRICS_PORT``) serves every role's metrics of this process on one Prometheus
+endpoint. SIGINT/SIGTERM stop the roles cleanly: the current transaction finishes, the consumer
+leaves its group.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import click
 
 from es_sched.adapters.javascript import QuickJsEngine
 from es_sched.errors import EsSchedError
+from es_sched.metrics import Registry, serve
 from es_sched.runtime.decider import Decider
 from es_sched.settings import Settings, load_settings
 
@@ -29,17 +32,20 @@ class Role(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
 
-def _optional(module: str, name: str) -> Callable[[Settings], Role]:
-    def make(settings: Settings) -> Role:
+Builder = Callable[[Settings, Registry], Role]
+
+
+def _optional(module: str, name: str) -> Builder:
+    def make(settings: Settings, registry: Registry) -> Role:
         cls = getattr(importlib.import_module(module), name)
-        role: Role = cls(settings)
+        role: Role = cls(settings, registry=registry)
         return role
 
     return make
 
 
-BUILDERS: dict[str, Callable[[Settings], Role]] = {
-    "decider": lambda s: Decider(s, QuickJsEngine()),
+BUILDERS: dict[str, Builder] = {
+    "decider": lambda s, r: Decider(s, QuickJsEngine(), registry=r),
     "timers": _optional("es_sched.runtime.timer_service", "TimerService"),
     "retry": _optional("es_sched.runtime.retry_relay", "RetryRelay"),
     "dispatcher": _optional("es_sched.runtime.dispatcher", "Dispatcher"),
@@ -50,14 +56,22 @@ BUILDERS: dict[str, Callable[[Settings], Role]] = {
 @click.option(
     "--role", type=click.Choice(ROLES), multiple=True, help="Role(s) to run (default: all)."
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /metrics here (default: ES_SCHED_RUN_METRICS_PORT; 0: none).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
-def run(role: tuple[str, ...], log_level: str) -> None:
+def run(role: tuple[str, ...], metrics_port: int | None, log_level: str) -> None:
     """Run es-sched roles until SIGINT or SIGTERM."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = load_settings()
     stop = threading.Event()
+    registry = Registry()
+    port = settings.runtime.metrics_port if metrics_port is None else metrics_port
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logging.getLogger("es_sched").info("signal %d: stopping", signum)
@@ -78,14 +92,19 @@ def run(role: tuple[str, ...], log_level: str) -> None:
 
     threads = [
         threading.Thread(
-            target=guarded, args=(name, BUILDERS[name](settings)), name=name, daemon=True
+            target=guarded, args=(name, BUILDERS[name](settings, registry)), name=name, daemon=True
         )
         for name in (role or ROLES)
     ]
+    server = serve(registry, port)
+    if server is not None:
+        logging.getLogger("es_sched").info("metrics on :%d/metrics", port)
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
         for t in threads:
             t.join(0.2)
+    if server is not None:
+        server.shutdown()
     if failures:
         raise EsSchedError(f"{len(failures)} role(s) failed: {failures[0]}")

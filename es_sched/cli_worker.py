@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from es_sched.metrics import serve
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
 
@@ -47,6 +48,13 @@ def noop_worker(worker: Worker, types: list[str]) -> Worker:
     help="Default: ES_SCHED_DISPATCH_HEARTBEAT_S (what the dispatcher expects).",
 )
 @click.option("--grace-s", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Serve Prometheus /metrics here (0: none).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def worker(
     pool: str,
@@ -57,6 +65,7 @@ def worker(
     noop: bool,
     heartbeat_s: float | None,
     grace_s: float,
+    metrics_port: int,
     log_level: str,
 ) -> None:
     """Run a worker until SIGINT or SIGTERM."""
@@ -90,4 +99,9 @@ def worker(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    w.run(stop)
+    server = serve(w.metrics, metrics_port)
+    try:
+        w.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()

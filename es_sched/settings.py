@@ -145,6 +145,7 @@ class RuntimeSettings(BaseSettings):
     command_max_bytes: int = Field(default=256 * 1024, ge=1024)
     retry_tiers_s: str = "5,30,300,3600"
     retry_release_per_s: float = Field(default=200.0, gt=0)
+    metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no /metrics endpoint
     # Test hook for the crash tests: after this many batches, produce the next batch, flush
     # it uncommitted and sleep this long inside the open transaction. 0 disables it.
     test_pause_after_batches: int = Field(default=0, ge=0)
@@ -179,7 +180,6 @@ class DispatchSettings(BaseSettings):
     preempt_after_s: float = Field(default=60.0, ge=0)
     policy: Literal["binpack", "spread"] = "binpack"
     assignment_partitions: int = Field(default=64, ge=1, le=10_000)
-    metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
     tick_ms: int = Field(default=20, ge=1, le=10_000)
 
 

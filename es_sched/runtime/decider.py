@@ -37,6 +37,7 @@ from es_sched.kafka.clients import consumer, producer, read_partition
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import ensure_topics, topics_for
+from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, outbound, snapshot
 from es_sched.serialization import decode_input
 from es_sched.serialization.snapshots import decode_state
@@ -56,6 +57,7 @@ class Decider:
         scripts: ScriptEngine,
         clock: Callable[[], datetime] = _utcnow,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        registry: Registry | None = None,
     ) -> None:
         self.settings, self.scripts, self.clock, self.new_id = settings, scripts, clock, new_id
         self.run_settings = settings.runtime
@@ -67,6 +69,16 @@ class Decider:
         self.partition_of: dict[str, int] = {}
         self.batches = 0
         self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0}
+        r = self.metrics = registry or Registry()
+        self.m_counts = {
+            k: r.counter(f"es_sched_decider_{k}_total", f"Decider {k.replace('_', ' ')}.")
+            for k in self.stats
+        }
+        self.m_batch = r.histogram(
+            "es_sched_decider_batch_seconds", "One poll batch: decide, produce, commit."
+        )
+        self.m_workflows = r.gauge("es_sched_decider_workflows", "Workflow states held.")
+        self.lag = LagGauge(r, "decider")
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -95,11 +107,20 @@ class Decider:
                     self.run_settings.batch_max_records, self.run_settings.batch_max_ms / 1000
                 )
                 if msgs:
+                    started = time.monotonic()
                     self.process(msgs)
+                    self.m_batch.observe(time.monotonic() - started)
+                self._export()
         finally:
             self.consumer.close()
             self.registry.close()
             log.info("decider %s stopped: %s", self.txn_id, self.stats)
+
+    def _export(self) -> None:
+        if self.lag.update(self.consumer):  # once a second
+            for k, counter in self.m_counts.items():
+                counter.inc(self.stats[k] - counter.value())
+            self.m_workflows.set(len(self.states))
 
     def _new_producer(self) -> Producer:
         p = producer(

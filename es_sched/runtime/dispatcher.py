@@ -53,8 +53,8 @@ from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_for
+from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime import dispatch_config, dispatch_records
-from es_sched.runtime.metrics import Registry, serve
 from es_sched.serialization import encode_input
 from es_sched.settings import Settings
 
@@ -82,6 +82,7 @@ class Dispatcher:
         settings: Settings,
         clock: Callable[[], datetime] = _utcnow,
         token: Callable[[], str] = lambda: secrets.token_hex(16),
+        registry: Registry | None = None,
     ) -> None:
         self.settings, self.clock, self.token = settings, clock, token
         d = self.dispatch_settings = settings.dispatch
@@ -105,8 +106,8 @@ class Dispatcher:
         self.failures: list[str] = []
         self.started = threading.Event()  # set once subscribed (for in-process callers)
         self._gauges_at = 0.0
-        self.registry = Registry()
-        r = self.registry
+        r = self.registry = registry or Registry()
+        self.lag = LagGauge(r, ROLE)
         self.m_depth = r.gauge("es_sched_queue_depth", "Ready tasks waiting, by type and level.")
         self.m_dispatched = r.counter("es_sched_dispatched_total", "Tasks assigned to workers.")
         self.m_expired = r.counter("es_sched_leases_expired_total", "Leases that expired.")
@@ -138,11 +139,9 @@ class Dispatcher:
             **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
         )  # fmt: skip
         self.ready.subscribe([self.topics.ready], on_revoke=self._on_revoke)
-        server = serve(self.registry, self.dispatch_settings.metrics_port)
         log.info(
-            "dispatcher started (group %s, %d workers, metrics port %s)",
-            self.group, len(self.core.fleet.workers), self.dispatch_settings.metrics_port or "off",
-        )  # fmt: skip
+            "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
+        )
         self.started.set()
         try:
             while not stop.is_set():
@@ -152,8 +151,6 @@ class Dispatcher:
             self.ready.close()
             for tail in (self.config, self.status, self.events):
                 tail.consumer.close()
-            if server is not None:
-                server.shutdown()
             log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
 
     def step(self, wait_s: float) -> None:
@@ -390,3 +387,4 @@ class Dispatcher:
             if new > 0:
                 self.m_limited.inc(new, limit=reason)
                 self._refused_seen[reason] = total
+        self.lag.update(self.ready, force=True)

@@ -36,6 +36,7 @@ from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import topics_for
+from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.settings import Settings
 
@@ -174,6 +175,7 @@ class RetryRelay:
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        registry: Registry | None = None,
     ) -> None:
         self._bootstrap = settings.kafka.bootstrap_servers
         self._topics = topics_for(settings)
@@ -187,6 +189,13 @@ class RetryRelay:
         self.heads = TierHeads()
         self._paused: set[TP] = set()
         self.released_total = self.dead_lettered_total = 0
+        r = registry or Registry()
+        self.m_released = r.counter("es_sched_retry_released_total", "Retries released.")
+        self.m_dead = r.counter(
+            "es_sched_retry_dead_lettered_total", "Unreadable retry records dead-lettered."
+        )
+        self.m_backlog = r.gauge("es_sched_retry_backlog", "Retries waiting, by tier topic.")
+        self.lag = LagGauge(r, "retry")
         self._logged_at, self._logged_total = monotonic(), 0
 
     def run(self, stop: threading.Event) -> None:
@@ -200,6 +209,7 @@ class RetryRelay:
                 producer = self._release(cons, producer)
                 self._flow(cons)
                 self._report(cons)
+                self.lag.update(cons)
             self._report(cons, final=True)
         finally:
             cons.close()
@@ -265,6 +275,8 @@ class RetryRelay:
         poison = sum(1 for _, h in batch if h.fire is None)
         self.released_total += len(batch) - poison
         self.dead_lettered_total += poison
+        self.m_released.inc(len(batch) - poison)
+        self.m_dead.inc(poison)
         if poison:
             log.warning("retry relay: dead-lettered %d undecodable retry records", poison)
         return producer
@@ -287,6 +299,8 @@ class RetryRelay:
             marks = cons.get_watermark_offsets(tp, cached=True)
             if marks is not None and tp.offset >= 0 and marks[1] > tp.offset:
                 backlog[tp.topic] = backlog.get(tp.topic, 0) + marks[1] - tp.offset
+        for topic in self._tiers:
+            self.m_backlog.set(backlog.get(topic, 0), tier=topic)
         released = self.released_total - self._logged_total
         if released or any(backlog.values()):
             log.info(

@@ -49,6 +49,7 @@ from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.topics import topics_for
+from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.settings import Settings
 
@@ -175,7 +176,12 @@ def fire_input(timer: Timer) -> FireTimer:
 
 
 class TimerService:
-    def __init__(self, settings: Settings, clock: Clock = lambda: datetime.now(UTC)) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock = lambda: datetime.now(UTC),
+        registry: Registry | None = None,
+    ) -> None:
         self._bootstrap = settings.kafka.bootstrap_servers
         self._topics = topics_for(settings)
         prefix = settings.kafka.topic_prefix
@@ -185,6 +191,10 @@ class TimerService:
         self.heap = TimerHeap()
         self._poison: dict[str, tuple[Message, SchemaError]] = {}
         self.fired_total = 0
+        r = registry or Registry()
+        self.m_fired = r.counter("es_sched_timers_fired_total", "Timers fired.")
+        self.m_pending = r.gauge("es_sched_timers_pending", "Timers waiting to fire.")
+        self.lag = LagGauge(r, "timers")
 
     def run(self, stop: threading.Event) -> None:
         """Fire timers until ``stop`` is set; raises ``InfrastructureError`` if Kafka fails."""
@@ -196,6 +206,8 @@ class TimerService:
             while not stop.is_set():
                 self._drain(cons)
                 producer = self._fire(cons, producer)
+                if self.lag.update(cons):
+                    self.m_pending.set(len(self.heap))
         finally:
             cons.close()
 
@@ -320,6 +332,7 @@ class TimerService:
             if self._poison.get(key) is item:
                 del self._poison[key]
         self.fired_total += len(due)
+        self.m_fired.inc(len(due))
         log.info(
             "fired %d timers (%d in total), rewrote %d, dead-lettered %d; %d pending",
             len(due), self.fired_total, len(rewrites), len(poison), len(self.heap),

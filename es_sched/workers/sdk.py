@@ -49,6 +49,7 @@ from es_sched.domain import commands as c
 from es_sched.errors import EsSchedError, SchemaError
 from es_sched.kafka import wire
 from es_sched.kafka.topics import topics_for
+from es_sched.metrics import Registry
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import runner
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
@@ -124,6 +125,7 @@ class Handler:
 @dataclass
 class _Running:
     ctx: TaskContext
+    started: float  # monotonic
     handed_back: bool = False
 
 
@@ -143,6 +145,7 @@ class Worker:
         labels: dict[str, str] | None = None,
         capacity: Capacity | None = None,
         grace_s: float = 30.0,
+        registry: Registry | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -158,6 +161,10 @@ class Worker:
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
         self._pending = runner.Backlog()
+        r = self.metrics = registry or Registry()
+        self.m_running = r.gauge("es_sched_worker_running", "Tasks running, then queued here.")
+        self.m_tasks = r.counter("es_sched_worker_tasks_total", "Tasks ended, by type and outcome.")
+        self.m_seconds = r.histogram("es_sched_worker_task_seconds", "Handler run time.")
 
     def task(self, task_type: str, resources: JSON | None = None) -> Callable[[F], F]:
         """Register ``fn(ctx, input) -> dict`` (sync or ``async def``) for ``task_type``."""
@@ -276,6 +283,8 @@ class Worker:
             sent_at=runner.now_iso(),
         )
         self._reporter.status(status, self.worker_id)
+        self.m_running.set(len(self.running), state="running")
+        self.m_running.set(len(self._pending), state="queued")
 
     # -- records ----------------------------------------------------------------------------
     def _on_record(self, msg: Message, stopping: bool) -> None:
@@ -331,7 +340,7 @@ class Worker:
             reason = f"worker {self.worker_id} has no handler for {a.task_type!r}"
             self._reporter.send(runner.failed(a, self.worker_id, reason, terminal=False))
             return
-        run = _Running(TaskContext(a, self.worker_id, self._reporter))
+        run = _Running(TaskContext(a, self.worker_id, self._reporter), time.monotonic())
         with self._lock:
             self._running[a.task_id] = run
         self._reporter.send(runner.started(a, self.worker_id))
@@ -352,11 +361,16 @@ class Worker:
                 return  # shutdown already handed it back
             del self._running[ctx.task_id]
         self._end_progress(ctx)
+        self.m_seconds.observe(time.monotonic() - run.started)
         if ctx.cancelled:
             log.info("task %s ended after cancellation; no report", ctx.task_id)
+            self.m_tasks.inc(task_type=a.task_type, outcome="cancelled")
             return
         try:
-            self._reporter.send(self._outcome(a, future))
+            report = self._outcome(a, future)
+            outcome = "completed" if isinstance(report, c.ReportCompleted) else "failed"
+            self.m_tasks.inc(task_type=a.task_type, outcome=outcome)
+            self._reporter.send(report)
         except (SchemaError, TypeError, ValueError) as exc:
             reason = f"output of {a.task_type} is not JSON: {exc}"
             self._reporter.send(runner.failed(a, self.worker_id, reason, terminal=True))

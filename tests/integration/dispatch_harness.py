@@ -21,6 +21,7 @@ from es_sched.domain.events import Event, TaskCompleted
 from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.topics import Topics
+from es_sched.metrics import serve
 from es_sched.runtime.dispatcher import Dispatcher
 from es_sched.serialization import decode_input, encode_event
 from es_sched.settings import (
@@ -62,7 +63,7 @@ class Reader:
 class Bench:
     """One test's world: topics under a fresh prefix and a dispatcher over them."""
 
-    def __init__(self, **dispatch: Any) -> None:
+    def __init__(self, metrics_port: int = 0, **dispatch: Any) -> None:
         self.prefix = f"t{uuid.uuid4().hex[:10]}"
         self.settings = Settings(
             kafka=KafkaSettings(bootstrap_servers=BOOTSTRAP, topic_prefix=self.prefix,
@@ -76,6 +77,7 @@ class Bench:
         self.topics = Topics(self.prefix, 2, assignment_partitions=2)
         self.producer = producer(BOOTSTRAP)
         self.dispatcher = Dispatcher(self.settings)
+        self.metrics = serve(self.dispatcher.registry, metrics_port)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
@@ -95,6 +97,8 @@ class Bench:
     def close(self) -> None:
         self.stop.set()
         self.thread.join(30)
+        if self.metrics is not None:
+            self.metrics.shutdown()
         assert self.error is None, self.error
 
     # -- inputs ----------------------------------------------------------------------------

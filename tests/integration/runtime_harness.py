@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -259,3 +262,28 @@ def roles(env: Env, *names: str, **extra_env: str) -> Iterator[list[Role]]:
     finally:
         for r in started:
             r.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The sum of every sample of ``name`` whose labels include ``labels``; None if none."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        series, value = line.rsplit(" ", 1)
+        base, _, rest = series.partition("{")
+        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        if base == name and all(have.get(k) == v for k, v in labels.items()):
+            total, found = total + float(value), True
+    return total if found else None

@@ -4,9 +4,7 @@ version bans, lease expiry and preemption, seen on the assignments and task-resu
 from __future__ import annotations
 
 import json
-import socket
 import time
-import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -23,20 +21,9 @@ from tests.integration.dispatch_harness import (
     task_results,
     wait_until,
 )
-from tests.integration.runtime_harness import Env, Role
+from tests.integration.runtime_harness import Env, Role, free_port, scrape
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return str(resp.read().decode())
 
 
 def _count_is(w: FakeWorker, n: int) -> Callable[[], bool]:
@@ -44,7 +31,7 @@ def _count_is(w: FakeWorker, n: int) -> Callable[[], bool]:
 
 
 def test_priority_zero_jumps_500_queued_tasks_and_capacity_is_released() -> None:
-    port = _free_port()
+    port = free_port()
     with bench(metrics_port=port) as b:
         for i in range(500):
             b.ready(f"p8-{i:03d}", priority=8)
@@ -52,7 +39,7 @@ def test_priority_zero_jumps_500_queued_tasks_and_capacity_is_released() -> None
         b.flush()
         wait_until(lambda: b.queued() == 501, 30, "501 queued tasks")
         wait_until(lambda: 'es_sched_queue_depth{priority="8",task_type="enc"} 500'
-                   in _scrape(port), 10, "the depth gauge")  # fmt: skip
+                   in scrape(port), 10, "the depth gauge")  # fmt: skip
         with FakeWorker(b, "w1", cpu=1) as w:
             wait_until(lambda: len(w.assignments) == 1, 15, "the first assignment")
             assert w.ids() == ["urgent"]
@@ -69,7 +56,7 @@ def test_priority_zero_jumps_500_queued_tasks_and_capacity_is_released() -> None
         first = task_results(results)[0][1]
         assert isinstance(first, DispatchTask) and first.task_id == "urgent"
         assert first.input_id == "dispatch:urgent:1" and first.worker_id == "w1"
-        text = _scrape(port)
+        text = scrape(port)
         assert "es_sched_dispatched_total 5" in text
         assert "es_sched_dispatch_latency_seconds_count 5" in text
         results.close()

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from es_sched.runtime.metrics import CONTENT_TYPE, Registry, serve
+from es_sched.metrics import CONTENT_TYPE, Registry, serve
 
 
 def test_text_format_of_counters_gauges_and_histograms() -> None:

@@ -1,8 +1,12 @@
 """A tiny Prometheus exporter: counters, gauges and histograms in the text format 0.0.4.
 
-``Registry`` holds the metrics (thread-safe; the role updates them, the HTTP thread reads
+``Registry`` holds the metrics (thread-safe; the roles update them, the HTTP thread reads
 them); ``serve(registry, port)`` answers ``GET /metrics`` on a daemon thread. Port 0 means no
-endpoint (the metrics are still kept, which costs a few dict updates per tick).
+endpoint (the metrics are still kept, which costs a few dict updates per tick). One process has
+one registry and one endpoint: ``es-sched run`` passes the same registry to every role it runs,
+so each role names its metrics after itself (``es_sched_decider_*``, ``es_sched_timers_*``...)
+and the shared ones carry a ``role`` label. ``LagGauge`` turns a consumer's positions into the
+``es_sched_consumer_lag_records`` gauge without a broker round trip.
 """
 
 from __future__ import annotations
@@ -10,8 +14,12 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 Labels = tuple[tuple[str, str], ...]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -118,7 +126,13 @@ class Registry:
         return self._add(Histogram(name, help_text, self._lock, buckets))
 
     def _add(self, metric: _M) -> _M:
-        self._metrics.append(metric)
+        with self._lock:
+            for m in self._metrics:
+                if m.name == metric.name:  # roles sharing a registry share a metric
+                    if type(m) is not type(metric):
+                        raise ValueError(f"{metric.name} is already a {m.kind}")
+                    return m
+            self._metrics.append(metric)
         return metric
 
     def render(self) -> str:
@@ -153,3 +167,30 @@ def serve(registry: Registry, port: int, host: str = "0.0.0.0") -> ThreadingHTTP
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
+
+
+class LagGauge:
+    """``es_sched_consumer_lag_records{role,topic}``: records between a consumer's positions and
+    the high watermarks it last fetched (``cached=True``: no broker call), refreshed at most
+    every ``every_s`` from the role's own thread (a consumer is not shared across threads)."""
+
+    def __init__(self, registry: Registry, role: str, every_s: float = 1.0) -> None:
+        self.gauge = registry.gauge(
+            "es_sched_consumer_lag_records", "Records not yet consumed, by role and topic."
+        )
+        self.role, self.every_s, self._at = role, every_s, 0.0
+
+    def update(self, consumer: Consumer, force: bool = False) -> dict[str, int]:
+        now = time.monotonic()
+        if not force and now - self._at < self.every_s:
+            return {}
+        self._at = now
+        lag: dict[str, int] = {}
+        for tp in consumer.position(consumer.assignment()):
+            lag.setdefault(tp.topic, 0)
+            marks = consumer.get_watermark_offsets(tp, cached=True)
+            if marks is not None and tp.offset >= 0 and marks[1] > tp.offset:
+                lag[tp.topic] += int(marks[1]) - tp.offset
+        for topic, n in lag.items():
+            self.gauge.set(n, role=self.role, topic=topic)
+        return lag
