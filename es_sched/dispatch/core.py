@@ -140,6 +140,16 @@ class DispatchCore:
             self.limits.finished(flight.task.task_type)
         return flight
 
+    def observe(self, worker_id: str, held: set[str], use: Need) -> None:
+        """A status report: the worker holds ``held`` (running or queued) using ``use`` in all.
+        What it holds beyond the tasks we placed there is another dispatcher's: foreign use."""
+        own, count = Need(), 0
+        for task_id in held:
+            flight = self.in_flight.get(task_id)
+            if flight is not None and flight.placement.worker_id == worker_id:
+                own, count = own.plus(flight.need), count + 1
+        self.fleet.set_foreign(worker_id, use.plus(own, -1), len(held) - count)
+
     def expire(self, now: datetime) -> list[Lease]:
         """Expired leases and those of dead workers: their tasks go back to the queue head."""
         gone = self.leases.expired(now)

@@ -1,9 +1,14 @@
 """Resource-aware placement over a fleet of workers, never overcommitting one.
 
-A worker offers cpu, memory, custom units and GPU devices (each with its free memory); the
-dispatcher reserves what each in-flight task declared and releases it when the task ends, so
-free = capacity - reservations (for a GPU: the free memory the worker reports minus our
-reservations, since other processes share the device). ``place`` picks, within a pool, a live,
+A worker offers cpu, memory, custom units, task slots (its concurrency) and GPU devices (each
+with its free memory); the dispatcher reserves what each in-flight task declared (and one slot)
+and releases it when the task ends, so free = capacity - reservations - foreign use (for a GPU:
+the free memory the worker reports minus our reservations, since other processes share the
+device). Foreign use is what the worker reports holding for tasks this dispatcher did not place
+(another dispatcher of the group placed them): ``DispatchCore.observe`` derives it from each
+status report, so dispatchers sharing workers see each other's work one heartbeat late. The
+worker SDK admits a task only when it fits what its running tasks leave (ADR 6), so that
+window can delay a task, never overcommit a worker. ``place`` picks, within a pool, a live,
 unbanned, non-blacklisted worker that serves the task type and fits every dimension: ``binpack`` the
 tightest fit (fewest free cpus that suffice), ``spread`` the loosest. Candidates come from a
 per-pool index sorted by free cpu, so a decision is a bisection plus a short walk.
@@ -26,6 +31,26 @@ class Need:
     memory_mb: int = 0
     gpu_memory_mb: int = 0
     custom: tuple[tuple[str, float], ...] = ()
+
+    def plus(self, other: Need, sign: int = 1) -> Need:
+        custom = dict(self.custom)
+        for key, amount in other.custom:
+            custom[key] = custom.get(key, 0.0) + sign * amount
+        return Need(
+            self.cpu + sign * other.cpu,
+            self.memory_mb + sign * other.memory_mb,
+            self.gpu_memory_mb + sign * other.gpu_memory_mb,
+            tuple(sorted(custom.items())),
+        )
+
+    def floor(self) -> Need:
+        """No dimension below zero (a report can lag behind our own reservations)."""
+        return Need(
+            max(0.0, self.cpu),
+            max(0, self.memory_mb),
+            max(0, self.gpu_memory_mb),
+            tuple((k, max(0.0, v)) for k, v in self.custom if v > 0),
+        )
 
     @classmethod
     def of(cls, resources: dict[str, object]) -> Need:
@@ -67,23 +92,31 @@ class WorkerView:
     reserved_cpu: float = 0.0
     reserved_memory_mb: int = 0
     reserved_custom: dict[str, float] = field(default_factory=dict)
+    slots: int | None = None  # tasks at once (the worker's concurrency); None: no bound
+    reserved_slots: int = 0
+    foreign: Need = Need()  # held for tasks another dispatcher placed
+    foreign_slots: int = 0
     last_seen: datetime | None = None
     blacklisted_until: datetime | None = None
     outcomes: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failed
 
     @property
     def free_cpu(self) -> float:
-        return self.cpu - self.reserved_cpu
+        return self.cpu - self.reserved_cpu - self.foreign.cpu
 
     def fits(self, need: Need) -> int | None:
         """-1 when it fits without a GPU, the GPU index when it needs one, None when not."""
+        if self.slots is not None and self.reserved_slots + self.foreign_slots >= self.slots:
+            return None
         if (
             need.cpu > self.free_cpu + 1e-9
-            or need.memory_mb > self.memory_mb - self.reserved_memory_mb
+            or need.memory_mb > self.memory_mb - self.reserved_memory_mb - self.foreign.memory_mb
         ):
             return None
+        foreign = dict(self.foreign.custom)
         for key, amount in need.custom:
-            if amount > self.custom.get(key, 0.0) - self.reserved_custom.get(key, 0.0) + 1e-9:
+            used = self.reserved_custom.get(key, 0.0) + foreign.get(key, 0.0)
+            if amount > self.custom.get(key, 0.0) - used + 1e-9:
                 return None
         if need.gpu_memory_mb <= 0:
             return -1
@@ -114,13 +147,22 @@ class Fleet:
                 old.reserved_cpu,
                 old.reserved_memory_mb,
             )
-            worker.reserved_custom = old.reserved_custom
+            worker.reserved_custom, worker.reserved_slots = old.reserved_custom, old.reserved_slots
+            worker.foreign, worker.foreign_slots = old.foreign, old.foreign_slots
             worker.blacklisted_until, worker.outcomes = old.blacklisted_until, old.outcomes
             reserved = {g.index: g.reserved_mb for g in old.gpus}
             for g in worker.gpus:
                 g.reserved_mb = reserved.get(g.index, 0)
         self.workers[worker.worker_id] = worker
         self._index(worker)
+
+    def set_foreign(self, worker_id: str, use: Need, slots: int) -> None:
+        w = self.workers.get(worker_id)
+        if w is None:
+            return
+        self._unindex(w)
+        w.foreign, w.foreign_slots = use.floor(), max(0, slots)
+        self._index(w)
 
     def remove(self, worker_id: str) -> None:
         worker = self.workers.pop(worker_id, None)
@@ -185,6 +227,7 @@ class Fleet:
         self._unindex(w)
         w.reserved_cpu = max(0.0, w.reserved_cpu + sign * need.cpu)
         w.reserved_memory_mb = max(0, w.reserved_memory_mb + sign * need.memory_mb)
+        w.reserved_slots = max(0, w.reserved_slots + sign)
         for key, amount in need.custom:
             w.reserved_custom[key] = max(0.0, w.reserved_custom.get(key, 0.0) + sign * amount)
         if placement.gpu is not None:

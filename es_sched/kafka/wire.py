@@ -71,8 +71,9 @@ class WorkerStatus:
     gpus: list[GpuStatus] = field(default_factory=list)
     custom: dict[str, float] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
-    running: list[str] = field(default_factory=list)  # task ids
+    running: list[str] = field(default_factory=list)  # task ids, running or queued here
     concurrency: int = 1
+    used: dict[str, Any] = field(default_factory=dict)  # declared needs of ``running``, summed
     sent_at: str = ""  # ISO 8601
     kind: str = "worker_status"
 

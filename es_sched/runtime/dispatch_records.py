@@ -95,6 +95,7 @@ def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -
         gpus=[Gpu(g.index, g.total_mb, g.free_mb) for g in status.gpus],
         custom=dict(status.custom),
         labels=dict(status.labels),
+        slots=max(1, status.concurrency),
         last_seen=seen,
     )
 

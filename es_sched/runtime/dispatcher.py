@@ -44,7 +44,7 @@ from confluent_kafka import (
 
 from es_sched.dispatch.core import Assignment, DispatchCore
 from es_sched.dispatch.leases import Lease, LeaseTable
-from es_sched.dispatch.placement import Fleet
+from es_sched.dispatch.placement import Fleet, Need
 from es_sched.dispatch.queues import ReadyQueues
 from es_sched.domain.commands import Input
 from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
@@ -228,6 +228,7 @@ class Dispatcher:
             view = dispatch_records.worker_view(record, now, self.dispatch_settings.dead_after_s)
             self._pool_topic(view.pool)
             self.core.fleet.upsert(view)
+            self.core.observe(record.worker_id, set(record.running), Need.of(record.used))
             if view.last_seen != now:
                 return  # a stale report read at start-up is no heartbeat
             self.core.leases.heartbeat(record.worker_id, now)

@@ -298,6 +298,12 @@ class Backlog:
     def pop(self) -> wire.Assignment:
         return self._items.popleft()[0]
 
+    def peek(self) -> wire.Assignment:
+        return self._items[0][0]
+
+    def assignments(self) -> list[wire.Assignment]:
+        return [a for a, _ in self._items]
+
     def drain(self) -> list[wire.Assignment]:
         items = [a for a, _ in self._items]
         self._items.clear()

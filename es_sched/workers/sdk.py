@@ -52,6 +52,7 @@ from es_sched.kafka.topics import topics_for
 from es_sched.metrics import Registry
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import runner
+from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,9 @@ class Worker:
         if self._refresh_gpus:
             self.capacity = replace(self.capacity, gpus=nvml_gpus())
         cap = self.capacity
+        with self._lock:
+            held = [r.ctx.assignment for r in self._running.values()]
+        held += self._pending.assignments()
         status = wire.WorkerStatus(
             worker_id=self.worker_id,
             pool=self.pool,
@@ -278,8 +282,9 @@ class Worker:
             memory_mb=cap.memory_mb,
             gpus=list(cap.gpus),
             labels=self.labels,
-            running=sorted({*self.running, *self._pending.task_ids()}),  # queued ones too
+            running=sorted({a.task_id for a in held}),  # queued ones too
             concurrency=self.concurrency,
+            used=use_of(held).report(),
             sent_at=runner.now_iso(),
         )
         self._reporter.status(status, self.worker_id)
@@ -332,6 +337,11 @@ class Worker:
     # -- tasks ------------------------------------------------------------------------------
     def _start_pending(self) -> None:
         while self._pending and len(self._running) < self.concurrency:
+            with self._lock:
+                running = [r.ctx.assignment for r in self._running.values()]
+            assert self.capacity is not None
+            if not admits(self.capacity, running, self._pending.peek()):
+                return  # another dispatcher's placement raced ours: wait for room (ADR 6)
             self._start(self._pending.pop())
 
     def _start(self, a: wire.Assignment) -> None:

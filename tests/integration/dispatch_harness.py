@@ -191,7 +191,7 @@ class FakeWorker:
                 with self.lock:
                     status = wire.WorkerStatus(
                         self.worker_id, "default", self.version, self.types, self.cpu, 64_000,
-                        gpus=self.gpus, running=sorted(self.running),
+                        gpus=self.gpus, running=sorted(self.running), concurrency=64,
                         sent_at=datetime.now(UTC).isoformat(),
                     )  # fmt: skip
                 p.produce(self.bench.topics.worker_status, key=self.worker_id.encode(),

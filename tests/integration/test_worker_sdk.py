@@ -342,6 +342,51 @@ def test_concurrency_bound_is_never_exceeded(settings: Settings, dispatcher: Dis
     assert peak[0] == 2
 
 
+def test_tasks_over_the_workers_free_capacity_wait_and_are_reported_as_held(
+    settings: Settings, dispatcher: Dispatcher
+) -> None:
+    """Two dispatchers can each place a 1-cpu task on the last free cpu (each sees the other's
+    placement only in the next status report): the worker starts only what fits (ADR 6)."""
+    w = make_worker(settings, concurrency=8, capacity=Capacity(cpu=2.0, memory_mb=4096))
+    lock, now, peak, release = threading.Lock(), [0.0], [0.0], threading.Event()
+
+    @w.task("enc")
+    def enc(ctx: TaskContext, task_input: JSON) -> JSON:
+        with lock:
+            now[0] += task_input["cpu"]
+            peak[0] = max(peak[0], now[0])
+        release.wait(10)
+        with lock:
+            now[0] -= task_input["cpu"]
+        return {}
+
+    with Running(w):
+        tasks = [
+            dispatcher.assign(w.worker_id, "enc", {"cpu": 1.0}, resources={"cpu": 1.0})
+            for _ in range(3)
+        ]
+        first_two = [t.task_id for t in tasks[:2]]
+        wait_until(
+            lambda: all("worker.task_started" in dispatcher.types(t) for t in first_two),
+            10,
+            "two tasks started",
+        )
+
+        def held_all() -> bool:
+            last = [s for s in dispatcher.statuses(w.worker_id) if isinstance(s, wire.WorkerStatus)]
+            return bool(last) and len(last[-1].running) == 3
+
+        wait_until(held_all, 10, "a status holding all three")
+        time.sleep(0.5)  # several heartbeats: the third must still wait
+        assert dispatcher.types(tasks[2].task_id) == []
+        status = [s for s in dispatcher.statuses(w.worker_id) if isinstance(s, wire.WorkerStatus)]
+        assert status[-1].used["cpu"] == 3.0  # the dispatchers see all three as used
+        release.set()
+        for t in tasks:
+            assert isinstance(dispatcher.final(t.task_id, 30), c.ReportCompleted)
+    assert peak[0] == 2.0
+
+
 def test_status_heartbeats_carry_types_and_running_tasks(
     settings: Settings, dispatcher: Dispatcher
 ) -> None:

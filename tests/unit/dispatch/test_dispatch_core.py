@@ -176,6 +176,33 @@ def test_no_overcommit_and_binpack_versus_spread() -> None:
     ] == ["w8"]
 
 
+def test_a_worker_gets_no_more_tasks_than_its_slots_even_without_declared_needs() -> None:
+    core = core_with(worker("w", slots=2))
+    for i in range(4):
+        core.enqueue(task(f"t{i}", wf=f"wf{i}", started=i))
+    assert assigned(core.dispatch(T0, token)) == ["t0", "t1"]
+    core.finished("t0")
+    assert assigned(core.dispatch(T0, token)) == ["t2"]
+
+
+def test_use_reported_for_another_dispatchers_tasks_is_not_offered_again() -> None:
+    core = core_with(worker("w", cpu=4, memory_mb=4000, slots=8))
+    core.enqueue(task("mine", resources={"cpu": 1, "memory_mb": 500}))
+    assert assigned(core.dispatch(T0, token)) == ["mine"]
+    # The worker holds ours and two 1-cpu tasks another dispatcher placed: 1 cpu is left.
+    core.observe("w", {"mine", "x1", "x2"}, Need(cpu=3, memory_mb=1500))
+    w = core.fleet.workers["w"]
+    assert (w.foreign, w.foreign_slots) == (Need(cpu=2, memory_mb=1000), 2)
+    for i in range(3):
+        core.enqueue(task(f"n{i}", wf=f"wf{i}", started=i, resources={"cpu": 1}))
+    assert assigned(core.dispatch(T0, token)) == ["n0"]
+    # Theirs ended; a report that lags behind our own placements never goes negative.
+    core.observe("w", {"mine"}, Need(cpu=0))
+    assert core.fleet.workers["w"].foreign == Need()
+    assert assigned(core.dispatch(T0, token)) == ["n1", "n2"]
+    assert core.fleet.workers["w"].free_cpu == -1 + 1  # 4 cpu: mine, n0, n1, n2
+
+
 def test_expired_lease_goes_back_to_the_head_and_dead_workers_are_reclaimed() -> None:
     core = core_with(worker("w1", cpu=1), leases=LeaseTable(heartbeat_s=5, k=3))
     core.enqueue(task("t1", resources={"cpu": 1}))
