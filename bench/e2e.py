@@ -90,7 +90,8 @@ def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     env.create()
     env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
     logs = ROOT / "bench" / "results"
-    procs = [spawn(env, ["run"], logs / "e2e-run.log")]
+    roles = ["--role", "decider", "--role", "timers", "--role", "retry", "--role", "dispatcher"]
+    procs = [spawn(env, ["run", *roles], logs / "e2e-run.log")]
     worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "16", "--heartbeat-s", "1"]
     procs += [spawn(env, worker, logs / f"e2e-worker{i}.log") for i in range(2)]
     stop = threading.Event()

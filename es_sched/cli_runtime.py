@@ -1,10 +1,10 @@
 """``es-sched run``: the long-running roles, one process each or all in one.
 
-``--role decider|timers|retry|dispatcher`` runs one role (repeatable); without ``--role`` all
-of them run in threads of one process (development). ``--metrics-port`` (or
-``ES_SCHED_RUN_METRICS_PORT``) serves every role's metrics of this process on one Prometheus
-endpoint. SIGINT/SIGTERM stop the roles cleanly: the current transaction finishes, the consumer
-leaves its group.
+``--role decider|timers|retry|dispatcher|projector-pg|projector-search`` runs one role
+(repeatable); without ``--role`` all of them run in threads of one process (development).
+``--metrics-port`` (or ``ES_SCHED_RUN_METRICS_PORT``) serves every role's metrics of this
+process on one Prometheus endpoint. SIGINT/SIGTERM stop the roles cleanly: the current
+transaction finishes, the consumer leaves its group.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from es_sched.metrics import Registry, serve
 from es_sched.runtime.decider import Decider
 from es_sched.settings import Settings, load_settings
 
-ROLES = ("decider", "timers", "retry", "dispatcher")
+ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
 
 
 class Role(Protocol):
@@ -49,6 +49,8 @@ BUILDERS: dict[str, Builder] = {
     "timers": _optional("es_sched.runtime.timer_service", "TimerService"),
     "retry": _optional("es_sched.runtime.retry_relay", "RetryRelay"),
     "dispatcher": _optional("es_sched.runtime.dispatcher", "Dispatcher"),
+    "projector-pg": _optional("es_sched.projections.roles", "PgProjector"),
+    "projector-search": _optional("es_sched.projections.roles", "SearchProjector"),
 }
 
 

@@ -180,7 +180,10 @@ class LagGauge:
         )
         self.role, self.every_s, self._at = role, every_s, 0.0
 
-    def update(self, consumer: Consumer, force: bool = False) -> dict[str, int]:
+    def update(
+        self, consumer: Consumer, force: bool = False, cached: bool = True
+    ) -> dict[str, int]:
+        """``cached=False`` asks the broker (for a paused consumer, whose cached marks stall)."""
         now = time.monotonic()
         if not force and now - self._at < self.every_s:
             return {}
@@ -188,7 +191,11 @@ class LagGauge:
         lag: dict[str, int] = {}
         for tp in consumer.position(consumer.assignment()):
             lag.setdefault(tp.topic, 0)
-            marks = consumer.get_watermark_offsets(tp, cached=True)
+            marks = (
+                consumer.get_watermark_offsets(tp, cached=True)
+                if cached
+                else consumer.get_watermark_offsets(tp, timeout=1.0)
+            )
             if marks is not None and tp.offset >= 0 and marks[1] > tp.offset:
                 lag[tp.topic] += int(marks[1]) - tp.offset
         for topic, n in lag.items():

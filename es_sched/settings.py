@@ -48,6 +48,7 @@ class PostgresSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ES_SCHED_PG_", frozen=True)
 
     url: str = "postgresql+psycopg://es_sched:es_sched@127.0.0.1:15432/es_sched"
+    schema_name: str = Field(default="es_sched", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
 
     @field_validator("url")
     @classmethod
@@ -150,6 +151,9 @@ class RuntimeSettings(BaseSettings):
     # it uncommitted and sleep this long inside the open transaction. 0 disables it.
     test_pause_after_batches: int = Field(default=0, ge=0)
     test_pause_in_txn_s: float = Field(default=0.0, ge=0)
+    # Test hook for the projector crash test: SIGKILL itself right after this many store
+    # writes, before committing the Kafka offsets (0: off).
+    test_projector_kill_after_writes: int = Field(default=0, ge=0)
 
     @field_validator("retry_tiers_s")
     @classmethod

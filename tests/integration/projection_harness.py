@@ -1,0 +1,98 @@
+"""Helpers for the projection tests: a PostgreSQL schema per test, the rows a store holds, and
+the rows the log says it should hold (``views.fold_rows`` over the events topic)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import select, text
+
+from es_sched.projections.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
+from es_sched.projections.pg_store import engine_for
+from es_sched.projections.views import Row, comparable, fold_rows
+from es_sched.settings import (
+    DispatchSettings,
+    KafkaSettings,
+    PostgresSettings,
+    RuntimeSettings,
+    SearchSettings,
+    Settings,
+    StackSettings,
+)
+from tests.integration.runtime_harness import BOOTSTRAP, Env, read_events
+
+
+def settings_for(env: Env) -> Settings:
+    return Settings(
+        kafka=KafkaSettings(bootstrap_servers=BOOTSTRAP, topic_prefix=env.prefix,
+                            partitions=env.partitions),
+        postgres=PostgresSettings(schema_name=env.prefix),
+        search=SearchSettings(index_prefix=f"es-sched-{env.prefix}"),
+        stack=StackSettings(), runtime=RuntimeSettings(), dispatch=DispatchSettings(),
+    )  # fmt: skip
+
+
+def projection_env(**kw: Any) -> Env:
+    env = Env(**kw)
+    env.extra.update(
+        {
+            "ES_SCHED_PG_SCHEMA_NAME": env.prefix,
+            "ES_SCHED_SEARCH_INDEX_PREFIX": f"es-sched-{env.prefix}",
+        }
+    )
+    return env
+
+
+@contextmanager
+def dropped_schemas(env: Env) -> Iterator[None]:
+    """Drop every schema of this test (the live one, rebuilds, retired ones) afterwards."""
+    try:
+        yield
+    finally:
+        engine = engine_for(settings_for(env), "public")
+        with engine.begin() as conn:
+            names = conn.execute(
+                text("SELECT nspname FROM pg_namespace WHERE nspname LIKE :p"),
+                {"p": f"{env.prefix}%"},
+            ).scalars()
+            for name in list(names):
+                conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
+        engine.dispose()
+
+
+def pg_rows(env: Env, schema: str | None = None) -> tuple[list[Row], list[Row], int]:
+    engine = engine_for(settings_for(env), schema)
+    with engine.connect() as conn:
+        wfs = [dict(r) for r in conn.execute(select(WORKFLOWS)).mappings()]
+        tasks = [dict(r) for r in conn.execute(select(TASKS)).mappings()]
+        archived = len(conn.execute(select(EVENTS.c.seq)).all())
+    engine.dispose()
+    return wfs, tasks, archived
+
+
+def pg_checkpoints(env: Env) -> list[Row]:
+    engine = engine_for(settings_for(env))
+    with engine.connect() as conn:
+        rows = [dict(r) for r in conn.execute(select(CHECKPOINTS)).mappings()]
+    engine.dispose()
+    return rows
+
+
+def expected_rows(env: Env) -> tuple[list[Row], list[Row], int]:
+    by_wf = read_events(env)
+    wfs: list[Row] = []
+    tasks: list[Row] = []
+    count = 0
+    for events in by_wf.values():
+        count += len(events)
+        rows = fold_rows(events)
+        assert rows is not None
+        wfs.append(rows.workflow)
+        tasks += rows.tasks.values()
+    return wfs, tasks, count
+
+
+def by_id(rows: list[Row], key: str) -> dict[str, Row]:
+    return {str(r[key]): comparable(r) for r in rows}

@@ -1,0 +1,151 @@
+"""The PostgreSQL projection against the real log: rows equal the fold of the events topic,
+a projector killed between its database commit and its Kafka commit converges (and counts the
+records it skipped), and a stale batch changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from es_sched.projections.pg_store import PgStore
+from es_sched.projections.store import Batch
+from es_sched.projections.views import fold_rows
+from es_sched.serialization import decode_event
+from tests.integration.projection_harness import (
+    by_id,
+    dropped_schemas,
+    expected_rows,
+    pg_checkpoints,
+    pg_rows,
+    projection_env,
+    settings_for,
+)
+from tests.integration.runtime_harness import (
+    Env,
+    Role,
+    Worker,
+    final_status,
+    load_json,
+    read_events,
+    wait_until,
+)
+from tests.unit.core.golden import GOLDEN
+
+pytestmark = pytest.mark.integration
+
+
+def _media(env: Env) -> None:
+    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+
+
+def _inputs(n: int, tag: str = "") -> list[dict[str, str]]:
+    return [
+        {
+            "source_uri": f"file:///in/{tag}{i}.mp4",
+            "asset_id": f"a{tag}{i}",
+            "callback_url": "http://cb",
+        }
+        for i in range(n)
+    ]
+
+
+def _projected(env: Env) -> bool:
+    want_wf, want_tasks, want_events = expected_rows(env)
+    have_wf, have_tasks, archived = pg_rows(env)
+    return (
+        archived == want_events
+        and by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
+        and by_id(have_tasks, "task_id") == by_id(want_tasks, "task_id")
+    )
+
+
+def test_a_thousand_workflows_project_exactly_as_the_log_says() -> None:
+    env = projection_env()
+    env.create()
+    _media(env)
+    with dropped_schemas(env):
+        roles = [Role(env, "decider"), Role(env, "projector-pg")]
+        try:
+            for r in roles:
+                r.wait_log("started", 90)
+            with Worker(env):
+                starts = env.start_commands("media_pipeline", _inputs(1000))
+                env.send(starts)
+
+                def done() -> bool:
+                    by_wf = read_events(env)
+                    return sum(final_status(v) == "COMPLETED" for v in by_wf.values()) == 1000
+
+                wait_until(done, 300, "1000 workflows completed")
+            wait_until(lambda: _projected(env), 120, "the projection to equal the log")
+        finally:
+            for r in roles:
+                r.stop()
+        want_wf, want_tasks, want_events = expected_rows(env)
+        have_wf, have_tasks, archived = pg_rows(env)
+        assert len(have_wf) == 1000 and {w["status"] for w in have_wf} == {"COMPLETED"}
+        assert len(have_tasks) == len(want_tasks) > 1000 and archived == want_events
+        last_seq = {wf: len(v) for wf, v in read_events(env).items()}  # seq starts at 1
+        assert all(w["version"] == last_seq[w["workflow_id"]] for w in have_wf)
+        assert by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
+
+
+def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips() -> None:
+    env = projection_env()
+    env.create()
+    _media(env)
+    with dropped_schemas(env):
+        decider = Role(env, "decider")
+        try:
+            decider.wait_log("started", 90)
+            with Worker(env):
+                env.send(env.start_commands("media_pipeline", _inputs(300)))
+                kills = 0
+                for _ in range(4):  # each projector dies right after its 2nd database commit
+                    doomed = Role(
+                        env, "projector-pg", ES_SCHED_RUN_TEST_PROJECTOR_KILL_AFTER_WRITES="2"
+                    )
+                    wait_until(lambda d=doomed: d.proc.poll() is not None, 90, "the kill")  # type: ignore[misc]
+                    kills += doomed.proc.returncode == -9
+                assert kills == 4
+                wait_until(
+                    lambda: (
+                        sum(final_status(v) == "COMPLETED" for v in read_events(env).values())
+                        == 300
+                    ),
+                    240,
+                    "300 workflows completed",
+                )
+            survivor = Role(env, "projector-pg")
+            try:
+                wait_until(lambda: _projected(env), 120, "convergence after the kills")
+            finally:
+                survivor.stop()
+        finally:
+            decider.stop()
+        skipped = sum(int(c["duplicates_skipped"]) for c in pg_checkpoints(env))
+        assert skipped > 0
+
+
+def test_a_stale_batch_redelivered_after_a_newer_one_changes_nothing() -> None:
+    env = projection_env()
+    with dropped_schemas(env):
+        store = PgStore(settings_for(env))
+        store.ensure()
+        lines = (GOLDEN / "media_480.events.jsonl").read_bytes().splitlines()
+        events = [decode_event(line) for line in lines]
+        old, new = fold_rows(events[:4]), fold_rows(events)
+        assert old is not None and new is not None
+        store.write("t", Batch(workflows={"w": new.workflow}, tasks=dict(new.tasks)))
+        stale = Batch(workflows={"w": old.workflow}, tasks=dict(old.tasks), checkpoints={0: 5})
+        store.write("t", stale)
+        loaded = store.load([new.workflow["workflow_id"]])[new.workflow["workflow_id"]]
+        assert loaded.workflow["version"] == new.workflow["version"] == len(events)
+        assert by_id(list(loaded.tasks.values()), "task_id") == by_id(
+            list(new.tasks.values()), "task_id"
+        )
+        assert store.checkpoints("t", [0, 1]) == {0: 5}
+        store.write("t", replace(stale, checkpoints={0: 3}))  # offsets never go back
+        assert store.checkpoints("t", [0]) == {0: 5}
+        store.close()
