@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -19,6 +20,7 @@ import click
 from es_sched.metrics import serve
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
+from es_sched.workers.capacity import Capacity, discover
 
 
 def _types(value: str) -> list[str]:
@@ -34,6 +36,15 @@ def noop_worker(worker: Worker, types: list[str]) -> Worker:
     return worker
 
 
+def _capacity(cpu: float | None, memory_mb: int | None) -> Capacity | None:
+    """What the worker declares: the machine's, with --cpu / --memory-mb replacing parts of it
+    (a worker sharing its machine, or no-op workers whose tasks use nothing)."""
+    if cpu is None and memory_mb is None:
+        return None
+    found = discover()
+    return replace(found, cpu=cpu or found.cpu, memory_mb=memory_mb or found.memory_mb)
+
+
 @click.command("worker")
 @click.option("--pool", default="default", show_default=True, help="Pool whose tasks to run.")
 @click.option("--types", default="", help="Comma-separated task types (required with --noop).")
@@ -46,6 +57,14 @@ def noop_worker(worker: Worker, types: list[str]) -> Worker:
     type=click.FloatRange(min=0.05),
     default=None,
     help="Default: ES_SCHED_DISPATCH_HEARTBEAT_S (what the dispatcher expects).",
+)
+@click.option(
+    "--cpu", type=click.FloatRange(min=0.01), help="Declare this many CPUs (default: discovered)."
+)
+@click.option(
+    "--memory-mb",
+    type=click.IntRange(min=1),
+    help="Declare this much memory (default: discovered).",
 )
 @click.option("--grace-s", type=click.FloatRange(min=0), default=30.0, show_default=True)
 @click.option(
@@ -64,6 +83,8 @@ def worker(
     worker_id: str | None,
     noop: bool,
     heartbeat_s: float | None,
+    cpu: float | None,
+    memory_mb: int | None,
     grace_s: float,
     metrics_port: int,
     log_level: str,
@@ -88,6 +109,7 @@ def worker(
             settings=load_settings(),
             heartbeat_s=heartbeat_s,
             grace_s=grace_s,
+            capacity=_capacity(cpu, memory_mb),
         ),
         _types(types),
     )
