@@ -16,9 +16,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from es_sched.cli_audit import register as register_audit
 from es_sched.cli_commands import register as register_commands
 from es_sched.cli_config import register as register_config
 from es_sched.cli_defs import defs
+from es_sched.cli_read import register as register_read
 from es_sched.cli_runtime import run
 from es_sched.cli_worker import worker
 from es_sched.errors import ConfigError, EsSchedError
@@ -125,6 +127,8 @@ cli.add_command(defs)
 cli.add_command(run)
 register_commands(cli, defs)
 register_config(cli)
+register_read(cli)
+register_audit(cli)
 cli.add_command(worker)
 
 

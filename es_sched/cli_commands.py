@@ -93,23 +93,28 @@ def submit(
         submitted = client.submit_many(
             name, inputs, version, priority, command_ids=ids, sources=sources
         )
+        tokens = {s.workflow_id: client.token(s.workflow_id) for s in submitted}
         if wait_s is None:
-            _print_submitted(submitted, None, as_json)
+            _print_submitted(submitted, None, as_json, tokens)
             return
         err.print(f"submitted {len(submitted)} workflow(s); waiting up to {wait_s:g}s")
         statuses = client.wait([s.workflow_id for s in submitted], wait_s, start)
-    _print_submitted(submitted, statuses, as_json)
+    _print_submitted(submitted, statuses, as_json, tokens)
     if any(status != FINAL_OK for status in statuses.values()):
         sys.exit(1)
 
 
 def _print_submitted(
-    submitted: list[Submitted], statuses: dict[str, str | None] | None, as_json: bool
+    submitted: list[Submitted],
+    statuses: dict[str, str | None] | None,
+    as_json: bool,
+    tokens: dict[str, str | None],
 ) -> None:
     if as_json:
         rows: list[dict[str, Any]] = []
         for s in submitted:
-            row: dict[str, Any] = {"workflow_id": s.workflow_id, "command_id": s.command_id}
+            row: dict[str, Any] = {"workflow_id": s.workflow_id, "command_id": s.command_id,
+                                   "token": tokens.get(s.workflow_id)}  # fmt: skip
             if statuses is not None:
                 row["status"] = statuses.get(s.workflow_id)
             rows.append(row)

@@ -92,6 +92,7 @@ class CommandClient:
         self._registry: DefinitionRegistry | None = None
         self._topics_ready = False
         self._errors: list[str] = []
+        self._delivered: dict[bytes, tuple[int, int]] = {}  # command key -> (partition, offset)
 
     @classmethod
     def from_env(cls) -> CommandClient:
@@ -340,6 +341,16 @@ class CommandClient:
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()} key {msg.key()!r}: {err.str()}")
+        elif msg.topic() == self.topics.commands:
+            key = msg.key()
+            if isinstance(key, bytes):
+                self._delivered[key] = (msg.partition() or 0, msg.offset() or 0)
+
+    def token(self, workflow_id: str) -> str | None:
+        """The read-your-writes token of the last command delivered for this workflow
+        (``PARTITION:OFFSET`` on the commands topic; see ``es_sched.projections.freshness``)."""
+        where = self._delivered.get(workflow_id.encode())
+        return None if where is None else f"{where[0]}:{where[1]}"
 
 
 def _partitions(reader: Consumer, topic: str) -> list[int]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import select, text
 
+from es_sched.errors import EsSchedError
 from es_sched.projections.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
 from es_sched.projections.pg_store import engine_for
 from es_sched.projections.views import Row, comparable, fold_rows
@@ -47,10 +48,11 @@ def projection_env(**kw: Any) -> Env:
 
 @contextmanager
 def dropped_schemas(env: Env) -> Iterator[None]:
-    """Drop every schema of this test (the live one, rebuilds, retired ones) afterwards."""
+    """Drop every schema and search index of this test (live, rebuilds, retired) afterwards."""
     try:
         yield
     finally:
+        _drop_indices(env)
         engine = engine_for(settings_for(env), "public")
         with engine.begin() as conn:
             names = conn.execute(
@@ -96,3 +98,26 @@ def expected_rows(env: Env) -> tuple[list[Row], list[Row], int]:
 
 def by_id(rows: list[Row], key: str) -> dict[str, Row]:
     return {str(r[key]): comparable(r) for r in rows}
+
+
+def _drop_indices(env: Env) -> None:
+    from es_sched.projections.search_store import SearchStore  # noqa: PLC0415
+
+    store = SearchStore(settings_for(env))
+    try:
+        store.drop()
+    except EsSchedError:
+        pass  # the search engine is down or was never used by this test
+    finally:
+        store.close()
+
+
+def projected(env: Env) -> bool:
+    """The PostgreSQL rows and archive equal the fold of the events topic."""
+    want_wf, want_tasks, want_events = expected_rows(env)
+    have_wf, have_tasks, archived = pg_rows(env)
+    return (
+        archived == want_events
+        and by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
+        and by_id(have_tasks, "task_id") == by_id(want_tasks, "task_id")
+    )

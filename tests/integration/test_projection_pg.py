@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from es_sched.projections.pg_store import PgStore
+from es_sched.projections.search_store import SearchStore
 from es_sched.projections.store import Batch
 from es_sched.projections.views import fold_rows
 from es_sched.serialization import decode_event
@@ -18,6 +19,7 @@ from tests.integration.projection_harness import (
     expected_rows,
     pg_checkpoints,
     pg_rows,
+    projected,
     projection_env,
     settings_for,
 )
@@ -50,13 +52,21 @@ def _inputs(n: int, tag: str = "") -> list[dict[str, str]]:
     ]
 
 
-def _projected(env: Env) -> bool:
-    want_wf, want_tasks, want_events = expected_rows(env)
-    have_wf, have_tasks, archived = pg_rows(env)
+def _search_equal(env: Env) -> bool:
+    want_wf, want_tasks, _ = expected_rows(env)
+    store = SearchStore(settings_for(env))
+    try:
+        loaded = store.load([str(w["workflow_id"]) for w in want_wf])
+        have_wf = [r.workflow for r in loaded.values()]
+        have_tasks = [t for r in loaded.values() for t in r.tasks.values()]
+        store.refresh()
+        counts = (store.count("workflow"), store.count("task"))
+    finally:
+        store.close()
     return (
-        archived == want_events
-        and by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
+        by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
         and by_id(have_tasks, "task_id") == by_id(want_tasks, "task_id")
+        and counts == (len(want_wf), len(want_tasks))
     )
 
 
@@ -65,7 +75,7 @@ def test_a_thousand_workflows_project_exactly_as_the_log_says() -> None:
     env.create()
     _media(env)
     with dropped_schemas(env):
-        roles = [Role(env, "decider"), Role(env, "projector-pg")]
+        roles = [Role(env, "decider"), Role(env, "projector-pg"), Role(env, "projector-search")]
         try:
             for r in roles:
                 r.wait_log("started", 90)
@@ -78,7 +88,8 @@ def test_a_thousand_workflows_project_exactly_as_the_log_says() -> None:
                     return sum(final_status(v) == "COMPLETED" for v in by_wf.values()) == 1000
 
                 wait_until(done, 300, "1000 workflows completed")
-            wait_until(lambda: _projected(env), 120, "the projection to equal the log")
+            wait_until(lambda: projected(env), 120, "the projection to equal the log")
+            wait_until(lambda: _search_equal(env), 120, "the search documents to equal the log")
         finally:
             for r in roles:
                 r.stop()
@@ -119,7 +130,7 @@ def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips
                 )
             survivor = Role(env, "projector-pg")
             try:
-                wait_until(lambda: _projected(env), 120, "convergence after the kills")
+                wait_until(lambda: projected(env), 120, "convergence after the kills")
             finally:
                 survivor.stop()
         finally:

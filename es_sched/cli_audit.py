@@ -1,0 +1,148 @@
+"""Auditors and operators of the projections: ``replay`` and ``projections migrate|rebuild``.
+
+``es-sched replay [--until ISO] [--workflow ID] [--verify] [--json]`` folds the events topic
+from offset 0 with the decider's core and prints what it found; with ``--verify`` it compares
+the result with the PostgreSQL rows, the search documents and the decider's changelog, prints
+every mismatch and exits 1 when there is one (2 when a store could not be read).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from es_sched.errors import EsSchedError
+from es_sched.projections import pg_queries
+from es_sched.projections import replay as audit
+from es_sched.projections.pg_store import PgStore
+from es_sched.projections.rebuild import rebuild_pg
+from es_sched.projections.store import Store
+from es_sched.settings import Settings, load_settings
+
+err = Console(stderr=True)
+
+
+def _search_store(settings: Settings) -> Store:
+    from es_sched.projections.search_store import SearchStore  # noqa: PLC0415
+
+    return SearchStore(settings)
+
+
+@click.command("replay")
+@click.option("--until", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]))
+@click.option("--workflow", "workflow_id")
+@click.option("--verify", is_flag=True, help="Compare with the projections and the changelog.")
+@click.option(
+    "--against",
+    type=click.Choice(["pg", "search", "changelog"]),
+    multiple=True,
+    help="With --verify: only these (default: all three).",
+)
+@click.option("--json", "as_json", is_flag=True)
+def replay(
+    until: datetime | None, workflow_id: str | None, verify: bool, against: tuple[str, ...],
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Fold the log from offset 0 (to --until, for --workflow or all) with the decider's core."""
+    settings = load_settings()
+    if until is not None and until.tzinfo is None:
+        until = until.astimezone()
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("replaying the events topic", total=audit.events_total(settings))
+        done = audit.replay(settings, until, workflow_id, lambda n: bar.update(task, completed=n))
+    statuses: dict[str, int] = {}
+    for st in done.states.values():
+        statuses[st.status] = statuses.get(st.status, 0) + 1
+    report: dict[str, Any] = {
+        "events": done.events, "workflows": len(done.states), "statuses": statuses,
+        "seconds": round(done.seconds, 3),
+        "events_per_second": round(done.events / done.seconds) if done.seconds else None,
+    }  # fmt: skip
+    mismatches: list[audit.Mismatch] = []
+    if verify:
+        ids = audit.comparable_ids(done, until)
+        report["compared"] = len(ids)
+        for target in against or ("pg", "search", "changelog"):
+            mismatches += _verify(settings, done, ids, target, whole=workflow_id is None)
+        report["mismatches"] = len(mismatches)
+    if as_json:
+        report["mismatch_list"] = [m.__dict__ for m in mismatches]
+        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2, default=str).decode())
+    else:
+        for m in mismatches:
+            click.echo(m.line())
+        click.echo(" ".join(f"{k}={v}" for k, v in report.items()))
+    if mismatches:
+        sys.exit(1)
+
+
+def _verify(
+    settings: Settings, done: audit.Replayed, ids: list[str], target: str, whole: bool
+) -> list[audit.Mismatch]:
+    if target == "changelog":
+        return audit.verify_changelog(settings, done, set(ids))
+    store: Store = PgStore(settings) if target == "pg" else _search_store(settings)
+    try:
+        total = None
+        if whole and isinstance(store, PgStore):
+            total = pg_queries.total_workflows(store.engine)
+        return audit.verify_store(done, store, ids, total)
+    except EsSchedError as exc:
+        err.print(f"[red]cannot read the {target} projection:[/] {exc}")
+        sys.exit(2)
+    finally:
+        store.close()
+
+
+@click.group("projections")
+def projections() -> None:
+    """Operate the read models."""
+
+
+@projections.command("migrate")
+def migrate() -> None:
+    """Create or upgrade the PostgreSQL read-model schema (Alembic)."""
+    settings = load_settings()
+    store = PgStore(settings)
+    try:
+        store.ensure()
+    finally:
+        store.close()
+    click.echo(f"schema {settings.postgres.schema_name} is at the newest revision")
+
+
+@projections.command("rebuild")
+@click.option("--target", type=click.Choice(["pg", "search"]), required=True)
+def rebuild(target: str) -> None:
+    """Project the log from offset 0 into fresh tables or indices, then switch atomically."""
+    settings = load_settings()
+    with Progress(console=err) as bar:
+        task = bar.add_task(f"rebuilding {target}", total=None)
+
+        def progress(read: int, total: int) -> None:
+            bar.update(task, completed=read, total=max(total, read))
+
+        if target == "pg":
+            done = rebuild_pg(settings, progress)
+        else:
+            from es_sched.projections.rebuild_search import rebuild_search  # noqa: PLC0415
+
+            done = rebuild_search(settings, progress)
+    table = Table("target", "records", "seconds", "records/s", "retired")
+    rate = done.records / done.seconds if done.seconds else 0
+    table.add_row(
+        done.target, str(done.records), f"{done.seconds:.1f}", f"{rate:.0f}", done.retired
+    )
+    Console().print(table)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(replay)
+    cli.add_command(projections)

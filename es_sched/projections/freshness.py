@@ -1,0 +1,79 @@
+"""Read-your-writes: wait until a command's events are in a projection.
+
+A command's token is ``PARTITION:OFFSET`` on the commands topic (``es-sched submit --json``
+prints it; ``CommandClient.token``). The decider commits its input offsets in the same Kafka
+transaction as the events they caused, so once the decider group's committed offset of that
+partition is past the command, every event the command caused is committed on the events
+partition with the same number (both topics are keyed by workflow id with the same partition
+count), below that partition's high watermark read afterwards. The projection reflects the
+command once its checkpoint of that events partition reaches that watermark.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import TopicPartition
+
+from es_sched.errors import EsSchedError
+from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.topics import topics_for
+from es_sched.projections.store import Store
+from es_sched.settings import Settings
+
+
+class NotFreshYet(EsSchedError):
+    """The projection did not reach the command's events in time."""
+
+
+@dataclass(frozen=True)
+class Token:
+    partition: int
+    offset: int
+
+    @classmethod
+    def parse(cls, text: str) -> Token:
+        part, sep, offset = text.partition(":")
+        if not sep or not part.isdigit() or not offset.isdigit():
+            raise EsSchedError(f"a token is PARTITION:OFFSET (from submit --json), not {text!r}")
+        return cls(int(part), int(offset))
+
+
+def events_position(settings: Settings, token: Token, timeout_s: float) -> int:
+    """The events-partition offset below which every event of the command lies."""
+    topics = topics_for(settings)
+    group = f"{settings.kafka.topic_prefix}-decider"
+    probe = consumer(settings.kafka.bootstrap_servers, group)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            [tp] = probe.committed([TopicPartition(topics.commands, token.partition)], timeout=10)
+            if tp.offset > token.offset:
+                _, high = watermarks(probe, TopicPartition(topics.events, token.partition))
+                return high
+            if time.monotonic() > deadline:
+                raise NotFreshYet(
+                    f"the decider has not consumed command {token.partition}:{token.offset} "
+                    f"after {timeout_s:g}s (its position: {tp.offset})"
+                )
+            time.sleep(0.1)
+    finally:
+        probe.close()
+
+
+def wait_projected(settings: Settings, store: Store, token: Token, timeout_s: float) -> int:
+    """Block until ``store`` reflects the command; returns the events offset it waited for."""
+    deadline = time.monotonic() + timeout_s
+    target = events_position(settings, token, timeout_s)
+    topic = topics_for(settings).events
+    while True:
+        reached = store.checkpoints(topic, [token.partition]).get(token.partition, 0)
+        if reached >= target:
+            return target
+        if time.monotonic() > deadline:
+            raise NotFreshYet(
+                f"{store.name} projection is at {topic}[{token.partition}]@{reached}, "
+                f"the command's events end at {target}"
+            )
+        time.sleep(0.05)
