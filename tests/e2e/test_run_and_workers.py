@@ -1,12 +1,15 @@
 """End to end: `es-sched run` (every role) and two `es-sched worker --noop` processes run 1,000
-media-pipeline workflows to COMPLETED through the real dispatcher."""
+media-pipeline workflows to COMPLETED through the real dispatcher, and the PostgreSQL
+projection ends equal to the log."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.projection_harness import dropped_schemas, projected, projection_env
 from tests.integration.runtime_harness import (
     Env,
     Role,
@@ -24,8 +27,15 @@ TYPES = "media.probe,media.transcode,media.thumbnail,media.write_asset,media.cal
 WORKER = ["worker", "--noop", "--types", TYPES, "--concurrency", "8", "--heartbeat-s", "1"]
 
 
-def test_a_thousand_media_workflows_through_dispatcher_and_noop_workers() -> None:
-    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+@pytest.fixture
+def env() -> Iterator[Env]:
+    """Fresh topics, PostgreSQL schema and search indices (dropped afterwards)."""
+    env = projection_env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+    with dropped_schemas(env):
+        yield env
+
+
+def test_a_thousand_media_workflows_through_dispatcher_and_noop_workers(env: Env) -> None:
     env.create()
     env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
     ports = [free_port() for _ in range(3)]
@@ -53,6 +63,7 @@ def test_a_thousand_media_workflows_through_dispatcher_and_noop_workers() -> Non
             return sum(final_status(v) == "COMPLETED" for v in read_events(env).values()) == 1000
 
         wait_until(completed, 600, "1000 workflows completed through the dispatcher")
+        wait_until(lambda: projected(env), 180, "the PostgreSQL projection to equal the log")
         time.sleep(1.5)  # the roles refresh their counters once a second
         texts = [scrape(p) for p in ports]
     finally:
