@@ -74,7 +74,11 @@ def replay(
         report["mismatches"] = len(mismatches)
     if as_json:
         report["mismatch_list"] = [m.__dict__ for m in mismatches]
-        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2, default=str).decode())
+        click.echo(
+            orjson.dumps(
+                report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str
+            ).decode()
+        )
     else:
         for m in mismatches:
             click.echo(m.line())

@@ -31,7 +31,8 @@ out = Console()
 
 
 def _json(value: Any) -> None:
-    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode())
+    options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+    click.echo(orjson.dumps(value, option=options, default=str).decode())
 
 
 def _when(value: Any) -> str:

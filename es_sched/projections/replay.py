@@ -147,28 +147,28 @@ def verify_store(
 
 
 def verify_changelog(settings: Settings, replayed: Replayed, ids: set[str]) -> list[Mismatch]:
-    """The decider's latest snapshot of each workflow against the fold of its events."""
-    topics, found, seen = topics_for(settings), [], set()
+    """The decider's latest snapshot of each workflow against the fold of its events (the
+    topic is compacted, but not at once: the last record of a key is the snapshot)."""
+    topics, latest = topics_for(settings), {}
     for part in partitions(settings):
         for msg in read_partition(settings.kafka.bootstrap_servers, topics.changelog, part):
-            key, value = msg.key(), msg.value()
+            key = msg.key()
             wf = key.decode() if isinstance(key, bytes) else str(key)
-            if wf not in ids:
-                continue
-            seen.add(wf)
-            if value is None:
-                found.append(Mismatch("changelog", "workflow", wf, "missing", "state", None))
-                seen.discard(wf)
-                continue
-            snap = decode_state(value if isinstance(value, bytes) else value.encode())
-            state = replayed.states[wf]
-            want_wf, want_tasks = rows_of(state)
-            have_wf, have_tasks = rows_of(snap)
-            found += _compare("changelog", "workflow", wf, want_wf, have_wf)
-            have = {t["task_id"]: t for t in have_tasks}
-            for t in want_tasks:
-                found += _compare("changelog", "task", t["task_id"], t, have.get(t["task_id"]))
-    found += [Mismatch("changelog", "workflow", wf, "missing", "state", None) for wf in ids - seen]
+            if wf in ids:
+                latest[wf] = msg.value()
+    found: list[Mismatch] = []
+    for wf in sorted(ids):
+        value = latest.get(wf)
+        if value is None:
+            found.append(Mismatch("changelog", "workflow", wf, "missing", "state", None))
+            continue
+        snap = decode_state(value if isinstance(value, bytes) else value.encode())
+        want_wf, want_tasks = rows_of(replayed.states[wf])
+        have_wf, have_tasks = rows_of(snap)
+        found += _compare("changelog", "workflow", wf, want_wf, have_wf)
+        have = {t["task_id"]: t for t in have_tasks}
+        for t in want_tasks:
+            found += _compare("changelog", "task", t["task_id"], t, have.get(t["task_id"]))
     return found
 
 

@@ -3,12 +3,15 @@ the rows the log says it should hold (``views.fold_rows`` over the events topic)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import select, text
 
+from es_sched.domain import commands as c
+from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import EsSchedError
 from es_sched.projections.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
 from es_sched.projections.pg_store import engine_for
@@ -121,3 +124,20 @@ def projected(env: Env) -> bool:
         and by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
         and by_id(have_tasks, "task_id") == by_id(want_tasks, "task_id")
     )
+
+
+def submit_for(env: Env, seconds: float) -> None:
+    """A steady stream of workflows (about 2 per second) for ``seconds``."""
+    end, i = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        starts = []
+        for k in range(2):
+            cid = f"load-{env.prefix}-{i}-{k}"
+            doc = {"source_uri": f"file:///{i}-{k}.mp4", "asset_id": f"a{i}-{k}",
+                   "callback_url": "http://cb"}  # fmt: skip
+            starts.append(
+                c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline", input=doc)
+            )
+        env.send(starts)
+        i += 1
+        time.sleep(1.0)

@@ -11,8 +11,6 @@ import time
 
 import pytest
 
-from es_sched.domain import commands as c
-from es_sched.domain.ids import workflow_id_for_command
 from es_sched.projections.search_store import SearchStore
 from es_sched.projections.views import Row
 from tests.integration.projection_harness import (
@@ -22,6 +20,7 @@ from tests.integration.projection_harness import (
     pg_rows,
     projection_env,
     settings_for,
+    submit_for,
 )
 from tests.integration.runtime_harness import (
     ROOT,
@@ -90,7 +89,7 @@ def test_both_stores_down_under_load_then_both_catch_up() -> None:
             projectors.wait_log("projector search started", 90)
             projectors.wait_log("projector pg started", 90)
             with Worker(env):
-                load = threading.Thread(target=_submit_for, args=(env, 150.0), daemon=True)
+                load = threading.Thread(target=submit_for, args=(env, 150.0), daemon=True)
                 load.start()
                 time.sleep(10)
                 _stack("down", "postgres,search")
@@ -124,23 +123,6 @@ def test_both_stores_down_under_load_then_both_catch_up() -> None:
         assert len(versions) >= 100
         last = {wf: len(v) for wf, v in read_events(env).items()}
         assert versions == last  # none behind, none regressed
-
-
-def _submit_for(env: Env, seconds: float) -> None:
-    """A steady stream of workflows (about 2 per second) for ``seconds``."""
-    end, i = time.monotonic() + seconds, 0
-    while time.monotonic() < end:
-        starts = []
-        for k in range(2):
-            cid = f"load-{env.prefix}-{i}-{k}"
-            doc = {"source_uri": f"file:///{i}-{k}.mp4", "asset_id": f"a{i}-{k}",
-                   "callback_url": "http://cb"}  # fmt: skip
-            starts.append(
-                c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline", input=doc)
-            )
-        env.send(starts)
-        i += 1
-        time.sleep(1.0)
 
 
 def _completed(env: Env) -> int:
