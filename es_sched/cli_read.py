@@ -23,7 +23,7 @@ from es_sched.kafka.topics import topics_for
 from es_sched.projections import pg_queries
 from es_sched.projections.freshness import Token, wait_projected
 from es_sched.projections.pg_store import PgStore
-from es_sched.serialization import decode_event, event_to_dict
+from es_sched.serialization import decode_logged_event, event_to_dict
 from es_sched.settings import Settings, load_settings
 from es_sched.workers.runner import partition_for
 
@@ -164,7 +164,7 @@ def history(wf_id: str, as_json: bool) -> None:
     topic, key = topics_for(settings).events, wf_id.encode()
     part = partition_for(key, settings.kafka.partitions)
     events = [
-        decode_event(msg.value() or b"")
+        decode_logged_event(msg.value() or b"")
         for msg in read_partition(settings.kafka.bootstrap_servers, topic, part)
         if msg.key() == key
     ]

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from es_sched.projections.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
+from es_sched.projections.models import CHECKPOINTS, TASKS, WORKFLOWS
 from es_sched.projections.store import Batch, StoreUnavailable
 from es_sched.projections.views import TASK_FIELDS, WORKFLOW_FIELDS, Row, Rows
 from es_sched.settings import Settings
@@ -77,13 +78,46 @@ def available(what: str) -> Iterator[None]:
         raise
 
 
-def _guarded_upsert(table: Any, fields: tuple[str, ...], key: str) -> Any:
-    """INSERT .. ON CONFLICT DO UPDATE .. WHERE the stored version is older (executemany)."""
-    stmt = insert(table)
-    columns = {c: stmt.excluded[c] for c in fields if c != key}
-    return stmt.on_conflict_do_update(
-        index_elements=[key], set_=columns, where=table.c.version < stmt.excluded.version
-    )
+JSON_FIELDS = frozenset({"input", "output", "resources", "payload"})
+ARCHIVE_FIELDS = (
+    "workflow_id", "seq", "event_id", "type", "occurred_at", "causation_id", "correlation_id",
+    "kafka_partition", "kafka_offset",
+)  # fmt: skip
+KEYS = {"workflows": "workflow_id", "tasks": "task_id", "events": "workflow_id, seq"}
+
+
+def _copy_upsert(
+    conn: psycopg.Connection, table: str, fields: tuple[str, ...], rows: list[Row]
+) -> None:
+    """COPY the rows into a temporary staging table, then one INSERT .. SELECT: rows replace
+    stored ones only with a higher ``version`` (the archive never replaces: DO NOTHING).
+    COPY is ~10x faster than row-at-a-time inserts from Python."""
+    stage, columns = f"stage_{table}", ", ".join(fields)
+    copied = (*fields, "payload") if table == "events" else fields
+    selected = f"{columns}, (payload::jsonb) -> 'payload'" if table == "events" else columns
+    into = f"{columns}, payload" if table == "events" else columns
+    with conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
+            f"(LIKE {table} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        )
+        json_at = [i for i, f in enumerate(copied) if f in JSON_FIELDS and table != "events"]
+        with cur.copy(f"COPY {stage} ({', '.join(copied)}) FROM STDIN") as copy:
+            for row in rows:
+                values = [row[f] for f in copied]
+                for i in json_at:
+                    values[i] = orjson.dumps(values[i]).decode()
+                copy.write_row(values)
+        if table == "events":
+            action = "DO NOTHING"
+        else:
+            updates = ", ".join(f"{f} = EXCLUDED.{f}" for f in fields if f != KEYS[table])
+            action = f"DO UPDATE SET {updates} WHERE {table}.version < EXCLUDED.version"
+        # Table and column names are this module's constants: no injection.
+        cur.execute(
+            f"INSERT INTO {table} ({into}) SELECT {selected} FROM {stage} "  # noqa: S608
+            f"ON CONFLICT ({KEYS[table]}) {action}"
+        )
 
 
 class PgStore:
@@ -121,20 +155,16 @@ class PgStore:
     def write(self, topic: str, batch: Batch) -> None:
         now = datetime.now(UTC)
         with available("write"), self.engine.begin() as conn:
-            conn.execute(
-                text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": lock_key(self.schema)}
-            )
+            conn.execute(SHARED_LOCK, {"k": lock_key(self.schema)})
+            raw = conn.connection.driver_connection
+            assert isinstance(raw, psycopg.Connection)
             if batch.workflows:
-                rows = [{f: r[f] for f in WORKFLOW_FIELDS} for r in batch.workflows.values()]
-                conn.execute(_guarded_upsert(WORKFLOWS, WORKFLOW_FIELDS, "workflow_id"), rows)
+                _copy_upsert(raw, "workflows", WORKFLOW_FIELDS, list(batch.workflows.values()))
             if batch.tasks:
-                rows = [{f: r[f] for f in TASK_FIELDS} for r in batch.tasks.values()]
-                conn.execute(_guarded_upsert(TASKS, TASK_FIELDS, "task_id"), rows)
+                _copy_upsert(raw, "tasks", TASK_FIELDS, list(batch.tasks.values()))
             if batch.archive:
-                conn.execute(
-                    insert(EVENTS).on_conflict_do_nothing(),
-                    [_archived(a.event, a.raw, a.partition, a.offset) for a in batch.archive],
-                )
+                rows = [_archived(a.event, a.raw, a.partition, a.offset) for a in batch.archive]
+                _copy_upsert(raw, "events", ARCHIVE_FIELDS, rows)
             parts = sorted(set(batch.checkpoints) | set(batch.duplicates))
             if parts:
                 stmt = insert(CHECKPOINTS)
@@ -178,7 +208,6 @@ def _checkpoints(conn: Connection, projection: str, topic: str, parts: list[int]
 
 
 def _archived(event: Any, raw: bytes, partition: int, offset: int) -> Row:
-    doc = orjson.loads(raw)
     return {
         "workflow_id": event.workflow_id,
         "seq": event.seq,
@@ -187,7 +216,7 @@ def _archived(event: Any, raw: bytes, partition: int, offset: int) -> Row:
         "occurred_at": event.occurred_at,
         "causation_id": event.causation_id,
         "correlation_id": event.correlation_id,
-        "payload": doc.get("payload", {}),
+        "payload": raw.decode(),  # the whole event; PostgreSQL keeps its payload
         "kafka_partition": partition,
         "kafka_offset": offset,
     }

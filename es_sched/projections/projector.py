@@ -40,7 +40,7 @@ from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
 from es_sched.projections import views
 from es_sched.projections.store import Archived, Batch, Store, StoreUnavailable
-from es_sched.serialization import decode_event
+from es_sched.serialization import decode_logged_event
 from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.projector")
@@ -182,7 +182,7 @@ class Projector:
             raw = msg.value()
             data = raw if isinstance(raw, bytes) else (raw or "").encode()
             try:
-                event = decode_event(data)
+                event = decode_logged_event(data)
             except SchemaError as exc:
                 self._dead(msg, exc)
                 continue

@@ -26,7 +26,7 @@ from es_sched.kafka.clients import consumer, read_partition, watermarks
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.store import Store
 from es_sched.projections.views import Row, comparable, rows_of
-from es_sched.serialization import decode_event
+from es_sched.serialization import decode_logged_event
 from es_sched.serialization.snapshots import decode_state
 from es_sched.settings import Settings
 
@@ -84,7 +84,7 @@ def replay(
             if key is not None and msg.key() != key:
                 continue
             raw = msg.value()
-            event = decode_event(raw if isinstance(raw, bytes) else b"")
+            event = decode_logged_event(raw if isinstance(raw, bytes) else b"")
             if until is not None and event.occurred_at > until:
                 out.cut.add(event.workflow_id)
                 continue

@@ -8,6 +8,7 @@ domain classes. The fold only ever sees current versions.
 from es_sched.serialization.codec import (
     decode_event,
     decode_input,
+    decode_logged_event,
     encode_event,
     encode_input,
     event_from_dict,
@@ -21,6 +22,7 @@ __all__ = [
     "SchemaCatalog",
     "decode_event",
     "decode_input",
+    "decode_logged_event",
     "encode_event",
     "encode_input",
     "event_from_dict",

@@ -28,9 +28,15 @@ class SchemaCatalog:
         self.root = root or schema_dir()
         self._validators: dict[Path, Draft202012Validator] = {}
         self._fast: dict[Path, Any] = {}
+        self._paths: dict[tuple[str, str, int], Path] = {}
+        self._exists: set[Path] = set()
 
     def path(self, kind: str, type_: str, version: int) -> Path:
-        return self.root / kind / f"{type_}.v{version}.json"
+        key = (kind, type_, version)
+        found = self._paths.get(key)
+        if found is None:  # pathlib joins cost ~15 us: once per type, not per record
+            found = self._paths[key] = self.root / kind / f"{type_}.v{version}.json"
+        return found
 
     def types(self, kind: str) -> set[str]:
         return {p.name.rsplit(".v", 1)[0] for p in (self.root / kind).glob("*.v*.json")}
@@ -48,8 +54,10 @@ class SchemaCatalog:
                 f"{type_}: schema_version must be a positive integer, got {version!r}"
             )
         path = self.path(kind, type_, version)
-        if not path.exists():
-            raise SchemaError(f"{type_}: no schema for schema_version {version} ({path.name})")
+        if path not in self._exists:
+            if not path.exists():
+                raise SchemaError(f"{type_}: no schema for schema_version {version} ({path.name})")
+            self._exists.add(path)
         try:
             self.fast(path)(doc)
         except fastjsonschema.JsonSchemaException:
