@@ -7,18 +7,22 @@ is lenient about absent fields (Conductor's defaults apply) and strict about typ
 checks (cycles, references, joins) live in ``validation``.
 
 es-sched extensions, all optional and ignored by Conductor: ``priority`` (0-8, 0 highest),
-``resources`` (``cpu``, ``memory_mb``, ``gpu_memory_mb``, ``custom``), ``rateLimitKey`` and
+``resources`` (``cpu``, ``memory_mb``, ``gpu_memory_mb``, ``custom``; on a workflow task also
+one ``${...}`` expression, resolved when the task is scheduled, e.g. to an estimate an earlier
+task computed: null falls back to the TaskDef's resources), ``rateLimitKey`` and
 ``retryJitter`` (0-1, the fraction of a retry delay that is jittered) on a workflow task or
 TaskDef; the CALLBACK task type.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from es_sched.errors import DomainError
 
@@ -100,7 +104,7 @@ _SETTING_KEYS: dict[str, str] = {
 def settings_overrides(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The TaskSettings fields a TaskDef or workflow-task document sets explicitly."""
     out: dict[str, Any] = {attr: doc[key] for key, attr in _SETTING_KEYS.items() if key in doc}
-    if isinstance(doc.get("resources"), Mapping):
+    if isinstance(doc.get("resources"), Mapping):  # an expression is resolved at scheduling
         r = doc["resources"]
         out["resources"] = Resources(
             cpu=float(r.get("cpu", 0)),
@@ -109,6 +113,27 @@ def settings_overrides(doc: Mapping[str, Any]) -> dict[str, Any]:
             custom={str(k): float(v) for k, v in dict(r.get("custom", {})).items()},
         )
     return out
+
+
+def resources_of(value: Any) -> Resources:
+    """Resources from a resolved ``resources`` expression; ``ValueError`` says what is wrong."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"resources resolved to {type(value).__name__}, not an object")
+
+    def amount(key: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
+            raise ValueError(f"resources {key} must be a non-negative number, got {v!r}")
+        return float(v)
+
+    custom = value.get("custom") or {}
+    if not isinstance(custom, Mapping):
+        raise ValueError("resources custom must be an object")
+    return Resources(
+        cpu=amount("cpu", value.get("cpu", 0)),
+        memory_mb=int(amount("memory_mb", value.get("memory_mb", 0))),
+        gpu_memory_mb=int(amount("gpu_memory_mb", value.get("gpu_memory_mb", 0))),
+        custom={str(k): amount(f"custom.{k}", v) for k, v in custom.items()},
+    )
 
 
 @dataclass(frozen=True)
@@ -292,7 +317,7 @@ def parse_workflow(doc: Any) -> tuple[WorkflowDef | None, list[str]]:
     return WorkflowDef(name, version, tasks, doc, index), problems
 
 
-_CACHE: OrderedDict[str, tuple[WorkflowDef | None, list[str]]] = OrderedDict()
+_CACHE: OrderedDict[bytes, tuple[WorkflowDef | None, list[str]]] = OrderedDict()
 _CACHE_SIZE = 512
 _BY_IDENTITY: dict[int, tuple[Mapping[str, Any], WorkflowDef | None, list[str]]] = {}
 
@@ -306,7 +331,7 @@ def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, l
     same = _BY_IDENTITY.get(id(doc))
     if same is not None and same[0] is doc:  # the very same document object: no hashing at all
         return same[1], list(same[2])
-    key = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    key = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)

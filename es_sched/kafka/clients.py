@@ -93,19 +93,18 @@ def read_partition(
             return
         c.assign([TopicPartition(topic, partition, low)])
         deadline = time.monotonic() + timeout_s
-        while True:
-            msg = c.poll(0.5)
-            if msg is not None:
+        position = low
+        while position < high:
+            # Batches (a call per record costs ~20 us), never asking for more than remain: a
+            # short batch would wait out the whole timeout at the end of every partition.
+            for msg in c.consume(min(500, high - position), 0.1):
                 err = msg.error()
                 if err is None:
                     deadline = time.monotonic() + timeout_s
                     yield msg
-                    continue
-                if err.code() != KafkaError._PARTITION_EOF:
+                elif err.code() != KafkaError._PARTITION_EOF:
                     raise InfrastructureError(f"reading {topic}[{partition}]: {err}")
-            position = c.position([tp])[0].offset
-            if position >= high:
-                return
+            position = max(position, c.position([tp])[0].offset)
             if time.monotonic() > deadline:
                 raise InfrastructureError(
                     f"reading {topic}[{partition}] stalled at {position}/{high}"

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from es_sched.domain.evolve import evolve
+from es_sched.domain.evolve import advance
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
 from es_sched.kafka.clients import consumer, read_partition, watermarks
@@ -31,7 +31,7 @@ from es_sched.serialization.snapshots import decode_state
 from es_sched.settings import Settings
 
 Progress = Callable[[int], None]  # records read so far
-CHUNK = 500
+CHUNK = 2000
 
 
 @dataclass
@@ -92,7 +92,7 @@ def replay(
             if wf in out.problems:
                 continue
             try:
-                out.states[wf] = evolve(out.states.get(wf), event)
+                out.states[wf] = advance(out.states.get(wf), event)
             except (DomainError, EsSchedError) as exc:
                 out.problems.append(wf)
                 out.states.pop(wf, None)
