@@ -1,9 +1,12 @@
 """``es-sched worker``: serve a pool's assignments from the command line.
 
 ``--noop`` registers, for every type in ``--types``, a handler that completes at once with its
-input echoed as output (tests and benchmarks). Real handlers are Python: build an
-``es_sched.workers.Worker`` and call ``run``. SIGINT/SIGTERM start the graceful shutdown: no new
-tasks, ``--grace-s`` for running ones, the rest handed back, then a status tombstone.
+input echoed as output (tests and benchmarks). ``--media`` serves the built-in media handlers
+(``es_sched.workers.media``: media.probe, transcode, thumbnail, package, write_asset,
+callback), which need ffmpeg and ES_SCHED_MEDIA_CALLBACK_SECRET. Other handlers are Python:
+build an ``es_sched.workers.Worker`` and call ``run``. SIGINT/SIGTERM start the graceful
+shutdown: no new tasks, ``--grace-s`` for running ones, the rest handed back, then a status
+tombstone.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from es_sched.metrics import serve
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
 from es_sched.workers.capacity import Capacity, discover
+from es_sched.workers.media import register_media
 
 
 def _types(value: str) -> list[str]:
@@ -52,6 +56,7 @@ def _capacity(cpu: float | None, memory_mb: int | None) -> Capacity | None:
 @click.option("--version", "worker_version", default="0.0.0", show_default=True)
 @click.option("--worker-id", default=None, help="Default: <host>-<pid>-<random>.")
 @click.option("--noop", is_flag=True, help="Complete every task at once, echoing its input.")
+@click.option("--media", is_flag=True, help="Serve the built-in media.* handlers (ffmpeg).")
 @click.option(
     "--heartbeat-s",
     type=click.FloatRange(min=0.05),
@@ -82,6 +87,7 @@ def worker(
     worker_version: str,
     worker_id: str | None,
     noop: bool,
+    media: bool,
     heartbeat_s: float | None,
     cpu: float | None,
     memory_mb: int | None,
@@ -90,29 +96,31 @@ def worker(
     log_level: str,
 ) -> None:
     """Run a worker until SIGINT or SIGTERM."""
-    if not noop:
+    if noop == media:
         raise click.UsageError(
-            "only --noop handlers run from the CLI; "
-            "serve real handlers with es_sched.workers.Worker(...).run()"
+            "choose --noop (with --types) or --media; "
+            "serve other handlers with es_sched.workers.Worker(...).run()"
         )
-    if not _types(types):
+    if noop and not _types(types):
         raise click.UsageError("--noop needs --types T1,T2")
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    w = noop_worker(
-        Worker(
-            pool=pool,
-            version=worker_version,
-            worker_id=worker_id,
-            concurrency=concurrency,
-            settings=load_settings(),
-            heartbeat_s=heartbeat_s,
-            grace_s=grace_s,
-            capacity=_capacity(cpu, memory_mb),
-        ),
-        _types(types),
+    settings = load_settings()
+    w = Worker(
+        pool=pool,
+        version=worker_version,
+        worker_id=worker_id,
+        concurrency=concurrency,
+        settings=settings,
+        heartbeat_s=heartbeat_s,
+        grace_s=grace_s,
+        capacity=_capacity(cpu, memory_mb),
     )
+    if media:
+        register_media(w, settings)  # ConfigError (ffmpeg, the callback secret) stops us here
+    else:
+        noop_worker(w, _types(types))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

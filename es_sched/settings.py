@@ -8,7 +8,7 @@ environment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 from urllib.parse import urlsplit
@@ -187,6 +187,25 @@ class DispatchSettings(BaseSettings):
     tick_ms: int = Field(default=20, ge=1, le=10_000)
 
 
+class MediaSettings(BaseSettings):
+    """``ES_SCHED_MEDIA_*``: the built-in media task handlers (``es-sched worker --media``)."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_MEDIA_", frozen=True)
+
+    output_dir: Path = Path(".state/media/out")  # a task's ``output_dir`` input wins
+    callback_secret: str = Field(default="", repr=False)  # HMAC key of callback bodies
+    callback_attempts: int = Field(default=4, ge=1, le=20)  # POSTs within one task attempt
+    callback_backoff_s: float = Field(default=0.5, ge=0)  # doubles after each failed POST
+    callback_timeout_s: float = Field(default=10.0, gt=0)
+    kill_grace_s: float = Field(default=5.0, ge=0)  # SIGTERM to SIGKILL for ffmpeg's group
+    max_cpu: float = Field(default=2.0, gt=0)  # cost estimates never ask for more cpus
+    hls_segment_s: float = Field(default=4.0, gt=0)
+
+    @property
+    def resolved_output_dir(self) -> Path:
+        return self.output_dir.expanduser().resolve()
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
@@ -195,6 +214,7 @@ class Settings:
     stack: StackSettings
     runtime: RuntimeSettings
     dispatch: DispatchSettings
+    media: MediaSettings = field(default_factory=MediaSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -221,4 +241,5 @@ def load_settings() -> Settings:
         stack=_load(StackSettings),
         runtime=_load(RuntimeSettings),
         dispatch=_load(DispatchSettings),
+        media=_load(MediaSettings),
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from es_sched.domain import retry
 from es_sched.domain.context import Context, lookup_for, settings
-from es_sched.domain.definitions import WorkflowTask
+from es_sched.domain.definitions import WORKER_TYPES, WorkflowTask, resources_of
 from es_sched.domain.events import (
     Payload,
     TaskCompleted,
@@ -26,7 +26,7 @@ from es_sched.domain.events import (
     WorkflowEnding,
     WorkflowStartRequested,
 )
-from es_sched.domain.expressions import resolve
+from es_sched.domain.expressions import Lookup, resolve
 from es_sched.domain.state import IN_PROGRESS, TaskState, WorkflowState
 
 EXECUTION_TYPE = {"FORK_JOIN": "FORK", "FORK_JOIN_DYNAMIC": "FORK"}
@@ -78,10 +78,11 @@ def task_payload(
     status: str = "SCHEDULED",
     callback: bool = False,
     task_id: str | None = None,
+    resources: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> TaskScheduled:
     s = settings(st, task)
-    worker = task.type in ("SIMPLE", "CALLBACK")
+    worker = task.type in WORKER_TYPES
     return TaskScheduled(
         task_id=task_id or ctx.ids(),
         ref=ref,
@@ -93,7 +94,9 @@ def task_payload(
         iteration=iteration,
         status=status,
         priority=s.priority if s.priority is not None else st.priority,
-        resources=s.resources.as_dict() if worker else {},
+        resources=({**resources} if resources is not None else s.resources.as_dict())
+        if worker
+        else {},
         rate_limit_key=s.rate_limit_key,
         callback=callback,
         **extra,
@@ -124,12 +127,16 @@ def schedule(
     attempt: int = 1,
 ) -> list[Payload]:
     tid = ctx.ids()
-    inputs = resolve(dict(task.input_parameters), lookup_for(st, suffix, tid))
+    lookup = lookup_for(st, suffix, tid)
+    inputs = resolve(dict(task.input_parameters), lookup)
     inputs.update(extra_input or {})
+    resources, problem = _resolved_resources(task, lookup)
     p = task_payload(
         st, task, ref, inputs, ctx, iteration=iteration, callback=callback, task_id=tid,
-        attempt=attempt,
+        attempt=attempt, resources=resources,
     )  # fmt: skip
+    if problem is not None:
+        return [p, TaskFailed(tid, problem, terminal=True)]
     match task.type:
         case "SIMPLE" | "CALLBACK":
             return [p]
@@ -188,6 +195,23 @@ def schedule(
             return [p, start, TaskCompleted(tid, {"workflowId": child})]
         case _:
             return [p, TaskFailed(tid, f"unknown task type {task.type!r}", terminal=True)]
+
+
+def _resolved_resources(
+    task: WorkflowTask, lookup: Lookup
+) -> tuple[dict[str, Any] | None, str | None]:
+    """A worker task's ``"resources": "${...}"``, resolved now: (resources, None), (None, None)
+    when it resolves to null (the TaskDef's apply) or (None, why) when it is not resources."""
+    template = task.raw.get("resources")
+    if not isinstance(template, str) or task.type not in WORKER_TYPES:
+        return None, None
+    value = resolve(template, lookup)
+    if value is None:
+        return None, None
+    try:
+        return resources_of(value).as_dict(), None
+    except ValueError as exc:
+        return None, f"resources {template}: {exc}"
 
 
 def _with(p: TaskScheduled, **changes: Any) -> TaskScheduled:

@@ -113,7 +113,13 @@ class _Checker:
                 task, f"unknown task type {task.type!r} (known: {', '.join(sorted(TASK_TYPES))})"
             )
             return
-        self.problems += [f"task {task.ref!r}: {p}" for p in _settings_problems(task.raw)]
+        self.problems += [
+            f"task {task.ref!r}: {p}" for p in _settings_problems(task.raw, expression_ok=True)
+        ]
+        resources = task.get("resources")
+        if isinstance(resources, str) and EXPR.fullmatch(resources):
+            for path in references(resources):
+                self.check_path(task, path, seen | _loop_refs(self.d, task), "resources")
         inline = task.get("taskDefinition")
         if isinstance(inline, Mapping):
             self.problems += [
@@ -294,8 +300,14 @@ def _loop_refs(d: WorkflowDef, task: WorkflowTask) -> set[str]:
     return refs
 
 
-def _settings_problems(doc: Mapping[str, Any]) -> list[str]:
+def _settings_problems(doc: Mapping[str, Any], expression_ok: bool = False) -> list[str]:
+    """``expression_ok``: a workflow task's resources may be one ``${...}`` expression."""
     problems = []
+    resources = doc.get("resources")
+    expression = expression_ok and isinstance(resources, str) and EXPR.fullmatch(resources)
+    if resources is not None and not isinstance(resources, Mapping) and not expression:
+        what = "an object or one ${...} expression" if expression_ok else "an object"
+        problems.append(f"resources must be {what}, got {resources!r}")
     for key in (
         "retryCount",
         "retryDelaySeconds",

@@ -96,7 +96,8 @@ def outbound(
             out.append(Record(topics.timers, timer.timer_id, _json(value)))
         if isinstance(p, TaskScheduled):
             definition = st.lookup_task(p.def_ref)
-            if definition is not None and definition.type in WORKER_TYPES:
+            worker = definition is not None and definition.type in WORKER_TYPES
+            if worker and not st.tasks[p.task_id].terminal:  # not failed while scheduled
                 out.append(ready_record(topics, st, p.task_id))
         elif isinstance(p, LeaseExpired):
             task = st.tasks[p.task_id]

@@ -2,7 +2,9 @@
 
 ``up`` is idempotent: a service of ours that is already running is only probed, and a healthy
 service of somebody else's on the configured endpoint is used as it is ("external") and never
-touched. ``down`` stops exactly the processes whose PID files this state folder holds.
+touched. ``down`` stops exactly the processes whose PID files this state folder holds. ``up``
+also makes sure ffmpeg and ffprobe are installed (``es_sched.stack.ffmpeg``) for the media
+handlers that workers on this machine run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from es_sched.settings import Settings
 from es_sched.stack import compose, probes
 from es_sched.stack import process as proc
 from es_sched.stack.base import LocalService
+from es_sched.stack.ffmpeg import ensure_ffmpeg
 from es_sched.stack.kafka import LocalKafka
 from es_sched.stack.opensearch import LocalOpenSearch
 from es_sched.stack.postgres import LocalPostgres
@@ -72,6 +75,7 @@ class Stack:
 
     # -- up -----------------------------------------------------------------------------------
     def up(self, report: Report = _quiet) -> list[ServiceStatus]:
+        ensure_ffmpeg(report)  # the media handlers' tools; one PATH lookup when present
         mode = self.mode()
         self.mode_file.parent.mkdir(parents=True, exist_ok=True)
         self.mode_file.write_text(mode + "\n")

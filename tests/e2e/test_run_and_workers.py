@@ -23,7 +23,7 @@ from tests.integration.runtime_harness import (
 )
 
 pytestmark = pytest.mark.e2e
-TYPES = "media.probe,media.transcode,media.thumbnail,media.write_asset,media.callback"
+TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
 WORKER = ["worker", "--noop", "--types", TYPES, "--concurrency", "8", "--heartbeat-s", "1"]
 
 

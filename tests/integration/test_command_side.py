@@ -126,7 +126,7 @@ def test_submit_produces_one_start_keyed_by_workflow_id_with_the_definition(
     assert sorted(td["name"] for td in cmd.taskdefs) == sorted(
         td["name"] for td in json.loads(MEDIA[1].read_text())
     )
-    assert len(cmd.taskdefs) == 5
+    assert len(cmd.taskdefs) == 6
 
 
 def test_a_repeated_command_id_answers_with_the_same_workflow_id(
@@ -231,7 +231,7 @@ def test_push_writes_every_document_under_its_key(
 ) -> None:
     keys = client.push_definitions(MEDIA)
     assert keys[0] == "workflow:media_pipeline:1"
-    assert len(keys) == 6
+    assert len(keys) == 7  # the workflow and six TaskDefs
     records = read_all(settings, client.topics.definitions)
     assert [key for key, _ in records] == keys
     assert json.loads(records[0][1]) == json.loads(MEDIA[0].read_text())

@@ -71,6 +71,8 @@ def test_a_thousand_media_workflows_complete_with_clean_histories() -> None:
         "transcode_1080p",
         "transcode_720p",
         "transcode_480p",
+        "transcode_720p_h265",
+        "package",
         "write_asset",
         "notify_done",
     } <= tasks

@@ -138,13 +138,18 @@ def test_validate_file_that_is_not_json(tmp_path: Path) -> None:
 
 
 # -- simulate: media_pipeline -------------------------------------------------------------------
-def test_simulate_1080p_source_transcodes_three_renditions(tmp_path: Path) -> None:
+def test_simulate_1080p_source_transcodes_four_renditions_and_packages_them(
+    tmp_path: Path,
+) -> None:
     script = [{"ref": "probe", "output": {"height": 1080, "duration": 6}}]
     result = simulate(tmp_path, MEDIA, MEDIA_INPUT, script)
     assert result["status"] == "COMPLETED"
     st = status_of(result)
-    for ref in ("transcode_1080p", "transcode_720p", "transcode_480p", "join_1080"):
+    transcodes = ("transcode_1080p", "transcode_720p", "transcode_720p_h265", "transcode_480p")
+    for ref in (*transcodes, "join_1080", "package", "write_asset", "notify_done"):
         assert st[ref] == "COMPLETED"
+    assert sorted(r["taskReferenceName"] for r in result["tasks"]
+                  if r["taskType"] == "media.transcode") == sorted(transcodes)  # fmt: skip
     assert result["output"]["ladder"] == "1080"
     assert result["output"]["height"] == 1080
     assert "notify_failure" not in st  # the CALLBACK runs only on another ending
@@ -188,7 +193,7 @@ def test_simulate_transcode_failing_four_times_fails_the_workflow(tmp_path: Path
     st = status_of(result)
     assert st["transcode_1080p"] == "COMPLETED"
     assert st["join_1080"] == "CANCELED"
-    assert not {"thumbnail", "write_asset", "notify_done"} & st.keys()
+    assert not {"thumbnail", "package", "write_asset", "notify_done"} & st.keys()
     assert rows["notify_failure"] == [{"taskReferenceName": "notify_failure",
         "taskType": "media.callback", "status": "COMPLETED", "attempt": 1}]  # fmt: skip
     assert result["tasks"][-1]["taskReferenceName"] == "notify_failure"
