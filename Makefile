@@ -24,9 +24,9 @@ stack-down: $(STAMP)
 stack-status: $(STAMP)
 	$(BIN)/es-sched stack status
 
-# Until the media demo lands, the main job is a running, healthy stack.
+# The main job: real videos through the whole pipeline (see README, "make demo").
 demo: stack-up
-	$(BIN)/es-sched stack status
+	$(BIN)/es-sched demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -43,7 +43,7 @@ from es_sched.kafka.clients import consumer, producer  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
 from tests.integration.runtime_harness import BOOTSTRAP, Env, load_json  # noqa: E402
 
-TYPES = "media.probe,media.transcode,media.thumbnail,media.write_asset,media.callback"
+TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
 
 
 def spawn(env: Env, args: list[str], log: Path) -> subprocess.Popen[bytes]:

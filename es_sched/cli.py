@@ -20,6 +20,7 @@ from es_sched.cli_audit import register as register_audit
 from es_sched.cli_commands import register as register_commands
 from es_sched.cli_config import register as register_config
 from es_sched.cli_defs import defs
+from es_sched.cli_demo import demo_command
 from es_sched.cli_read import register as register_read
 from es_sched.cli_runtime import run
 from es_sched.cli_worker import worker
@@ -128,6 +129,7 @@ cli.add_command(run)
 register_commands(cli, defs)
 register_config(cli)
 register_read(cli)
+cli.add_command(demo_command)
 register_audit(cli)
 cli.add_command(worker)
 

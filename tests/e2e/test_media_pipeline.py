@@ -1,0 +1,122 @@
+"""End to end with real media: 10 generated videos (and a broken file) through `es-sched run`
+and two `es-sched worker --media` processes, one of them SIGKILLed while it transcodes. Every
+valid video's workflow completes with renditions ffprobe confirms; the broken one fails at
+probe and its failure callback runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from es_sched import demo
+from es_sched.domain import commands as c
+from es_sched.domain import events as e
+from es_sched.domain.ids import workflow_id_for_command
+from tests.integration.projection_harness import dropped_schemas, projection_env
+from tests.integration.runtime_harness import (
+    Env,
+    Role,
+    final_status,
+    load_json,
+    read_events,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    env = projection_env(
+        extra={
+            "ES_SCHED_DISPATCH_HEARTBEAT_S": "1",
+            "ES_SCHED_DISPATCH_LEASE_K": "3",
+            "ES_SCHED_MEDIA_OUTPUT_DIR": str(tmp_path / "out"),
+            "ES_SCHED_MEDIA_CALLBACK_SECRET": "test-secret",
+        }
+    )
+    with dropped_schemas(env):
+        yield env
+
+
+def _transcoding_on(env: Env, worker: str) -> bool:
+    started = [
+        ev.payload
+        for v in read_events(env).values()
+        for ev in v
+        if isinstance(ev.payload, e.TaskStarted) and ev.payload.worker_id == worker
+    ]
+    return len(started) >= 3  # probes first, then transcodes: several tasks in
+
+
+def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_path: Path) -> None:
+    env.create()
+    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    clips = demo.make_videos(tmp_path / "in", 10, seconds=(2, 3))
+    receiver = demo.Callbacks(b"test-secret")
+    url = receiver.start()
+    roles = [Role(env, "all", ["run", "--role", "decider", "--role", "timers",
+                               "--role", "retry", "--role", "dispatcher"])]  # fmt: skip
+    workers = [
+        Role(
+            env,
+            f"media{i}",
+            [
+                "worker",
+                "--media",
+                "--worker-id",
+                f"media-{i}",
+                "--concurrency",
+                "2",
+                "--heartbeat-s",
+                "1",
+            ],
+        )
+        for i in (1, 2)
+    ]
+    starts = []
+    for i, clip in enumerate(clips):
+        cid = f"video-{env.prefix}-{i}"
+        doc = {"source_uri": clip.path.as_uri(), "source_checksum": clip.sha256,
+               "asset_id": f"a{i}", "callback_url": f"{url}/{i}"}  # fmt: skip
+        starts.append(c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline",
+                                      input=doc))  # fmt: skip
+    try:
+        for r in [*roles, *workers]:
+            r.wait_log("started", 120)
+        env.send(starts)
+        wait_until(lambda: _transcoding_on(env, "media-1"), 180, "media-1 at work")
+        os.kill(workers[0].proc.pid, signal.SIGKILL)
+
+        def all_ended() -> bool:
+            by_wf = read_events(env)
+            return all(final_status(by_wf.get(s.workflow_id, [])) in ("COMPLETED", "FAILED")
+                       for s in starts) and len(receiver.received) >= len(starts)  # fmt: skip
+
+        wait_until(all_ended, 600, "every workflow to end and call back")
+    finally:
+        for r in [*workers, *roles]:
+            r.stop()
+        receiver.stop()
+    by_wf = read_events(env)
+    valid, broken = starts[:-1], starts[-1]
+    assert [final_status(by_wf[s.workflow_id]) for s in valid] == ["COMPLETED"] * 10
+    assert final_status(by_wf[broken.workflow_id]) == "FAILED"
+    assert workers[0].proc.returncode == -signal.SIGKILL
+    renditions = [
+        ev.payload.output
+        for s in valid
+        for ev in by_wf[s.workflow_id]
+        if isinstance(ev.payload, e.TaskCompleted) and "codec" in ev.payload.output
+        and "height" in ev.payload.output and ev.payload.output.get("kind") == "rendition"
+    ]  # fmt: skip
+    assert len(renditions) >= 10 and all(demo.probe_ok(r) for r in renditions)
+    lost = [ev for v in by_wf.values() for ev in v if isinstance(ev.payload, e.LeaseExpired)]
+    assert lost  # the killed worker's tasks came back and ran elsewhere
+    calls = receiver.by_path()
+    assert all(call["signed"] for call in calls.values()) and len(calls) == len(starts)
+    assert calls[f"/{len(clips) - 1}"]["body"]["status"] == "FAILED"
