@@ -85,26 +85,35 @@ def read_partition(
     at the high watermark taken at the start; an end-of-partition event short of it means
     "wait for the markers", never "done".
     """
-    c = consumer(bootstrap, None, **{"enable.partition.eof": True})
     tp = TopicPartition(topic, partition)
+    # The end must be the log's end. A read_committed client's watermark query answers the
+    # last stable offset instead, which stays behind a transaction whose commit markers are
+    # not written yet: a decider restoring right after its own commit would then read nothing
+    # of that commit (found by the rebalance test). So ask as a read_uncommitted client.
+    probe = consumer(bootstrap, None, **{"isolation.level": "read_uncommitted"})
     try:
-        low, high = watermarks(c, tp, timeout_s)
+        low, high = watermarks(probe, tp, timeout_s)
+    finally:
+        probe.close()
+    c = consumer(bootstrap, None, **{"enable.partition.eof": True})
+    try:
         if high <= low:
             return
         c.assign([TopicPartition(topic, partition, low)])
         deadline = time.monotonic() + timeout_s
-        position = low
-        while position < high:
-            # Batches (a call per record costs ~20 us), never asking for more than remain: a
-            # short batch would wait out the whole timeout at the end of every partition.
-            for msg in c.consume(min(500, high - position), 0.1):
+        while True:
+            msg = c.poll(0.5)
+            if msg is not None:
                 err = msg.error()
                 if err is None:
                     deadline = time.monotonic() + timeout_s
                     yield msg
-                elif err.code() != KafkaError._PARTITION_EOF:
+                    continue
+                if err.code() != KafkaError._PARTITION_EOF:
                     raise InfrastructureError(f"reading {topic}[{partition}]: {err}")
-            position = max(position, c.position([tp])[0].offset)
+            position = c.position([tp])[0].offset
+            if position >= high:
+                return
             if time.monotonic() > deadline:
                 raise InfrastructureError(
                     f"reading {topic}[{partition}] stalled at {position}/{high}"
