@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import OFFSET_END
+from confluent_kafka import OFFSET_END, TopicPartition
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -21,6 +21,7 @@ from rich.table import Table
 from es_sched import demo
 from es_sched.commands.client import CommandClient
 from es_sched.domain import events as e
+from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import topics_for
 from es_sched.serialization import decode_logged_event
@@ -140,7 +141,15 @@ def _drive(
 ) -> dict[str, Any]:  # fmt: skip
     topics = topics_for(settings)
     tail = Tail(settings.kafka.bootstrap_servers, topics.events, OFFSET_END)
-    tail.catch_up()
+    # Pin the start to each partition's log end now (OFFSET_END resolves lazily, at the first
+    # fetch, and could skip the first events of the workflows submitted next).
+    probe = consumer(
+        settings.kafka.bootstrap_servers, None, **{"isolation.level": "read_uncommitted"}
+    )
+    ends = [TopicPartition(topics.events, p, watermarks(probe, TopicPartition(topics.events, p))[1])
+            for p in tail.partitions]  # fmt: skip
+    probe.close()
+    tail.consumer.assign(ends)
     client = CommandClient(settings)
     client.push_definitions([ROOT / "examples" / "media_pipeline.json",
                              ROOT / "examples" / "media_taskdefs.json"])  # fmt: skip
@@ -199,7 +208,7 @@ def _print_summary(s: dict[str, Any], clips: list[demo.Video], outputs: Path, lo
     t.add_row("videos submitted", f"{len(clips)} ({len(clips) - 1} valid, 1 broken)")
     t.add_row("workflows completed", str(s["completed"]))
     for wf, (status, reason) in s["failed"].items():
-        t.add_row(f"workflow {wf[:8]}… {status}", reason[:100] or "(no reason)")
+        t.add_row(f"workflow {wf[:8]}… {status}", reason[:300] or "(no reason)")
     t.add_row("renditions produced", f"{s['renditions']} (ffprobe confirms {s['verified']})")
     t.add_row("throughput", f"{len(clips) / s['seconds'] * 60:.1f} workflows/min, "
               f"{s['video_seconds'] / s['seconds']:.2f} video-seconds/s")  # fmt: skip
