@@ -24,9 +24,22 @@ from tests.integration.projection_harness import (
     projection_env,
     settings_for,
 )
-from tests.integration.runtime_harness import Env, Role, Worker, load_json, wait_until
+from tests.integration.runtime_harness import (
+    Env,
+    Role,
+    Worker,
+    final_status,
+    load_json,
+    read_events,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
+
+
+def _all_completed(env: Env, n: int) -> bool:
+    by_wf = read_events(env)
+    return len(by_wf) == n and all(final_status(v) == "COMPLETED" for v in by_wf.values())
 
 
 @pytest.fixture
@@ -52,9 +65,8 @@ def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
                     for i in range(40)
                 ]
                 env.send(env.start_commands("media_pipeline", inputs))
-                wait_until(
-                    lambda: len(pg_rows(env)[0]) == 40 and projected(env), 180, "40 projected"
-                )
+                # every workflow finished and projected: nothing changes under the tests below
+                wait_until(lambda: _all_completed(env, 40) and projected(env), 180, "40 projected")
                 yield env
         finally:
             for r in roles:
