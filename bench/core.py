@@ -23,13 +23,13 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from es_sched.adapters.javascript import QuickJsEngine
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
 from es_sched.domain.state import WorkflowState
+from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.simulate import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]

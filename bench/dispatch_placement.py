@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from es_sched.dispatch.core import Assignment, DispatchCore
-from es_sched.dispatch.placement import Gpu, WorkerView
-from es_sched.dispatch.queues import ReadyTask
+from es_sched.dispatch.core.engine import Assignment, DispatchCore
+from es_sched.dispatch.core.placement import Gpu, WorkerView
+from es_sched.dispatch.core.queues import ReadyTask
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -34,9 +34,9 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from es_sched.projections import replay as audit  # noqa: E402
-from es_sched.projections.pg_store import PgStore, engine_for  # noqa: E402
+from es_sched.projections.postgres.store import PgStore, engine_for  # noqa: E402
 from es_sched.projections.projector import Projector  # noqa: E402
-from es_sched.projections.search_store import SearchStore  # noqa: E402
+from es_sched.projections.search.store import SearchStore  # noqa: E402
 from tests.integration.projection_harness import settings_for  # noqa: E402
 from tests.integration.runtime_harness import (  # noqa: E402
     Env,

@@ -1,3 +1,3 @@
-from es_sched.cli import main
+from es_sched.cli.main import main
 
 main()

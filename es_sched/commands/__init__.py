@@ -2,7 +2,7 @@
 
 ``CommandClient`` is the Python API (``submit``, ``submit_many``, ``cancel``, ``terminate``,
 ``retry``, ``pause``, ``resume``, ``signal``, ``push_definitions``, ``wait``); the CLI commands
-in ``es_sched.cli_commands`` are thin wrappers around it. Every command is checked against
+in ``es_sched.cli.commands`` are thin wrappers around it. Every command is checked against
 ``schemas/commands/`` and the size cap before it is produced, so an invalid one never reaches
 Kafka; a repeated command id addresses the same workflow id, and the decider starts it once.
 """

@@ -43,7 +43,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import Producer as KafkaProducer
 
-from es_sched.adapters import files
+from es_sched.commands import files
 from es_sched.commands.prepare import (
     awaited_final,
     definition_problems,

@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from es_sched.adapters.files import Documents
+from es_sched.commands.files import Documents
 from es_sched.domain.commands import Input
 from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow

@@ -1,6 +1,7 @@
-"""The dispatcher's pure core: which ready task goes next, and to which worker.
+"""Dispatch: which ready task goes next, to which worker, under which lease.
 
-Like ``es_sched.domain`` it does no I/O and never reads the clock: ``now`` is passed in. The
-dispatcher role (an adapter over Kafka) feeds it ready tasks, worker status and config events
-and turns its decisions into assignments.
+``core/`` is the pure part (queues, limits, placement, leases, preemption): no I/O, never reads
+the clock. Beside it, the dispatcher role (``dispatcher.py``) feeds the core from Kafka and turns
+its decisions into assignments; ``records.py`` maps Kafka records to the core's objects and
+``config.py`` parses the run-time config records.
 """

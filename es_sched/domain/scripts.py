@@ -1,7 +1,7 @@
 """Port for evaluating workflow scripts (INLINE tasks, SWITCH/DO_WHILE javascript conditions).
 
 The domain decides *when* a script runs and what it sees; an engine adapter (for example
-``es_sched.adapters.javascript.QuickJsEngine``) decides *how*. This module holds only the contract,
+``es_sched.scripting.quickjs.QuickJsEngine``) decides *how*. This module holds only the contract,
 so the core stays pure and tests can substitute a fake engine.
 
 Contract for every ``ScriptEngine``:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from es_sched.metrics import Registry
-from es_sched.projections.pg_store import PgStore
+from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.projector import Projector
 from es_sched.settings import Settings
 
@@ -23,7 +23,7 @@ class PgProjector:
 
 class SearchProjector:
     def __init__(self, settings: Settings, registry: Registry | None = None) -> None:
-        from es_sched.projections.search_store import SearchStore  # noqa: PLC0415
+        from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
 
         self.store = SearchStore(settings)
         self.projector = Projector(settings, self.store, registry)

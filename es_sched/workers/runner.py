@@ -1,8 +1,7 @@
 """The Kafka edge of a worker: which partition it reads, what it writes, and the reports.
 
-- ``partition_for(key, n)``: Kafka's murmur2 partitioner (Java ``Utils.murmur2``, made positive
-  with ``& 0x7fffffff``), the same choice librdkafka's ``murmur2_random`` makes for a keyed
-  record, so a worker knows where the dispatcher's records keyed by its id land (ADR 5).
+- ``partition_for`` (``es_sched.kafka.partitioner``) tells a worker where the dispatcher's
+  records keyed by its id land (ADR 5).
 - ``AssignmentReader``: *assigns* that one partition of ``<prefix>.assignments[.<pool>]`` (no
   group membership, no rebalances) and commits its position under the group
   ``<prefix>-worker-<worker id>``. Without a committed position it starts at the partition's
@@ -33,11 +32,11 @@ from es_sched.errors import InfrastructureError
 from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer, watermarks
 from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_input
 
 log = logging.getLogger(__name__)
-_M32 = 0xFFFFFFFF
 HANDED_BACK = "worker shutting down; handed back"
 MAX_REASON = 1900  # the decider's schema allows 2000 characters
 OFFSET_UNSET = -1001  # librdkafka's OFFSET_INVALID: the group has no committed position
@@ -49,34 +48,6 @@ _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 }
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed 32-bit int."""
-    m, length = 0x5BD1E995, len(data)
-    h = (0x9747B28C ^ length) & _M32
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & _M32
-        k ^= k >> 24
-        k = (k * m) & _M32
-        h = ((h * m) & _M32) ^ k
-    tail, rest = length & ~3, length % 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * m) & _M32
-    h ^= h >> 13
-    h = (h * m) & _M32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def progress_key(worker_id: str, task_id: str) -> str:

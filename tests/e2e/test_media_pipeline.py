@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from es_sched import demo
+from es_sched.cli.demo import pipeline as demo
 from es_sched.domain import commands as c
 from es_sched.domain import events as e
 from es_sched.domain.ids import workflow_id_for_command

@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from es_sched.cli_config import publish
+from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.domain.commands import Input
 from es_sched.domain.events import Event, TaskCompleted
 from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.config_client import publish
 from es_sched.kafka.topics import Topics
 from es_sched.metrics import serve
-from es_sched.runtime.dispatcher import Dispatcher
 from es_sched.serialization import decode_input, encode_event
 from es_sched.settings import (
     DispatchSettings,

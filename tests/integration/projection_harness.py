@@ -13,8 +13,8 @@ from sqlalchemy import select, text
 from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import EsSchedError
-from es_sched.projections.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
-from es_sched.projections.pg_store import engine_for
+from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
+from es_sched.projections.postgres.store import engine_for
 from es_sched.projections.views import Row, comparable, fold_rows
 from es_sched.settings import (
     DispatchSettings,
@@ -104,7 +104,7 @@ def by_id(rows: list[Row], key: str) -> dict[str, Row]:
 
 
 def _drop_indices(env: Env) -> None:
-    from es_sched.projections.search_store import SearchStore  # noqa: PLC0415
+    from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
 
     store = SearchStore(settings_for(env))
     try:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner
 
-from es_sched.cli_config import config
+from es_sched.cli.config import config
 from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.kafka import wire
 from tests.integration.dispatch_harness import (

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from es_sched.cli import cli
+from es_sched.cli.main import cli
 from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
-from es_sched.projections.pg_store import engine_for
+from es_sched.projections.postgres.store import engine_for
 from tests.integration.projection_harness import (
     by_id,
     dropped_schemas,

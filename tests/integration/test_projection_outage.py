@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from es_sched.projections.search_store import SearchStore
+from es_sched.projections.search.store import SearchStore
 from es_sched.projections.views import Row
 from tests.integration.projection_harness import (
     by_id,

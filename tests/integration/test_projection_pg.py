@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from es_sched.projections.pg_store import PgStore
-from es_sched.projections.search_store import SearchStore
+from es_sched.projections.postgres.store import PgStore
+from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch
 from es_sched.projections.views import fold_rows
 from es_sched.serialization import decode_event

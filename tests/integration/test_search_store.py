@@ -17,8 +17,8 @@ import pytest
 
 from es_sched.domain import events as e
 from es_sched.errors import EsSchedError
-from es_sched.projections.search_client import SearchError
-from es_sched.projections.search_store import SearchStore
+from es_sched.projections.search.client import SearchError
+from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch, Store, StoreUnavailable
 from es_sched.projections.views import Rows, fold_rows
 from es_sched.serialization import decode_event

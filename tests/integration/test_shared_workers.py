@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from es_sched.kafka.partitioner import partition_for
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
 from es_sched.workers.capacity import Capacity
-from es_sched.workers.runner import partition_for
 from tests.integration.runtime_harness import Env, Role, final_status, read_events, wait_until
 
 pytestmark = pytest.mark.integration

@@ -27,11 +27,11 @@ from confluent_kafka.cimpl import NewTopic
 from es_sched.domain import commands as c
 from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.serialization import decode_input
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import Capacity, TaskCancelled, TaskContext, TaskFailure, Worker, discover
-from es_sched.workers.runner import partition_for
 from es_sched.workers.sdk import HANDED_BACK
 
 pytestmark = pytest.mark.integration
@@ -551,7 +551,7 @@ def test_cli_noop_worker_echoes_and_stops_on_sigterm(
         "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
     }
     cmd = [
-        sys.executable, "-c", "from es_sched.cli_worker import worker; worker()",
+        sys.executable, "-c", "from es_sched.cli.worker import worker; worker()",
         "--noop", "--types", "a,b", "--worker-id", worker_id, "--heartbeat-s", "0.2",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
@@ -576,7 +576,7 @@ def test_cli_noop_worker_echoes_and_stops_on_sigterm(
 def test_cli_noop_needs_types() -> None:
     from click.testing import CliRunner  # noqa: PLC0415
 
-    from es_sched.cli_worker import worker  # noqa: PLC0415
+    from es_sched.cli.worker import worker  # noqa: PLC0415
 
     result = CliRunner().invoke(worker, ["--noop"])
     assert result.exit_code == 2 and "--types" in result.output

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from es_sched.adapters.javascript import QuickJsEngine
+from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.simulate import Simulation
 
 ROOT = Path(__file__).resolve().parents[2]

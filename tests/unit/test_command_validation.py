@@ -12,9 +12,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from es_sched.adapters import files
-from es_sched.cli_commands import read_jsonl, register, submit
-from es_sched.commands import UnknownDefinition, definition_problems, prepare, resolve
+from es_sched.cli.commands import read_jsonl, register, submit
+from es_sched.commands import UnknownDefinition, definition_problems, files, prepare, resolve
 from es_sched.commands.prepare import awaited_final, terminal_status
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded, WorkflowPaused

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from es_sched.adapters.javascript import QuickJsEngine
+from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.simulate import Simulation
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conductor"

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from es_sched.adapters.javascript import QuickJsEngine
 from es_sched.domain.scripts import ScriptEngine, ScriptResult
+from es_sched.scripting.quickjs import QuickJsEngine
 
 DETERMINISM = "is not available: workflow scripts must be deterministic"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from es_sched.cli_worker import worker
+from es_sched.cli.worker import worker
 from es_sched.errors import ConfigError, StackError
 from es_sched.settings import load_settings
 from es_sched.stack import ffmpeg

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_sched.workers.runner import murmur2, partition_for
+from es_sched.kafka.partitioner import murmur2, partition_for
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from es_sched.adapters.javascript import QuickJsEngine
 from es_sched.domain.state import WorkflowState
+from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.serialization import event_to_dict
 from es_sched.simulate import Simulation
 

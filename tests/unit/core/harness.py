@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from es_sched.adapters.javascript import QuickJsEngine
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
 from es_sched.domain.state import TaskState, WorkflowState
+from es_sched.scripting.quickjs import QuickJsEngine
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SCRIPTS = QuickJsEngine()

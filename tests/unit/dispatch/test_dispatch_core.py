@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from es_sched.dispatch.core import Assignment, DispatchCore, Preemption
-from es_sched.dispatch.leases import LeaseTable
-from es_sched.dispatch.placement import Gpu, Need, WorkerView
-from es_sched.dispatch.queues import ReadyTask
+from es_sched.dispatch.core.engine import Assignment, DispatchCore, Preemption
+from es_sched.dispatch.core.leases import LeaseTable
+from es_sched.dispatch.core.placement import Gpu, Need, WorkerView
+from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.errors import ConfigError
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)

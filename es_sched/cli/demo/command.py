@@ -1,5 +1,5 @@
-"""``es-sched demo [--videos N] [--keep]``: see ``es_sched.demo``. This module runs it: the
-stack, the processes, the submissions, the live display and the summary."""
+"""``es-sched demo [--videos N] [--keep]``: see ``es_sched.cli.demo.pipeline``. This module
+runs it: the stack, the processes, the submissions, the live display and the summary."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from es_sched import demo
+from es_sched.cli.demo import pipeline as demo
 from es_sched.commands.client import CommandClient
 from es_sched.domain import events as e
 from es_sched.kafka.clients import consumer, watermarks

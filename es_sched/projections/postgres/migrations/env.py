@@ -1,12 +1,13 @@
 """Alembic environment: migrate the schema named in ``config.attributes["schema"]`` over the
-connection in ``config.attributes["connection"]`` (``es_sched.projections.pg_store.migrate``)."""
+connection in ``config.attributes["connection"]``
+(``es_sched.projections.postgres.store.migrate``)."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import text
 
-from es_sched.projections.models import Base
+from es_sched.projections.postgres.models import Base
 
 config = context.config
 connection = config.attributes["connection"]

@@ -7,7 +7,7 @@ Inputs:
   fleet and is the worker's heartbeat for all its leases; a leased task missing from its
   ``running`` list for over a heartbeat is released; a tombstone removes the worker; a
   ``Progress`` extends the worker's leases.
-- ``config`` (compacted, from the beginning; ``es_sched.runtime.dispatch_config``): limits,
+- ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools and policies, changeable at run time.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources.
@@ -42,10 +42,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from es_sched.dispatch.core import Assignment, DispatchCore
-from es_sched.dispatch.leases import Lease, LeaseTable
-from es_sched.dispatch.placement import Fleet, Need
-from es_sched.dispatch.queues import ReadyQueues
+from es_sched.dispatch import config as dispatch_config
+from es_sched.dispatch import records as dispatch_records
+from es_sched.dispatch.core.engine import Assignment, DispatchCore
+from es_sched.dispatch.core.leases import Lease, LeaseTable
+from es_sched.dispatch.core.placement import Fleet, Need
+from es_sched.dispatch.core.queues import ReadyQueues
 from es_sched.domain.commands import Input
 from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
 from es_sched.kafka import wire
@@ -54,7 +56,6 @@ from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
-from es_sched.runtime import dispatch_config, dispatch_records
 from es_sched.serialization import encode_input
 from es_sched.settings import Settings
 

@@ -11,8 +11,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from es_sched.adapters import files
-from es_sched.adapters.javascript import QuickJsEngine
+from es_sched import bootstrap
+from es_sched.commands import files
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import SchemaError
 from es_sched.serialization.schemas import default_catalog, schema_dir
@@ -92,7 +92,7 @@ def simulate(
     script = files.read_any(script_path) if script_path else []
     if not isinstance(script, list):
         raise SchemaError(f"{script_path}: a script is a JSON list of worker actions")
-    sim = Simulation(docs.workflows, docs.taskdefs, script, scripts=QuickJsEngine())
+    sim = Simulation(docs.workflows, docs.taskdefs, script, scripts=bootstrap.script_engine())
     result = sim.run(docs.workflows[0], workflow_input)
     if as_json:
         click.echo(json.dumps(result, indent=2, default=str))

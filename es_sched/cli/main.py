@@ -16,14 +16,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from es_sched.cli_audit import register as register_audit
-from es_sched.cli_commands import register as register_commands
-from es_sched.cli_config import register as register_config
-from es_sched.cli_defs import defs
-from es_sched.cli_demo import demo_command
-from es_sched.cli_read import register as register_read
-from es_sched.cli_runtime import run
-from es_sched.cli_worker import worker
+from es_sched.cli.audit import register as register_audit
+from es_sched.cli.commands import register as register_commands
+from es_sched.cli.config import register as register_config
+from es_sched.cli.defs import defs
+from es_sched.cli.demo.command import demo_command
+from es_sched.cli.read import register as register_read
+from es_sched.cli.run import run
+from es_sched.cli.worker import worker
 from es_sched.errors import ConfigError, EsSchedError
 from es_sched.settings import Settings, load_settings
 from es_sched.stack import ROLES, Role, ServiceStatus, Stack

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import orjson
 
-from es_sched.projections.search_client import (
+from es_sched.projections.search.client import (
     Doc,
     SearchClient,
     SearchError,

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, create_engine, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from es_sched.projections.models import CHECKPOINTS, TASKS, WORKFLOWS
+from es_sched.projections.postgres.models import CHECKPOINTS, TASKS, WORKFLOWS
 from es_sched.projections.store import Batch, StoreUnavailable
 from es_sched.projections.views import TASK_FIELDS, WORKFLOW_FIELDS, Row, Rows
 from es_sched.settings import Settings

@@ -9,19 +9,17 @@ Key -> JSON value (a tombstone removes the setting):
 - ``pool:<T>``          ``{"pool": P}``              tasks of type T run in pool P
 - ``policy:<P>``        ``{"policy": "binpack" | "spread"}``
 
-``parse`` validates one record into a ``ConfigChange``; ``apply`` folds it into a
-``DispatchCore``. ``es-sched config`` writes the records, the dispatcher tails the topic.
+``parse`` validates one record into a ``ConfigChange``; ``es_sched.dispatch.config.apply`` folds
+it into the dispatcher's core. ``es-sched config`` writes the records, the dispatcher tails them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeGuard, cast
+from typing import Any, TypeGuard
 
 import orjson
 
-from es_sched.dispatch.core import DispatchCore
-from es_sched.dispatch.placement import Policy
 from es_sched.errors import SchemaError
 
 POLICIES = ("binpack", "spread")
@@ -85,32 +83,3 @@ def _split(key: str) -> tuple[str, str]:
 
 def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "binpack") -> None:
-    """Fold one change into the core; a removed policy falls back to ``default_policy``."""
-    v = change.value
-    match change.kind:
-        case "rate:type":
-            rate, burst = (None, None) if v is None else (v["rate"], v.get("burst"))
-            core.limits.set_type_rate(change.subject, rate, burst)
-        case "rate:tenant":
-            rate, burst = (None, None) if v is None else (v["rate"], v.get("burst"))
-            core.limits.set_tenant_rate(change.subject, rate, burst)
-        case "concurrency":
-            core.limits.set_concurrency(change.subject, None if v is None else v["limit"])
-        case "ban-version":
-            if v is None:
-                core.fleet.banned_versions.discard(change.subject)
-            else:
-                core.fleet.banned_versions.add(change.subject)
-        case "pool":
-            if v is None:
-                core.pools.pop(change.subject, None)
-            else:
-                core.pools[change.subject] = v["pool"]
-        case "policy":
-            policy = default_policy if v is None else cast(Policy, v["policy"])
-            core.policies[change.subject] = policy
-        case _:
-            raise SchemaError(f"unknown config kind {change.kind!r}")

@@ -9,49 +9,18 @@ transaction finishes, the consumer leaves its group.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import signal
 import threading
-from collections.abc import Callable
 from types import FrameType
-from typing import Protocol
 
 import click
 
-from es_sched.adapters.javascript import QuickJsEngine
+from es_sched import bootstrap
+from es_sched.bootstrap import ROLES, Role
 from es_sched.errors import EsSchedError
 from es_sched.metrics import Registry, serve
-from es_sched.runtime.decider import Decider
-from es_sched.settings import Settings, load_settings
-
-ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
-
-
-class Role(Protocol):
-    def run(self, stop: threading.Event) -> None: ...
-
-
-Builder = Callable[[Settings, Registry], Role]
-
-
-def _optional(module: str, name: str) -> Builder:
-    def make(settings: Settings, registry: Registry) -> Role:
-        cls = getattr(importlib.import_module(module), name)
-        role: Role = cls(settings, registry=registry)
-        return role
-
-    return make
-
-
-BUILDERS: dict[str, Builder] = {
-    "decider": lambda s, r: Decider(s, QuickJsEngine(), registry=r),
-    "timers": _optional("es_sched.runtime.timer_service", "TimerService"),
-    "retry": _optional("es_sched.runtime.retry_relay", "RetryRelay"),
-    "dispatcher": _optional("es_sched.runtime.dispatcher", "Dispatcher"),
-    "projector-pg": _optional("es_sched.projections.roles", "PgProjector"),
-    "projector-search": _optional("es_sched.projections.roles", "SearchProjector"),
-}
+from es_sched.settings import load_settings
 
 
 @click.command("run")
@@ -94,7 +63,10 @@ def run(role: tuple[str, ...], metrics_port: int | None, log_level: str) -> None
 
     threads = [
         threading.Thread(
-            target=guarded, args=(name, BUILDERS[name](settings, registry)), name=name, daemon=True
+            target=guarded,
+            args=(name, bootstrap.role(name, settings, registry)),
+            name=name,
+            daemon=True,
         )
         for name in (role or ROLES)
     ]

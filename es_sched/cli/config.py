@@ -1,7 +1,7 @@
 """``es-sched config``: the dispatcher's run-time limits, as records on the compacted config topic.
 
 Each command validates its record with the same parser the dispatcher uses
-(``es_sched.runtime.dispatch_config``), produces it keyed by setting and waits for delivery;
+(``es_sched.dispatch.config``) and produces it through ``es_sched.kafka.config_client``;
 running dispatchers apply it within a tick. ``show`` folds the topic into the current settings.
 ``register(cli)`` attaches the group to the CLI.
 """
@@ -14,10 +14,9 @@ from typing import Any
 
 import click
 
-from es_sched.errors import ConfigError, InfrastructureError
-from es_sched.kafka.clients import producer, read_partition
-from es_sched.kafka.topics import ensure_topics, topics_for
-from es_sched.runtime import dispatch_config as dc
+from es_sched.dispatch import config as dc
+from es_sched.errors import ConfigError
+from es_sched.kafka.config_client import current, publish
 from es_sched.settings import Settings, load_settings
 
 
@@ -27,35 +26,6 @@ def _settings() -> Settings:
     except ConfigError as exc:
         click.echo(f"configuration error: {exc}", err=True)
         sys.exit(2)
-
-
-def publish(settings: Settings, key: str, value: dict[str, Any] | None) -> None:
-    """Validate and produce one config record (None: a tombstone that removes the setting)."""
-    raw = dc.encode(value)
-    dc.parse(key, raw)  # the dispatcher's own check: a bad record never reaches the topic
-    topics = topics_for(settings)
-    ensure_topics(settings.kafka.bootstrap_servers, topics)
-    p = producer(settings.kafka.bootstrap_servers)
-    p.produce(topics.config, key=key.encode(), value=raw)
-    if p.flush(30):
-        raise InfrastructureError(f"config record {key!r} was not delivered")
-
-
-def current(settings: Settings) -> dict[str, dict[str, Any]]:
-    """The config topic folded by key: the settings in force (tombstoned keys left out)."""
-    topics = topics_for(settings)
-    out: dict[str, dict[str, Any]] = {}
-    for msg in read_partition(settings.kafka.bootstrap_servers, topics.config, 0):
-        raw_key, value = msg.key(), msg.value()
-        key = raw_key.decode() if isinstance(raw_key, bytes) else (raw_key or "")
-        if value is None:
-            out.pop(key, None)
-        else:
-            try:
-                out[key] = json.loads(value)
-            except ValueError:  # not written by this CLI; the dispatcher dead-letters it
-                out[key] = {"unreadable": repr(value[:200])}
-    return out
 
 
 def _set(key: str, value: dict[str, Any] | None) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
+from es_sched.projections.postgres.rebuild import Progress, Rebuilt
 from es_sched.projections.projector import Projector
-from es_sched.projections.rebuild import Progress, Rebuilt
-from es_sched.projections.search_store import SearchStore
+from es_sched.projections.search.store import SearchStore
 from es_sched.settings import Settings
 
 

@@ -1,8 +1,8 @@
 """``es-sched submit|cancel|terminate|retry|pause|resume|signal`` and ``es-sched defs push``.
 
 Thin wrappers around ``es_sched.commands.CommandClient``: every command is validated before it
-is produced, and errors are ``EsSchedError``s that ``es_sched.cli.main`` prints as one line with
-exit status 1. ``register(cli, defs)`` attaches the commands to the CLI groups.
+is produced, and errors are ``EsSchedError``s that ``es_sched.cli.main.main`` prints as one
+line with exit status 1. ``register(cli, defs)`` attaches the commands to the CLI groups.
 """
 
 from __future__ import annotations

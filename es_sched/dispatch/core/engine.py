@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from es_sched.dispatch.leases import Lease, LeaseTable
-from es_sched.dispatch.limits import Limits
-from es_sched.dispatch.placement import Fleet, Need, Placement, Policy
-from es_sched.dispatch.queues import ReadyQueues, ReadyTask
+from es_sched.dispatch.core.leases import Lease, LeaseTable
+from es_sched.dispatch.core.limits import Limits
+from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
+from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
 
 
 @dataclass(frozen=True)

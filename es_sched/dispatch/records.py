@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from es_sched.dispatch.core import Assignment as CoreAssignment
-from es_sched.dispatch.leases import Lease
-from es_sched.dispatch.placement import Gpu, WorkerView
-from es_sched.dispatch.queues import ReadyTask
+from es_sched.dispatch.core.engine import Assignment as CoreAssignment
+from es_sched.dispatch.core.leases import Lease
+from es_sched.dispatch.core.placement import Gpu, WorkerView
+from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.errors import SchemaError
 from es_sched.kafka import wire

@@ -3,7 +3,7 @@ append-only event archive and the projection checkpoints.
 
 Tables carry no schema name: every connection's ``search_path`` is the projection's schema
 (``ES_SCHED_PG_SCHEMA_NAME``, default ``es_sched``), so a rebuild can fill a fresh schema and
-switch over by renaming schemas in one transaction (``es_sched.projections.pg_store``). The
+switch over by renaming schemas in one transaction (``es_sched.projections.postgres.store``). The
 migrations under ``migrations/`` create exactly these tables; a unit test compares them.
 """
 

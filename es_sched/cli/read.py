@@ -19,13 +19,13 @@ from rich.console import Console
 from rich.table import Table
 
 from es_sched.kafka.clients import read_partition
+from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import topics_for
-from es_sched.projections import pg_queries
 from es_sched.projections.freshness import Token, wait_projected
-from es_sched.projections.pg_store import PgStore
+from es_sched.projections.postgres import queries as pg_queries
+from es_sched.projections.postgres.store import PgStore
 from es_sched.serialization import decode_logged_event, event_to_dict
 from es_sched.settings import Settings, load_settings
-from es_sched.workers.runner import partition_for
 
 out = Console()
 
@@ -136,7 +136,7 @@ def query_workflows(
 @click.option("--json", "as_json", is_flag=True)
 def search(text: str, limit: int, as_json: bool) -> None:
     """Full-text search over workflows and tasks (the search projection)."""
-    from es_sched.projections.search_store import SearchStore  # noqa: PLC0415
+    from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
 
     store = SearchStore(load_settings())
     try:

@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, func, select
 
-from es_sched.projections.models import CHECKPOINTS, TASKS, WORKFLOWS
-from es_sched.projections.pg_store import available
+from es_sched.projections.postgres.models import CHECKPOINTS, TASKS, WORKFLOWS
+from es_sched.projections.postgres.store import available
 from es_sched.projections.views import Row
 
 

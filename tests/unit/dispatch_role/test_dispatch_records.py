@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from es_sched.dispatch.core import Assignment, DispatchCore
+from es_sched.dispatch import records as dr
+from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.errors import SchemaError
 from es_sched.kafka import wire
-from es_sched.runtime import dispatch_records as dr
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

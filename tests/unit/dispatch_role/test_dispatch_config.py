@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 import pytest
 from click.testing import CliRunner
 
-from es_sched.cli_config import config
-from es_sched.dispatch.core import DispatchCore
+from es_sched.cli.config import config
+from es_sched.dispatch import config as dc
+from es_sched.dispatch.core.engine import DispatchCore
 from es_sched.errors import SchemaError
-from es_sched.runtime import dispatch_config as dc
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

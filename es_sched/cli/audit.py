@@ -19,10 +19,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from es_sched.errors import EsSchedError
-from es_sched.projections import pg_queries
 from es_sched.projections import replay as audit
-from es_sched.projections.pg_store import PgStore
-from es_sched.projections.rebuild import rebuild_pg
+from es_sched.projections.postgres import queries as pg_queries
+from es_sched.projections.postgres.rebuild import rebuild_pg
+from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.store import Store
 from es_sched.settings import Settings, load_settings
 
@@ -30,7 +30,7 @@ err = Console(stderr=True)
 
 
 def _search_store(settings: Settings) -> Store:
-    from es_sched.projections.search_store import SearchStore  # noqa: PLC0415
+    from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
 
     return SearchStore(settings)
 
@@ -136,7 +136,7 @@ def rebuild(target: str) -> None:
         if target == "pg":
             done = rebuild_pg(settings, progress)
         else:
-            from es_sched.projections.rebuild_search import rebuild_search  # noqa: PLC0415
+            from es_sched.projections.search.rebuild import rebuild_search  # noqa: PLC0415
 
             done = rebuild_search(settings, progress)
     table = Table("target", "records", "seconds", "records/s", "retired")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-from es_sched.projections.pg_store import PgStore, engine_for, lock_key
+from es_sched.projections.postgres.store import PgStore, engine_for, lock_key
 from es_sched.projections.projector import Projector
 from es_sched.settings import Settings
 

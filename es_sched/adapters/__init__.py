@@ -1,1 +1,0 @@
-"""Adapters: the edges of es-sched that talk to engines, brokers and databases."""

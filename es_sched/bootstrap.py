@@ -1,0 +1,89 @@
+"""The composition root: the one place that builds es-sched's parts from settings.
+
+Entry points (the CLI, benchmarks, tests that run roles in-process) ask here for a role, a
+script engine or a store; nothing else picks an implementation. Nothing connects at import
+time: a role opens its Kafka clients in ``run``, a store on first use.
+
+Roles and stores are imported where they are built, so ``es-sched worker`` or ``es-sched
+submit`` do not load SQLAlchemy or the search clients; import-linter still sees every import.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from es_sched.domain.scripts import ScriptEngine
+from es_sched.errors import ConfigError
+from es_sched.metrics import Registry
+from es_sched.settings import Settings
+
+ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
+
+
+class Role(Protocol):
+    """A long-running role: ``run`` returns when ``stop`` is set, or raises ``EsSchedError``."""
+
+    def run(self, stop: threading.Event) -> None: ...
+
+
+def script_engine() -> ScriptEngine:
+    """QuickJS for INLINE tasks and javascript SWITCH evaluators (time and memory limits)."""
+    from es_sched.scripting.quickjs import QuickJsEngine  # noqa: PLC0415
+
+    return QuickJsEngine()
+
+
+def _decider(settings: Settings, registry: Registry) -> Role:
+    from es_sched.runtime.decider import Decider  # noqa: PLC0415
+
+    return Decider(settings, script_engine(), registry=registry)
+
+
+def _timers(settings: Settings, registry: Registry) -> Role:
+    from es_sched.runtime.timer_service import TimerService  # noqa: PLC0415
+
+    return TimerService(settings, registry=registry)
+
+
+def _retry(settings: Settings, registry: Registry) -> Role:
+    from es_sched.runtime.retry_relay import RetryRelay  # noqa: PLC0415
+
+    return RetryRelay(settings, registry=registry)
+
+
+def _dispatcher(settings: Settings, registry: Registry) -> Role:
+    from es_sched.dispatch.dispatcher import Dispatcher  # noqa: PLC0415
+
+    return Dispatcher(settings, registry=registry)
+
+
+def _projector_pg(settings: Settings, registry: Registry) -> Role:
+    from es_sched.projections.roles import PgProjector  # noqa: PLC0415
+
+    return PgProjector(settings, registry=registry)
+
+
+def _projector_search(settings: Settings, registry: Registry) -> Role:
+    from es_sched.projections.roles import SearchProjector  # noqa: PLC0415
+
+    return SearchProjector(settings, registry=registry)
+
+
+_BUILDERS: dict[str, Callable[[Settings, Registry], Role]] = {
+    "decider": _decider,
+    "timers": _timers,
+    "retry": _retry,
+    "dispatcher": _dispatcher,
+    "projector-pg": _projector_pg,
+    "projector-search": _projector_search,
+}
+
+
+def role(name: str, settings: Settings, registry: Registry | None = None) -> Role:
+    """One role of ``es-sched run``, wired from ``settings``; ``registry`` collects its metrics."""
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise ConfigError(f"unknown role {name!r}; choose from {', '.join(ROLES)}")
+    return builder(settings, registry or Registry())

@@ -1,0 +1,1 @@
+"""``es-sched demo``: ``command.py`` is the CLI and its live board, ``pipeline.py`` the run."""

@@ -1,0 +1,53 @@
+"""Run-time config records folded into the dispatcher's core.
+
+The records' keys, values and validation live in ``es_sched.serialization.config``; ``apply``
+folds one parsed ``ConfigChange`` into a ``DispatchCore``.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from es_sched.dispatch.core.engine import DispatchCore
+from es_sched.dispatch.core.placement import Policy
+from es_sched.errors import SchemaError
+from es_sched.serialization.config import (
+    KINDS,
+    POLICIES,
+    ConfigChange,
+    encode,
+    key_for,
+    parse,
+    rate_key,
+)
+
+__all__ = ["KINDS", "POLICIES", "ConfigChange", "apply", "encode", "key_for", "parse", "rate_key"]
+
+
+def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "binpack") -> None:
+    """Fold one change into the core; a removed policy falls back to ``default_policy``."""
+    v = change.value
+    match change.kind:
+        case "rate:type":
+            rate, burst = (None, None) if v is None else (v["rate"], v.get("burst"))
+            core.limits.set_type_rate(change.subject, rate, burst)
+        case "rate:tenant":
+            rate, burst = (None, None) if v is None else (v["rate"], v.get("burst"))
+            core.limits.set_tenant_rate(change.subject, rate, burst)
+        case "concurrency":
+            core.limits.set_concurrency(change.subject, None if v is None else v["limit"])
+        case "ban-version":
+            if v is None:
+                core.fleet.banned_versions.discard(change.subject)
+            else:
+                core.fleet.banned_versions.add(change.subject)
+        case "pool":
+            if v is None:
+                core.pools.pop(change.subject, None)
+            else:
+                core.pools[change.subject] = v["pool"]
+        case "policy":
+            policy = default_policy if v is None else cast(Policy, v["policy"])
+            core.policies[change.subject] = policy
+        case _:
+            raise SchemaError(f"unknown config kind {change.kind!r}")

@@ -1,0 +1,45 @@
+"""The config topic's client: publish one run-time setting, or read the settings in force.
+
+Records are validated with the dispatcher's own parser before they are produced, so a bad
+record never reaches the topic; ``current`` folds the compacted topic by key.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from es_sched.errors import InfrastructureError
+from es_sched.kafka.clients import producer, read_partition
+from es_sched.kafka.topics import ensure_topics, topics_for
+from es_sched.serialization import config as dc
+from es_sched.settings import Settings
+
+
+def publish(settings: Settings, key: str, value: dict[str, Any] | None) -> None:
+    """Validate and produce one config record (None: a tombstone that removes the setting)."""
+    raw = dc.encode(value)
+    dc.parse(key, raw)  # the dispatcher's own check: a bad record never reaches the topic
+    topics = topics_for(settings)
+    ensure_topics(settings.kafka.bootstrap_servers, topics)
+    p = producer(settings.kafka.bootstrap_servers)
+    p.produce(topics.config, key=key.encode(), value=raw)
+    if p.flush(30):
+        raise InfrastructureError(f"config record {key!r} was not delivered")
+
+
+def current(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The config topic folded by key: the settings in force (tombstoned keys left out)."""
+    topics = topics_for(settings)
+    out: dict[str, dict[str, Any]] = {}
+    for msg in read_partition(settings.kafka.bootstrap_servers, topics.config, 0):
+        raw_key, value = msg.key(), msg.value()
+        key = raw_key.decode() if isinstance(raw_key, bytes) else (raw_key or "")
+        if value is None:
+            out.pop(key, None)
+        else:
+            try:
+                out[key] = json.loads(value)
+            except ValueError:  # not written by this CLI; the dispatcher dead-letters it
+                out[key] = {"unreadable": repr(value[:200])}
+    return out

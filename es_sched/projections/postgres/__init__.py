@@ -1,0 +1,1 @@
+"""The PostgreSQL read model: SQLAlchemy models, Alembic migrations, the store, queries, rebuild."""

@@ -1,0 +1,1 @@
+"""Script engines behind ``es_sched.domain.scripts.ScriptEngine``: QuickJS for INLINE and SWITCH."""
