@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.errors import ConfigError
 from es_sched.metrics import Registry
 from es_sched.settings import Settings
+
+if TYPE_CHECKING:
+    from es_sched.commands.client import CommandClient
+    from es_sched.projections.postgres.store import PgStore
+    from es_sched.projections.search.store import SearchStore
+    from es_sched.projections.store import Store
 
 ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
 
@@ -33,6 +39,36 @@ def script_engine() -> ScriptEngine:
     from es_sched.scripting.quickjs import QuickJsEngine  # noqa: PLC0415
 
     return QuickJsEngine()
+
+
+def command_client(settings: Settings) -> CommandClient:
+    """The command side as upstream services and the CLI use it (validated, idempotent)."""
+    from es_sched.commands.client import CommandClient  # noqa: PLC0415
+
+    return CommandClient(settings)
+
+
+def pg_store(settings: Settings, schema: str | None = None) -> PgStore:
+    """The PostgreSQL read model (``schema``: another schema than the live one, for rebuilds)."""
+    from es_sched.projections.postgres.store import PgStore  # noqa: PLC0415
+
+    return PgStore(settings) if schema is None else PgStore(settings, schema=schema)
+
+
+def search_store(settings: Settings) -> SearchStore:
+    """The search read model on the flavour ``ES_SCHED_SEARCH_FLAVOR`` names."""
+    from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
+
+    return SearchStore(settings)
+
+
+def store(settings: Settings, target: str) -> Store:
+    """A read model by name: ``pg`` or ``search``."""
+    if target == "pg":
+        return pg_store(settings)
+    if target == "search":
+        return search_store(settings)
+    raise ConfigError(f"unknown read model {target!r}; choose pg or search")
 
 
 def _decider(settings: Settings, registry: Registry) -> Role:
@@ -60,15 +96,15 @@ def _dispatcher(settings: Settings, registry: Registry) -> Role:
 
 
 def _projector_pg(settings: Settings, registry: Registry) -> Role:
-    from es_sched.projections.roles import PgProjector  # noqa: PLC0415
+    from es_sched.projections.roles import ProjectorRole  # noqa: PLC0415
 
-    return PgProjector(settings, registry=registry)
+    return ProjectorRole(settings, pg_store(settings), registry)
 
 
 def _projector_search(settings: Settings, registry: Registry) -> Role:
-    from es_sched.projections.roles import SearchProjector  # noqa: PLC0415
+    from es_sched.projections.roles import ProjectorRole  # noqa: PLC0415
 
-    return SearchProjector(settings, registry=registry)
+    return ProjectorRole(settings, search_store(settings), registry)
 
 
 _BUILDERS: dict[str, Callable[[Settings, Registry], Role]] = {

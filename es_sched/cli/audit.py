@@ -18,21 +18,15 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from es_sched import bootstrap
 from es_sched.errors import EsSchedError
 from es_sched.projections import replay as audit
 from es_sched.projections.postgres import queries as pg_queries
 from es_sched.projections.postgres.rebuild import rebuild_pg
 from es_sched.projections.postgres.store import PgStore
-from es_sched.projections.store import Store
 from es_sched.settings import Settings, load_settings
 
 err = Console(stderr=True)
-
-
-def _search_store(settings: Settings) -> Store:
-    from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
-
-    return SearchStore(settings)
 
 
 @click.command("replay")
@@ -92,7 +86,7 @@ def _verify(
 ) -> list[audit.Mismatch]:
     if target == "changelog":
         return audit.verify_changelog(settings, done, set(ids))
-    store: Store = PgStore(settings) if target == "pg" else _search_store(settings)
+    store = bootstrap.store(settings, target)
     try:
         total = None
         if whole and isinstance(store, PgStore):
@@ -114,7 +108,7 @@ def projections() -> None:
 def migrate() -> None:
     """Create or upgrade the PostgreSQL read-model schema (Alembic)."""
     settings = load_settings()
-    store = PgStore(settings)
+    store = bootstrap.pg_store(settings)
     try:
         store.ensure()
     finally:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from es_sched import bootstrap
 from es_sched.commands import CommandClient, Submitted
 from es_sched.domain.definitions import DefinitionError
 from es_sched.errors import ConfigError, SchemaError
@@ -27,7 +28,7 @@ FINAL_OK = "COMPLETED"
 
 def _client() -> CommandClient:
     try:
-        return CommandClient(load_settings())
+        return bootstrap.command_client(load_settings())
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/] {exc}")
         sys.exit(2)

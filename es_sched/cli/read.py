@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from es_sched import bootstrap
 from es_sched.kafka.clients import read_partition
 from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import topics_for
@@ -56,7 +57,7 @@ WAIT = click.option("--wait-s", type=float, default=30.0, show_default=True)
 def status(wf_id: str, after: str | None, wait_s: float, as_json: bool) -> None:
     """The workflow WF_ID and its tasks, from the PostgreSQL projection."""
     settings = load_settings()
-    store = PgStore(settings)
+    store = bootstrap.pg_store(settings)
     try:
         _fresh(settings, store, after, wait_s)
         wf, tasks = pg_queries.workflow(store.engine, wf_id)
@@ -105,7 +106,7 @@ def query_workflows(
 ) -> None:  # fmt: skip
     """Workflows by status, definition, tenant and start time (newest first)."""
     settings = load_settings()
-    store = PgStore(settings)
+    store = bootstrap.pg_store(settings)
     if since is not None and since.tzinfo is None:
         since = since.astimezone()
     try:
@@ -136,9 +137,7 @@ def query_workflows(
 @click.option("--json", "as_json", is_flag=True)
 def search(text: str, limit: int, as_json: bool) -> None:
     """Full-text search over workflows and tasks (the search projection)."""
-    from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
-
-    store = SearchStore(load_settings())
+    store = bootstrap.search_store(load_settings())
     try:
         hits = store.search_text(text, limit)
     finally:

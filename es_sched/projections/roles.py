@@ -1,33 +1,22 @@
-"""The two projector roles as ``es-sched run`` builds them (``--role projector-pg`` and
-``--role projector-search``): a store, migrated or created at start, under the shared loop."""
+"""A projector role as ``es-sched run`` builds it (``--role projector-pg`` and ``--role
+projector-search``): the store it is given (``es_sched.bootstrap`` picks it), migrated or created
+at start, under the shared projector loop."""
 
 from __future__ import annotations
 
 import threading
 
 from es_sched.metrics import Registry
-from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.projector import Projector
+from es_sched.projections.store import Store
 from es_sched.settings import Settings
 
 
-class PgProjector:
-    def __init__(self, settings: Settings, registry: Registry | None = None) -> None:
-        self.store = PgStore(settings)
-        self.projector = Projector(settings, self.store, registry)
+class ProjectorRole:
+    def __init__(self, settings: Settings, store: Store, registry: Registry | None = None) -> None:
+        self.store = store
+        self.projector = Projector(settings, store, registry)
 
     def run(self, stop: threading.Event) -> None:
-        self.projector.retry(self.store.ensure, stop, poll=False)  # waits for PostgreSQL
-        self.projector.run(stop)
-
-
-class SearchProjector:
-    def __init__(self, settings: Settings, registry: Registry | None = None) -> None:
-        from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
-
-        self.store = SearchStore(settings)
-        self.projector = Projector(settings, self.store, registry)
-
-    def run(self, stop: threading.Event) -> None:
-        self.projector.retry(self.store.ensure, stop, poll=False)
+        self.projector.retry(self.store.ensure, stop, poll=False)  # waits for the store
         self.projector.run(stop)

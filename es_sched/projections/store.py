@@ -47,6 +47,10 @@ class Batch:
 class Store(Protocol):
     name: str  # the projection's name in checkpoints and metrics: "pg" | "search"
 
+    def ensure(self) -> None:
+        """Create or migrate what the store needs; idempotent; StoreUnavailable when down."""
+        ...
+
     def load(self, workflow_ids: list[str]) -> dict[str, Rows]:
         """The stored rows of these workflows (missing ones are absent)."""
         ...

@@ -18,8 +18,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from es_sched import bootstrap
 from es_sched.cli.demo import pipeline as demo
-from es_sched.commands.client import CommandClient
 from es_sched.domain import events as e
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.tail import Tail
@@ -150,7 +150,7 @@ def _drive(
             for p in tail.partitions]  # fmt: skip
     probe.close()
     tail.consumer.assign(ends)
-    client = CommandClient(settings)
+    client = bootstrap.command_client(settings)
     client.push_definitions([ROOT / "examples" / "media_pipeline.json",
                              ROOT / "examples" / "media_taskdefs.json"])  # fmt: skip
     submitted: dict[str, tuple[demo.Video, float]] = {}
