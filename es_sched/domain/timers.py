@@ -4,7 +4,8 @@
 timers it sets (workflow and task timeouts, WAIT deadlines). A timer's id is deterministic per
 (workflow, kind, task), so a later timer of the same id replaces the earlier one (progress pushes
 a response timeout back). Timers are never cancelled: the decider ignores one whose task or
-workflow has moved on.
+workflow has moved on. Retry wake-ups are not timers here: they travel through the retry tiers
+(``effects.WakeRetry``) and come back as ``retry_input``.
 
 ``timer_input`` and ``retry_input`` build the ``timer.fired`` input the decider receives, with
 the deterministic input ids every runtime (timer service, retry relay, simulator) must use: a
@@ -21,7 +22,6 @@ from es_sched.domain.context import settings
 from es_sched.domain.events import (
     Event,
     TaskProgressed,
-    TaskRetryScheduled,
     TaskScheduled,
     TaskStarted,
     WorkflowStarted,
@@ -49,8 +49,6 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
     if isinstance(p, WorkflowStarted):
         limit = state.definition.timeout_seconds
         return [_timer(wf, "workflow_timeout", None, after(at, limit))] if limit > 0 else []
-    if isinstance(p, TaskRetryScheduled):
-        return [_timer(wf, "retry", p.task_id, p.due_at)]
     if isinstance(p, TaskScheduled) and p.wait_until is not None:
         return [_timer(wf, "wait", p.task_id, p.wait_until)]
     if isinstance(p, TaskStarted | TaskProgressed):
