@@ -1,10 +1,12 @@
 """``es-sched defs simulate``: run definitions through the pure core with a scripted worker.
 
 An in-memory runtime plays every other role: it dispatches worker tasks in the order they were
-scheduled and answers each from the script (or completes it at once with an empty output),
+queued and answers each from the script (or completes it at once with an empty output),
 starts and finishes sub-workflows, delivers ``external`` completions to WAIT tasks, and moves a
 virtual clock to the next due timer when nothing else can happen. The same decide/evolve code
-as the decider runs underneath, so a simulation is a faithful dry run of a definition.
+as the decider runs underneath, and what follows each decision is the runtime's own
+``domain.effects.effects`` (same task ids, timers, retries, children and input ids), only
+carried out in memory: a simulation is a faithful dry run of a definition.
 """
 
 from __future__ import annotations
@@ -15,23 +17,27 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, assert_never
 
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
-from es_sched.domain.events import (
-    Event,
-    TaskCanceled,
-    TaskScheduled,
-    WorkflowCompleted,
-    WorkflowEnded,
-    WorkflowStartRequested,
+from es_sched.domain.effects import (
+    Effect,
+    Found,
+    NotifyParent,
+    QueueTask,
+    SetTimer,
+    StartChild,
+    TerminateChild,
+    WakeRetry,
+    child_input,
+    effects,
 )
+from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import IN_PROGRESS, WorkflowState
-from es_sched.domain.timers import timers_for
 from es_sched.errors import DomainError
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -105,72 +111,59 @@ class Simulation:
         )  # fmt: skip
 
     def _apply(self, wf_id: str, inp: c.Input) -> None:
-        wf = self.workflows[wf_id]
+        wf = self.workflows.get(wf_id)
+        if wf is None or (wf.state is None and not isinstance(inp, c.StartWorkflow)):
+            return  # a workflow that never started: the runtime dead-letters such an input
         events = decide(wf.state, inp, self.now, self.ids, self.scripts)
-        for event in events:
-            wf.events.append(event)
+        wf.events.extend(events)
         if events:
             wf.state = fold(events, wf.state)
+        self.follow(wf_id, events)
+
+    def follow(self, wf_id: str, events: list[Event]) -> None:
+        """Carry out what follows ``events``, already folded into the workflow's state."""
+        wf = self.workflows[wf_id]
         assert wf.state is not None
-        for event in events:
-            for timer in timers_for(wf.state, event):
-                fire = c.FireTimer(
-                    self.input_ids(),
-                    wf_id,
-                    kind=timer.kind,
-                    task_id=timer.task_id,
-                    due_at=timer.due_at,
-                )
-                heapq.heappush(self.timers, (timer.due_at, next(self.timer_seq), wf_id, fire))
-            self._react(wf_id, wf, event)
+        for fx in effects(wf.state, events):
+            self._perform(wf_id, wf, fx)
 
-    def _react(self, wf_id: str, wf: _Workflow, event: Event) -> None:
-        p = event.payload
-        st = wf.state
-        assert st is not None
-        if isinstance(p, TaskScheduled) and st.lookup_task(p.def_ref) is not None:
-            task_def = st.lookup_task(p.def_ref)
-            if task_def is not None and task_def.type in ("SIMPLE", "CALLBACK"):
-                self._work(wf_id, wf, p)
-        elif isinstance(p, WorkflowStartRequested):
-            self._start_child(wf_id, wf, p)
-        elif isinstance(p, TaskCanceled):
-            child = st.tasks[p.task_id].child_workflow_id
-            if child and child in self.workflows:
-                self.queue.append(
-                    (child, c.TerminateWorkflow(self.input_ids(), child, reason="parent ended"))
-                )
-        elif isinstance(p, WorkflowCompleted | WorkflowEnded) and st.parent_workflow_id:
-            status = "COMPLETED" if isinstance(p, WorkflowCompleted) else p.status
-            reason = "" if isinstance(p, WorkflowCompleted) else p.reason
-            ended = c.ChildWorkflowEnded(
-                self.input_ids(), st.parent_workflow_id, child_workflow_id=wf_id,
-                task_id=st.parent_task_id or "", status=status, output=dict(p.output),
-                reason=reason,
-            )  # fmt: skip
-            self.queue.append((st.parent_workflow_id, ended))
+    def _perform(self, wf_id: str, wf: _Workflow, fx: Effect) -> None:
+        match fx:
+            case QueueTask():
+                self._work(wf_id, wf, fx)
+            case SetTimer():
+                self._at(fx.timer.due_at, fx.fire)
+            case WakeRetry():
+                self._at(fx.due_at, fx.fire)
+            case StartChild():
+                self._start_child(wf, fx)
+            case TerminateChild() | NotifyParent():
+                self.queue.append((fx.input.workflow_id, fx.input))
+            case _:
+                assert_never(fx)
 
-    def _start_child(self, parent_id: str, parent: _Workflow, p: WorkflowStartRequested) -> None:
-        definition = p.definition or self.find(p.name, p.version)
-        child_id = p.child_workflow_id
-        ref = parent.state.tasks[p.task_id].def_ref if p.task_id and parent.state else None
+    def _at(self, due: datetime, fire: c.FireTimer) -> None:
+        heapq.heappush(self.timers, (due, next(self.timer_seq), fire.workflow_id, fire))
+
+    def resolve(self, name: str, version: int | None) -> Found | None:
+        """The simulation's registry: its definitions, with all its TaskDefs."""
+        definition = self.find(name, version)
+        return (definition, self.taskdefs) if definition is not None else None
+
+    def _start_child(self, parent: _Workflow, fx: StartChild) -> None:
+        child_id, st = fx.child_workflow_id, parent.state
+        ref = st.tasks[fx.parent_task_id].def_ref if fx.parent_task_id and st else None
         self.workflows[child_id] = _Workflow(path=(*parent.path, ref) if ref else parent.path)
-        if ref and p.task_id and parent.state:
+        if ref and fx.parent_task_id and st:
             parent.children[ref] = child_id
-            parent.started.append((ref, parent.state.tasks[p.task_id].attempt, child_id))
-        elif p.name == (parent.state.definition.failure_workflow if parent.state else None):
+            parent.started.append((ref, st.tasks[fx.parent_task_id].attempt, child_id))
+        elif fx.name == (st.definition.failure_workflow if st else None):
             parent.failure_workflow = child_id
-        if definition is None:
-            if p.task_id:
-                self.queue.append((parent_id, c.ChildWorkflowEnded(
-                    self.input_ids(), parent_id, child_workflow_id=child_id, task_id=p.task_id,
-                    status="FAILED", reason=f"no definition for workflow {p.name!r}",
-                )))  # fmt: skip
-            return
-        extra = {"parent_workflow_id": parent_id, "parent_task_id": p.task_id} if p.task_id else {}
-        self.queue.append((child_id, self._start(child_id, definition, p.input, **extra)))
+        inp = child_input(fx, self.resolve)
+        if inp is not None:
+            self.queue.append((inp.workflow_id, inp))
 
-    def _work(self, wf_id: str, wf: _Workflow, p: TaskScheduled) -> None:
+    def _work(self, wf_id: str, wf: _Workflow, p: QueueTask) -> None:
         entry = self._take(wf.path, p.ref, p.attempt, external=False)
         worker = "sim-worker"
         token = f"lease-{p.task_id}"

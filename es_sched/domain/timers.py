@@ -1,21 +1,27 @@
 """Durable timers implied by events: what must fire, when, as a ``timer.fired`` input.
 
 ``timers_for(state, event)`` reads one applied event (with the state after it) and returns the
-timers it sets. A timer's id is deterministic per (workflow, kind, task), so a later timer of the
-same id replaces the earlier one (progress pushes a response timeout back). Timers are never
-cancelled: the decider ignores one whose task or workflow has moved on.
+timers it sets (workflow and task timeouts, WAIT deadlines). A timer's id is deterministic per
+(workflow, kind, task), so a later timer of the same id replaces the earlier one (progress pushes
+a response timeout back). Timers are never cancelled: the decider ignores one whose task or
+workflow has moved on. Retry wake-ups are not timers here: they travel through the retry tiers
+(``effects.WakeRetry``) and come back as ``retry_input``.
+
+``timer_input`` and ``retry_input`` build the ``timer.fired`` input the decider receives, with
+the deterministic input ids every runtime (timer service, retry relay, simulator) must use: a
+fire delivered twice is then dropped by the decider's idempotency check.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
+from es_sched.domain.commands import FireTimer
 from es_sched.domain.context import settings
 from es_sched.domain.events import (
     Event,
     TaskProgressed,
-    TaskRetryScheduled,
     TaskScheduled,
     TaskStarted,
     WorkflowStarted,
@@ -43,8 +49,6 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
     if isinstance(p, WorkflowStarted):
         limit = state.definition.timeout_seconds
         return [_timer(wf, "workflow_timeout", None, after(at, limit))] if limit > 0 else []
-    if isinstance(p, TaskRetryScheduled):
-        return [_timer(wf, "retry", p.task_id, p.due_at)]
     if isinstance(p, TaskScheduled) and p.wait_until is not None:
         return [_timer(wf, "wait", p.task_id, p.wait_until)]
     if isinstance(p, TaskStarted | TaskProgressed):
@@ -62,3 +66,27 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
             out.append(_timer(wf, "total_timeout", p.task_id, after(at, s.timeout_seconds)))
         return out
     return []
+
+
+def timer_input(timer: Timer) -> FireTimer:
+    """The ``timer.fired`` input of a due timer; ``input_id = timer:<timer id>:<due_at UTC>``."""
+    due = timer.due_at.astimezone(UTC)
+    return FireTimer(
+        input_id=f"timer:{timer.timer_id}:{due.isoformat()}",
+        workflow_id=timer.workflow_id,
+        kind=timer.kind,
+        task_id=timer.task_id,
+        due_at=due,
+    )
+
+
+def retry_input(workflow_id: str, task_id: str, next_attempt: int, due_at: datetime) -> FireTimer:
+    """The ``timer.fired(kind=retry)`` input of a released retry of ``task_id`` (the failed
+    attempt); ``input_id = retry:<task id>:<next attempt>``."""
+    return FireTimer(
+        input_id=f"retry:{task_id}:{next_attempt}",
+        workflow_id=workflow_id,
+        kind="retry",
+        task_id=task_id,
+        due_at=due_at.astimezone(UTC),
+    )

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from es_sched.domain.commands import FireTimer
+from es_sched.domain.timers import retry_input
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import headers_for
@@ -154,13 +155,7 @@ def parse_retry(value: bytes | None) -> FireTimer:
     try:
         doc = json.loads(value or b"")
         due = datetime.fromisoformat(doc["due_at"])
-        fire = FireTimer(
-            input_id=f"retry:{doc['task_id']}:{int(doc['next_attempt'])}",
-            workflow_id=doc["workflow_id"],
-            kind="retry",
-            task_id=doc["task_id"],
-            due_at=due.astimezone(UTC),
-        )
+        fire = retry_input(doc["workflow_id"], doc["task_id"], int(doc["next_attempt"]), due)
     except (ValueError, KeyError, TypeError) as exc:  # ValueError covers bad JSON and UTF-8
         raise SchemaError(f"bad retry record: {type(exc).__name__}: {exc}") from None
     if due.tzinfo is None:

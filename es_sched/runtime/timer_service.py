@@ -44,7 +44,7 @@ from confluent_kafka import (
 )
 
 from es_sched.domain.commands import FireTimer
-from es_sched.domain.timers import Timer
+from es_sched.domain.timers import Timer, timer_input
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import header_map, headers_for
@@ -165,14 +165,7 @@ def parse_timer(key: str, value: bytes) -> Timer:
 
 
 def fire_input(timer: Timer) -> FireTimer:
-    due = timer.due_at.astimezone(UTC)
-    return FireTimer(
-        input_id=f"timer:{timer.timer_id}:{due.isoformat()}",
-        workflow_id=timer.workflow_id,
-        kind=timer.kind,
-        task_id=timer.task_id,
-        due_at=due,
-    )
+    return timer_input(timer)  # the domain owns the deterministic input id
 
 
 class TimerService:

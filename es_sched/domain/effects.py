@@ -1,0 +1,243 @@
+"""What must happen after a decision, as data: ``effects(state, events) -> list[Effect]``.
+
+Input: the events one decision produced and the workflow state after *all* of them (a task
+scheduled and failed in the same decision is not queued). Output, in event order (each event's
+timers first), the follow-up work another part of the system must do:
+
+- ``QueueTask``: put a worker task (``definitions.WORKER_TYPES``) on the ready queue, when it is
+  scheduled and again after an expired lease of its latest attempt (``requeue=True``).
+- ``SetTimer``: a durable timer (``timers.timers_for``); when due, deliver ``fire``.
+- ``WakeRetry``: a failed attempt to retry after ``delay_seconds``; when due, deliver ``fire``.
+- ``StartChild``: a workflow to start. Finding a definition by name is the caller's I/O;
+  ``child_input(effect, lookup)`` then gives the one input to deliver (the child's
+  ``StartWorkflow``, or the "child failed" notice to the parent when no definition exists).
+- ``TerminateChild`` / ``NotifyParent``: the exact input to deliver to another workflow.
+
+Every input an effect leads to has a deterministic ``input_id`` (``start-child:<child>``,
+``cancel-child:<task>``, ``child-ended:<child>``, and ``timers.timer_input`` /
+``timers.retry_input`` for fires), so a redelivery is dropped by the receiving decider.
+
+Pure: the runtime outbox turns effects into Kafka records, the simulator into in-memory queues;
+neither decides what follows an event. Conductor's ``DeciderService.DeciderOutcome`` (tasks to
+schedule and update, returned as data to ``WorkflowExecutor``) is the precedent (ADR 0008).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, assert_never, cast
+
+from es_sched.domain import commands as c
+from es_sched.domain.definitions import WORKER_TYPES
+from es_sched.domain.events import (
+    CommandRejected,
+    CompletionRejected,
+    Event,
+    LeaseExpired,
+    LoopIterated,
+    TaskCanceled,
+    TaskCompleted,
+    TaskCompletedWithErrors,
+    TaskDispatched,
+    TaskFailed,
+    TaskProgressed,
+    TaskRetryScheduled,
+    TaskScheduled,
+    TaskStarted,
+    TaskTimedOut,
+    VariablesSet,
+    WorkflowCompleted,
+    WorkflowEnded,
+    WorkflowEnding,
+    WorkflowPaused,
+    WorkflowResumed,
+    WorkflowRetried,
+    WorkflowStarted,
+    WorkflowStartRequested,
+)
+from es_sched.domain.evolve import AnyPayload
+from es_sched.domain.state import WorkflowState
+from es_sched.domain.timers import Timer, retry_input, timer_input, timers_for
+
+JSON = dict[str, Any]
+Found = tuple[JSON, list[JSON]]
+Lookup = Callable[[str, int | None], Found | None]
+"""(name, version) -> (definition, taskdefs) from a registry, or None when unknown."""
+
+
+@dataclass(frozen=True)
+class QueueTask:
+    workflow_id: str
+    task_id: str
+    ref: str
+    name: str
+    attempt: int
+    requeue: bool = False  # queued again: the lease of this attempt expired
+
+
+@dataclass(frozen=True)
+class SetTimer:
+    timer: Timer
+
+    @property
+    def fire(self) -> c.FireTimer:
+        return timer_input(self.timer)
+
+
+@dataclass(frozen=True)
+class WakeRetry:
+    workflow_id: str
+    task_id: str  # the failed attempt
+    attempt: int
+    next_attempt: int
+    due_at: datetime
+    delay_seconds: float
+
+    @property
+    def fire(self) -> c.FireTimer:
+        return retry_input(self.workflow_id, self.task_id, self.next_attempt, self.due_at)
+
+
+@dataclass(frozen=True)
+class StartChild:
+    child_workflow_id: str
+    name: str
+    version: int | None
+    definition: JSON | None  # embedded in the parent's definition; None: look it up by name
+    input: JSON
+    parent_workflow_id: str
+    parent_task_id: str | None  # SUB_WORKFLOW: the task waiting; None: START_WORKFLOW, failure wf
+    priority: int
+    tenant: str | None
+    correlation_id: str
+    parent_taskdefs: tuple[JSON, ...]  # the child's TaskDefs when its definition brings none
+
+
+@dataclass(frozen=True)
+class TerminateChild:
+    input: c.TerminateWorkflow
+
+
+@dataclass(frozen=True)
+class NotifyParent:
+    input: c.ChildWorkflowEnded
+
+
+Effect = QueueTask | SetTimer | WakeRetry | StartChild | TerminateChild | NotifyParent
+
+
+def child_start_id(child_workflow_id: str) -> str:
+    return f"start-child:{child_workflow_id}"
+
+
+def child_ended_id(child_workflow_id: str) -> str:
+    return f"child-ended:{child_workflow_id}"
+
+
+def effects(st: WorkflowState, events: Iterable[Event]) -> list[Effect]:
+    out: list[Effect] = []
+    for event in events:
+        out += [SetTimer(timer) for timer in timers_for(st, event)]
+        out += _follow(st, event)
+    return out
+
+
+def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
+    """The input a ``StartChild`` leads to: the child's ``StartWorkflow``; without a definition
+    the "child failed" notice to the waiting parent task, or None when nothing waits for it."""
+    found = (fx.definition, []) if fx.definition else lookup(fx.name, fx.version)
+    if found is None:
+        if fx.parent_task_id is None:
+            return None
+        return c.ChildWorkflowEnded(
+            child_ended_id(fx.child_workflow_id), fx.parent_workflow_id,
+            child_workflow_id=fx.child_workflow_id, task_id=fx.parent_task_id, status="FAILED",
+            reason=f"no definition for workflow {fx.name!r}",
+        )  # fmt: skip
+    definition, taskdefs = found
+    linked = fx.parent_task_id is not None
+    return c.StartWorkflow(
+        child_start_id(fx.child_workflow_id), fx.child_workflow_id, name=fx.name,
+        version=fx.version, input=dict(fx.input), priority=fx.priority, tenant=fx.tenant,
+        correlation_id=fx.correlation_id, definition=definition,
+        taskdefs=taskdefs or [dict(td) for td in fx.parent_taskdefs],
+        parent_workflow_id=fx.parent_workflow_id if linked else None,
+        parent_task_id=fx.parent_task_id,
+    )  # fmt: skip
+
+
+def _follow(st: WorkflowState, event: Event) -> list[Effect]:
+    p = cast(AnyPayload, event.payload)
+    match p:
+        case TaskScheduled():
+            definition = st.lookup_task(p.def_ref)
+            worker = definition is not None and definition.type in WORKER_TYPES
+            return _queue(st, p.task_id) if worker else []
+        case LeaseExpired():
+            latest = st.latest.get(st.tasks[p.task_id].ref) == p.task_id
+            return _queue(st, p.task_id, requeue=True) if latest else []
+        case TaskRetryScheduled():
+            attempt = st.tasks[p.task_id].attempt
+            return [
+                WakeRetry(
+                    st.workflow_id, p.task_id, attempt, p.next_attempt, p.due_at, p.delay_seconds
+                )
+            ]
+        case WorkflowStartRequested():
+            return [_start_child(st, p)]
+        case TaskCanceled():
+            child = st.tasks[p.task_id].child_workflow_id
+            if child is None:
+                return []
+            cancel = c.TerminateWorkflow(
+                f"cancel-child:{p.task_id}", child, reason="parent task canceled"
+            )
+            return [TerminateChild(cancel)]
+        case WorkflowCompleted():
+            return _notify_parent(st, "COMPLETED", p.output, "")
+        case WorkflowEnded():
+            return _notify_parent(st, p.status, p.output, p.reason)
+        case (
+            WorkflowStarted() | WorkflowEnding() | WorkflowPaused() | WorkflowResumed()
+            | WorkflowRetried() | VariablesSet() | CommandRejected() | TaskDispatched()
+            | TaskStarted() | TaskProgressed() | TaskCompleted() | TaskCompletedWithErrors()
+            | TaskFailed() | TaskTimedOut() | LoopIterated() | CompletionRejected()
+        ):  # fmt: skip
+            return []  # nothing leaves the workflow (its timers come from timers_for)
+        case _:
+            assert_never(p)
+
+
+def _queue(st: WorkflowState, task_id: str, requeue: bool = False) -> list[Effect]:
+    task = st.tasks[task_id]
+    if task.terminal:  # failed while scheduled, or ended before its lease ran out
+        return []
+    return [QueueTask(st.workflow_id, task_id, task.ref, task.name, task.attempt, requeue)]
+
+
+def _start_child(st: WorkflowState, p: WorkflowStartRequested) -> StartChild:
+    return StartChild(
+        child_workflow_id=p.child_workflow_id,
+        name=p.name,
+        version=p.version,
+        definition=p.definition,
+        input=dict(p.input),
+        parent_workflow_id=st.workflow_id,
+        parent_task_id=p.task_id,
+        priority=st.priority,
+        tenant=st.tenant,
+        correlation_id=st.correlation_id,
+        parent_taskdefs=tuple(dict(td.raw) for td in st.taskdefs.values()),
+    )
+
+
+def _notify_parent(st: WorkflowState, status: str, output: JSON, reason: str) -> list[Effect]:
+    if not st.parent_workflow_id:
+        return []
+    ended = c.ChildWorkflowEnded(
+        child_ended_id(st.workflow_id), st.parent_workflow_id, child_workflow_id=st.workflow_id,
+        task_id=st.parent_task_id or "", status=status, output=dict(output), reason=reason,
+    )  # fmt: skip
+    return [NotifyParent(ended)]
