@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from es_sched.domain import commands as c
 from es_sched.domain.events import (
     Event,
@@ -31,6 +29,7 @@ from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import timers_for
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_event, encode_input
+from es_sched.serialization.records import Retry, encode_ready, encode_retry, encode_timer
 from es_sched.serialization.snapshots import encode_state
 
 WORKER_TYPES = frozenset({"SIMPLE", "CALLBACK"})
@@ -46,34 +45,17 @@ class Record:
     headers: list[tuple[str, str | bytes | None]] = field(default_factory=list)
 
 
-def _json(doc: dict[str, Any]) -> bytes:
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-
-
 def ready_record(topics: Topics, st: WorkflowState, task_id: str) -> Record:
     """The ready-queue record of one task instance, from the state (so a task handed back by
     an expired lease is queued again durably, not only in a dispatcher's memory)."""
     t = st.tasks[task_id]
-    return Record(
-        topics.ready,
-        t.name,
-        _json(
-            {
-                "workflow_id": st.workflow_id,
-                "task_id": t.task_id,
-                "ref": t.ref,
-                "name": t.name,
-                "attempt": t.attempt,
-                "input": t.input,
-                "priority": t.priority,
-                "resources": t.resources,
-                "rate_limit_key": t.rate_limit_key,
-                "tenant": st.tenant,
-                "callback": t.callback,
-                "workflow_started_at": st.created_at.isoformat(),
-            }
-        ),
-    )
+    value = encode_ready(
+        workflow_id=st.workflow_id, task_id=t.task_id, ref=t.ref, name=t.name,
+        attempt=t.attempt, input=t.input, priority=t.priority, resources=t.resources,
+        rate_limit_key=t.rate_limit_key, tenant=st.tenant, callback=t.callback,
+        workflow_started_at=st.created_at,
+    )  # fmt: skip
+    return Record(topics.ready, t.name, value)
 
 
 def outbound(
@@ -86,14 +68,7 @@ def outbound(
         for timer in timers_for(st, event):
             if timer.kind == "retry":
                 continue  # retries travel through the retry tiers, see below
-            value: dict[str, Any] = {
-                "timer_id": timer.timer_id,
-                "workflow_id": wf,
-                "kind": timer.kind,
-                "task_id": timer.task_id,
-                "due_at": timer.due_at.isoformat(),
-            }
-            out.append(Record(topics.timers, timer.timer_id, _json(value)))
+            out.append(Record(topics.timers, timer.timer_id, encode_timer(timer)))
         if isinstance(p, TaskScheduled):
             definition = st.lookup_task(p.def_ref)
             worker = definition is not None and definition.type in WORKER_TYPES
@@ -105,15 +80,11 @@ def outbound(
                 out.append(ready_record(topics, st, p.task_id))
         elif isinstance(p, TaskRetryScheduled):
             tier = topics.retry_tier_for(p.delay_seconds)
-            value = {
-                "workflow_id": wf,
-                "task_id": p.task_id,
-                "attempt": st.tasks[p.task_id].attempt,
-                "next_attempt": p.next_attempt,
-                "due_at": p.due_at.isoformat(),
-                "delay_seconds": p.delay_seconds,
-            }
-            out.append(Record(topics.retry(tier), wf, _json(value)))
+            retry = Retry(
+                workflow_id=wf, task_id=p.task_id, attempt=st.tasks[p.task_id].attempt,
+                next_attempt=p.next_attempt, due_at=p.due_at, delay_seconds=p.delay_seconds,
+            )  # fmt: skip
+            out.append(Record(topics.retry(tier), wf, encode_retry(retry)))
         elif isinstance(p, WorkflowStartRequested):
             out += _start_child(topics, st, p, resolve)
         elif isinstance(p, TaskCanceled):
