@@ -44,6 +44,15 @@ _TYPES = {  # JSON values decoded by json/orjson have exactly these classes
     "object": "{v}.__class__ is dict",
     "array": "{v}.__class__ is list",
 }
+_NOT_TYPES = {  # the same tests negated, written out so each stays one comparison
+    "string": "{v}.__class__ is not str",
+    "integer": "not ({v}.__class__ is int or ({v}.__class__ is float and {v}.is_integer()))",
+    "number": "({v}.__class__ is not int and {v}.__class__ is not float)",
+    "boolean": "({v} is not True and {v} is not False)",
+    "null": "{v} is not None",
+    "object": "{v}.__class__ is not dict",
+    "array": "{v}.__class__ is not list",
+}
 _BOUNDS = {"minimum": "<", "maximum": ">", "exclusiveMinimum": "<=", "exclusiveMaximum": ">="}
 _MISSING = object()
 
@@ -89,48 +98,75 @@ class _Writer:
         if unknown:
             raise SchemaError(f"{self.where}: keywords {sorted(unknown)} do not compile")
         types = [s["type"]] if isinstance(s.get("type"), str) else s.get("type")
+        # Conditions that refuse the value, by the instance type they apply to ("" for any).
+        refuse: dict[str, list[str]] = {"": []}
         if types is not None:
-            self.line(depth, f"if not ({' or '.join(_TYPES[t].format(v=v) for t in types)}):")
-            self.line(depth + 1, "return False")
-
-        def guard(type_: str) -> int:
-            """Open ``if <v> is a type_`` unless the type keyword already settled it."""
-            if types == [type_] or (type_ == "number" and types == ["integer"]):
-                return depth
-            self.line(depth, f"if {_TYPES[type_].format(v=v)}:")
-            return depth + 1
-
+            one = len(types) == 1
+            test = _NOT_TYPES[types[0]] if one else f"not ({' or '.join(_TYPES[t] for t in types)})"
+            refuse[""].append(test.format(v=v))
         if "const" in s:
-            self.line(depth, f"if not _same({v}, {self.const(s['const'])}): return False")
+            refuse[""].append(self._differs(v, s["const"]))
         if "enum" in s:
             values = s["enum"]
             if all(isinstance(x, str) for x in values):
                 allowed = self.const(frozenset(values))
-                self.line(depth, f"if {v}.__class__ is not str or {v} not in {allowed}:")
+                refuse[""].append(f"{v}.__class__ is not str or {v} not in {allowed}")
             else:
-                self.line(depth, f"if not any(_same({v}, x) for x in {self.const(tuple(values))}):")
+                refuse[""].append(f"not any(_same({v}, x) for x in {self.const(tuple(values))})")
+        for k, op in _BOUNDS.items():
+            if k in s:
+                refuse.setdefault("number", []).append(f"{v} {op} {s[k]!r}")
+        if "minLength" in s or "maxLength" in s:
+            low, high = s.get("minLength", 0), s.get("maxLength")
+            if low and high is not None:
+                refuse.setdefault("string", []).append(f"not {low} <= len({v}) <= {high}")
+            elif low:
+                refuse.setdefault("string", []).append(f"len({v}) < {low}")
+            elif high is not None:
+                refuse.setdefault("string", []).append(f"len({v}) > {high}")
+        if "pattern" in s:
+            pattern = self.const(re.compile(s["pattern"]))
+            refuse.setdefault("string", []).append(f"{pattern}.search({v}) is None")
+        settled = types[0] if types is not None and len(types) == 1 else None
+        if settled == "integer":
+            settled = "number"  # every bound applies, and the type test came first
+        guarded: list[tuple[str, list[str]]] = []
+        for type_, tests in refuse.items():
+            if type_ in ("", settled):
+                refuse[""] += tests if type_ else []
+            else:
+                guarded.append((type_, tests))
+        if refuse[""]:
+            self.line(depth, f"if {' or '.join(refuse[''])}:")
             self.line(depth + 1, "return False")
-        bounds = [k for k in _BOUNDS if k in s]
-        if bounds:
-            d = guard("number")
-            for k in bounds:
-                self.line(d, f"if {v} {_BOUNDS[k]} {s[k]!r}: return False")
-        if {"minLength", "maxLength", "pattern"} & s.keys():
-            d = guard("string")
-            if "minLength" in s or "maxLength" in s:
-                low, high = s.get("minLength", 0), s.get("maxLength")
-                test = f"{low} <= len({v})" + (f" <= {high}" if high is not None else "")
-                self.line(d, f"if not {test}: return False")
-            if "pattern" in s:
-                pattern = self.const(re.compile(s["pattern"]))
-                self.line(d, f"if {pattern}.search({v}) is None: return False")
+        for type_, tests in guarded:
+            self.line(depth, f"if {_TYPES[type_].format(v=v)} and ({' or '.join(tests)}):")
+            self.line(depth + 1, "return False")
+        object_settled = settled == "object"
         if {"properties", "required", "additionalProperties"} & s.keys():
-            self._object(s, v, guard("object"))
+            if object_settled:
+                self._object(s, v, depth)
+            else:
+                self.line(depth, f"if {_TYPES['object'].format(v=v)}:")
+                self._object(s, v, depth + 1)
+                self.line(depth + 1, "pass")
         if "items" in s:
-            d, item = guard("array"), self.var()
+            d = depth
+            if settled != "array":
+                self.line(depth, f"if {_TYPES['array'].format(v=v)}:")
+                d += 1
+            item = self.var()
             self.line(d, f"for {item} in {v}:")
             self.node(s["items"], item, d + 1)
             self.line(d + 1, "pass")
+
+    def _differs(self, v: str, value: Any) -> str:
+        """A test that ``v`` is not the JSON value ``value``."""
+        if isinstance(value, str):
+            return f"{v} != {value!r}"  # no other class equals a str
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"({v} != {value!r} or {v} is True or {v} is False)"  # True == 1 in Python
+        return f"not _same({v}, {self.const(value)})"
 
     def _object(self, s: dict[str, Any], v: str, depth: int) -> None:
         props: dict[str, Any] = s.get("properties", {})
@@ -140,7 +176,13 @@ class _Writer:
             self.line(depth + 1, "return False")
         extra = s.get("additionalProperties", True)
         if extra is False:
-            self.line(depth, f"if not {v}.keys() <= {self.const(frozenset(props))}: return False")
+            self.line(depth, f"if not {v}.keys() <= {self.const(frozenset(props))}:")
+            self.line(depth + 1, "return False")
+        elif extra is not True and not props:
+            value = self.var()
+            self.line(depth, f"for {value} in {v}.values():")
+            self.node(extra, value, depth + 1)
+            self.line(depth + 1, "pass")
         elif extra is not True:
             key, value = self.var(), self.var()
             self.line(depth, f"for {key}, {value} in {v}.items():")

@@ -15,8 +15,8 @@ Worker reports that change workflow state (started, completed, failed) go to
 
 ``encode`` writes every field (the classes are built from typed values, not validated again);
 ``decode`` validates against the compiled schema of the record's kind and raises
-``SchemaError`` with the reason. Times stay ISO 8601 strings here; readers parse them with
-``codec.parse_time``. A v2 of a kind will raise ``wire_version`` and add an upcaster.
+``SchemaError`` with the reason (times are checked with ``codec.parse_time`` but stay ISO 8601
+strings in the classes). A v2 of a kind will raise ``wire_version`` and add an upcaster.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from es_sched.errors import SchemaError
-from es_sched.serialization.codec import load_record
+from es_sched.serialization.codec import load_record, parse_time
 from es_sched.serialization.schemas import Compiled, default_catalog
 
 FAMILY = "wire"
@@ -136,5 +136,8 @@ def decode(raw: bytes | None) -> Record:
     del doc["wire_version"]
     if cls is WorkerStatus:
         doc["gpus"] = [GpuStatus(**g) for g in doc["gpus"]]
+    when = doc.get("sent_at") or doc.get("lease_expires_at")
+    if when:  # a valid time, though kept as text; the pattern-free schema leaves it to here
+        parse_time(when, f"{kind} time")
     record: Record = cls(**doc)
     return record
