@@ -35,9 +35,9 @@ from rich.table import Table
 from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
-from es_sched.kafka.registry import taskdef_key, workflow_key
 from es_sched.kafka.topics import Topics, ensure_topics
 from es_sched.serialization import encode_input
+from es_sched.serialization.definitions import encode_definition, key_of
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOT = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
@@ -99,14 +99,8 @@ def main() -> None:
     topics = Topics(prefix, opts.partitions)
     ensure_topics(BOOT, topics)
     p = producer(BOOT)
-    p.produce(
-        topics.definitions, key=workflow_key("bench_one", 1), value=json.dumps(ONE_TASK).encode()
-    )
-    p.produce(
-        topics.definitions,
-        key=taskdef_key("unit"),
-        value=json.dumps({"name": "unit", "retryCount": 0}).encode(),
-    )
+    for kind, doc in [("workflow", ONE_TASK), ("taskdef", {"name": "unit", "retryCount": 0})]:
+        p.produce(topics.definitions, key=key_of(kind, doc), value=encode_definition(doc))
     starts = []
     for i in range(opts.inputs):
         cid = f"{prefix}-{i}"

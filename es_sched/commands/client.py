@@ -24,7 +24,6 @@ awaited workflows are skipped unread.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,9 +55,10 @@ from es_sched.domain.definitions import DefinitionError
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
-from es_sched.kafka.registry import DefinitionRegistry, taskdef_key, workflow_key
+from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.serialization import SchemaCatalog, decode_event
+from es_sched.serialization.definitions import encode_definition, key_of
 from es_sched.settings import Settings, load_settings
 
 JSON = dict[str, Any]
@@ -210,12 +210,12 @@ class CommandClient:
         problems = definition_problems(docs, self._catalog)
         if problems:
             raise DefinitionError(problems)
-        records = [
-            (workflow_key(str(d["name"]), int(d.get("version", 1))), d) for d in docs.workflows
-        ] + [(taskdef_key(str(td["name"])), td) for td in docs.taskdefs]
+        records = [(key_of("workflow", d), encode_definition(d)) for d in docs.workflows] + [
+            (key_of("taskdef", td), encode_definition(td)) for td in docs.taskdefs
+        ]
         self.ensure_topics()
-        for key, doc in records:
-            self._produce(self.topics.definitions, key, json.dumps(doc, sort_keys=True).encode())
+        for key, value in records:
+            self._produce(self.topics.definitions, key, value)
         self.flush(self.flush_timeout_s)
         return [key for key, _ in records]
 

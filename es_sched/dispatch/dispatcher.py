@@ -50,13 +50,12 @@ from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues
 from es_sched.domain.commands import Input
 from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
-from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.tail import Tail
-from es_sched.kafka.topics import ensure_topic, ensure_topics, topics_for
+from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
-from es_sched.serialization import encode_input
+from es_sched.serialization import encode_input, wire
 from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.dispatcher")
@@ -220,13 +219,17 @@ class Dispatcher:
             return
         try:
             record = wire.decode(value)
+            view = (
+                dispatch_records.worker_view(record, now, self.dispatch_settings.dead_after_s)
+                if isinstance(record, wire.WorkerStatus)
+                else None
+            )
         except SchemaError as exc:
             self._dead(msg, exc)
             return
         if isinstance(record, wire.Progress):
             self.core.leases.heartbeat(record.worker_id, now)
-        elif isinstance(record, wire.WorkerStatus):
-            view = dispatch_records.worker_view(record, now, self.dispatch_settings.dead_after_s)
+        elif isinstance(record, wire.WorkerStatus) and view is not None:
             self._pool_topic(view.pool)
             self.core.fleet.upsert(view)
             self.core.observe(record.worker_id, set(record.running), Need.of(record.used))
@@ -286,7 +289,7 @@ class Dispatcher:
     def _assign(self, a: Assignment, now: datetime) -> None:
         record, _ = dispatch_records.assignment(a)  # its DispatchTask was delivered already
         pool = self.core.pools.get(a.task.task_type, "default")
-        self._produce(wire.assignment_topic(self.prefix, pool), record.worker_id,
+        self._produce(assignment_topic(self.prefix, pool), record.worker_id,
                       wire.encode(record), now)  # fmt: skip
         for offsets in self.pending.values():
             if offsets.pop(a.task.task_id, None) is not None:
@@ -301,7 +304,7 @@ class Dispatcher:
         cancel, expired = dispatch_records.take_back(lease, workflow_id, reason)
         worker = self.core.fleet.workers.get(lease.worker_id)
         pool = worker.pool if worker is not None else "default"
-        self._produce(wire.assignment_topic(self.prefix, pool), lease.worker_id,
+        self._produce(assignment_topic(self.prefix, pool), lease.worker_id,
                       wire.encode(cancel), now)  # fmt: skip
         self._send(expired, now)
         log.info("took back %s (epoch %d) from %s: %s", lease.task_id, lease.epoch,
@@ -372,7 +375,7 @@ class Dispatcher:
             self.committed.update(offsets)
 
     def _pool_topic(self, pool: str) -> None:
-        name = wire.assignment_topic(self.prefix, pool)
+        name = assignment_topic(self.prefix, pool)
         if name not in self.pool_topics:
             ensure_topic(self.bootstrap, name, self.dispatch_settings.assignment_partitions)
             self.pool_topics.add(name)

@@ -1,6 +1,6 @@
 """Kafka records <-> the dispatcher core's objects; pure functions, no I/O.
 
-- a ready record (``es_sched.runtime.outbox.ready_record``) -> ``ReadyTask``
+- a ready record (``es_sched.serialization.records.decode_ready``) -> ``ReadyTask``
 - a ``WorkerStatus`` report -> ``WorkerView`` (GPU free memory as reported)
 - a core ``Assignment`` -> the wire ``Assignment`` for the worker and the ``DispatchTask``
   decider input; an expired or preempted lease -> ``Cancel`` + ``ExpireLease``
@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 import orjson
 
@@ -19,7 +20,9 @@ from es_sched.dispatch.core.placement import Gpu, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.errors import SchemaError
-from es_sched.kafka import wire
+from es_sched.serialization import wire
+from es_sched.serialization.codec import parse_time
+from es_sched.serialization.records import decode_ready
 
 ENDED = frozenset(
     {
@@ -32,49 +35,23 @@ ENDED = frozenset(
 )
 
 
-def _time(value: object, what: str) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise SchemaError(f"{what}: expected an ISO 8601 time, got {value!r}")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise SchemaError(f"{what}: {exc}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -> ReadyTask:
     """A ready record as a queue entry. Aging counts from the record's time (else now); the
     workflow's start time orders tasks inside a level (the record's time when it lacks one)."""
-    try:
-        doc = orjson.loads(raw or b"")
-    except orjson.JSONDecodeError as exc:
-        raise SchemaError(f"ready record is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise SchemaError("a ready record must be a JSON object")
-    try:
-        task_id, workflow_id, name = str(doc["task_id"]), str(doc["workflow_id"]), str(doc["name"])
-        priority, attempt = int(doc.get("priority", 4)), int(doc.get("attempt", 1))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SchemaError(f"ready record: missing or bad field {exc}") from None
-    resources = doc.get("resources") or {}
-    if not isinstance(resources, dict) or not isinstance(resources.get("custom") or {}, dict):
-        raise SchemaError("ready record: resources must be an object")
+    doc = decode_ready(raw)
     enqueued = min(record_time, now) if record_time is not None else now
-    started = _time(doc.get("workflow_started_at"), "workflow_started_at") or enqueued
     return ReadyTask(
-        task_id=task_id,
-        workflow_id=workflow_id,
-        task_type=name,
-        priority=priority,
+        task_id=doc["task_id"],
+        workflow_id=doc["workflow_id"],
+        task_type=doc["name"],
+        priority=doc.get("priority", 4),
         enqueued_at=enqueued,
-        workflow_started_at=started,
-        attempt=attempt,
+        workflow_started_at=doc.get("workflow_started_at") or enqueued,
+        attempt=doc.get("attempt", 1),
         tenant=doc.get("tenant"),
         rate_limit_key=doc.get("rate_limit_key"),
-        resources=resources,
-        payload=doc,
+        resources=doc.get("resources") or {},
+        payload=cast(dict[str, Any], doc),
     )
 
 
@@ -82,9 +59,10 @@ def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -
     """The fleet's view of one report. It is seen *now*, unless the report is older than a dead
     worker's silence (a compacted record read at start-up): then it is seen when it was sent."""
     seen = now
-    sent = _time(status.sent_at or None, "sent_at")
-    if sent is not None and now - sent > timedelta(seconds=dead_after_s):
-        seen = sent
+    if status.sent_at:
+        sent = parse_time(status.sent_at, "worker_status.sent_at")
+        if now - sent > timedelta(seconds=dead_after_s):
+            seen = sent
     return WorkerView(
         worker_id=status.worker_id,
         pool=status.pool or "default",

@@ -1,15 +1,15 @@
 """The config topic's client: publish one run-time setting, or read the settings in force.
 
-Records are validated with the dispatcher's own parser before they are produced, so a bad
-record never reaches the topic; ``current`` folds the compacted topic by key.
+Records are encoded and validated by ``es_sched.serialization.config`` (the dispatcher's own
+parser) before they are produced, so a bad record never reaches the topic; ``current`` folds
+the compacted topic by key through the same parser.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from es_sched.errors import InfrastructureError
+from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import producer, read_partition
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.serialization import config as dc
@@ -37,9 +37,9 @@ def current(settings: Settings) -> dict[str, dict[str, Any]]:
         key = raw_key.decode() if isinstance(raw_key, bytes) else (raw_key or "")
         if value is None:
             out.pop(key, None)
-        else:
-            try:
-                out[key] = json.loads(value)
-            except ValueError:  # not written by this CLI; the dispatcher dead-letters it
-                out[key] = {"unreadable": repr(value[:200])}
+            continue
+        try:
+            out[key] = dc.parse(key, value).value or {}
+        except SchemaError as exc:  # not written by this CLI; the dispatcher dead-letters it
+            out[key] = {"unreadable": str(exc)[:200]}
     return out

@@ -1,27 +1,29 @@
 """Definitions and TaskDefs as a compacted topic, read into memory.
 
 Keys: ``workflow:<name>:<version>`` for a workflow definition and ``taskdef:<name>`` for a
-Conductor TaskDef; values are the documents as JSON (a tombstone deletes). ``defs push`` writes
-them; the CLI and the decider read them with ``DefinitionRegistry``, which tails the topic
-without a consumer group (every reader sees everything).
+Conductor TaskDef; values are the documents as JSON (a tombstone deletes). The record format
+and its validation are ``es_sched.serialization.definitions``. ``defs push`` writes them; the
+CLI and the decider read them with ``DefinitionRegistry``, which tails the topic without a
+consumer group (every reader sees everything).
+
+A record that does not decode deletes its key, as a tombstone would: every reader, before or
+after compaction, then agrees that the key has no definition. It is logged and kept in
+``rejected`` (key -> reason); a reader has no producer, and each reader dead-lettering the same
+record would only duplicate it.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from es_sched.errors import SchemaError
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.serialization.definitions import decode_definition
 
-
-def workflow_key(name: str, version: int) -> str:
-    return f"workflow:{name}:{version}"
-
-
-def taskdef_key(name: str) -> str:
-    return f"taskdef:{name}"
+log = logging.getLogger(__name__)
 
 
 class DefinitionRegistry:
@@ -29,6 +31,7 @@ class DefinitionRegistry:
         self.workflows: dict[tuple[str, int], dict[str, Any]] = {}
         self.taskdefs: dict[str, dict[str, Any]] = {}
         self._taskdefs_cache: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self.rejected: dict[str, str] = {}  # key -> why its last record did not decode
         self._consumer = consumer(bootstrap, None, **{"enable.partition.eof": True})
         self._consumer.assign([TopicPartition(topic, 0, 0)])
         self._topic = topic
@@ -63,20 +66,31 @@ class DefinitionRegistry:
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         self._taskdefs_cache.clear()
-        text = (key or b"").decode()
-        kind, _, rest = text.partition(":")
-        doc = json.loads(value) if value else None
-        if kind == "workflow":
-            name, _, version = rest.rpartition(":")
-            if doc is None:
-                self.workflows.pop((name, int(version)), None)
-            else:
-                self.workflows[(name, int(version))] = doc
-        elif kind == "taskdef":
-            if doc is None:
+        text = (key or b"").decode(errors="replace")
+        try:
+            record = decode_definition(text, value)
+        except SchemaError as exc:
+            log.warning("definitions %r: %s; the key is treated as deleted", text, exc)
+            self.rejected[text] = str(exc)
+            kind, _, rest = text.partition(":")
+            if kind == "workflow":
+                self.workflows = {
+                    k: v for k, v in self.workflows.items() if f"{k[0]}:{k[1]}" != rest
+                }
+            elif kind == "taskdef":
                 self.taskdefs.pop(rest, None)
+            return
+        self.rejected.pop(text, None)
+        if record.kind == "workflow":
+            assert record.version is not None
+            if record.doc is None:
+                self.workflows.pop((record.name, record.version), None)
             else:
-                self.taskdefs[rest] = doc
+                self.workflows[(record.name, record.version)] = record.doc
+        elif record.doc is None:
+            self.taskdefs.pop(record.name, None)
+        else:
+            self.taskdefs[record.name] = record.doc
 
     def workflow(self, name: str, version: int | None = None) -> dict[str, Any] | None:
         if version is not None:

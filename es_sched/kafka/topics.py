@@ -110,6 +110,11 @@ class Topics:
         ]
 
 
+def assignment_topic(prefix: str, pool: str) -> str:
+    """A pool's assignments topic (ADR 5); the default pool's is ``<prefix>.assignments``."""
+    return f"{prefix}.assignments" if pool == "default" else f"{prefix}.assignments.{pool}"
+
+
 def topics_for(settings: Settings) -> Topics:
     """The topics every role agrees on, from the full settings."""
     return Topics(

@@ -13,9 +13,7 @@ snapshot is added once per workflow per batch by the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, assert_never
-
-import orjson
+from typing import assert_never
 
 from es_sched.domain import commands as c
 from es_sched.domain.effects import (
@@ -34,6 +32,7 @@ from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import Timer
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_event, encode_input
+from es_sched.serialization.records import Retry, encode_ready, encode_retry, encode_timer
 from es_sched.serialization.snapshots import encode_state
 
 Resolver = Lookup
@@ -48,60 +47,32 @@ class Record:
     headers: list[tuple[str, str | bytes | None]] = field(default_factory=list)
 
 
-def _json(doc: dict[str, Any]) -> bytes:
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-
-
 def ready_record(topics: Topics, st: WorkflowState, task_id: str) -> Record:
     """The ready-queue record of one task instance, from the state (so a task handed back by
     an expired lease is queued again durably, not only in a dispatcher's memory)."""
     t = st.tasks[task_id]
-    return Record(
-        topics.ready,
-        t.name,
-        _json(
-            {
-                "workflow_id": st.workflow_id,
-                "task_id": t.task_id,
-                "ref": t.ref,
-                "name": t.name,
-                "attempt": t.attempt,
-                "input": t.input,
-                "priority": t.priority,
-                "resources": t.resources,
-                "rate_limit_key": t.rate_limit_key,
-                "tenant": st.tenant,
-                "callback": t.callback,
-                "workflow_started_at": st.created_at.isoformat(),
-            }
-        ),
-    )
+    value = encode_ready(
+        workflow_id=st.workflow_id, task_id=t.task_id, ref=t.ref, name=t.name,
+        attempt=t.attempt, input=t.input, priority=t.priority, resources=t.resources,
+        rate_limit_key=t.rate_limit_key, tenant=st.tenant, callback=t.callback,
+        workflow_started_at=st.created_at,
+    )  # fmt: skip
+    return Record(topics.ready, t.name, value)
 
 
 def timer_record(topics: Topics, timer: Timer) -> Record:
     """The ``timers`` record of one durable timer (compacted: a later one of the id replaces it)."""
-    value = {
-        "timer_id": timer.timer_id,
-        "workflow_id": timer.workflow_id,
-        "kind": timer.kind,
-        "task_id": timer.task_id,
-        "due_at": timer.due_at.isoformat(),
-    }
-    return Record(topics.timers, timer.timer_id, _json(value))
+    return Record(topics.timers, timer.timer_id, encode_timer(timer))
 
 
 def retry_record(topics: Topics, wake: WakeRetry) -> Record:
     """The record of one retry wake-up, on the tier of its delay, keyed by workflow."""
-    value = {
-        "workflow_id": wake.workflow_id,
-        "task_id": wake.task_id,
-        "attempt": wake.attempt,
-        "next_attempt": wake.next_attempt,
-        "due_at": wake.due_at.isoformat(),
-        "delay_seconds": wake.delay_seconds,
-    }
+    retry = Retry(
+        workflow_id=wake.workflow_id, task_id=wake.task_id, attempt=wake.attempt,
+        next_attempt=wake.next_attempt, due_at=wake.due_at, delay_seconds=wake.delay_seconds,
+    )  # fmt: skip
     topic = topics.retry(topics.retry_tier_for(wake.delay_seconds))
-    return Record(topic, wake.workflow_id, _json(value))
+    return Record(topic, wake.workflow_id, encode_retry(retry))
 
 
 def command_record(topics: Topics, inp: c.Input) -> Record:

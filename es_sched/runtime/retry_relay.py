@@ -20,7 +20,6 @@ Guarantees:
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import threading
 import time
@@ -39,6 +38,7 @@ from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import topics_for
 from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
+from es_sched.serialization.records import decode_retry
 from es_sched.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -152,12 +152,9 @@ class TierHeads:
 
 def parse_retry(value: bytes | None) -> FireTimer:
     """A retry record as the decider's ``timer.fired(kind=retry)``; ``SchemaError`` if bad."""
-    try:
-        doc = json.loads(value or b"")
-        due = datetime.fromisoformat(doc["due_at"])
-        fire = retry_input(doc["workflow_id"], doc["task_id"], int(doc["next_attempt"]), due)
-    except (ValueError, KeyError, TypeError) as exc:  # ValueError covers bad JSON and UTF-8
-        raise SchemaError(f"bad retry record: {type(exc).__name__}: {exc}") from None
+    retry = decode_retry(value)  # validated against schemas/records/retry.v1.json
+    due = retry.due_at
+    fire = retry_input(retry.workflow_id, retry.task_id, retry.next_attempt, due)
     if due.tzinfo is None:
         raise SchemaError("due_at has no timezone")
     decode_input(encode_input(fire))  # the one schema the decider will apply

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import threading
 import time
@@ -51,6 +50,7 @@ from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.topics import topics_for
 from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
+from es_sched.serialization.records import decode_timer
 from es_sched.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -145,17 +145,7 @@ class TimerHeap:
 
 def parse_timer(key: str, value: bytes) -> Timer:
     """A timer record's value; ``SchemaError`` if it would not make a valid ``timer.fired``."""
-    try:
-        doc = json.loads(value)
-        timer = Timer(
-            timer_id=doc["timer_id"],
-            workflow_id=doc["workflow_id"],
-            kind=doc["kind"],
-            task_id=doc.get("task_id"),
-            due_at=datetime.fromisoformat(doc["due_at"]),
-        )
-    except (ValueError, KeyError, TypeError) as exc:  # ValueError covers bad JSON and UTF-8
-        raise SchemaError(f"bad timer record: {type(exc).__name__}: {exc}") from None
+    timer = decode_timer(value)  # validated against schemas/records/timer.v1.json
     if timer.timer_id != key:
         raise SchemaError(f"timer_id {timer.timer_id!r} differs from the record key {key!r}")
     if timer.due_at.tzinfo is None:

@@ -9,21 +9,29 @@ Key -> JSON value (a tombstone removes the setting):
 - ``pool:<T>``          ``{"pool": P}``              tasks of type T run in pool P
 - ``policy:<P>``        ``{"policy": "binpack" | "spread"}``
 
-``parse`` validates one record into a ``ConfigChange``; ``es_sched.dispatch.config.apply`` folds
-it into the dispatcher's core. ``es-sched config`` writes the records, the dispatcher tails them.
+Each value has a schema ``schemas/config/<kind, ":" as ".">.v1.json`` (v1; values carry no
+version field, a v2 will add ``schema_version``). ``parse`` validates one record against it into
+a ``ConfigChange`` and raises ``SchemaError`` naming the key otherwise;
+``es_sched.dispatch.config.apply`` folds it into the dispatcher's core. ``es-sched config``
+writes the records (``encode``, checked with ``parse`` first), the dispatcher tails them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from functools import cache
+from typing import Any
 
 import orjson
 
 from es_sched.errors import SchemaError
+from es_sched.serialization.codec import load_record
+from es_sched.serialization.schemas import Compiled, default_catalog
 
+FAMILY = "config"
 POLICIES = ("binpack", "spread")
 KINDS = ("rate:type", "rate:tenant", "concurrency", "ban-version", "pool", "policy")
+VERSIONS = dict.fromkeys(KINDS, 1)  # kind -> the version written and read
 
 
 @dataclass(frozen=True)
@@ -52,26 +60,22 @@ def parse(key: str, raw: bytes | None) -> ConfigChange:
     kind, subject = _split(key)
     if raw is None:
         return ConfigChange(kind, subject, None)
+    value = load_record(raw, f"config {key!r}")
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise SchemaError(f"config {key!r}: not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise SchemaError(f"config {key!r}: expected a JSON object")
-    if kind.startswith("rate:"):
-        rate, burst = value.get("rate"), value.get("burst", 1)
-        if not (_number(rate) and rate > 0 and _number(burst) and burst >= 1):
-            raise SchemaError(f"config {key!r}: expected rate > 0 and burst >= 1, got {value}")
-    elif kind == "concurrency":
-        limit = value.get("limit")
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise SchemaError(f"config {key!r}: expected a whole limit >= 0, got {value}")
-    elif kind == "pool":
-        if not isinstance(value.get("pool"), str) or not value["pool"]:
-            raise SchemaError(f"config {key!r}: expected a pool name, got {value}")
-    elif kind == "policy" and value.get("policy") not in POLICIES:
-        raise SchemaError(f"config {key!r}: policy must be one of {POLICIES}, got {value}")
+        _compiled(kind).require(value)
+    except SchemaError as exc:
+        raise SchemaError(f"config {key!r}: {exc}") from None
     return ConfigChange(kind, subject, value)
+
+
+def schema_name(kind: str) -> str:
+    """The schema file's type name of a kind: ``rate:type`` -> ``rate.type``."""
+    return kind.replace(":", ".")
+
+
+@cache
+def _compiled(kind: str) -> Compiled:
+    return default_catalog().compiled(FAMILY, schema_name(kind), VERSIONS[kind])
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -79,7 +83,3 @@ def _split(key: str) -> tuple[str, str]:
         if key.startswith(kind + ":") and len(key) > len(kind) + 1:
             return kind, key[len(kind) + 1 :]
     raise SchemaError(f"unknown config key {key!r}")
-
-
-def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)

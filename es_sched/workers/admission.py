@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from es_sched.kafka import wire
+from es_sched.serialization import wire
 from es_sched.workers.capacity import Capacity
 
 

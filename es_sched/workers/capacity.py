@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from es_sched.kafka.wire import GpuStatus
+from es_sched.serialization.wire import GpuStatus
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024

@@ -29,12 +29,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
-from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer, watermarks
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import Topics
-from es_sched.serialization import encode_input
+from es_sched.serialization import encode_input, wire
 
 log = logging.getLogger(__name__)
 HANDED_BACK = "worker shutting down; handed back"

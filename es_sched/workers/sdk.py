@@ -47,9 +47,9 @@ from confluent_kafka import Message
 
 from es_sched.domain import commands as c
 from es_sched.errors import EsSchedError, SchemaError
-from es_sched.kafka import wire
-from es_sched.kafka.topics import topics_for
+from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
+from es_sched.serialization import wire
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import runner
 from es_sched.workers.admission import admits, use_of
@@ -193,7 +193,7 @@ class Worker:
         self._reporter = runner.Reporter(kafka.bootstrap_servers, topics_for(self.settings))
         reader = runner.AssignmentReader(
             kafka.bootstrap_servers,
-            wire.assignment_topic(prefix, self.pool),
+            assignment_topic(prefix, self.pool),
             self.worker_id,
             f"{prefix}-worker-{self.worker_id}",
         )

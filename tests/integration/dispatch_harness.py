@@ -12,18 +12,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.domain.commands import Input
 from es_sched.domain.events import Event, TaskCompleted
-from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.config_client import publish
-from es_sched.kafka.topics import Topics
+from es_sched.kafka.topics import Topics, assignment_topic
 from es_sched.metrics import serve
-from es_sched.serialization import decode_input, encode_event
+from es_sched.serialization import decode_input, encode_event, wire
+from es_sched.serialization.records import encode_ready
 from es_sched.settings import (
     DispatchSettings,
     KafkaSettings,
@@ -105,12 +104,12 @@ class Bench:
     def ready(self, task_id: str, name: str = "enc", priority: int = 4, cpu: float = 1.0,
               workflow_id: str = "wf", started: datetime | None = None,
               **res: Any) -> None:  # fmt: skip
-        doc = {"workflow_id": workflow_id, "task_id": task_id, "ref": task_id, "name": name,
-               "attempt": 1, "input": {}, "priority": priority, "resources": {"cpu": cpu, **res},
-               "tenant": None, "rate_limit_key": None, "callback": False}  # fmt: skip
-        if started is not None:
-            doc["workflow_started_at"] = started.isoformat()
-        self.producer.produce(self.topics.ready, key=name.encode(), value=orjson.dumps(doc))
+        value = encode_ready(
+            workflow_id=workflow_id, task_id=task_id, ref=task_id, name=name, attempt=1,
+            input={}, priority=priority, resources={"cpu": cpu, **res}, rate_limit_key=None,
+            tenant=None, callback=False, workflow_started_at=started,
+        )  # fmt: skip
+        self.producer.produce(self.topics.ready, key=name.encode(), value=value)
         self.producer.poll(0)
 
     def flush(self) -> None:
@@ -153,7 +152,7 @@ class FakeWorker:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> FakeWorker:
-        self.reader = Reader(wire.assignment_topic(self.bench.prefix, "default"))
+        self.reader = Reader(assignment_topic(self.bench.prefix, "default"))
         self.thread.start()
         return self
 

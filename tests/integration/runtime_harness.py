@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -28,9 +28,10 @@ from es_sched.domain import commands as c
 from es_sched.domain.events import Event
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
-from es_sched.kafka.registry import taskdef_key, workflow_key
 from es_sched.kafka.topics import Topics, ensure_topics
 from es_sched.serialization import decode_event, encode_input
+from es_sched.serialization.definitions import encode_definition, key_of
+from es_sched.serialization.records import decode_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOTSTRAP = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
@@ -65,12 +66,8 @@ class Env:
 
     def push(self, definition: dict[str, Any], taskdefs: list[dict[str, Any]]) -> None:
         p = producer(BOOTSTRAP)
-        key = workflow_key(definition["name"], definition.get("version", 1))
-        p.produce(self.topics.definitions, key=key, value=json.dumps(definition).encode())
-        for td in taskdefs:
-            p.produce(
-                self.topics.definitions, key=taskdef_key(td["name"]), value=json.dumps(td).encode()
-            )
+        for kind, doc in [("workflow", definition), *(("taskdef", td) for td in taskdefs)]:
+            p.produce(self.topics.definitions, key=key_of(kind, doc), value=encode_definition(doc))
         assert p.flush(30) == 0
 
     def send(self, inputs: Sequence[c.Input], topic: str | None = None) -> None:
@@ -173,7 +170,7 @@ class Worker:
                 for msg in cons.consume(500, 0.2):
                     if msg.error() is not None:
                         continue
-                    task = json.loads(msg.value() or b"{}")
+                    task = cast(dict[str, Any], decode_ready(msg.value()))
                     status, output = self.policy(task)
                     base = dict(workflow_id=task["workflow_id"], task_id=task["task_id"],
                                 attempt=task["attempt"], worker_id="test-worker")  # fmt: skip

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from es_sched.cli.config import config
 from es_sched.domain.commands import DispatchTask, ExpireLease
-from es_sched.kafka import wire
+from es_sched.serialization import wire
 from tests.integration.dispatch_harness import (
     FakeWorker,
     Reader,

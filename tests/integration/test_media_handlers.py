@@ -24,7 +24,7 @@ from typing import Any, cast
 import pytest
 
 from es_sched.errors import ConfigError
-from es_sched.kafka import wire
+from es_sched.serialization import wire
 from es_sched.settings import MediaSettings, Settings, load_settings
 from es_sched.workers import TaskCancelled, TaskContext, TaskFailure, Worker
 from es_sched.workers.media import TYPES, Toolkit, gpu, register_media

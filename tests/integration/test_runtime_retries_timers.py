@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ from confluent_kafka import TopicPartition
 
 from es_sched.domain.events import Event
 from es_sched.kafka.clients import consumer
+from es_sched.serialization.records import decode_timer
 from tests.integration.runtime_harness import (
     BOOTSTRAP,
     Env,
@@ -105,7 +105,7 @@ def read_timer_kinds(env: Env) -> set[str]:
             if err is not None:
                 eof.add(msg.partition() or 0)
             elif msg.value():
-                kinds.add(json.loads(msg.value() or b"{}")["kind"])
+                kinds.add(decode_timer(msg.value()).kind)
     cons.close()
     return kinds
 

@@ -20,8 +20,8 @@ from confluent_kafka import TopicPartition
 
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
-from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer
+from es_sched.serialization import wire
 from tests.integration.runtime_harness import (
     BOOTSTRAP,
     ROOT,

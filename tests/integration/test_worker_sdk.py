@@ -25,11 +25,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from es_sched.domain import commands as c
-from es_sched.kafka import wire
 from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.partitioner import partition_for
-from es_sched.kafka.topics import ensure_topics, topics_for
-from es_sched.serialization import decode_input
+from es_sched.kafka.topics import assignment_topic, ensure_topics, topics_for
+from es_sched.serialization import decode_input, wire
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import Capacity, TaskCancelled, TaskContext, TaskFailure, Worker, discover
 from es_sched.workers.sdk import HANDED_BACK
@@ -107,7 +106,7 @@ class Dispatcher:
         )
 
     def _send(self, key: str, value: bytes) -> None:
-        topic = wire.assignment_topic(self.settings.kafka.topic_prefix, "default")
+        topic = assignment_topic(self.settings.kafka.topic_prefix, "default")
         self.producer.produce(topic, key=key.encode(), value=value)
         assert self.producer.flush(10) == 0
 

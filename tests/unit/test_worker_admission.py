@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from es_sched.dispatch.core.placement import Need
-from es_sched.kafka import wire
+from es_sched.serialization import wire
 from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity
 

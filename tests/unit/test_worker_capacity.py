@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from es_sched.kafka.wire import GpuStatus
+from es_sched.serialization.wire import GpuStatus
 from es_sched.workers.capacity import cpu_count, discover, memory_mb, nvml_gpus, parse_meminfo
 
 MEMINFO = "MemTotal:       16314156 kB\nMemFree:         1234567 kB\nMemAvailable: 9 kB\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from es_sched.kafka.wire import GpuStatus
+from es_sched.serialization.wire import GpuStatus
 from es_sched.workers.capacity import nvml_gpus
 from es_sched.workers.media.proc import run_quick
 

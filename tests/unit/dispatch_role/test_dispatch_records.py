@@ -10,7 +10,7 @@ import pytest
 from es_sched.dispatch import records as dr
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.errors import SchemaError
-from es_sched.kafka import wire
+from es_sched.serialization import wire
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

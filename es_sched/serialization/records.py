@@ -1,0 +1,152 @@
+"""Ready, timer and retry records: what the decider hands to the dispatcher, the timer service
+and the retry relay. Schemas: ``schemas/records/{ready,timer,retry}.v1.json``.
+
+- **ready** (``<prefix>.ready``, key = task name; written by the decider, read by the
+  dispatcher): one task instance to place on a worker. ``decode_ready`` returns the document
+  with ``workflow_started_at`` parsed; fields the schema marks optional default to priority 4,
+  attempt 1, no tenant, no resources.
+- **timer** (``<prefix>.timers``, compacted, key = timer id; decider -> timer service): a
+  durable timer, decoded as the domain's ``Timer``.
+- **retry** (``<prefix>.retry-<tier>s``, key = workflow id; decider -> retry relay): a delayed
+  retry, decoded as ``Retry``.
+
+Encoders trust their typed inputs (the decider built them) and do not validate; every decoder
+validates against the compiled schema and raises ``SchemaError`` with the reason. Times are
+written as RFC 3339 UTC with "Z" and read with ``codec.parse_time`` (the "+00:00" form that
+earlier releases wrote reads the same). These records carry no version field: all of them are
+v1, and a v2 will add ``schema_version`` (absent = 1) with an upcaster in ``upcasters``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any, NotRequired, TypedDict, cast
+
+import orjson
+
+from es_sched.domain.timers import Timer
+from es_sched.serialization.codec import load_record, parse_time
+from es_sched.serialization.schemas import Compiled, default_catalog
+
+FAMILY = "records"
+VERSIONS = {"ready": 1, "timer": 1, "retry": 1}  # record type -> the version written and read
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z
+
+
+class ReadyRecord(TypedDict):
+    """A decoded ready record (the schema guarantees the types)."""
+
+    workflow_id: str
+    task_id: str
+    name: str  # the task type: the dispatcher's queue and the topic key
+    ref: NotRequired[str]
+    attempt: NotRequired[int]
+    input: NotRequired[dict[str, Any]]
+    priority: NotRequired[int]
+    resources: NotRequired[dict[str, Any]]
+    rate_limit_key: NotRequired[str | None]
+    tenant: NotRequired[str | None]
+    callback: NotRequired[bool]
+    workflow_started_at: NotRequired[datetime | None]
+
+
+@dataclass(frozen=True)
+class Retry:
+    workflow_id: str
+    task_id: str
+    attempt: int  # the attempt that failed
+    next_attempt: int
+    due_at: datetime
+    delay_seconds: float
+
+
+@cache
+def _compiled(type_: str) -> Compiled:
+    return default_catalog().compiled(FAMILY, type_, VERSIONS[type_])
+
+
+def _object(raw: bytes | None, type_: str) -> dict[str, Any]:
+    doc = load_record(raw, f"{type_} record")
+    _compiled(type_).require(doc)
+    return cast(dict[str, Any], doc)  # the schema made sure it is an object
+
+
+# -- ready ----------------------------------------------------------------------------------
+def encode_ready(
+    *, workflow_id: str, task_id: str, ref: str, name: str, attempt: int, input: dict[str, Any],
+    priority: int, resources: dict[str, Any], rate_limit_key: str | None, tenant: str | None,
+    callback: bool, workflow_started_at: datetime | None,
+) -> bytes:  # fmt: skip
+    return orjson.dumps(
+        {
+            "workflow_id": workflow_id,
+            "task_id": task_id,
+            "ref": ref,
+            "name": name,
+            "attempt": attempt,
+            "input": input,
+            "priority": priority,
+            "resources": resources,
+            "rate_limit_key": rate_limit_key,
+            "tenant": tenant,
+            "callback": callback,
+            "workflow_started_at": workflow_started_at,
+        },
+        option=_OPTIONS,
+    )
+
+
+def decode_ready(raw: bytes | None) -> ReadyRecord:
+    """One ready record; the dispatcher decodes every one, so this stays lean."""
+    doc = load_record(raw, "ready record")
+    compiled = _compiled("ready")
+    if not compiled.ok(doc):
+        compiled.require(doc)
+    started = doc.get("workflow_started_at")
+    if started is not None:
+        doc["workflow_started_at"] = parse_time(started, "ready.workflow_started_at")
+    return cast(ReadyRecord, doc)  # validated above
+
+
+# -- timer ----------------------------------------------------------------------------------
+def encode_timer(timer: Timer) -> bytes:
+    return orjson.dumps(
+        {
+            "timer_id": timer.timer_id,
+            "workflow_id": timer.workflow_id,
+            "kind": timer.kind,
+            "task_id": timer.task_id,
+            "due_at": timer.due_at,
+        },
+        option=_OPTIONS,
+    )
+
+
+def decode_timer(raw: bytes | None) -> Timer:
+    doc = _object(raw, "timer")
+    return Timer(
+        timer_id=doc["timer_id"],
+        workflow_id=doc["workflow_id"],
+        kind=doc["kind"],
+        task_id=doc.get("task_id"),
+        due_at=parse_time(doc["due_at"], "timer.due_at"),
+    )
+
+
+# -- retry ----------------------------------------------------------------------------------
+def encode_retry(retry: Retry) -> bytes:
+    return orjson.dumps(retry.__dict__, option=_OPTIONS)
+
+
+def decode_retry(raw: bytes | None) -> Retry:
+    doc = _object(raw, "retry")
+    return Retry(
+        workflow_id=doc["workflow_id"],
+        task_id=doc["task_id"],
+        attempt=int(doc["attempt"]),
+        next_attempt=int(doc["next_attempt"]),
+        due_at=parse_time(doc["due_at"], "retry.due_at"),
+        delay_seconds=float(doc["delay_seconds"]),
+    )
