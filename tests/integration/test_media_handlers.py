@@ -25,7 +25,7 @@ import pytest
 
 from es_sched.errors import ConfigError
 from es_sched.kafka import wire
-from es_sched.settings import MediaSettings, Settings, load_settings
+from es_sched.settings import MediaSettings
 from es_sched.workers import TaskCancelled, TaskContext, TaskFailure, Worker
 from es_sched.workers.media import TYPES, Toolkit, gpu, register_media
 from es_sched.workers.media.asset import write_asset
@@ -36,6 +36,8 @@ from es_sched.workers.media.package import package
 from es_sched.workers.media.thumbnail import thumbnail
 from es_sched.workers.media.transcode import transcode
 from es_sched.workers.runner import Reporter
+from tests.support.net import free_port
+from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
@@ -412,20 +414,11 @@ def test_callback_4xx_fails_for_good_and_no_answer_fails_retryable(
     assert refused.value.retryable is True
 
 
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # -- registration ---------------------------------------------------------------------------
 def test_register_media_serves_all_six_types_and_needs_the_secret() -> None:
-    base = load_settings()
-    settings = Settings(**{**base.__dict__, "media": MediaSettings(callback_secret="x")})
+    settings = settings_with({"ES_SCHED_MEDIA_CALLBACK_SECRET": "x"})
     worker = register_media(Worker(settings=settings), settings)
     assert sorted(worker.handlers) == sorted(TYPES) and len(TYPES) == 6
-    unsigned = Settings(**{**base.__dict__, "media": MediaSettings(callback_secret="")})
+    unsigned = settings_with({"ES_SCHED_MEDIA_CALLBACK_SECRET": ""})
     with pytest.raises(ConfigError, match="ES_SCHED_MEDIA_CALLBACK_SECRET"):
         register_media(Worker(settings=unsigned), unsigned)

@@ -34,7 +34,7 @@ from tests.integration.runtime_harness import (
     read_events,
     wait_until,
 )
-from tests.unit.core.golden import GOLDEN
+from tests.support.golden import GOLDEN
 
 pytestmark = pytest.mark.integration
 
