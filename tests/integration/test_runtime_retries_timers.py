@@ -13,15 +13,15 @@ from confluent_kafka import TopicPartition
 from es_sched.domain.events import Event
 from es_sched.kafka.clients import consumer
 from tests.integration.runtime_harness import (
-    BOOTSTRAP,
     Env,
     Worker,
     count_records,
     final_status,
     read_events,
     roles,
-    wait_until,
 )
+from tests.support.settings import BOOTSTRAP
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 RETRIES = 5
@@ -68,7 +68,7 @@ def test_thirty_percent_failures_retry_only_through_the_retry_topic() -> None:
     env.push(FLAKY, TASKDEFS)
     n = 60
     with roles(env, "decider", "retry"), Worker(env, thirty_percent) as worker:
-        env.send(env.start_commands("flaky_fanout", [{} for _ in range(n)]))
+        env.submit("flaky_fanout", [{} for _ in range(n)])
         wait_until(
             lambda: (
                 len([v for v in read_events(env).values() if final_status(v) != "RUNNING"]) == n
@@ -84,7 +84,7 @@ def test_thirty_percent_failures_retry_only_through_the_retry_topic() -> None:
     assert retry_events == extra_attempts > 0
     assert all(a <= RETRIES + 1 for v in by_wf.values() for a in _attempts(v).values())
     retry_records = sum(
-        count_records(env, env.topics.retry(t), "read_committed") for t in env.topics.retry_tiers
+        count_records(env.topics.retry(t), "read_committed") for t in env.topics.retry_tiers
     )
     assert retry_records == extra_attempts
     timer_kinds = read_timer_kinds(env)
@@ -135,11 +135,9 @@ def test_a_wait_and_a_retry_delay_survive_restarts_of_their_roles() -> None:
     env.push(
         WAITING, [{"name": "flaky", "retryCount": 2, "retryLogic": "FIXED", "retryDelaySeconds": 4}]
     )
-    start = env.start_commands("wait_then_flaky", [{}])[0]
-    wf = start.workflow_id
     with roles(env, "decider"), Worker(env, fail_first_attempt):
         with roles(env, "timers"):
-            env.send([start])
+            [wf] = [s.workflow_id for s in env.submit("wait_then_flaky", [{}])]
             wait_until(
                 lambda: bool(read_timer_kinds(env)), 30, "the WAIT timer on the timers topic"
             )
