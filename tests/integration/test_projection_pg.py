@@ -4,6 +4,7 @@ records it skipped), and a stale batch changes nothing."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch
 from es_sched.projections.views import fold_rows
+from tests.integration.doomed_projector import FAULT
 from tests.integration.projection_harness import (
     by_id,
     dropped_schemas,
@@ -97,14 +99,11 @@ def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips
                 # events keep coming while projectors die one after another
                 load = threading.Thread(target=submit_for, args=(env, 60.0), daemon=True)
                 load.start()
-                kills = 0
-                for _ in range(4):  # each projector dies right after its 2nd database commit
-                    doomed = Role(
-                        env, "projector-pg", ES_SCHED_RUN_TEST_PROJECTOR_KILL_AFTER_WRITES="2"
-                    )
-                    wait_until(lambda d=doomed: d.proc.poll() is not None, 90, "the kill")  # type: ignore[misc]
-                    kills += doomed.proc.returncode == -9
-                assert kills == 4
+                for n in range(4):  # each projector dies right after its 2nd database commit
+                    doomed = Role(env, f"doomed-projector-{n}", ["2"],
+                                  module="tests.integration.doomed_projector")  # fmt: skip
+                    doomed.wait_log(f"{FAULT} 2", 90)  # the injected fault, not another death
+                    assert doomed.proc.wait(30) == -signal.SIGKILL, doomed.text()[-3000:]
                 load.join()
                 wait_until(
                     lambda: all(final_status(v) == "COMPLETED" for v in read_events(env).values()),
