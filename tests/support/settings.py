@@ -60,7 +60,8 @@ def private_vars(
 def settings_with(env: Mapping[str, str]) -> Settings:
     """``load_settings()`` as a process with ``env`` added to its environment would see it.
 
-    A variable that names no setting raises, as a typo in a test should.
+    A variable under a section's prefix that names no setting of it raises, as a typo in a
+    test should; variables under no section's prefix are the children's business and ignored.
     """
     sections: dict[str, Any] = {}
     for name, cls in SECTIONS.items():
