@@ -7,9 +7,10 @@ topic from its beginning across ``read()`` calls, for tests that watch records a
 joins a consumer group or commits anything.
 
 ``delete_new_topics`` is an autouse fixture (the integration and e2e conftests import it): it
-snapshots the topic list before each test and deletes what is new after it. Every test works
-under its own prefix; left behind, a run creates thousands of partitions and a 512 MB
-single-node controller falls over.
+snapshots the topic list before each test and, after it, deletes the new topics whose names
+hold a name ``unique_name`` gave this process. Every test works under its own prefix; left
+behind, a run creates thousands of partitions and a 512 MB single-node controller falls over.
+Topics another test run creates meanwhile on the same broker are not this run's to delete.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 
 from es_sched.kafka.clients import consumer
 from es_sched.stack import probes
-from tests.support.settings import BOOTSTRAP
+from tests.support.settings import BOOTSTRAP, HANDED_OUT
 
 
 def partitions_of(reader: Consumer, topic: str, timeout_s: float = 30) -> list[int]:
@@ -109,7 +110,7 @@ def delete_new_topics() -> Iterator[None]:
     yield
     if before is None:
         return
-    created = sorted(_topics(admin) - before)
+    created = sorted(t for t in _topics(admin) - before if any(n in t for n in HANDED_OUT))
     if created:
         for future in admin.delete_topics(created, operation_timeout=30).values():
             with contextlib.suppress(KafkaException):  # already gone, or still being deleted

@@ -36,11 +36,14 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "media": MediaSettings,
 }
 BOOTSTRAP = KafkaSettings().bootstrap_servers
+HANDED_OUT: set[str] = set()  # every name unique_name gave this process (topic cleanup)
 
 
 def unique_name() -> str:
     """A name no other test uses; valid as a topic prefix, a schema and an index prefix."""
-    return f"t{uuid.uuid4().hex[:12]}"
+    name = f"t{uuid.uuid4().hex[:12]}"
+    HANDED_OUT.add(name)
+    return name
 
 
 def private_vars(
