@@ -50,7 +50,12 @@ def partitions_of(reader: Consumer, topic: str, timeout_s: float = 30) -> list[i
 def read_to_end(
     topic: str, isolation: str = "read_committed", timeout_s: float = 60
 ) -> list[Message]:
-    """Every record of every partition of ``topic``, from its beginning to its end."""
+    """Every record of every partition of ``topic``, from its beginning to its end.
+
+    A partition is done once the reader reaches its end; while writers go on, that end is
+    the one each partition had then (a polling check asks again). Waiting for every partition
+    to be at its end at one instant instead may never happen under a steady load.
+    """
     reader = consumer(BOOTSTRAP, None, **{"isolation.level": isolation,
                                           "enable.partition.eof": True})  # fmt: skip
     try:
@@ -65,7 +70,6 @@ def read_to_end(
                 err = msg.error()
                 if err is None:
                     out.append(msg)
-                    at_end.discard(msg.partition() or 0)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     at_end.add(msg.partition() or 0)
                 else:
