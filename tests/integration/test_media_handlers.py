@@ -37,6 +37,7 @@ from es_sched.workers.media.thumbnail import thumbnail
 from es_sched.workers.media.transcode import transcode
 from es_sched.workers.runner import Reporter
 from tests.support.net import free_port
+from tests.support.procs import children
 from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
@@ -232,17 +233,7 @@ def test_cancellation_ends_ffmpegs_whole_process_group(
 
 def ffmpeg_children() -> list[int]:
     """Our child processes named ffmpeg (zombies included: those have not been reaped)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        ppid = int(text[text.rindex(")") + 2 :].split()[1])
-        if comm == "ffmpeg" and ppid == os.getpid():
-            found.append(int(stat.parent.name))
-    return found
+    return children(os.getpid(), "ffmpeg")
 
 
 def test_nvenc_transcode_on_the_pinned_gpu(clips: dict[str, Path], kit: Toolkit) -> None:

@@ -10,6 +10,7 @@
 - ``golden``: the recorded histories under ``tests/fixtures/golden``.
 - ``cli``: ``es_sched(*args)``, the command line as a child process.
 - ``peak``: ``Peak``, how much work ran at once.
+- ``procs``: a process's ``children`` and their ``cmdline`` (``/proc``).
 
 ``ROOT`` is the checkout the tests run from.
 """
