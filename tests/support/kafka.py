@@ -65,7 +65,7 @@ def read_to_end(
         at_end: set[int] = set()
         deadline = time.monotonic() + timeout_s
         while len(at_end) < len(parts):
-            assert time.monotonic() < deadline, f"reading {topic} did not reach its end"
+            assert time.monotonic() < deadline, _stalled(reader, topic, set(parts) - at_end)
             for msg in reader.consume(1000, 0.5):
                 err = msg.error()
                 if err is None:
@@ -77,6 +77,14 @@ def read_to_end(
         return out
     finally:
         reader.close()
+
+
+def _stalled(reader: Consumer, topic: str, parts: set[int]) -> str:
+    where = []
+    for tp in reader.position([TopicPartition(topic, p) for p in sorted(parts)]):
+        low, high = reader.get_watermark_offsets(tp, timeout=5)
+        where.append(f"[{tp.partition}] at {tp.offset} of {low}..{high}")
+    return f"reading {topic} did not reach the end of {', '.join(where)}"
 
 
 class Reader:
