@@ -41,7 +41,9 @@ from es_sched.domain import commands as c  # noqa: E402
 from es_sched.domain.ids import workflow_id_for_command  # noqa: E402
 from es_sched.kafka.clients import consumer, producer  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
-from tests.integration.runtime_harness import BOOTSTRAP, Env, load_json  # noqa: E402
+from tests.integration.runtime_harness import MEDIA, Env  # noqa: E402
+from tests.support.settings import BOOTSTRAP  # noqa: E402
+from tests.support.wait import wait_for_log  # noqa: E402
 
 TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
 
@@ -53,14 +55,6 @@ def spawn(env: Env, args: list[str], log: Path) -> subprocess.Popen[bytes]:
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )
-
-
-def wait_for(log: Path, text: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in log.read_text(errors="replace"):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{log}: no {text!r}")
-        time.sleep(0.2)
 
 
 def tail(
@@ -88,7 +82,7 @@ def tail(
 def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     env = Env(partitions=12, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
     env.create()
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    env.push_files(*MEDIA)
     logs = ROOT / "bench" / "results"
     roles = ["--role", "decider", "--role", "timers", "--role", "retry", "--role", "dispatcher"]
     procs = [spawn(env, ["run", *roles], logs / "e2e-run.log")]
@@ -109,16 +103,16 @@ def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
         ),
     ]
     try:
-        wait_for(logs / "e2e-run.log", "dispatcher started")
+        wait_for_log(logs / "e2e-run.log", "dispatcher started", 120, procs[0])
         for i in range(2):
-            wait_for(logs / f"e2e-worker{i}.log", "started")
+            wait_for_log(logs / f"e2e-worker{i}.log", "started", 120, procs[i + 1])
         for t in tails:
             t.start()
         inputs = [
             {"source_uri": f"file:///{i}.mp4", "asset_id": f"a{i}", "callback_url": "http://cb"}
             for i in range(opts.workflows)
         ]
-        env.send(env.start_commands("media_pipeline", inputs))
+        env.submit("media_pipeline", inputs)
         deadline = time.monotonic() + 900
         bar = progress.add_task("phase 1: workflows completed", total=opts.workflows)
         while (

@@ -37,44 +37,36 @@ from es_sched.projections import replay as audit  # noqa: E402
 from es_sched.projections.postgres.store import PgStore, engine_for  # noqa: E402
 from es_sched.projections.projector import Projector  # noqa: E402
 from es_sched.projections.search.store import SearchStore  # noqa: E402
-from tests.integration.projection_harness import settings_for  # noqa: E402
 from tests.integration.runtime_harness import (  # noqa: E402
+    MEDIA,
     Env,
     Role,
     Worker,
-    final_status,
-    load_json,
+    completed,
+    media_inputs,
     read_events,
-    wait_until,
 )
+from tests.support.settings import settings_with  # noqa: E402
+from tests.support.wait import wait_until  # noqa: E402
 
 
 def make_history(workflows: int) -> tuple[Env, int]:
     env = Env(partitions=12)
     env.create()
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    env.push_files(*MEDIA)
     decider = Role(env, "decider")
     try:
         decider.wait_log("started", 90)
         with Worker(env):
-            inputs = [
-                {"source_uri": f"file:///{i}.mp4", "asset_id": f"a{i}", "callback_url": "http://cb"}
-                for i in range(workflows)
-            ]
-            env.send(env.start_commands("media_pipeline", inputs))
-
-            def done() -> bool:
-                by_wf = read_events(env)
-                return sum(final_status(v) == "COMPLETED" for v in by_wf.values()) == workflows
-
-            wait_until(done, 900, f"{workflows} workflows")
+            env.submit("media_pipeline", media_inputs(workflows))
+            wait_until(lambda: completed(env) == workflows, 900, f"{workflows} workflows")
     finally:
         decider.stop()
     return env, sum(len(v) for v in read_events(env).values())
 
 
 def timed_pg(env: Env, schema: str) -> tuple[float, int]:
-    settings = settings_for(env)
+    settings = env.settings
     store = PgStore(settings, schema=schema)
     store.ensure()
     started = time.monotonic()
@@ -83,8 +75,7 @@ def timed_pg(env: Env, schema: str) -> tuple[float, int]:
 
 
 def timed_search(env: Env, prefix: str) -> tuple[float, int]:
-    base = settings_for(env)
-    settings = type(base)(**{**base.__dict__, "search": type(base.search)(index_prefix=prefix)})
+    settings = settings_with({**env.vars, "ES_SCHED_SEARCH_INDEX_PREFIX": prefix})
     store = SearchStore(settings)
     store.ensure()
     started = time.monotonic()
@@ -95,8 +86,7 @@ def timed_search(env: Env, prefix: str) -> tuple[float, int]:
 
 
 def timed_verify(env: Env, schema: str) -> tuple[float, int, int]:
-    base = settings_for(env)
-    settings = type(base)(**{**base.__dict__, "postgres": type(base.postgres)(schema_name=schema)})
+    settings = settings_with({**env.vars, "ES_SCHED_PG_SCHEMA_NAME": schema})
     started = time.monotonic()
     done = audit.replay(settings)
     store = PgStore(settings)
@@ -114,7 +104,7 @@ def main() -> None:
     with console.status(f"making a history of {opts.workflows} workflows"):
         env, events = make_history(opts.workflows)
     runs: list[dict[str, Any]] = []
-    admin = engine_for(settings_for(env), "public")
+    admin = engine_for(env.settings, "public")
     with Progress(console=console) as bar:
         task = bar.add_task("runs", total=opts.runs * 3)
         for n in range(opts.runs):

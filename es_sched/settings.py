@@ -151,9 +151,6 @@ class RuntimeSettings(BaseSettings):
     # it uncommitted and sleep this long inside the open transaction. 0 disables it.
     test_pause_after_batches: int = Field(default=0, ge=0)
     test_pause_in_txn_s: float = Field(default=0.0, ge=0)
-    # Test hook for the projector crash test: SIGKILL itself right after this many store
-    # writes, before committing the Kafka offsets (0: off).
-    test_projector_kill_after_writes: int = Field(default=0, ge=0)
 
     @field_validator("retry_tiers_s")
     @classmethod

@@ -21,8 +21,6 @@ time, and whether the store is up.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections import OrderedDict
@@ -83,7 +81,6 @@ class Projector:
             f"es_sched_projector_{store.name}_write_seconds", "One batch write to the store."
         )
         self.last_event_at: datetime | None = None
-        self.writes = 0
         self.lag = LagGauge(r, f"projector-{store.name}")
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -195,10 +192,6 @@ class Projector:
         started = time.monotonic()
         self.retry(lambda: self.store.write(self.topic, batch), stop)
         self.m_write.observe(time.monotonic() - started)
-        self.writes += 1
-        if self.writes == self.settings.runtime.test_projector_kill_after_writes:
-            log.warning("test hook: killing myself between the store and the Kafka commit")
-            os.kill(os.getpid(), signal.SIGKILL)
         for part, nxt in batch.checkpoints.items():
             self.next_offset[part] = max(self.next_offset.get(part, 0), nxt)
         self.m_events.inc(len(events), **self.labels)

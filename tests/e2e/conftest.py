@@ -1,1 +1,3 @@
-from tests.kafka_cleanup import delete_new_topics  # noqa: F401 - autouse fixture
+"""The e2e suite: every test cleans up the topics it created."""
+
+from tests.support.kafka import delete_new_topics  # noqa: F401 - autouse fixture

@@ -13,25 +13,18 @@ from pathlib import Path
 import pytest
 
 from es_sched.cli.demo import pipeline as demo
-from es_sched.domain import commands as c
 from es_sched.domain import events as e
-from es_sched.domain.ids import workflow_id_for_command
-from tests.integration.projection_harness import dropped_schemas, projection_env
-from tests.integration.runtime_harness import (
-    Env,
-    Role,
-    final_status,
-    load_json,
-    read_events,
-    wait_until,
-)
+from tests.integration.projection_harness import dropped_schemas
+from tests.integration.runtime_harness import MEDIA, Env, Role, final_status, read_events
+from tests.support.procs import children, cmdline
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    env = projection_env(
+    env = Env(
         extra={
             "ES_SCHED_DISPATCH_HEARTBEAT_S": "1",
             "ES_SCHED_DISPATCH_LEASE_K": "3",
@@ -43,19 +36,15 @@ def env(tmp_path: Path) -> Iterator[Env]:
         yield env
 
 
-def _transcoding_on(env: Env, worker: str) -> bool:
-    started = [
-        ev.payload
-        for v in read_events(env).values()
-        for ev in v
-        if isinstance(ev.payload, e.TaskStarted) and ev.payload.worker_id == worker
-    ]
-    return len(started) >= 3  # probes first, then transcodes: several tasks in
+def _transcoding(worker: Role) -> bool:
+    """The worker process has an ffmpeg child encoding a rendition right now, so a kill cuts
+    a task in flight and its lease has to expire."""
+    return any("-c:v" in cmdline(pid) for pid in children(worker.proc.pid, "ffmpeg"))
 
 
 def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_path: Path) -> None:
     env.create()
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    env.cli("defs", "push", *map(str, MEDIA))
     clips = demo.make_videos(tmp_path / "in", 10, seconds=(2, 3))
     receiver = demo.Callbacks(b"test-secret")
     url = receiver.start()
@@ -78,24 +67,23 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
         )
         for i in (1, 2)
     ]
-    starts = []
-    for i, clip in enumerate(clips):
-        cid = f"video-{env.prefix}-{i}"
-        doc = {"source_uri": clip.path.as_uri(), "source_checksum": clip.sha256,
-               "asset_id": f"a{i}", "callback_url": f"{url}/{i}"}  # fmt: skip
-        starts.append(c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline",
-                                      input=doc))  # fmt: skip
+    inputs = [
+        {"source_uri": clip.path.as_uri(), "source_checksum": clip.sha256,
+         "asset_id": f"a{i}", "callback_url": f"{url}/{i}"}
+        for i, clip in enumerate(clips)
+    ]  # fmt: skip
+    starts: list[str] = []
     try:
         for r in [*roles, *workers]:
             r.wait_log("started", 120)
-        env.send(starts)
-        wait_until(lambda: _transcoding_on(env, "media-1"), 180, "media-1 at work")
+        starts = env.cli_submit("media_pipeline", inputs)
+        wait_until(lambda: _transcoding(workers[0]), 180, "media-1 transcoding")
         os.kill(workers[0].proc.pid, signal.SIGKILL)
 
         def all_ended() -> bool:
             by_wf = read_events(env)
-            return all(final_status(by_wf.get(s.workflow_id, [])) in ("COMPLETED", "FAILED")
-                       for s in starts) and len(receiver.received) >= len(starts)  # fmt: skip
+            return all(final_status(by_wf.get(wf, [])) in ("COMPLETED", "FAILED")
+                       for wf in starts) and len(receiver.received) >= len(starts)  # fmt: skip
 
         wait_until(all_ended, 600, "every workflow to end and call back")
     finally:
@@ -104,13 +92,13 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
         receiver.stop()
     by_wf = read_events(env)
     valid, broken = starts[:-1], starts[-1]
-    assert [final_status(by_wf[s.workflow_id]) for s in valid] == ["COMPLETED"] * 10
-    assert final_status(by_wf[broken.workflow_id]) == "FAILED"
+    assert [final_status(by_wf[wf]) for wf in valid] == ["COMPLETED"] * 10
+    assert final_status(by_wf[broken]) == "FAILED"
     assert workers[0].proc.returncode == -signal.SIGKILL
     renditions = [
         ev.payload.output
-        for s in valid
-        for ev in by_wf[s.workflow_id]
+        for wf in valid
+        for ev in by_wf[wf]
         if isinstance(ev.payload, e.TaskCompleted) and "codec" in ev.payload.output
         and "height" in ev.payload.output and ev.payload.output.get("kind") == "rendition"
     ]  # fmt: skip

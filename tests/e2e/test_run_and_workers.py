@@ -4,23 +4,14 @@ projection ends equal to the log."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.projection_harness import dropped_schemas, projected, projection_env
-from tests.integration.runtime_harness import (
-    Env,
-    Role,
-    final_status,
-    free_port,
-    load_json,
-    metric,
-    read_events,
-    scrape,
-    wait_until,
-)
+from tests.integration.projection_harness import dropped_schemas, projected
+from tests.integration.runtime_harness import MEDIA, Env, Role, completed, media_inputs, read_events
+from tests.support.net import free_port, metric, scrape
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
@@ -30,14 +21,14 @@ WORKER = ["worker", "--noop", "--types", TYPES, "--concurrency", "8", "--heartbe
 @pytest.fixture
 def env() -> Iterator[Env]:
     """Fresh topics, PostgreSQL schema and search indices (dropped afterwards)."""
-    env = projection_env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
     with dropped_schemas(env):
         yield env
 
 
 def test_a_thousand_media_workflows_through_dispatcher_and_noop_workers(env: Env) -> None:
     env.create()
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    env.cli("defs", "push", *map(str, MEDIA))
     ports = [free_port() for _ in range(3)]
     roles = [Role(env, "all", ["run", "--metrics-port", str(ports[0])])]
     workers = [
@@ -53,18 +44,17 @@ def test_a_thousand_media_workflows_through_dispatcher_and_noop_workers(env: Env
             r.wait_log("dispatcher started", 90)
         for w in workers:
             w.wait_log("started", 90)
-        inputs = [
-            {"source_uri": f"file:///in/{i}.mp4", "asset_id": f"a{i}", "callback_url": "http://cb"}
-            for i in range(1000)
-        ]
-        env.send(env.start_commands("media_pipeline", inputs))
-
-        def completed() -> bool:
-            return sum(final_status(v) == "COMPLETED" for v in read_events(env).values()) == 1000
-
-        wait_until(completed, 600, "1000 workflows completed through the dispatcher")
+        env.cli_submit("media_pipeline", media_inputs(1000))
+        wait_until(lambda: completed(env) == 1000, 600, "1000 workflows through the dispatcher")
         wait_until(lambda: projected(env), 180, "the PostgreSQL projection to equal the log")
-        time.sleep(1.5)  # the roles refresh their counters once a second
+        # the decider copies its counters to the registry once a second: wait until they count
+        # every input the log shows it handled
+        logged = read_events(env)
+        handled = 1000 + sum(e.type == "task.completed" for v in logged.values() for e in v)
+        wait_until(
+            lambda: (metric(scrape(ports[0]), "es_sched_decider_inputs_total") or 0) >= handled,
+            30, f"the decider's input counter to reach {handled}",
+        )  # fmt: skip
         texts = [scrape(p) for p in ports]
     finally:
         for r in [*workers, *roles]:

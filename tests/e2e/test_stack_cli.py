@@ -8,9 +8,6 @@ can stop everything without disturbing the other tests.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +15,9 @@ import pytest
 
 from es_sched.settings import load_settings
 from es_sched.stack import process
+from tests.support.cli import es_sched
 
 pytestmark = pytest.mark.e2e
-
-
-def es_sched(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "es_sched", *args],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def status_json(env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from es_sched.stack import probes
 from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
-from tests.kafka_cleanup import delete_new_topics  # noqa: F401 - autouse fixture
+from tests.support.kafka import delete_new_topics  # noqa: F401 - autouse fixture
+from tests.support.settings import unique_name
 
 
 @pytest.fixture(scope="session", params=["local", "testcontainers"])
@@ -35,4 +35,4 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 @pytest.fixture
 def unique() -> str:
     """A name no other test uses: each test gets its own topic, schema or index."""
-    return f"t{uuid.uuid4().hex[:12]}"
+    return unique_name()

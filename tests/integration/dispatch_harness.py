@@ -6,74 +6,38 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
-
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.domain.commands import Input
 from es_sched.domain.events import Event, TaskCompleted
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import producer
 from es_sched.kafka.config_client import publish
-from es_sched.kafka.topics import Topics, assignment_topic
+from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import serve
 from es_sched.serialization import decode_input, encode_event, wire
 from es_sched.serialization.records import encode_ready
-from es_sched.settings import (
-    DispatchSettings,
-    KafkaSettings,
-    PostgresSettings,
-    RuntimeSettings,
-    SearchSettings,
-    Settings,
-    StackSettings,
-)
-from tests.integration.runtime_harness import BOOTSTRAP
+from tests.support.kafka import Reader
+from tests.support.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from tests.support.wait import wait_until
 
-
-class Reader:
-    """Every record of a topic from its beginning, accumulated across ``read()`` calls."""
-
-    def __init__(self, topic: str) -> None:
-        self.consumer = consumer(BOOTSTRAP, None)
-        parts: dict[int, Any] = {}
-        for _ in range(100):  # a topic created a moment ago may not be in the metadata yet
-            parts = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
-            if parts:
-                break
-            time.sleep(0.1)
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        self.messages: list[Message] = []
-
-    def read(self) -> list[Message]:
-        for msg in self.consumer.consume(1000, 0.1):
-            if msg.error() is None:
-                self.messages.append(msg)
-        return self.messages
-
-    def close(self) -> None:
-        self.consumer.close()
+DISPATCH = {"heartbeat_s": 0.5, "lease_k": 3, "suspect_after_s": 2.0, "dead_after_s": 10.0}
 
 
 class Bench:
     """One test's world: topics under a fresh prefix and a dispatcher over them."""
 
     def __init__(self, metrics_port: int = 0, **dispatch: Any) -> None:
-        self.prefix = f"t{uuid.uuid4().hex[:10]}"
-        self.settings = Settings(
-            kafka=KafkaSettings(bootstrap_servers=BOOTSTRAP, topic_prefix=self.prefix,
-                                partitions=2),
-            postgres=PostgresSettings(), search=SearchSettings(), stack=StackSettings(),
-            runtime=RuntimeSettings(),
-            dispatch=DispatchSettings(**{"heartbeat_s": 0.5, "lease_k": 3,
-                                         "suspect_after_s": 2.0, "dead_after_s": 10.0,
-                                         "assignment_partitions": 2, **dispatch}),
-        )  # fmt: skip
-        self.topics = Topics(self.prefix, 2, assignment_partitions=2)
+        self.prefix = unique_name()
+        tuned = {
+            f"ES_SCHED_DISPATCH_{k.upper()}": str(v) for k, v in {**DISPATCH, **dispatch}.items()
+        }
+        self.settings = settings_with({**private_vars(self.prefix, 2, 2), **tuned})
+        self.topics = topics_for(self.settings)
         self.producer = producer(BOOTSTRAP)
         self.dispatcher = Dispatcher(self.settings)
         self.metrics = serve(self.dispatcher.registry, metrics_port)
@@ -201,15 +165,6 @@ class FakeWorker:
 def task_results(reader: Reader) -> list[tuple[int, Input]]:
     """(record time in ms, decider input) of every record read so far."""
     return [(m.timestamp()[1], decode_input(m.value() or b"")) for m in reader.read()]
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 @contextmanager

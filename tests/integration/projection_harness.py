@@ -1,52 +1,23 @@
 """Helpers for the projection tests: a PostgreSQL schema per test, the rows a store holds, and
-the rows the log says it should hold (``views.fold_rows`` over the events topic)."""
+the rows the log says it should hold (``views.fold_rows`` over the events topic).
+
+An ``Env`` names its own schema and search index prefix (``tests.support.settings``), so every
+projector role a test starts writes there; ``dropped_schemas`` removes them afterwards.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from sqlalchemy import select, text
 
-from es_sched.domain import commands as c
-from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import EsSchedError
 from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import engine_for
 from es_sched.projections.views import Row, comparable, fold_rows
-from es_sched.settings import (
-    DispatchSettings,
-    KafkaSettings,
-    PostgresSettings,
-    RuntimeSettings,
-    SearchSettings,
-    Settings,
-    StackSettings,
-)
-from tests.integration.runtime_harness import BOOTSTRAP, Env, read_events
-
-
-def settings_for(env: Env) -> Settings:
-    return Settings(
-        kafka=KafkaSettings(bootstrap_servers=BOOTSTRAP, topic_prefix=env.prefix,
-                            partitions=env.partitions),
-        postgres=PostgresSettings(schema_name=env.prefix),
-        search=SearchSettings(index_prefix=f"es-sched-{env.prefix}"),
-        stack=StackSettings(), runtime=RuntimeSettings(), dispatch=DispatchSettings(),
-    )  # fmt: skip
-
-
-def projection_env(**kw: Any) -> Env:
-    env = Env(**kw)
-    env.extra.update(
-        {
-            "ES_SCHED_PG_SCHEMA_NAME": env.prefix,
-            "ES_SCHED_SEARCH_INDEX_PREFIX": f"es-sched-{env.prefix}",
-        }
-    )
-    return env
+from tests.integration.runtime_harness import Env, media_inputs, read_events
 
 
 @contextmanager
@@ -56,7 +27,7 @@ def dropped_schemas(env: Env) -> Iterator[None]:
         yield
     finally:
         _drop_indices(env)
-        engine = engine_for(settings_for(env), "public")
+        engine = engine_for(env.settings, "public")
         with engine.begin() as conn:
             names = conn.execute(
                 text("SELECT nspname FROM pg_namespace WHERE nspname LIKE :p"),
@@ -68,7 +39,7 @@ def dropped_schemas(env: Env) -> Iterator[None]:
 
 
 def pg_rows(env: Env, schema: str | None = None) -> tuple[list[Row], list[Row], int]:
-    engine = engine_for(settings_for(env), schema)
+    engine = engine_for(env.settings, schema)
     with engine.connect() as conn:
         wfs = [dict(r) for r in conn.execute(select(WORKFLOWS)).mappings()]
         tasks = [dict(r) for r in conn.execute(select(TASKS)).mappings()]
@@ -78,7 +49,7 @@ def pg_rows(env: Env, schema: str | None = None) -> tuple[list[Row], list[Row], 
 
 
 def pg_checkpoints(env: Env) -> list[Row]:
-    engine = engine_for(settings_for(env))
+    engine = engine_for(env.settings)
     with engine.connect() as conn:
         rows = [dict(r) for r in conn.execute(select(CHECKPOINTS)).mappings()]
     engine.dispose()
@@ -106,7 +77,7 @@ def by_id(rows: list[Row], key: str) -> dict[str, Row]:
 def _drop_indices(env: Env) -> None:
     from es_sched.projections.search.store import SearchStore  # noqa: PLC0415
 
-    store = SearchStore(settings_for(env))
+    store = SearchStore(env.settings)
     try:
         store.drop()
     except EsSchedError:
@@ -127,17 +98,10 @@ def projected(env: Env) -> bool:
 
 
 def submit_for(env: Env, seconds: float) -> None:
-    """A steady stream of workflows (about 2 per second) for ``seconds``."""
+    """A steady stream of media workflows (2 a second) for ``seconds``, through the client."""
     end, i = time.monotonic() + seconds, 0
-    while time.monotonic() < end:
-        starts = []
-        for k in range(2):
-            cid = f"load-{env.prefix}-{i}-{k}"
-            doc = {"source_uri": f"file:///{i}-{k}.mp4", "asset_id": f"a{i}-{k}",
-                   "callback_url": "http://cb"}  # fmt: skip
-            starts.append(
-                c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline", input=doc)
-            )
-        env.send(starts)
-        i += 1
-        time.sleep(1.0)
+    with env.client() as client:
+        while time.monotonic() < end:
+            client.submit_many("media_pipeline", media_inputs(2, tag=f"load{i}-"))
+            i += 1
+            time.sleep(1.0)  # the pace of the load, not a synchronisation

@@ -1,120 +1,154 @@
 """Real-Kafka harness for the runtime tests: a private topic prefix, role processes, a scripted
-worker that answers the ready queue, and read-backs of the events topic."""
+worker that answers the ready queue, and read-backs of the events topic.
+
+Workflows start as a user starts them: definitions pushed and StartWorkflow commands built by
+``CommandClient`` (``Env.push``, ``Env.submit``), which validates them and embeds the
+definition, or by the ``es-sched`` command line (``Env.cli``, ``Env.cli_submit``) where the test
+drives es-sched from its command line. ``Env.send`` produces other inputs (a worker's report)
+as their producer would.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, TopicPartition
-
+from es_sched.commands import CommandClient, Submitted
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
-from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
-from es_sched.kafka.topics import Topics, ensure_topics
+from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.serialization import decode_event, encode_input
-from es_sched.serialization.definitions import encode_definition, key_of
 from es_sched.serialization.records import decode_ready
+from es_sched.settings import Settings
+from tests.support import ROOT
+from tests.support.cli import es_sched
+from tests.support.kafka import read_to_end
+from tests.support.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from tests.support.wait import wait_for_log
 
-ROOT = Path(__file__).resolve().parents[2]
-BOOTSTRAP = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+MEDIA = (ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_taskdefs.json")
 
 
-def load_json(rel: str) -> Any:
-    return json.loads((ROOT / rel).read_text())
+def media_inputs(n: int, tag: str = "") -> list[dict[str, Any]]:
+    """``n`` valid inputs of the media pipeline, with distinct sources and asset ids."""
+    return [
+        {"source_uri": f"file:///in/{tag}{i}.mp4", "asset_id": f"a{tag}{i}",
+         "callback_url": "http://cb"}
+        for i in range(n)
+    ]  # fmt: skip
 
 
 @dataclass
 class Env:
-    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
+    """One test's private topics, schema and indices; ``extra`` adds ``ES_SCHED_*`` settings
+    for this process's ``settings`` and for every child it starts."""
+
+    prefix: str = field(default_factory=unique_name)
     partitions: int = 4
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def vars(self) -> dict[str, str]:
-        return {
-            "ES_SCHED_KAFKA_TOPIC_PREFIX": self.prefix,
-            "ES_SCHED_KAFKA_PARTITIONS": str(self.partitions),
-            "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": "4",
-            "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-            **self.extra,
-        }
+        return {**private_vars(self.prefix, self.partitions), **self.extra}
+
+    @cached_property
+    def settings(self) -> Settings:
+        return settings_with(self.vars)
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.prefix, self.partitions, assignment_partitions=4)
+        return topics_for(self.settings)
 
     def create(self) -> None:
         ensure_topics(BOOTSTRAP, self.topics)
 
-    def push(self, definition: dict[str, Any], taskdefs: list[dict[str, Any]]) -> None:
-        p = producer(BOOTSTRAP)
-        for kind, doc in [("workflow", definition), *(("taskdef", td) for td in taskdefs)]:
-            p.produce(self.topics.definitions, key=key_of(kind, doc), value=encode_definition(doc))
-        assert p.flush(30) == 0
+    @contextmanager
+    def client(self) -> Iterator[CommandClient]:
+        """A user's command client for these topics (one per call, as one CLI invocation)."""
+        with CommandClient(self.settings) as client:
+            yield client
 
-    def send(self, inputs: Sequence[c.Input], topic: str | None = None) -> None:
+    def push_files(self, *paths: Path) -> None:
+        with self.client() as client:
+            client.push_definitions(paths)
+
+    def push(self, definition: dict[str, Any], taskdefs: list[dict[str, Any]]) -> None:
+        """Push a definition written in the test, through the client, from a temporary file."""
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"{definition['name']}.json"
+            path.write_text(json.dumps([definition, *taskdefs]))
+            self.push_files(path)
+
+    def submit(
+        self, name: str, inputs: Sequence[dict[str, Any]], command_ids: Sequence[str] | None = None
+    ) -> list[Submitted]:
+        """Start one workflow per input, as ``CommandClient.submit_many`` does for a user."""
+        with self.client() as client:
+            return client.submit_many(name, inputs, command_ids=command_ids)
+
+    def cli(self, *args: str) -> str:
+        """``es-sched ARGS`` run as a user runs it, with this env; its standard output."""
+        done = es_sched(*args, env=self.vars)
+        assert done.returncode == 0, f"es-sched {' '.join(args)}:\n{done.stderr}"
+        return done.stdout
+
+    def cli_submit(self, name: str, inputs: Sequence[dict[str, Any]]) -> list[str]:
+        """``es-sched submit NAME --input-file`` (one JSONL line per input): the workflow ids,
+        in input order."""
+        with tempfile.TemporaryDirectory() as folder:
+            lines = Path(folder) / "inputs.jsonl"
+            lines.write_text("".join(json.dumps(doc) + "\n" for doc in inputs))
+            rows = json.loads(self.cli("submit", name, "--input-file", str(lines), "--json"))
+        return [str(row["workflow_id"]) for row in rows]
+
+    def send(self, inputs: Sequence[c.Input], topic: str) -> None:
+        """Produce inputs that are not a user's commands (a worker's report, say) to ``topic``."""
         p = producer(BOOTSTRAP)
         for inp in inputs:
-            p.produce(
-                topic or self.topics.commands, key=inp.workflow_id.encode(), value=encode_input(inp)
-            )
+            p.produce(topic, key=inp.workflow_id.encode(), value=encode_input(inp))
             p.poll(0)
         assert p.flush(60) == 0
 
-    def start_commands(self, name: str, inputs: list[dict[str, Any]]) -> list[c.StartWorkflow]:
-        out = []
-        for i, inp in enumerate(inputs):
-            cid = f"cmd-{self.prefix}-{i}"
-            out.append(c.StartWorkflow(cid, workflow_id_for_command(cid), name=name, input=inp))
-        return out
-
 
 class Role:
-    """``es-sched run --role ROLE`` as a child process with this env."""
+    """``es-sched run --role ROLE`` (or ``argv``; or ``python -m module argv``) as a child
+    process with this env, logging to a file."""
 
-    def __init__(self, env: Env, role: str, argv: Sequence[str] = (), **extra_env: str) -> None:
+    def __init__(
+        self, env: Env, role: str, argv: Sequence[str] = (), module: str = "es_sched",
+        **extra_env: str,
+    ) -> None:  # fmt: skip
         logs = Path(tempfile.gettempdir()) / "es-sched-test-roles"
         logs.mkdir(exist_ok=True)
         self.log = logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log"
         command = list(argv) or ["run", "--role", role]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "es_sched", *command],
+            [sys.executable, "-m", module, *command],
             env={**os.environ, **env.vars, **extra_env},
             stdout=self.log.open("w"),
             stderr=subprocess.STDOUT,
+            cwd=ROOT,  # so that ``-m tests...`` finds the test modules
         )
 
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
     def wait_log(self, text: str, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if text in self.log.read_text(errors="replace"):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"role exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
-                )
-            time.sleep(0.1)
-        raise AssertionError(
-            f"no {text!r} in {self.log} after {timeout_s}s:\n{self.log.read_text()[-3000:]}"
-        )
+        wait_for_log(self.log, text, timeout_s, self.proc)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -194,41 +228,15 @@ class Worker:
 
 def read_events(env: Env, isolation: str = "read_committed") -> dict[str, list[Event]]:
     """Every event of the events topic, by workflow, in offset order."""
-    cons = consumer(BOOTSTRAP, None, **{"isolation.level": isolation, "enable.partition.eof": True})
-    parts = [TopicPartition(env.topics.events, p, 0) for p in range(env.partitions)]
-    cons.assign(parts)
     by_wf: dict[str, list[Event]] = defaultdict(list)
-    eof: set[int] = set()
-    deadline = time.monotonic() + 60
-    while len(eof) < env.partitions and time.monotonic() < deadline:
-        for msg in cons.consume(1000, 0.5):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition() or 0)
-                continue
-            event = decode_event(msg.value() or b"")
-            by_wf[event.workflow_id].append(event)
-    cons.close()
+    for msg in read_to_end(env.topics.events, isolation):
+        event = decode_event(msg.value() or b"")
+        by_wf[event.workflow_id].append(event)
     return dict(by_wf)
 
 
-def count_records(env: Env, topic: str, isolation: str) -> int:
-    cons = consumer(BOOTSTRAP, None, **{"isolation.level": isolation, "enable.partition.eof": True})
-    n = env.partitions if topic != env.topics.definitions else 1
-    cons.assign([TopicPartition(topic, p, 0) for p in range(n)])
-    count, eof = 0, set[int]()
-    deadline = time.monotonic() + 60
-    while len(eof) < n and time.monotonic() < deadline:
-        for msg in cons.consume(1000, 0.5):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition() or 0)
-                continue
-            count += 1
-    cons.close()
-    return count
+def count_records(topic: str, isolation: str) -> int:
+    return len(read_to_end(topic, isolation))
 
 
 def final_status(events: list[Event]) -> str:
@@ -240,13 +248,9 @@ def final_status(events: list[Event]) -> str:
     return "RUNNING"
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+def completed(env: Env) -> int:
+    """How many workflows of the events topic have completed."""
+    return sum(final_status(v) == "COMPLETED" for v in read_events(env).values())
 
 
 @contextmanager
@@ -259,28 +263,3 @@ def roles(env: Env, *names: str, **extra_env: str) -> Iterator[list[Role]]:
     finally:
         for r in started:
             r.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return str(resp.read().decode())
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The sum of every sample of ``name`` whose labels include ``labels``; None if none."""
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        series, value = line.rsplit(" ", 1)
-        base, _, rest = series.partition("{")
-        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-        if base == name and all(have.get(k) == v for k, v in labels.items()):
-            total, found = total + float(value), True
-    return total if found else None

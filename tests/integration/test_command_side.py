@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from es_sched.commands import CommandClient, UnknownDefinition
@@ -31,32 +29,25 @@ from es_sched.domain.ids import event_id, workflow_id_for_command
 from es_sched.errors import SchemaError
 from es_sched.kafka import clients
 from es_sched.serialization import decode_input, encode_event
-from es_sched.settings import Settings, load_settings
-from es_sched.stack import probes
+from es_sched.settings import Settings
+from tests.integration.runtime_harness import MEDIA
+from tests.support import ROOT
+from tests.support.cli import es_sched
+from tests.support.kafka import read_to_end, require_kafka
+from tests.support.settings import private_settings, vars_of
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-MEDIA = [ROOT / "examples/media_pipeline.json", ROOT / "examples/media_taskdefs.json"]
 MEDIA_INPUT = {"source_uri": "s3://in/match.mp4", "asset_id": "a1", "callback_url": "http://cb"}
 Record = tuple[str | None, bytes]
 
 
 @pytest.fixture
-def settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", prefix)
-    monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", "3")
-    monkeypatch.setenv("ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS", "3")
-    loaded = load_settings()
-    if not probes.kafka(loaded.kafka.bootstrap_servers).healthy:
-        pytest.fail("Kafka is not healthy: run `es-sched stack up --only kafka`")
-    yield loaded
-    admin = AdminClient({"bootstrap.servers": loaded.kafka.bootstrap_servers})
-    mine = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
-    if mine:
-        for future in admin.delete_topics(mine, operation_timeout=30).values():
-            future.result(timeout=30)
+def settings(unique: str) -> Settings:
+    """A private topic prefix (its topics are deleted after the test by ``delete_new_topics``)."""
+    require_kafka()
+    return private_settings(unique, partitions=3, assignment_partitions=3)
 
 
 @pytest.fixture
@@ -72,35 +63,11 @@ def pushed(client: CommandClient) -> CommandClient:
 
 
 def read_all(settings: Settings, topic: str, isolation: str = "read_committed") -> list[Record]:
-    """Every record of every partition of ``topic``, from the beginning to its end."""
-    reader = Consumer(
-        {
-            "bootstrap.servers": settings.kafka.bootstrap_servers,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        partitions = sorted(reader.list_topics(topic, timeout=10).topics[topic].partitions)
-        assert partitions, f"{topic} does not exist"
-        reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        at_end: set[int] = set()
-        records: list[Record] = []
-        while len(at_end) < len(partitions):
-            msg = reader.poll(10)
-            assert msg is not None, f"reading {topic} stalled"
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                at_end.add(msg.partition() or 0)
-                continue
-            key = msg.key()
-            records.append((key.decode() if isinstance(key, bytes) else key, msg.value() or b""))
-        return records
-    finally:
-        reader.close()
+    """(key, value) of every record of ``topic``, from the beginning to its end."""
+    return [
+        (key.decode() if isinstance(key := msg.key(), bytes) else key, msg.value() or b"")
+        for msg in read_to_end(topic, isolation)
+    ]
 
 
 def assert_nothing_produced(settings: Settings, topic: str) -> None:
@@ -287,24 +254,8 @@ def test_wait_reports_final_statuses_from_the_events_topic(
 
 
 # -- CLI ----------------------------------------------------------------------------------------
-def _entry_point() -> list[str]:
-    return [sys.executable, "-m", "es_sched"]
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    return {
-        **os.environ,
-        "ES_SCHED_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
-        "ES_SCHED_KAFKA_PARTITIONS": str(settings.kafka.partitions),
-        "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(settings.dispatch.assignment_partitions),
-    }
-
-
 def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*_entry_point(), *args],
-        cwd=ROOT, env=_env(settings), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    return es_sched(*args, env=vars_of(settings), timeout_s=120)
 
 
 def test_cli_pushes_and_submits_one_workflow_per_jsonl_line(
@@ -348,17 +299,19 @@ def test_cli_submit_wait_prints_the_final_statuses(settings: Settings, tmp_path:
     command_id = uuid.uuid4().hex
     ok, bad = (workflow_id_for_command(f"{command_id}:{n}") for n in (1, 2))
     args = ["submit", "media_pipeline", "--input-file", str(lines), "--command-id", command_id]
-    env = {**_env(settings), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **vars_of(settings), "PYTHONUNBUFFERED": "1"}
     with subprocess.Popen(
-        [*_entry_point(), *args, "--wait", "60", "--json"], cwd=ROOT, env=env, text=True,
+        [sys.executable, "-m", "es_sched", *args, "--wait", "60", "--json"], cwd=ROOT, env=env,
+        text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     ) as proc:  # fmt: skip
-        deadline = time.monotonic() + 60
         commands = f"{settings.kafka.topic_prefix}.commands"
-        while len(_committed_if_exists(settings, commands)) < 2:
+
+        def arrived() -> bool:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the commands never arrived"
-            time.sleep(0.2)
+            return len(_committed_if_exists(settings, commands)) >= 2
+
+        wait_until(arrived, 60, "the two commands on the commands topic")
         producer = clients.producer(settings.kafka.bootstrap_servers)
         for wf, payload in [(ok, WorkflowCompleted({})), (bad, WorkflowEnded("FAILED", "no"))]:
             value = encode_event(_event(wf, 1, payload))

@@ -4,44 +4,36 @@ idempotent starts. The test itself plays the workers (runtime_harness.Worker).""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Message
 
-from es_sched.domain import commands as c
 from es_sched.domain.events import Event
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import producer
 from es_sched.kafka.dead_letters import header_map
 from tests.integration.runtime_harness import (
-    BOOTSTRAP,
+    MEDIA,
     Env,
     Worker,
+    completed,
     count_records,
     final_status,
-    load_json,
+    media_inputs,
     read_events,
     roles,
-    wait_until,
 )
+from tests.support.kafka import Reader
+from tests.support.settings import BOOTSTRAP
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
-MEDIA = "examples/media_pipeline.json"
-TASKDEFS = "examples/media_taskdefs.json"
 
 
 def media_env(**extra: str) -> Env:
     env = Env(extra=extra)
     env.create()
-    env.push(load_json(MEDIA), load_json(TASKDEFS))
+    env.push_files(*MEDIA)
     return env
-
-
-def media_inputs(n: int) -> list[dict[str, Any]]:
-    return [
-        {"source_uri": f"file:///in/{i}.mp4", "asset_id": f"a{i}", "callback_url": "http://cb"}
-        for i in range(n)
-    ]
 
 
 def assert_clean_history(by_wf: dict[str, list[Event]]) -> None:
@@ -53,13 +45,13 @@ def assert_clean_history(by_wf: dict[str, list[Event]]) -> None:
 
 
 def done(env: Env, n: int) -> bool:
-    return sum(final_status(v) == "COMPLETED" for v in read_events(env).values()) >= n
+    return completed(env) >= n
 
 
 def test_a_thousand_media_workflows_complete_with_clean_histories() -> None:
     env = media_env()
     with roles(env, "decider"), Worker(env):
-        env.send(env.start_commands("media_pipeline", media_inputs(1000)))
+        env.submit("media_pipeline", media_inputs(1000))
         wait_until(lambda: done(env, 1000), 240, "1000 workflows completed")
     by_wf = read_events(env)
     assert len(by_wf) == 1000
@@ -89,7 +81,7 @@ def _summary(events: list[Event]) -> list[tuple[str, str]]:
 def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
     reference = media_env()
     with roles(reference, "decider"), Worker(reference):
-        reference.send(reference.start_commands("media_pipeline", media_inputs(150)))
+        reference.submit("media_pipeline", media_inputs(150))
         wait_until(lambda: done(reference, 150), 120, "reference run")
     expected = sorted(_summary(v) for v in read_events(reference).values())
 
@@ -97,10 +89,10 @@ def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
     hook = {"ES_SCHED_RUN_TEST_PAUSE_AFTER_BATCHES": "4", "ES_SCHED_RUN_TEST_PAUSE_IN_TXN_S": "120"}
     with Worker(env):
         with roles(env, "decider", **hook) as (victim,):
-            env.send(env.start_commands("media_pipeline", media_inputs(150)))
+            env.submit("media_pipeline", media_inputs(150))
             victim.wait_log("test hook: transaction open", 60)
-            uncommitted = count_records(env, env.topics.events, "read_uncommitted")
-            committed = count_records(env, env.topics.events, "read_committed")
+            uncommitted = count_records(env.topics.events, "read_uncommitted")
+            committed = count_records(env.topics.events, "read_committed")
             assert uncommitted > committed, "the kill must cut an open transaction"
             victim.kill()
         with roles(env, "decider"):
@@ -115,7 +107,7 @@ def test_a_rebalance_under_load_loses_and_doubles_nothing() -> None:
     env = media_env()
     with Worker(env), roles(env, "decider", ES_SCHED_RUN_INSTANCE="a"):
         with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b") as (second,):
-            env.send(env.start_commands("media_pipeline", media_inputs(300)))
+            env.submit("media_pipeline", media_inputs(300))
             second.wait_log("restored partition", 60)
         # second stopped (SIGTERM): its partitions move to the first; then it comes back
         with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b"):
@@ -128,7 +120,6 @@ def test_a_rebalance_under_load_loses_and_doubles_nothing() -> None:
 
 def test_poison_records_go_to_dead_letters_with_their_origin() -> None:
     env = media_env()
-    good = env.start_commands("media_pipeline", media_inputs(5))
     poison: list[tuple[bytes, str]] = [
         (b"\xff\x00 not json", "not UTF-8 JSON"),
         (
@@ -148,16 +139,17 @@ def test_poison_records_go_to_dead_letters_with_their_origin() -> None:
         p.produce(env.topics.commands, key=b"w", value=raw)
     p.flush(30)
     with roles(env, "decider"), Worker(env):
-        env.send(good)
+        env.submit("media_pipeline", media_inputs(5))
         wait_until(lambda: done(env, 5), 60, "healthy workflows despite poison")
-    cons = consumer(BOOTSTRAP, None)
-    cons.assign([TopicPartition(env.topics.dead_letters, n, 0) for n in range(env.partitions)])
-    letters: list[Message] = []
-    while len(letters) < len(poison):
-        batch = cons.consume(100, 5)
-        assert batch, f"only {len(letters)} dead letters arrived"
-        letters += [m for m in batch if m.error() is None]
-    cons.close()
+    dead = Reader(env.topics.dead_letters)
+    try:
+        wait_until(
+            lambda: len(dead.read()) >= len(poison), 30,
+            lambda: f"{len(poison)} dead letters ({len(dead.messages)} arrived)",
+        )  # fmt: skip
+        letters: list[Message] = dead.messages
+    finally:
+        dead.close()
     by_value = {m.value(): header_map(m) for m in letters}
     for raw, reason_part in poison:
         headers = by_value[raw]
@@ -168,23 +160,28 @@ def test_poison_records_go_to_dead_letters_with_their_origin() -> None:
 
 def test_the_same_command_id_five_times_concurrently_starts_one_workflow() -> None:
     env = media_env()
-    start = env.start_commands("media_pipeline", media_inputs(1))[0]
+    command_id, workflow_ids = f"order-{env.prefix}", set[str]()
+
+    def submit() -> None:  # each sender is its own user with its own client
+        [sent] = env.submit("media_pipeline", media_inputs(1), command_ids=[command_id])
+        workflow_ids.add(sent.workflow_id)
+
     with roles(env, "decider"), Worker(env):
-        senders = [threading.Thread(target=env.send, args=([start],)) for _ in range(5)]
+        senders = [threading.Thread(target=submit) for _ in range(5)]
         for t in senders:
             t.start()
         for t in senders:
             t.join()
+        [wf] = workflow_ids
         wait_until(lambda: done(env, 1), 60, "the one workflow")
-        env.send([start])  # and once more after it finished
-        env.send([c.PauseWorkflow("late-pause", start.workflow_id)])
+        submit()  # and once more after it finished
+        with env.client() as client:
+            client.pause(wf, command_id="late-pause")
         wait_until(
-            lambda: any(
-                e.type == "command.rejected" for e in read_events(env).get(start.workflow_id, [])
-            ),
+            lambda: any(e.type == "command.rejected" for e in read_events(env).get(wf, [])),
             30,
             "rejection",
         )
     by_wf = read_events(env)
-    assert list(by_wf) == [start.workflow_id]
+    assert list(by_wf) == [wf]
     assert_clean_history(by_wf)

@@ -25,7 +25,7 @@ import pytest
 
 from es_sched.errors import ConfigError
 from es_sched.serialization import wire
-from es_sched.settings import MediaSettings, Settings, load_settings
+from es_sched.settings import MediaSettings
 from es_sched.workers import TaskCancelled, TaskContext, TaskFailure, Worker
 from es_sched.workers.media import TYPES, Toolkit, gpu, register_media
 from es_sched.workers.media.asset import write_asset
@@ -36,6 +36,9 @@ from es_sched.workers.media.package import package
 from es_sched.workers.media.thumbnail import thumbnail
 from es_sched.workers.media.transcode import transcode
 from es_sched.workers.runner import Reporter
+from tests.support.net import free_port
+from tests.support.procs import children
+from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
@@ -230,17 +233,7 @@ def test_cancellation_ends_ffmpegs_whole_process_group(
 
 def ffmpeg_children() -> list[int]:
     """Our child processes named ffmpeg (zombies included: those have not been reaped)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        ppid = int(text[text.rindex(")") + 2 :].split()[1])
-        if comm == "ffmpeg" and ppid == os.getpid():
-            found.append(int(stat.parent.name))
-    return found
+    return children(os.getpid(), "ffmpeg")
 
 
 def test_nvenc_transcode_on_the_pinned_gpu(clips: dict[str, Path], kit: Toolkit) -> None:
@@ -412,20 +405,11 @@ def test_callback_4xx_fails_for_good_and_no_answer_fails_retryable(
     assert refused.value.retryable is True
 
 
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # -- registration ---------------------------------------------------------------------------
 def test_register_media_serves_all_six_types_and_needs_the_secret() -> None:
-    base = load_settings()
-    settings = Settings(**{**base.__dict__, "media": MediaSettings(callback_secret="x")})
+    settings = settings_with({"ES_SCHED_MEDIA_CALLBACK_SECRET": "x"})
     worker = register_media(Worker(settings=settings), settings)
     assert sorted(worker.handlers) == sorted(TYPES) and len(TYPES) == 6
-    unsigned = Settings(**{**base.__dict__, "media": MediaSettings(callback_secret="")})
+    unsigned = settings_with({"ES_SCHED_MEDIA_CALLBACK_SECRET": ""})
     with pytest.raises(ConfigError, match="ES_SCHED_MEDIA_CALLBACK_SECRET"):
         register_media(Worker(settings=unsigned), unsigned)

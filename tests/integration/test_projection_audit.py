@@ -13,26 +13,18 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from es_sched.cli.main import cli
-from es_sched.domain import commands as c
-from es_sched.domain.ids import workflow_id_for_command
 from es_sched.projections.postgres.store import engine_for
-from tests.integration.projection_harness import (
-    by_id,
-    dropped_schemas,
-    pg_rows,
-    projected,
-    projection_env,
-    settings_for,
-)
+from tests.integration.projection_harness import by_id, dropped_schemas, pg_rows, projected
 from tests.integration.runtime_harness import (
+    MEDIA,
     Env,
     Role,
     Worker,
     final_status,
-    load_json,
+    media_inputs,
     read_events,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,9 +37,9 @@ def _all_completed(env: Env, n: int) -> bool:
 @pytest.fixture
 def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     """Decider, PostgreSQL projector and a worker double over 40 media workflows."""
-    env = projection_env()
+    env = Env()
     env.create()
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    env.push_files(*MEDIA)
     for key, value in env.vars.items():
         monkeypatch.setenv(key, value)
     with dropped_schemas(env):
@@ -56,15 +48,7 @@ def live(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
             for r in roles:
                 r.wait_log("started", 90)
             with Worker(env):
-                inputs = [
-                    {
-                        "source_uri": f"file:///{i}.mp4",
-                        "asset_id": f"a{i}",
-                        "callback_url": "http://cb",
-                    }
-                    for i in range(40)
-                ]
-                env.send(env.start_commands("media_pipeline", inputs))
+                env.submit("media_pipeline", media_inputs(40))
                 # every workflow finished and projected: nothing changes under the tests below
                 wait_until(lambda: _all_completed(env, 40) and projected(env), 180, "40 projected")
                 yield env
@@ -83,7 +67,7 @@ def test_replay_verify_finds_nothing_then_names_the_corrupted_row(live: Env) -> 
     code, report = _replay("--against", "pg", "--against", "changelog")
     assert (code, report["mismatches"], report["workflows"]) == (0, 0, 40)
     victim = sorted(w["workflow_id"] for w in pg_rows(live)[0])[7]
-    engine = engine_for(settings_for(live))
+    engine = engine_for(live.settings)
     with engine.begin() as conn:
         conn.execute(
             text("UPDATE workflows SET status = 'FAILED' WHERE workflow_id = :w"), {"w": victim}
@@ -105,11 +89,7 @@ def test_a_rebuild_from_offset_zero_equals_the_live_projection(live: Env) -> Non
     assert by_id(after[0], "workflow_id") == by_id(before[0], "workflow_id")
     assert by_id(after[1], "task_id") == by_id(before[1], "task_id") and after[2] == before[2]
     # The live projector goes on writing into the switched schema.
-    more = [{"source_uri": "file:///x.mp4", "asset_id": "x", "callback_url": "http://cb"}]
-    start = c.StartWorkflow(
-        "more-1", workflow_id_for_command("more-1"), name="media_pipeline", input=more[0]
-    )
-    live.send([start])
+    live.submit("media_pipeline", media_inputs(1, tag="more"))
     wait_until(lambda: projected(live) and len(pg_rows(live)[0]) == 41, 120, "the 41st")
 
 

@@ -4,8 +4,6 @@ with no row or document behind its last seq and none regressing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
@@ -18,36 +16,23 @@ from tests.integration.projection_harness import (
     dropped_schemas,
     expected_rows,
     pg_rows,
-    projection_env,
-    settings_for,
     submit_for,
 )
-from tests.integration.runtime_harness import (
-    ROOT,
-    Env,
-    Role,
-    Worker,
-    final_status,
-    free_port,
-    load_json,
-    metric,
-    read_events,
-    scrape,
-    wait_until,
-)
+from tests.integration.runtime_harness import MEDIA, Env, Role, Worker, completed, read_events
+from tests.support.cli import es_sched
+from tests.support.net import free_port, metric, scrape
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def _stack(action: str, only: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "es_sched", "stack", action, "--only", only],
-        cwd=ROOT, check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+    done = es_sched("stack", action, "--only", only, timeout_s=300)
+    assert done.returncode == 0, done.stderr
 
 
 def _search_rows(env: Env) -> tuple[dict[str, Row], dict[str, Row]]:
-    store = SearchStore(settings_for(env))
+    store = SearchStore(env.settings)
     try:
         ids = list(read_events(env))
         loaded = store.load(ids)
@@ -72,9 +57,9 @@ def _caught_up(env: Env) -> bool:
 
 
 def test_both_stores_down_under_load_then_both_catch_up() -> None:
-    env = projection_env()
+    env = Env()
     env.create()
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
+    env.push_files(*MEDIA)
     port = free_port()
     with dropped_schemas(env):
         decider = Role(env, "decider")
@@ -95,7 +80,7 @@ def test_both_stores_down_under_load_then_both_catch_up() -> None:
                 _stack("down", "postgres,search")
                 try:
                     time.sleep(5)
-                    done_before = _completed(env)
+                    done_before = completed(env)
                     time.sleep(55)
                     text = scrape(port)
                     assert metric(text, "es_sched_projector_store_up", projection="pg") == 0
@@ -105,7 +90,7 @@ def test_both_stores_down_under_load_then_both_catch_up() -> None:
                         metric(text, "es_sched_projector_lag_seconds", projection="pg") or 0
                     ) > 30
                     # nothing else stopped: workflows kept finishing during the outage
-                    assert _completed(env) >= done_before + 60
+                    assert completed(env) >= done_before + 60
                     _stack("up", "postgres")
                     time.sleep(30)
                     assert (
@@ -123,7 +108,3 @@ def test_both_stores_down_under_load_then_both_catch_up() -> None:
         assert len(versions) >= 100
         last = {wf: len(v) for wf, v in read_events(env).items()}
         assert versions == last  # none behind, none regressed
-
-
-def _completed(env: Env) -> int:
-    return sum(final_status(v) == "COMPLETED" for v in read_events(env).values())

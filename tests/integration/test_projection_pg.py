@@ -4,6 +4,7 @@ records it skipped), and a stale batch changes nothing."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch
 from es_sched.projections.views import fold_rows
-from es_sched.serialization import decode_event
+from tests.integration.doomed_projector import FAULT
 from tests.integration.projection_harness import (
     by_id,
     dropped_schemas,
@@ -21,42 +22,34 @@ from tests.integration.projection_harness import (
     pg_checkpoints,
     pg_rows,
     projected,
-    projection_env,
-    settings_for,
     submit_for,
 )
 from tests.integration.runtime_harness import (
+    MEDIA,
     Env,
     Role,
     Worker,
+    completed,
     final_status,
-    load_json,
+    media_inputs,
     read_events,
-    wait_until,
 )
-from tests.unit.core.golden import GOLDEN
+from tests.support.golden import history
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def _media(env: Env) -> None:
-    env.push(load_json("examples/media_pipeline.json"), load_json("examples/media_taskdefs.json"))
-
-
-def _inputs(n: int, tag: str = "") -> list[dict[str, str]]:
-    return [
-        {
-            "source_uri": f"file:///in/{tag}{i}.mp4",
-            "asset_id": f"a{tag}{i}",
-            "callback_url": "http://cb",
-        }
-        for i in range(n)
-    ]
+def _media_env() -> Env:
+    env = Env()
+    env.create()
+    env.push_files(*MEDIA)
+    return env
 
 
 def _search_equal(env: Env) -> bool:
     want_wf, want_tasks, _ = expected_rows(env)
-    store = SearchStore(settings_for(env))
+    store = SearchStore(env.settings)
     try:
         loaded = store.load([str(w["workflow_id"]) for w in want_wf])
         have_wf = [r.workflow for r in loaded.values()]
@@ -73,23 +66,15 @@ def _search_equal(env: Env) -> bool:
 
 
 def test_a_thousand_workflows_project_exactly_as_the_log_says() -> None:
-    env = projection_env()
-    env.create()
-    _media(env)
+    env = _media_env()
     with dropped_schemas(env):
         roles = [Role(env, "decider"), Role(env, "projector-pg"), Role(env, "projector-search")]
         try:
             for r in roles:
                 r.wait_log("started", 90)
             with Worker(env):
-                starts = env.start_commands("media_pipeline", _inputs(1000))
-                env.send(starts)
-
-                def done() -> bool:
-                    by_wf = read_events(env)
-                    return sum(final_status(v) == "COMPLETED" for v in by_wf.values()) == 1000
-
-                wait_until(done, 300, "1000 workflows completed")
+                env.submit("media_pipeline", media_inputs(1000))
+                wait_until(lambda: completed(env) == 1000, 300, "1000 workflows completed")
             wait_until(lambda: projected(env), 120, "the projection to equal the log")
             wait_until(lambda: _search_equal(env), 120, "the search documents to equal the log")
         finally:
@@ -105,9 +90,7 @@ def test_a_thousand_workflows_project_exactly_as_the_log_says() -> None:
 
 
 def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips() -> None:
-    env = projection_env()
-    env.create()
-    _media(env)
+    env = _media_env()
     with dropped_schemas(env):
         decider = Role(env, "decider")
         try:
@@ -116,14 +99,11 @@ def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips
                 # events keep coming while projectors die one after another
                 load = threading.Thread(target=submit_for, args=(env, 60.0), daemon=True)
                 load.start()
-                kills = 0
-                for _ in range(4):  # each projector dies right after its 2nd database commit
-                    doomed = Role(
-                        env, "projector-pg", ES_SCHED_RUN_TEST_PROJECTOR_KILL_AFTER_WRITES="2"
-                    )
-                    wait_until(lambda d=doomed: d.proc.poll() is not None, 90, "the kill")  # type: ignore[misc]
-                    kills += doomed.proc.returncode == -9
-                assert kills == 4
+                for n in range(4):  # each projector dies right after its 2nd database commit
+                    doomed = Role(env, f"doomed-projector-{n}", ["2"],
+                                  module="tests.integration.doomed_projector")  # fmt: skip
+                    doomed.wait_log(f"{FAULT} 2", 90)  # the injected fault, not another death
+                    assert doomed.proc.wait(30) == -signal.SIGKILL, doomed.text()[-3000:]
                 load.join()
                 wait_until(
                     lambda: all(final_status(v) == "COMPLETED" for v in read_events(env).values()),
@@ -142,12 +122,11 @@ def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips
 
 
 def test_a_stale_batch_redelivered_after_a_newer_one_changes_nothing() -> None:
-    env = projection_env()
+    env = Env()
     with dropped_schemas(env):
-        store = PgStore(settings_for(env))
+        store = PgStore(env.settings)
         store.ensure()
-        lines = (GOLDEN / "media_480.events.jsonl").read_bytes().splitlines()
-        events = [decode_event(line) for line in lines]
+        events = history("media_480")
         old, new = fold_rows(events[:4]), fold_rows(events)
         assert old is not None and new is not None
         store.write("t", Batch(workflows={"w": new.workflow}, tasks=dict(new.tasks)))

@@ -11,36 +11,27 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
-from es_sched.domain import events as e
 from es_sched.errors import EsSchedError
 from es_sched.projections.search.client import SearchError
 from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch, Store, StoreUnavailable
 from es_sched.projections.views import Rows, fold_rows
-from es_sched.serialization import decode_event
-from es_sched.settings import SearchSettings, Settings, load_settings
+from es_sched.settings import Settings
 from tests.integration.backends import Backend
+from tests.support.golden import NAMES, history
+from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
-NAMES = sorted(p.name.removesuffix(".events.jsonl") for p in GOLDEN.glob("*.events.jsonl"))
 TOPIC = "es-sched-events"
 
 
 def settings_for(url: str, flavor: str, prefix: str) -> Settings:
-    search = SearchSettings.model_validate({"url": url, "flavor": flavor, "index_prefix": prefix})
-    return replace(load_settings(), search=search)
-
-
-def history(name: str) -> list[e.Event]:
-    return [
-        decode_event(line) for line in (GOLDEN / f"{name}.events.jsonl").read_bytes().splitlines()
-    ]
+    return settings_with({"ES_SCHED_SEARCH_URL": url, "ES_SCHED_SEARCH_FLAVOR": flavor,
+                          "ES_SCHED_SEARCH_INDEX_PREFIX": prefix})  # fmt: skip
 
 
 def rows_after(name: str, count: int | None = None, suffix: str = "") -> Rows:

@@ -12,10 +12,11 @@ import time
 import pytest
 
 from es_sched.kafka.partitioner import partition_for
-from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
 from es_sched.workers.capacity import Capacity
-from tests.integration.runtime_harness import Env, Role, final_status, read_events, wait_until
+from tests.integration.runtime_harness import Env, Role, final_status, read_events
+from tests.support.peak import Peak
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, object]
@@ -31,7 +32,7 @@ def _two_types_on_two_partitions(partitions: int) -> tuple[str, str]:
     return first, second
 
 
-def test_two_dispatchers_never_overcommit_a_shared_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_dispatchers_never_overcommit_a_shared_worker() -> None:
     env = Env(partitions=2, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5"})
     env.create()
     a, b = _two_types_on_two_partitions(env.partitions)
@@ -45,21 +46,15 @@ def test_two_dispatchers_never_overcommit_a_shared_worker(monkeypatch: pytest.Mo
         ],
     }  # fmt: skip
     env.push(pair, [{"name": n, "retryCount": 0, "resources": {"cpu": 1}} for n in (a, b)])
-    for key, value in env.vars.items():
-        monkeypatch.setenv(key, value)
     worker = Worker(
-        worker_id="shared", concurrency=8, settings=load_settings(), heartbeat_s=0.5,
+        worker_id="shared", concurrency=8, settings=env.settings, heartbeat_s=0.5,
         capacity=Capacity(cpu=2.0, memory_mb=8000),
     )  # fmt: skip
-    lock, now, peak = threading.Lock(), [0], [0]
+    peak = Peak()
 
     def work(ctx: TaskContext, task_input: JSON) -> JSON:
-        with lock:
-            now[0] += 1
-            peak[0] = max(peak[0], now[0])
-        time.sleep(0.2)
-        with lock:
-            now[0] -= 1
+        with peak.held():
+            time.sleep(0.2)
         return {"by": ctx.task_id}
 
     worker.task(a)(work)
@@ -72,8 +67,7 @@ def test_two_dispatchers_never_overcommit_a_shared_worker(monkeypatch: pytest.Mo
             r.wait_log("started", 90)
         thread.start()
         wait_until(worker.ready.is_set, 30, "the worker")
-        starts = env.start_commands("pair", [{} for _ in range(20)])
-        env.send(starts)
+        starts = env.submit("pair", [{} for _ in range(20)])
 
         def all_completed() -> bool:
             by_wf = read_events(env)
@@ -85,7 +79,7 @@ def test_two_dispatchers_never_overcommit_a_shared_worker(monkeypatch: pytest.Mo
         thread.join(60)
         for r in roles:
             r.stop()
-    assert peak[0] == 2  # both cpus used, never a third task at once
+    assert peak.max == 2  # both cpus used, never a third task at once
     counts = [
         re.findall(r"dispatcher stopped: (\d+) dispatched", r.log.read_text()) for r in roles[1:]
     ]

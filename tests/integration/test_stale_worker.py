@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
-from es_sched.kafka.clients import consumer
 from es_sched.serialization import wire
-from tests.integration.runtime_harness import (
-    BOOTSTRAP,
-    ROOT,
-    Env,
-    Role,
-    final_status,
-    read_events,
-    wait_until,
-)
+from tests.integration.runtime_harness import Env, Role, final_status, read_events
+from tests.support.kafka import Reader
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 ONE = {
@@ -38,7 +26,6 @@ ONE = {
     "version": 1,
     "tasks": [{"name": "slow.step", "taskReferenceName": "step"}],
 }
-Proc = subprocess.Popen[bytes]
 
 
 def _env(**extra: str) -> Env:
@@ -57,30 +44,23 @@ def _env(**extra: str) -> Env:
     return env
 
 
-def _slow_worker(env: Env, worker_id: str, seconds: float, log: Path, concurrency: int = 2) -> Proc:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.slow_worker", worker_id],
-        env={**os.environ, **env.vars, "SLOW_WORKER_S": str(seconds),
-             "SLOW_WORKER_CONCURRENCY": str(concurrency), "PYTHONPATH": str(ROOT)},
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
+def _slow_worker(env: Env, worker_id: str, seconds: float, concurrency: int = 2) -> Role:
+    return Role(
+        env, worker_id, [worker_id], module="tests.integration.slow_worker",
+        SLOW_WORKER_S=str(seconds), SLOW_WORKER_CONCURRENCY=str(concurrency),
     )  # fmt: skip
 
 
-def _wait_up(roles: list[Role], worker_log: Path) -> None:
+def _wait_up(roles: list[Role], worker: Role) -> None:
     for r in roles:
         r.wait_log("started", 90)
-    wait_until(lambda: "started" in worker_log.read_text(), 60, f"{worker_log.stem} up")
+    worker.wait_log("started", 60)
 
 
-def _stop(procs: list[Proc | None], roles: list[Role]) -> None:
-    for proc in procs:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
-    for r in roles:
-        r.stop()
+def _stop(workers: list[Role | None], roles: list[Role]) -> None:
+    for r in [*workers, *roles]:
+        if r is not None:
+            r.stop()
 
 
 def _assert_moved(events: list[Event], old: str) -> None:
@@ -99,42 +79,38 @@ def _assert_moved(events: list[Event], old: str) -> None:
 
 
 def _first_assignment(env: Env, worker_id: str) -> wire.Assignment:
-    cons = consumer(BOOTSTRAP, None)
-    cons.assign([TopicPartition(env.topics.assignments, p, 0) for p in range(4)])
-    deadline = time.monotonic() + 30
+    reader = Reader(env.topics.assignments)
+
+    def theirs() -> list[wire.Assignment]:
+        records = [wire.decode(m.value() or None) for m in reader.read()]
+        return [r for r in records if isinstance(r, wire.Assignment) and r.worker_id == worker_id]
+
     try:
-        while time.monotonic() < deadline:
-            for msg in cons.consume(100, 0.5):
-                if msg.error() is None:
-                    record = wire.decode(msg.value() if isinstance(msg.value(), bytes) else None)
-                    if isinstance(record, wire.Assignment) and record.worker_id == worker_id:
-                        return record
+        wait_until(lambda: bool(theirs()), 30, f"an assignment to {worker_id}")
+        return theirs()[0]
     finally:
-        cons.close()
-    raise AssertionError(f"no assignment for {worker_id}")
+        reader.close()
 
 
-def test_a_frozen_workers_late_completion_is_rejected(tmp_path: Path) -> None:
+def test_a_frozen_workers_late_completion_is_rejected() -> None:
     env = _env()
     roles = [Role(env, "decider"), Role(env, "dispatcher")]
-    frozen_log = tmp_path / "frozen.log"
-    frozen = _slow_worker(env, "frozen", 8, frozen_log)
-    rescuer: Proc | None = None
+    frozen = _slow_worker(env, "frozen", 8)
+    rescuer: Role | None = None
     try:
-        _wait_up(roles, frozen_log)
-        start = env.start_commands("one_slow", [{}])[0]
-        env.send([start])
-        wait_until(lambda: "working on" in frozen_log.read_text(), 60, "the task on frozen")
-        frozen.send_signal(signal.SIGSTOP)  # no more heartbeats: the lease (3 x 1 s) expires
-        rescuer = _slow_worker(env, "rescuer", 0, tmp_path / "rescuer.log")
+        _wait_up(roles, frozen)
+        [start] = env.submit("one_slow", [{}])
+        frozen.wait_log("working on", 60)
+        frozen.proc.send_signal(signal.SIGSTOP)  # no more heartbeats: the lease (3 x 1 s) expires
+        rescuer = _slow_worker(env, "rescuer", 0)
         wf = start.workflow_id
         wait_until(
             lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED",
             90,
             "completion on the rescuer",
         )
-        frozen.send_signal(signal.SIGCONT)  # it finishes its sleep, sees the cancel
-        wait_until(lambda: "no report" in frozen_log.read_text(), 30, "the SDK to drop the result")
+        frozen.proc.send_signal(signal.SIGCONT)  # it finishes its sleep, sees the cancel
+        frozen.wait_log("no report", 30)  # the SDK dropped the result
         old = _first_assignment(env, "frozen")
         late = c.ReportCompleted(
             "late-report", wf, task_id=old.task_id, attempt=old.attempt, worker_id="frozen",
@@ -147,7 +123,7 @@ def test_a_frozen_workers_late_completion_is_rejected(tmp_path: Path) -> None:
 
         wait_until(rejected, 60, "the late completion to be rejected")
     finally:
-        frozen.send_signal(signal.SIGCONT)
+        frozen.proc.send_signal(signal.SIGCONT)
         _stop([frozen, rescuer], roles)
     events = read_events(env)[wf]
     _assert_moved(events, "frozen")
@@ -158,23 +134,21 @@ def test_a_frozen_workers_late_completion_is_rejected(tmp_path: Path) -> None:
     )
 
 
-def test_a_killed_workers_leases_are_reclaimed(tmp_path: Path) -> None:
+def test_a_killed_workers_leases_are_reclaimed() -> None:
     """kill -9 of a worker holding several leases: each task completes on another worker once
     its lease expires (3 s). The short dead-after (5 s) lets the dispatcher also declare the
     killed worker dead while the test runs."""
     env = _env(ES_SCHED_DISPATCH_DEAD_AFTER_S="5")
     roles = [Role(env, "decider"), Role(env, "dispatcher")]
-    doomed_log = tmp_path / "doomed.log"
-    doomed = _slow_worker(env, "doomed", 60, doomed_log, concurrency=3)
-    rescuer: Proc | None = None
+    doomed = _slow_worker(env, "doomed", 60, concurrency=3)
+    rescuer: Role | None = None
     try:
-        _wait_up(roles, doomed_log)
-        starts = env.start_commands("one_slow", [{}, {}, {}])
-        env.send(starts)
-        wait_until(lambda: doomed_log.read_text().count("working on") == 3, 60, "3 tasks on doomed")
-        os.kill(doomed.pid, signal.SIGKILL)  # no heartbeat, no report, no hand-back, ever
-        assert doomed.wait(30) == -signal.SIGKILL
-        rescuer = _slow_worker(env, "rescuer", 0, tmp_path / "rescuer.log")
+        _wait_up(roles, doomed)
+        starts = env.submit("one_slow", [{}, {}, {}])
+        wait_until(lambda: doomed.text().count("working on") == 3, 60, "3 tasks on doomed")
+        os.kill(doomed.proc.pid, signal.SIGKILL)  # no heartbeat, no report, no hand-back, ever
+        assert doomed.proc.wait(30) == -signal.SIGKILL
+        rescuer = _slow_worker(env, "rescuer", 0)
 
         def all_completed() -> bool:
             by_wf = read_events(env)

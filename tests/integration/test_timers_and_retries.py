@@ -1,53 +1,63 @@
-"""The timer role and the retry relay against the real broker.
+"""Timers and retries against the real broker, first each role alone, then the whole runtime.
+
+- The timer service alone (in a thread): every timer fires once, at or after its due time, and
+  a restarted service restores the pending timers from its topic.
+- The retry relay alone (in a thread): due retries are released once each, at the capped rate.
+- Through the whole runtime (decider, timers and retry roles as processes, the test as every
+  worker): failed attempts come back only through the retry topics, never the timers topic; a
+  WAIT and a retry delay that come due while their role is down fire when it is back.
 
 Each test gets its own topic prefix (so its own topics, groups and transactional ids). What the
-roles emitted is checked by reading ``commands`` with ``read_committed`` to its end after the
-roles stopped, so "exactly once" is an exact count, not a wait for silence.
+roles emitted is read back with ``read_committed`` to the topic's end after they stopped, so
+"exactly once" is an exact count, not a wait for silence.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
+from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka import Message
 
 from es_sched.domain.commands import FireTimer
+from es_sched.domain.events import Event, TaskRetryScheduled
 from es_sched.kafka import clients
 from es_sched.kafka.dead_letters import header_map
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.runtime.retry_relay import RetryRelay
 from es_sched.runtime.timer_service import TimerService
 from es_sched.serialization.codec import decode_input
-from es_sched.settings import Settings, load_settings
-from es_sched.stack import probes
+from es_sched.serialization.records import decode_timer
+from es_sched.settings import Settings
+from tests.integration.runtime_harness import (
+    Env,
+    Worker,
+    count_records,
+    final_status,
+    read_events,
+    roles,
+)
+from tests.support.kafka import Reader, read_to_end, require_kafka
+from tests.support.settings import BOOTSTRAP, private_settings
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def make_settings(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[Settings, Topics]]:
-    def make(**env: str) -> tuple[Settings, Topics]:
-        monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", f"t{uuid4().hex[:10]}")
-        monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", "2")
-        monkeypatch.setenv("ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS", "2")
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        settings = load_settings()
-        probe = probes.kafka(settings.kafka.bootstrap_servers)
-        if not probe.healthy:
-            pytest.fail(f"Kafka not healthy ({probe.detail}): run `es-sched stack up`")
-        topics = topics_for(settings)
-        ensure_topics(settings.kafka.bootstrap_servers, topics)
-        return settings, topics
-
-    return make
+# -- helpers ------------------------------------------------------------------------------------
+def private(**env: str) -> tuple[Settings, Topics]:
+    """Settings and created topics under a fresh prefix, two partitions."""
+    require_kafka()
+    settings = private_settings(partitions=2, assignment_partitions=2, **env)
+    topics = topics_for(settings)
+    ensure_topics(BOOTSTRAP, topics)
+    return settings, topics
 
 
 @contextmanager
@@ -73,51 +83,6 @@ def running(role: TimerService | RetryRelay) -> Iterator[None]:
         raise errors[0]
 
 
-class Tail:
-    """A read_committed reader of every partition of a topic, from the beginning."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self._c = clients.consumer(bootstrap, None)
-        self._c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        self.records: list[Message] = []
-
-    def until(self, done: Callable[[list[Message]], bool], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done(self.records):
-            assert time.monotonic() < deadline, f"timed out with {len(self.records)} records"
-            msg = self._c.poll(0.2)
-            if msg is not None and msg.error() is None:
-                self.records.append(msg)
-
-    def close(self) -> None:
-        self._c.close()
-
-
-def read_all(bootstrap: str, topic: str, partitions: int) -> list[Message]:
-    """Every committed record of a topic, up to its end now (writers must have stopped)."""
-    c = clients.consumer(bootstrap, None, **{"enable.partition.eof": True})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out: list[Message] = []
-    at_end: set[int | None] = set()
-    deadline = time.monotonic() + 30
-    try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"reading {topic} did not reach its end"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is None:
-                out.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                at_end.add(msg.partition())
-            else:
-                raise AssertionError(str(err))
-    finally:
-        c.close()
-    return out
-
-
 def fires(records: list[Message]) -> list[FireTimer]:
     out = []
     for msg in records:
@@ -131,13 +96,30 @@ def ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
 
-def test_timers_fire_once_at_their_time_and_survive_a_restart(
-    make_settings: Callable[..., tuple[Settings, Topics]],
-) -> None:
-    settings, topics = make_settings()
-    bootstrap, n = settings.kafka.bootstrap_servers, settings.kafka.partitions
+def timers_due(topics: Topics) -> dict[str, datetime]:
+    """The due time of every live timer record, by kind."""
+    timers = (decode_timer(m.value()) for m in read_to_end(topics.timers) if m.value())
+    return {timer.kind: timer.due_at for timer in timers}
+
+
+def attempts(events: list[Event]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in events:
+        if e.type == "task.scheduled":
+            ref = str(getattr(e.payload, "ref", ""))
+            out[ref] = max(out.get(ref, 0), int(getattr(e.payload, "attempt", 1)))
+    return out
+
+
+def has_passed(at: datetime) -> bool:
+    return datetime.now(UTC) > at
+
+
+# -- the timer service alone --------------------------------------------------------------------
+def test_timers_fire_once_at_their_time_and_survive_a_restart() -> None:
+    settings, topics = private()
     t0 = datetime.now(UTC)
-    p = clients.producer(bootstrap)
+    p = clients.producer(BOOTSTRAP)
 
     def write(name: str, kind: str, task_id: str | None, due_s: float) -> tuple[str, datetime]:
         due = t0 + timedelta(seconds=due_s)
@@ -160,16 +142,19 @@ def test_timers_fire_once_at_their_time_and_survive_a_restart(
     p.produce(topics.timers, key="timer-bad", value=b"{not json")
     assert p.flush(30) == 0
 
-    tail = Tail(bootstrap, topics.commands, n)
+    commands = Reader(topics.commands)
     try:
         with running(TimerService(settings)):
-            tail.until(lambda r: len(r) >= 1, timeout_s=30)
+            wait_until(lambda: len(commands.read()) >= 1, 30, "the first timer to fire")
         with running(TimerService(settings)):  # a restart: state comes back from the topic
-            tail.until(lambda r: {f.workflow_id for f in fires(r)} >= set(expected), 30)
+            wait_until(
+                lambda: {f.workflow_id for f in fires(commands.read())} >= set(expected), 30,
+                lambda: f"every due timer to fire (fired: {len(commands.messages)})",
+            )  # fmt: skip
     finally:
-        tail.close()
+        commands.close()
 
-    records = read_all(bootstrap, topics.commands, n)
+    records = read_to_end(topics.commands)
     fired = fires(records)
     assert sorted(f.input_id for f in fired) == sorted(e[0] for e in expected.values())
     for fire, msg in zip(fired, records, strict=True):
@@ -181,28 +166,25 @@ def test_timers_fire_once_at_their_time_and_survive_a_restart(
     assert r_msg.timestamp()[1] >= ms(t0 + timedelta(seconds=4))
 
     live: dict[bytes, bytes | None] = {}
-    for msg in read_all(bootstrap, topics.timers, n):
+    for msg in read_to_end(topics.timers):
         live[msg.key() or b""] = msg.value()
     assert {k for k, v in live.items() if v is not None} == {b"timer-hour"}
-    (letter,) = read_all(bootstrap, topics.dead_letters, n)  # once, although restored twice
+    (letter,) = read_to_end(topics.dead_letters)  # once, although restored twice
     headers = header_map(letter)
     assert (letter.key(), letter.value()) == (b"timer-bad", b"{not json")
     assert (headers["origin.topic"], headers["error.role"]) == (topics.timers, "timer-service")
 
 
-def test_retry_relay_releases_due_retries_once_at_the_capped_rate(
-    make_settings: Callable[..., tuple[Settings, Topics]],
-) -> None:
-    settings, topics = make_settings(ES_SCHED_RUN_RETRY_RELEASE_PER_S="20")
-    bootstrap, n = settings.kafka.bootstrap_servers, settings.kafka.partitions
+# -- the retry relay alone ----------------------------------------------------------------------
+def test_retry_relay_releases_due_retries_once_at_the_capped_rate() -> None:
+    settings, topics = private(ES_SCHED_RUN_RETRY_RELEASE_PER_S="20")
     tier = topics.retry(5)
-    commands = Tail(bootstrap, topics.commands, n)
-    dead = Tail(bootstrap, topics.dead_letters, n)
+    commands, dead = Reader(topics.commands), Reader(topics.dead_letters)
     garbage: list[Message] = []
     try:
         with running(RetryRelay(settings)):
             due = datetime.now(UTC) + timedelta(seconds=1)
-            p = clients.producer(bootstrap)
+            p = clients.producer(BOOTSTRAP)
             p.produce(
                 tier, key="wf-0", value=b"\x00garbage", on_delivery=lambda e, m: garbage.append(m)
             )
@@ -213,13 +195,13 @@ def test_retry_relay_releases_due_retries_once_at_the_capped_rate(
                 }  # fmt: skip
                 p.produce(tier, key=f"wf-{i}", value=json.dumps(doc).encode())
             assert p.flush(30) == 0
-            commands.until(lambda r: len(r) >= 50, timeout_s=60)
-            dead.until(lambda r: len(r) >= 1, timeout_s=30)
+            wait_until(lambda: len(commands.read()) >= 50, 60, "50 released retries")
+            wait_until(lambda: len(dead.read()) >= 1, 30, "the garbage's dead letter")
     finally:
         commands.close()
         dead.close()
 
-    records = read_all(bootstrap, topics.commands, n)
+    records = read_to_end(topics.commands)
     fired = fires(records)
     assert sorted(f.input_id for f in fired) == sorted(f"retry:task-{i}:2" for i in range(50))
     assert all(f.kind == "retry" and f.due_at == due for f in fired)
@@ -231,7 +213,7 @@ def test_retry_relay_releases_due_retries_once_at_the_capped_rate(
     print(f"\nretry relay: 50 released {span_s:.3f} s after due; after the burst of 20, "
           f"{30 / ((stamps[-1] - stamps[19]) / 1000):.1f}/s")  # fmt: skip
 
-    (letter,) = read_all(bootstrap, topics.dead_letters, n)
+    (letter,) = read_to_end(topics.dead_letters)
     headers = header_map(letter)
     (original,) = garbage
     assert letter.value() == b"\x00garbage" and letter.key() == b"wf-0"
@@ -239,3 +221,135 @@ def test_retry_relay_releases_due_retries_once_at_the_capped_rate(
     assert headers["origin.partition"] == str(original.partition())
     assert headers["origin.offset"] == str(original.offset())
     assert headers["error.role"] == "retry-relay" and headers["error.class"] == "SchemaError"
+
+
+# -- through the whole runtime ------------------------------------------------------------------
+RETRIES = 5
+FLAKY = {
+    "name": "flaky_fanout",
+    "version": 1,
+    "tasks": [
+        {"name": "prep", "taskReferenceName": "prep", "type": "SIMPLE"},
+        {
+            "name": "fan",
+            "taskReferenceName": "fan",
+            "type": "FORK_JOIN",
+            "forkTasks": [
+                [{"name": "work", "taskReferenceName": f"w{i}", "type": "SIMPLE"}] for i in range(3)
+            ],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["w0", "w1", "w2"]},
+        {"name": "finish", "taskReferenceName": "finish", "type": "SIMPLE"},
+    ],
+}
+FLAKY_TASKDEFS = [
+    {"name": n, "retryCount": RETRIES, "retryLogic": "FIXED", "retryDelaySeconds": 1}
+    for n in ("prep", "work", "finish")
+]
+
+
+def thirty_percent(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    digest = hashlib.sha256(f"{task['task_id']}:{task['attempt']}".encode()).digest()
+    return ("FAILED", {}) if digest[0] % 10 < 3 else ("COMPLETED", {"n": task["attempt"]})
+
+
+def test_thirty_percent_failures_retry_only_through_the_retry_topic() -> None:
+    env = Env(extra={"ES_SCHED_RUN_RETRY_RELEASE_PER_S": "500"})
+    env.create()
+    env.push(FLAKY, FLAKY_TASKDEFS)
+    n = 60
+    with roles(env, "decider", "retry"), Worker(env, thirty_percent) as worker:
+        env.submit("flaky_fanout", [{} for _ in range(n)])
+        wait_until(
+            lambda: (
+                len([v for v in read_events(env).values() if final_status(v) != "RUNNING"]) == n
+            ),
+            180,
+            "every workflow to end",
+        )
+    by_wf = read_events(env)
+    failures = sum(status == "FAILED" for _, _, status in worker.executions)
+    assert failures / len(worker.executions) > 0.2  # the storm really happened
+    retry_events = sum(e.type == "task.retry_scheduled" for v in by_wf.values() for e in v)
+    extra_attempts = sum(a - 1 for v in by_wf.values() for a in attempts(v).values())
+    assert retry_events == extra_attempts > 0
+    assert all(a <= RETRIES + 1 for v in by_wf.values() for a in attempts(v).values())
+    retry_records = sum(
+        count_records(env.topics.retry(t), "read_committed") for t in env.topics.retry_tiers
+    )
+    assert retry_records == extra_attempts
+    assert "retry" not in timers_due(env.topics)  # retries never go through the timers topic
+    for v in by_wf.values():
+        assert [e.seq for e in v] == list(range(1, len(v) + 1))
+
+
+WAITING = {
+    "name": "wait_then_flaky",
+    "version": 1,
+    "tasks": [
+        {
+            "name": "pause",
+            "taskReferenceName": "pause",
+            "type": "WAIT",
+            "inputParameters": {"duration": "5s"},
+        },
+        {"name": "flaky", "taskReferenceName": "flaky", "type": "SIMPLE"},
+    ],
+}
+
+
+def fail_first_attempt(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return ("FAILED", {}) if task["attempt"] == 1 else ("COMPLETED", {"attempt": task["attempt"]})
+
+
+def test_a_wait_and_a_retry_delay_survive_restarts_of_their_roles() -> None:
+    env = Env()
+    env.create()
+    env.push(
+        WAITING, [{"name": "flaky", "retryCount": 2, "retryLogic": "FIXED", "retryDelaySeconds": 4}]
+    )
+    with roles(env, "decider"), Worker(env, fail_first_attempt):
+        with roles(env, "timers"):
+            [wf] = [s.workflow_id for s in env.submit("wait_then_flaky", [{}])]
+            wait_until(lambda: "wait" in timers_due(env.topics), 30, "the WAIT timer")
+        # the timer role is down while the WAIT comes due
+        wait_due = timers_due(env.topics)["wait"]
+        wait_until(lambda: has_passed(wait_due), 30, "the WAIT's due time, timer role down")
+        assert final_status(read_events(env)[wf]) == "RUNNING"
+        with roles(env, "timers"):
+            wait_until(
+                lambda: any(e.type == "task.retry_scheduled" for e in read_events(env)[wf]),
+                30,
+                "the WAIT to end and flaky to fail",
+            )
+        # the retry relay was not running when the retry was requested; it starts after the delay
+        [retry] = [e.payload for e in read_events(env)[wf] if e.type == "task.retry_scheduled"]
+        assert isinstance(retry, TaskRetryScheduled)
+        wait_until(lambda: has_passed(retry.due_at), 30, "the retry's due time, relay down")
+        assert final_status(read_events(env)[wf]) == "RUNNING"
+        with roles(env, "retry"):
+            wait_until(
+                lambda: final_status(read_events(env)[wf]) == "COMPLETED", 60, "the retried attempt"
+            )
+    events = read_events(env)[wf]
+    pause_id = task_id(events, "pause")
+    waited = next(
+        e for e in events
+        if e.type == "task.completed" and getattr(e.payload, "task_id", "") == pause_id
+    )  # fmt: skip
+    scheduled = next(e for e in events if e.type == "task.scheduled")
+    assert (waited.occurred_at - scheduled.occurred_at).total_seconds() >= 5
+    assert attempts(events)["flaky"] == 2
+    second = next(
+        e for e in events
+        if e.type == "task.scheduled" and getattr(e.payload, "attempt", 1) == 2
+    )  # fmt: skip
+    assert second.occurred_at >= retry.due_at  # the retry delay was honoured
+
+
+def task_id(events: list[Event], ref: str) -> str:
+    return next(
+        str(getattr(e.payload, "task_id", ""))
+        for e in events
+        if e.type == "task.scheduled" and getattr(e.payload, "ref", "") == ref
+    )

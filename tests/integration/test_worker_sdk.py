@@ -16,59 +16,29 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from es_sched.domain import commands as c
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import producer
 from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import assignment_topic, ensure_topics, topics_for
 from es_sched.serialization import decode_input, wire
-from es_sched.settings import Settings, load_settings
+from es_sched.settings import Settings
 from es_sched.workers import Capacity, TaskCancelled, TaskContext, TaskFailure, Worker, discover
 from es_sched.workers.sdk import HANDED_BACK
+from tests.support.kafka import Reader
+from tests.support.peak import Peak
+from tests.support.settings import BOOTSTRAP, private_settings, vars_of
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
-BOOTSTRAP = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 PARTITIONS = 4
 JSON = dict[str, Any]
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Tail:
-    """Every record of a topic from its beginning, collected by a background thread."""
-
-    def __init__(self, topic: str) -> None:
-        self.records: list[tuple[str, bytes | None]] = []
-        self._stop = threading.Event()
-        self._cons = consumer(BOOTSTRAP, f"tail-{uuid.uuid4().hex}")
-        self._cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            msg = self._cons.poll(0.05)
-            if msg is not None and msg.error() is None:
-                key = msg.key()
-                self.records.append((key.decode() if key else "", msg.value()))
-        self._cons.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 class Dispatcher:
@@ -78,8 +48,8 @@ class Dispatcher:
         self.settings = settings
         self.topics = topics_for(settings)
         self.producer = producer(BOOTSTRAP)
-        self.results = Tail(self.topics.task_results)
-        self.status = Tail(self.topics.worker_status)
+        self.results = Reader(self.topics.task_results)
+        self.status = Reader(self.topics.worker_status)
 
     def assign(
         self, worker_id: str, task_type: str, task_input: JSON, **extra: Any
@@ -112,8 +82,8 @@ class Dispatcher:
 
     def reports(self, task_id: str) -> list[c.WorkerReport]:
         out = []
-        for _, value in list(self.results.records):
-            inp = decode_input(value or b"")
+        for msg in self.results.read():
+            inp = decode_input(msg.value() or b"")
             if isinstance(inp, c.WorkerReport) and inp.task_id == task_id:
                 out.append(inp)
         return out
@@ -128,9 +98,9 @@ class Dispatcher:
 
     def statuses(self, key: str) -> list[wire.Record | None]:
         return [
-            wire.decode(v) if v is not None else None
-            for k, v in list(self.status.records)
-            if k == key
+            wire.decode(m.value()) if m.value() is not None else None
+            for m in self.status.read()
+            if m.key() == key.encode()
         ]
 
     def close(self) -> None:
@@ -139,12 +109,8 @@ class Dispatcher:
 
 
 @pytest.fixture
-def settings(monkeypatch: pytest.MonkeyPatch, unique: str) -> Settings:
-    monkeypatch.setenv("ES_SCHED_KAFKA_TOPIC_PREFIX", unique)
-    monkeypatch.setenv("ES_SCHED_KAFKA_PARTITIONS", str(PARTITIONS))
-    monkeypatch.setenv("ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS", str(PARTITIONS))
-    monkeypatch.setenv("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", BOOTSTRAP)
-    s = load_settings()
+def settings(unique: str) -> Settings:
+    s = private_settings(unique, PARTITIONS, PARTITIONS)
     ensure_topics(BOOTSTRAP, topics_for(s))
     return s
 
@@ -312,33 +278,25 @@ def test_cancel_reaches_the_handler_and_nothing_is_reported(
 
 def test_concurrency_bound_is_never_exceeded(settings: Settings, dispatcher: Dispatcher) -> None:
     w = make_worker(settings, concurrency=2)
-    lock, now, peak = threading.Lock(), [0], [0]
+    peak = Peak()
 
     @w.task("sleep")
     def sleep(ctx: TaskContext, task_input: JSON) -> JSON:
-        with lock:
-            now[0] += 1
-            peak[0] = max(peak[0], now[0])
-        time.sleep(0.3)
-        with lock:
-            now[0] -= 1
+        with peak.held():
+            time.sleep(0.3)
         return {}
 
     @w.task("asleep")
     async def asleep(ctx: TaskContext, task_input: JSON) -> JSON:
-        with lock:
-            now[0] += 1
-            peak[0] = max(peak[0], now[0])
-        await asyncio.sleep(0.3)
-        with lock:
-            now[0] -= 1
+        with peak.held():
+            await asyncio.sleep(0.3)
         return {}
 
     with Running(w):
         tasks = [dispatcher.assign(w.worker_id, ("sleep", "asleep")[i % 2], {}) for i in range(7)]
         for t in tasks:
             assert isinstance(dispatcher.final(t.task_id, 30), c.ReportCompleted)
-    assert peak[0] == 2
+    assert peak.max == 2
 
 
 def test_tasks_over_the_workers_free_capacity_wait_and_are_reported_as_held(
@@ -347,16 +305,12 @@ def test_tasks_over_the_workers_free_capacity_wait_and_are_reported_as_held(
     """Two dispatchers can each place a 1-cpu task on the last free cpu (each sees the other's
     placement only in the next status report): the worker starts only what fits (ADR 6)."""
     w = make_worker(settings, concurrency=8, capacity=Capacity(cpu=2.0, memory_mb=4096))
-    lock, now, peak, release = threading.Lock(), [0.0], [0.0], threading.Event()
+    peak, release = Peak(), threading.Event()
 
     @w.task("enc")
     def enc(ctx: TaskContext, task_input: JSON) -> JSON:
-        with lock:
-            now[0] += task_input["cpu"]
-            peak[0] = max(peak[0], now[0])
-        release.wait(10)
-        with lock:
-            now[0] -= task_input["cpu"]
+        with peak.held(task_input["cpu"]):
+            release.wait(10)
         return {}
 
     with Running(w):
@@ -383,7 +337,7 @@ def test_tasks_over_the_workers_free_capacity_wait_and_are_reported_as_held(
         release.set()
         for t in tasks:
             assert isinstance(dispatcher.final(t.task_id, 30), c.ReportCompleted)
-    assert peak[0] == 2.0
+    assert peak.max == 2.0
 
 
 def test_status_heartbeats_carry_types_and_running_tasks(
@@ -542,13 +496,7 @@ def test_cli_noop_worker_echoes_and_stops_on_sigterm(
     settings: Settings, dispatcher: Dispatcher
 ) -> None:
     worker_id = f"cli-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "ES_SCHED_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
-        "ES_SCHED_KAFKA_PARTITIONS": str(PARTITIONS),
-        "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(PARTITIONS),
-        "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
-    }
+    env = {**os.environ, **vars_of(settings)}
     cmd = [
         sys.executable, "-c", "from es_sched.cli.worker import worker; worker()",
         "--noop", "--types", "a,b", "--worker-id", worker_id, "--heartbeat-s", "0.2",

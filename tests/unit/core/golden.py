@@ -1,4 +1,5 @@
-"""Golden histories: recorded event streams and the state they must fold to.
+"""Golden histories: the recorder of the event streams and the state they must fold to (the
+tests read them through ``tests.support.golden``).
 
 ``python -m tests.unit.core.golden`` records them again from the simulator (review the diff
 before committing: a change here means the meaning of stored history changed). The
@@ -9,16 +10,15 @@ es-sched wrote it, so the replay test also exercises the upcaster.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from es_sched.domain.state import WorkflowState
 from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.serialization import event_to_dict
 from es_sched.simulate import Simulation
+from tests.support import ROOT
+from tests.support.golden import GOLDEN
 
-ROOT = Path(__file__).resolve().parents[3]
-GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 MEDIA_INPUT = {"source_uri": "file:///in/match.mp4", "asset_id": "a-1", "callback_url": "http://cb"}
 
 

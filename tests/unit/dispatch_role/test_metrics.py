@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 
 import pytest
 
 from es_sched.metrics import CONTENT_TYPE, Registry, serve
+from tests.support.net import free_port
 
 
 def test_text_format_of_counters_gauges_and_histograms() -> None:
@@ -55,7 +55,7 @@ def test_endpoint_serves_metrics_and_port_zero_is_off() -> None:
     assert serve(Registry(), 0) is None
     r = Registry()
     r.counter("es_sched_preemptions_total", "Preempted.").inc()
-    server = serve(r, _free_port(), host="127.0.0.1")
+    server = serve(r, free_port(), host="127.0.0.1")
     assert server is not None
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
@@ -64,9 +64,3 @@ def test_endpoint_serves_metrics_and_port_zero_is_off() -> None:
             assert "es_sched_preemptions_total 1" in resp.read().decode()
     finally:
         server.shutdown()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -18,15 +18,7 @@ from es_sched.projections.views import (
     is_ref,
     rows_of,
 )
-from es_sched.serialization import decode_event
-from tests.unit.core.golden import GOLDEN
-
-NAMES = sorted(p.name.removesuffix(".events.jsonl") for p in GOLDEN.glob("*.events.jsonl"))
-
-
-def history(name: str) -> list[e.Event]:
-    lines = (GOLDEN / f"{name}.events.jsonl").read_bytes().splitlines()
-    return [decode_event(line) for line in lines]
+from tests.support.golden import NAMES, history
 
 
 def without_task_versions(rows: list[dict[str, object]]) -> list[dict[str, object]]:
