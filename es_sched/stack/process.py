@@ -8,6 +8,7 @@ PID is never mistaken for ours and ``stop`` never signals a process it did not s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -83,6 +84,10 @@ def wait_exit(pid: int, timeout_s: float) -> bool:
         except ChildProcessError:
             pass
         if not Path(f"/proc/{pid}").exists() or not cmdline_contains(pid, ""):
+            # It may have died between the waitpid above and this look: then it is a zombie
+            # child of ours, and only a second waitpid removes it.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
             return True
         time.sleep(0.2)
     return False
