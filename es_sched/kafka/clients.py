@@ -7,12 +7,17 @@
   the transaction (decider, relays) or explicitly after the work is durable.
 - ``read_partition()``: read one partition from the beginning to its current end (changelog
   restore, compacted topics).
+- ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
+  it and hands it to the roles; it is the seam where a test passes clients that misbehave on
+  purpose (a producer that pauses inside an open transaction, raises a chosen ``KafkaError`` or
+  dies after k produces) without a test hook in production code.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -50,6 +55,19 @@ def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
     }
     config.update(extra)
     return Consumer(config)
+
+
+@dataclass(frozen=True)
+class KafkaClients:
+    """Producers and group consumers for one cluster, configured as above."""
+
+    bootstrap_servers: str
+
+    def producer(self, transactional_id: str | None = None, **extra: Any) -> Producer:
+        return producer(self.bootstrap_servers, transactional_id, **extra)
+
+    def consumer(self, group: str | None, **extra: Any) -> Consumer:
+        return consumer(self.bootstrap_servers, group, **extra)
 
 
 _FRESH_TOPIC = frozenset({
