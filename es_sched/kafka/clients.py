@@ -27,7 +27,9 @@ from es_sched.errors import InfrastructureError
 QUIET = {"log_level": 3}
 
 
-def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) -> Producer:
+def producer_config(
+    bootstrap: str, transactional_id: str | None = None, **extra: Any
+) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -40,7 +42,11 @@ def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) 
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
     config.update(extra)
-    return Producer(config)
+    return config
+
+
+def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) -> Producer:
+    return Producer(producer_config(bootstrap, transactional_id, **extra))
 
 
 def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:

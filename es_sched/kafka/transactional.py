@@ -296,7 +296,7 @@ class TransactionalLoop:
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self, failed: _Failed, stop: threading.Event, role: TransactionalRole) -> None:
         if failed.kind is Kind.FENCED:
-            raise self._fenced(failed.reason)
+            raise self._fenced(failed.reason) from None
         self.m_aborts.inc(role=self.role)
         if stop.is_set():
             # Leave the transaction open: the coordinator aborts it after the transaction

@@ -45,6 +45,7 @@ class Env:
     prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
     partitions: int = 4
     extra: dict[str, str] = field(default_factory=dict)
+    bootstrap: str = BOOTSTRAP  # another broker for tests that run a private one
 
     @property
     def vars(self) -> dict[str, str]:
@@ -52,7 +53,7 @@ class Env:
             "ES_SCHED_KAFKA_TOPIC_PREFIX": self.prefix,
             "ES_SCHED_KAFKA_PARTITIONS": str(self.partitions),
             "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": "4",
-            "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
+            "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             **self.extra,
         }
 
@@ -61,10 +62,10 @@ class Env:
         return Topics(self.prefix, self.partitions, assignment_partitions=4)
 
     def create(self) -> None:
-        ensure_topics(BOOTSTRAP, self.topics)
+        ensure_topics(self.bootstrap, self.topics)
 
     def push(self, definition: dict[str, Any], taskdefs: list[dict[str, Any]]) -> None:
-        p = producer(BOOTSTRAP)
+        p = producer(self.bootstrap)
         key = workflow_key(definition["name"], definition.get("version", 1))
         p.produce(self.topics.definitions, key=key, value=json.dumps(definition).encode())
         for td in taskdefs:
@@ -74,7 +75,7 @@ class Env:
         assert p.flush(30) == 0
 
     def send(self, inputs: Sequence[c.Input], topic: str | None = None) -> None:
-        p = producer(BOOTSTRAP)
+        p = producer(self.bootstrap)
         for inp in inputs:
             p.produce(
                 topic or self.topics.commands, key=inp.workflow_id.encode(), value=encode_input(inp)
@@ -91,18 +92,27 @@ class Env:
 
 
 class Role:
-    """``es-sched run --role ROLE`` as a child process with this env."""
+    """``es-sched run --role ROLE`` as a child process with this env (``module``: another
+    entry point, e.g. ``tests.integration.faulty_role``, with ``argv`` as its arguments)."""
 
-    def __init__(self, env: Env, role: str, argv: Sequence[str] = (), **extra_env: str) -> None:
+    def __init__(
+        self,
+        env: Env,
+        role: str,
+        argv: Sequence[str] = (),
+        module: str = "es_sched",
+        **extra_env: str,
+    ) -> None:
         logs = Path(tempfile.gettempdir()) / "es-sched-test-roles"
         logs.mkdir(exist_ok=True)
         self.log = logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log"
         command = list(argv) or ["run", "--role", role]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "es_sched", *command],
+            [sys.executable, "-m", module, *command],
             env={**os.environ, **env.vars, **extra_env},
             stdout=self.log.open("w"),
             stderr=subprocess.STDOUT,
+            cwd=ROOT,
         )
 
     def wait_log(self, text: str, timeout_s: float = 60) -> None:
@@ -162,12 +172,12 @@ class Worker:
     def _run(self) -> None:
         # At-least-once like a real worker; auto-commit is enough for a test double.
         cons = consumer(
-            BOOTSTRAP,
+            self.env.bootstrap,
             f"{self.env.prefix}-worker",
             **{"enable.auto.commit": True, "enable.auto.offset.store": True},
         )
         cons.subscribe([self.env.topics.ready])
-        prod = producer(BOOTSTRAP)
+        prod = producer(self.env.bootstrap)
         try:
             while not self.stop.is_set():
                 for msg in cons.consume(500, 0.2):
@@ -197,7 +207,8 @@ class Worker:
 
 def read_events(env: Env, isolation: str = "read_committed") -> dict[str, list[Event]]:
     """Every event of the events topic, by workflow, in offset order."""
-    cons = consumer(BOOTSTRAP, None, **{"isolation.level": isolation, "enable.partition.eof": True})
+    extra = {"isolation.level": isolation, "enable.partition.eof": True}
+    cons = consumer(env.bootstrap, None, **extra)
     parts = [TopicPartition(env.topics.events, p, 0) for p in range(env.partitions)]
     cons.assign(parts)
     by_wf: dict[str, list[Event]] = defaultdict(list)
@@ -217,7 +228,8 @@ def read_events(env: Env, isolation: str = "read_committed") -> dict[str, list[E
 
 
 def count_records(env: Env, topic: str, isolation: str) -> int:
-    cons = consumer(BOOTSTRAP, None, **{"isolation.level": isolation, "enable.partition.eof": True})
+    extra = {"isolation.level": isolation, "enable.partition.eof": True}
+    cons = consumer(env.bootstrap, None, **extra)
     n = env.partitions if topic != env.topics.definitions else 1
     cons.assign([TopicPartition(topic, p, 0) for p in range(n)])
     count, eof = 0, set[int]()
