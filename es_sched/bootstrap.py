@@ -60,10 +60,10 @@ def _retry(settings: Settings, registry: Registry, clients: KafkaClients) -> Rol
     return RetryRelay(settings, registry=registry, clients=clients)
 
 
-def _dispatcher(settings: Settings, registry: Registry, _clients: KafkaClients) -> Role:
+def _dispatcher(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.dispatch.dispatcher import Dispatcher  # noqa: PLC0415
 
-    return Dispatcher(settings, registry=registry)
+    return Dispatcher(settings, registry=registry, clients=clients)
 
 
 def _projector_pg(settings: Settings, registry: Registry, _clients: KafkaClients) -> Role:
