@@ -2,15 +2,16 @@
 
 - ``producer()``: idempotent, ``acks=all``, murmur2 partitioning (what Java clients use, so a
   workflow id lands on the same partition whoever writes it). With ``transactional_id`` it is a
-  transactional producer for consume-transform-produce.
+  transactional producer for consume-transform-produce. ``producer_config()`` is the same
+  configuration as a dict.
 - ``consumer()``: ``read_committed``, no auto-commit, no offset store: offsets are committed by
   the transaction (decider, relays) or explicitly after the work is durable.
 - ``read_partition()``: read one partition from the beginning to its current end (changelog
   restore, compacted topics).
 - ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
   it and hands it to the roles; it is the seam where a test passes clients that misbehave on
-  purpose (a producer that pauses inside an open transaction, raises a chosen ``KafkaError`` or
-  dies after k produces) without a test hook in production code.
+  purpose (a producer that pauses inside an open transaction or raises a chosen
+  ``KafkaError``) without a test hook in production code.
 """
 
 from __future__ import annotations

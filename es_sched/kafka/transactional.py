@@ -28,6 +28,9 @@ handling: INTRODUCTION.md and ``rdkafka.h``):
   one initialised (``init_transactions`` fences our older epoch and completes or aborts its
   open transaction), then ``role.rewind(producer_lost=True)``: the batch may have committed or
   not, so the role rebuilds from the log whatever depends on the outcome.
+- stopped (the stop flag) while a transaction fails: ``run`` returns and leaves it open; the
+  coordinator aborts it after the transaction timeout, or the next owner's
+  ``init_transactions`` does at once.
 
 Never an unbounded block. ``send_offsets_to_transaction`` waits without limit for its group
 coordinator leg (librdkafka #5456 "ignores timeout", #5511 "hangs when the group coordinator is
