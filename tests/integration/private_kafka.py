@@ -61,6 +61,7 @@ class PrivateKafka:
             if not Path(f"/proc/{self.pid}").exists():
                 raise AssertionError(f"private Kafka exited:\n{process.tail(self.log_file)}")
             if time.monotonic() - started > timeout_s:
+                self.stop()
                 raise AssertionError(f"private Kafka not ready after {timeout_s:.0f}s")
             time.sleep(0.5)
         return time.monotonic() - started
