@@ -2,7 +2,9 @@
 
 Entry points (the CLI, benchmarks, tests that run roles in-process) ask here for a role, a
 script engine or a store; nothing else picks an implementation. Nothing connects at import
-time: a role opens its Kafka clients in ``run``, a store on first use.
+time: a role opens its Kafka clients in ``run``, a store on first use. The Kafka roles get
+their producers and group consumers from one ``KafkaClients``; a test entry point passes its
+own (clients that fail on purpose) instead of the role carrying a test hook.
 
 Roles and stores are imported where they are built, so ``es-sched worker`` or ``es-sched
 submit`` do not load SQLAlchemy or the search clients; import-linter still sees every import.
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.errors import ConfigError
+from es_sched.kafka.clients import KafkaClients
 from es_sched.metrics import Registry
 from es_sched.settings import Settings
 
@@ -39,6 +42,11 @@ def script_engine() -> ScriptEngine:
     from es_sched.scripting.quickjs import QuickJsEngine  # noqa: PLC0415
 
     return QuickJsEngine()
+
+
+def kafka_clients(settings: Settings) -> KafkaClients:
+    """The factory every Kafka role makes its producers and group consumers with."""
+    return KafkaClients(settings.kafka.bootstrap_servers)
 
 
 def command_client(settings: Settings) -> CommandClient:
@@ -71,43 +79,43 @@ def store(settings: Settings, target: str) -> Store:
     raise ConfigError(f"unknown read model {target!r}; choose pg or search")
 
 
-def _decider(settings: Settings, registry: Registry) -> Role:
+def _decider(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.runtime.decider import Decider  # noqa: PLC0415
 
-    return Decider(settings, script_engine(), registry=registry)
+    return Decider(settings, script_engine(), registry=registry, clients=clients)
 
 
-def _timers(settings: Settings, registry: Registry) -> Role:
+def _timers(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.runtime.timer_service import TimerService  # noqa: PLC0415
 
-    return TimerService(settings, registry=registry)
+    return TimerService(settings, registry=registry, clients=clients)
 
 
-def _retry(settings: Settings, registry: Registry) -> Role:
+def _retry(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.runtime.retry_relay import RetryRelay  # noqa: PLC0415
 
-    return RetryRelay(settings, registry=registry)
+    return RetryRelay(settings, registry=registry, clients=clients)
 
 
-def _dispatcher(settings: Settings, registry: Registry) -> Role:
+def _dispatcher(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.dispatch.dispatcher import Dispatcher  # noqa: PLC0415
 
-    return Dispatcher(settings, registry=registry)
+    return Dispatcher(settings, registry=registry, clients=clients)
 
 
-def _projector_pg(settings: Settings, registry: Registry) -> Role:
+def _projector_pg(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.projections.roles import ProjectorRole  # noqa: PLC0415
 
-    return ProjectorRole(settings, pg_store(settings), registry)
+    return ProjectorRole(settings, pg_store(settings), registry, clients)
 
 
-def _projector_search(settings: Settings, registry: Registry) -> Role:
+def _projector_search(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.projections.roles import ProjectorRole  # noqa: PLC0415
 
-    return ProjectorRole(settings, search_store(settings), registry)
+    return ProjectorRole(settings, search_store(settings), registry, clients)
 
 
-_BUILDERS: dict[str, Callable[[Settings, Registry], Role]] = {
+_BUILDERS: dict[str, Callable[[Settings, Registry, KafkaClients], Role]] = {
     "decider": _decider,
     "timers": _timers,
     "retry": _retry,
@@ -117,9 +125,15 @@ _BUILDERS: dict[str, Callable[[Settings, Registry], Role]] = {
 }
 
 
-def role(name: str, settings: Settings, registry: Registry | None = None) -> Role:
-    """One role of ``es-sched run``, wired from ``settings``; ``registry`` collects its metrics."""
+def role(
+    name: str,
+    settings: Settings,
+    registry: Registry | None = None,
+    clients: KafkaClients | None = None,
+) -> Role:
+    """One role of ``es-sched run``, wired from ``settings``; ``registry`` collects its metrics,
+    ``clients`` (default: from the settings) makes its Kafka producers and group consumers."""
     builder = _BUILDERS.get(name)
     if builder is None:
         raise ConfigError(f"unknown role {name!r}; choose from {', '.join(ROLES)}")
-    return builder(settings, registry or Registry())
+    return builder(settings, registry or Registry(), clients or kafka_clients(settings))

@@ -147,10 +147,6 @@ class RuntimeSettings(BaseSettings):
     retry_tiers_s: str = "5,30,300,3600"
     retry_release_per_s: float = Field(default=200.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no /metrics endpoint
-    # Test hook for the crash tests: after this many batches, produce the next batch, flush
-    # it uncommitted and sleep this long inside the open transaction. 0 disables it.
-    test_pause_after_batches: int = Field(default=0, ge=0)
-    test_pause_in_txn_s: float = Field(default=0.0, ge=0)
 
     @field_validator("retry_tiers_s")
     @classmethod

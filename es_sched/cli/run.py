@@ -4,7 +4,9 @@
 (repeatable); without ``--role`` all of them run in threads of one process (development).
 ``--metrics-port`` (or ``ES_SCHED_RUN_METRICS_PORT``) serves every role's metrics of this
 process on one Prometheus endpoint. SIGINT/SIGTERM stop the roles cleanly: the current
-transaction finishes, the consumer leaves its group.
+transaction finishes, the consumer leaves its group. A role that has not returned
+``STOP_GRACE_S`` after the signal (a client call stuck while the broker is unreachable) is left
+behind and the process exits non-zero: a stop request is never ignored.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 
 import click
@@ -21,6 +24,8 @@ from es_sched.bootstrap import ROLES, Role
 from es_sched.errors import EsSchedError
 from es_sched.metrics import Registry, serve
 from es_sched.settings import load_settings
+
+STOP_GRACE_S = 30.0
 
 
 @click.command("run")
@@ -75,9 +80,19 @@ def run(role: tuple[str, ...], metrics_port: int | None, log_level: str) -> None
         logging.getLogger("es_sched").info("metrics on :%d/metrics", port)
     for t in threads:
         t.start()
+    stopping_since: float | None = None
     while any(t.is_alive() for t in threads):
         for t in threads:
             t.join(0.2)
+        if stop.is_set():
+            stopping_since = stopping_since or time.monotonic()
+            if time.monotonic() - stopping_since > STOP_GRACE_S:
+                stuck = [t.name for t in threads if t.is_alive()]
+                failures.append(
+                    EsSchedError(f"role(s) {stuck} did not stop within {STOP_GRACE_S:.0f}s")
+                )
+                logging.getLogger("es_sched").error("%s; exiting without them", failures[-1])
+                break
     if server is not None:
         server.shutdown()
     if failures:

@@ -22,6 +22,12 @@ Delivery: at least once. Ready offsets are committed only after the producer flu
 records of the tasks they carried, and never past a task still waiting in the queue, so a crash
 re-delivers every task not yet dispatched; the decider rejects a stale dispatch. Poison records
 of ready, worker-status and config go to ``dead-letters``.
+
+Kafka failures: a commit refused because this member fell out of its group or cannot reach the
+coordinator is tried again next tick (``es_sched.dispatch.ready_offsets``); the consumer rejoins
+by itself. While the broker is down records wait in the producer's queue and nothing is
+committed past them; SIGTERM is still honoured within a second. A record the broker refused
+for good, or a fatal client error, stops the role.
 """
 
 from __future__ import annotations
@@ -48,9 +54,10 @@ from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues
+from es_sched.dispatch.ready_offsets import ReadyOffsets
 from es_sched.domain.commands import Input
 from es_sched.errors import EsSchedError, InfrastructureError, SchemaError
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
@@ -60,8 +67,8 @@ from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.dispatcher")
 ROLE = "dispatcher"
-TP = tuple[str, int]
 GAUGE_EVERY_S = 0.5
+FLUSH_S = 1.0  # one wait for deliveries; repeated until done, the stop flag checked between
 
 
 def _utcnow() -> datetime:
@@ -83,8 +90,11 @@ class Dispatcher:
         clock: Callable[[], datetime] = _utcnow,
         token: Callable[[], str] = lambda: secrets.token_hex(16),
         registry: Registry | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         self.settings, self.clock, self.token = settings, clock, token
+        self.clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
+        self._stop = threading.Event()
         d = self.dispatch_settings = settings.dispatch
         self.topics = topics_for(settings)
         self.prefix = settings.kafka.topic_prefix
@@ -98,9 +108,7 @@ class Dispatcher:
             preempt_after_s=d.preempt_after_s,
         )
         self.workflow_of: dict[str, str] = {}  # task id -> workflow id, queued or in flight
-        self.pending: dict[TP, dict[str, int]] = {}  # queued, not yet dispatched: id -> offset
-        self.consumed: dict[TP, int] = {}  # next offset after the last ready record read
-        self.committed: dict[TP, int] = {}
+        self.offsets = ReadyOffsets()
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
         self.pool_topics: set[str] = set()
         self.failures: list[str] = []
@@ -122,10 +130,11 @@ class Dispatcher:
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         # The default pool's topic first, so it gets the assignment partition count (ADR 5).
         self._pool_topic("default")
         ensure_topics(self.bootstrap, self.topics)
-        self.producer = producer(self.bootstrap)
+        self.producer = self.clients.producer()
         self.config = Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
         self.status = Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING)
         self.events = Tail(self.bootstrap, self.topics.events, OFFSET_END)
@@ -134,11 +143,10 @@ class Dispatcher:
             self._on_config(msg)
         for msg in self.status.catch_up():
             self._on_status(msg, now)
-        self.ready: Consumer = consumer(
-            self.bootstrap, self.group,
-            **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
-        )  # fmt: skip
-        self.ready.subscribe([self.topics.ready], on_revoke=self._on_revoke)
+        self.ready: Consumer = self.clients.consumer(
+            self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
+        )
+        self.ready.subscribe([self.topics.ready], on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info(
             "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
         )
@@ -179,8 +187,8 @@ class Dispatcher:
         # Delivering the DispatchTasks first makes the worker's reports always come after.
         for a in assignments:
             self._send(dispatch_records.assignment(a)[1], now)
-        if assignments:
-            self.producer.flush(30)
+        if assignments and not self._delivered_all():
+            return  # stopping: the tasks stay uncommitted, the next owner dispatches them
         for a in assignments:
             self._assign(a, now)
         self._flush_and_commit()
@@ -190,11 +198,13 @@ class Dispatcher:
     def _on_ready(self, msg: Message) -> None:
         err = msg.error()
         if err is not None:
+            if err.fatal():
+                raise InfrastructureError(f"reading {self.topics.ready}: {err}")
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("reading %s: %s", self.topics.ready, err)
             return
         tp, offset = (msg.topic() or "", msg.partition() or 0), msg.offset() or 0
-        self.consumed[tp] = offset + 1
+        self.offsets.read(tp, offset)
         kind, ms = msg.timestamp()
         at = ms / 1000 if kind and ms > 0 else None
         try:
@@ -204,10 +214,10 @@ class Dispatcher:
         except SchemaError as exc:
             self._dead(msg, exc)
             return
-        if task.task_id in self.workflow_of:
-            return  # re-delivered while we still hold it
+        if task.task_id in self.workflow_of or self.offsets.stale(task.task_id, task.attempt):
+            return  # re-delivered while we still hold it, or after it ended
         self.workflow_of[task.task_id] = task.workflow_id
-        self.pending.setdefault(tp, {})[task.task_id] = offset
+        self.offsets.queued(tp, task.task_id, offset)
         self.ready_at[task.task_id] = at or time.time()
         self.core.enqueue(task)
 
@@ -264,6 +274,8 @@ class Dispatcher:
             return
         task_id, kind = ended
         flight = self.core.in_flight.get(task_id)
+        if flight is not None:
+            self.offsets.ended(task_id, flight.task.attempt)
         if flight is not None and kind in ("task.failed", "task.completed"):
             # A worker failing most of its recent tasks is blacklisted for a cool-down.
             worker = flight.placement.worker_id
@@ -275,14 +287,17 @@ class Dispatcher:
         """Tasks still queued from these partitions are now another dispatcher's: drop them
         (their offsets are not committed, so the new owner reads them again)."""
         self._flush_and_commit()
-        gone: set[str] = set()
-        for tp in partitions:
-            key = (tp.topic, tp.partition)
-            gone |= set(self.pending.pop(key, {}))
-            self.consumed.pop(key, None)
-            self.committed.pop(key, None)
+        self._forget(partitions, "revoked")
+
+    def _on_lost(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
+        """Lost (the group moved on without us, e.g. across a broker restart): nothing can be
+        committed for them any more; drop what was queued from them."""
+        self._forget(partitions, "lost")
+
+    def _forget(self, partitions: list[TopicPartition], how: str) -> None:
+        gone = self.offsets.forget(partitions)
         self._drop_queued(gone)
-        log.info("revoked %s: dropped %d queued tasks", [tp.partition for tp in partitions],
+        log.info("%s %s: dropped %d queued tasks", how, [tp.partition for tp in partitions],
                  len(gone))  # fmt: skip
 
     # -- decisions -------------------------------------------------------------------------
@@ -291,9 +306,7 @@ class Dispatcher:
         pool = self.core.pools.get(a.task.task_type, "default")
         self._produce(assignment_topic(self.prefix, pool), record.worker_id,
                       wire.encode(record), now)  # fmt: skip
-        for offsets in self.pending.values():
-            if offsets.pop(a.task.task_id, None) is not None:
-                break
+        self.offsets.done(a.task.task_id)
         at = self.ready_at.pop(a.task.task_id, None)
         if at is not None:
             self.m_latency.observe(max(0.0, time.time() - at))
@@ -329,8 +342,7 @@ class Dispatcher:
         for task_id in task_ids:
             self.workflow_of.pop(task_id, None)
             self.ready_at.pop(task_id, None)
-            for offsets in self.pending.values():
-                offsets.pop(task_id, None)
+            self.offsets.done(task_id)
 
     # -- output ----------------------------------------------------------------------------
     def _send(self, inp: Input, now: datetime) -> None:
@@ -356,23 +368,26 @@ class Dispatcher:
             on_delivery=self._delivered,
         )  # fmt: skip
 
+    def _delivered_all(self) -> bool:
+        """Wait until the producer delivered everything (a broker outage is waited out); False
+        if the role was stopped first. A record the broker refused for good raises."""
+        while True:
+            left = self.producer.flush(FLUSH_S)
+            if self.failures:
+                raise InfrastructureError(
+                    f"dispatcher could not deliver records: {self.failures[:3]}"
+                )
+            if not left:
+                return True
+            if self._stop.is_set():
+                return False
+            log.warning("dispatcher: %d records not delivered yet; waiting for the broker", left)
+
     def _flush_and_commit(self) -> None:
         """Deliver everything produced, then commit ready offsets up to the first task still
         waiting in each partition: a crash re-delivers exactly what was not dispatched."""
-        left = self.producer.flush(30)
-        if left or self.failures:
-            raise InfrastructureError(
-                f"dispatcher could not deliver {left} records: {self.failures[:3]}"
-            )
-        offsets = {}
-        for tp, end in self.consumed.items():
-            waiting = self.pending.get(tp)
-            offsets[tp] = next(iter(waiting.values())) if waiting else end
-        todo = [TopicPartition(t, p, o) for (t, p), o in offsets.items()
-                if self.committed.get((t, p)) != o]  # fmt: skip
-        if todo:
-            self.ready.commit(offsets=todo, asynchronous=False)
-            self.committed.update(offsets)
+        if self._delivered_all():
+            self.offsets.commit(lambda todo: self.ready.commit(offsets=todo, asynchronous=False))
 
     def _pool_topic(self, pool: str) -> None:
         name = assignment_topic(self.prefix, pool)

@@ -2,17 +2,23 @@
 
 - ``producer()``: idempotent, ``acks=all``, murmur2 partitioning (what Java clients use, so a
   workflow id lands on the same partition whoever writes it). With ``transactional_id`` it is a
-  transactional producer for consume-transform-produce.
+  transactional producer for consume-transform-produce. ``producer_config()`` is the same
+  configuration as a dict.
 - ``consumer()``: ``read_committed``, no auto-commit, no offset store: offsets are committed by
   the transaction (decider, relays) or explicitly after the work is durable.
 - ``read_partition()``: read one partition from the beginning to its current end (changelog
   restore, compacted topics).
+- ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
+  it and hands it to the roles; it is the seam where a test passes clients that misbehave on
+  purpose (a producer that pauses inside an open transaction or raises a chosen
+  ``KafkaError``) without a test hook in production code.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -22,7 +28,9 @@ from es_sched.errors import InfrastructureError
 QUIET = {"log_level": 3}
 
 
-def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) -> Producer:
+def producer_config(
+    bootstrap: str, transactional_id: str | None = None, **extra: Any
+) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -35,7 +43,11 @@ def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) 
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
     config.update(extra)
-    return Producer(config)
+    return config
+
+
+def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) -> Producer:
+    return Producer(producer_config(bootstrap, transactional_id, **extra))
 
 
 def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
@@ -50,6 +62,19 @@ def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
     }
     config.update(extra)
     return Consumer(config)
+
+
+@dataclass(frozen=True)
+class KafkaClients:
+    """Producers and group consumers for one cluster, configured as above."""
+
+    bootstrap_servers: str
+
+    def producer(self, transactional_id: str | None = None, **extra: Any) -> Producer:
+        return producer(self.bootstrap_servers, transactional_id, **extra)
+
+    def consumer(self, group: str | None, **extra: Any) -> Consumer:
+        return consumer(self.bootstrap_servers, group, **extra)
 
 
 _FRESH_TOPIC = frozenset({

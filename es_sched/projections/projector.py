@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from es_sched.domain.events import Event
 from es_sched.errors import SchemaError
-from es_sched.kafka.clients import consumer, producer, watermarks
+from es_sched.kafka.clients import KafkaClients, watermarks
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
@@ -55,8 +55,10 @@ class Projector:
         store: Store,
         registry: Registry | None = None,
         group: str | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         self.settings, self.store = settings, store
+        self.clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
         self.topics = topics_for(settings)
         self.topic = self.topics.events
         self.bootstrap = settings.kafka.bootstrap_servers
@@ -86,11 +88,10 @@ class Projector:
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         ensure_topics(self.bootstrap, self.topics)
-        self.producer = producer(self.bootstrap)
-        self.consumer: Consumer = consumer(
-            self.bootstrap, self.group,
-            **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
-        )  # fmt: skip
+        self.producer = self.clients.producer()
+        self.consumer: Consumer = self.clients.consumer(
+            self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
+        )
         self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info("projector %s started (group %s)", self.store.name, self.group)
         self.started.set()
@@ -110,8 +111,8 @@ class Projector:
         """Project every partition, without joining a group, from the store's checkpoints (or
         the start) to the high watermarks read now; returns the records read. Rebuilds use it.
         """
-        self.producer = producer(self.bootstrap)
-        self.consumer = consumer(self.bootstrap, self.group)
+        self.producer = self.clients.producer()
+        self.consumer = self.clients.consumer(self.group)
         try:
             meta = self.consumer.list_topics(self.topic, timeout=30)
             parts = sorted(meta.topics[self.topic].partitions)

@@ -2,16 +2,25 @@
 
 Inputs: ``commands`` and ``task-results`` (group ``<prefix>-decider``, ``read_committed``, the
 range assignor so partition *p* of both topics goes to the same member). Per poll batch, in
-ONE transaction: events, changelog snapshots, ready tasks, timers, retry requests, commands to
-other workflows and dead letters are produced, then the batch's offsets are sent with the
-consumer group metadata (KIP-447 fencing) and the transaction commits. In-memory state changes
-are staged and kept only after the commit succeeds; after an abort the consumer rewinds to the
-committed offsets and the staged changes are dropped, so memory never runs ahead of the log.
-A fatal producer error re-creates the producer; a fenced producer means another process owns
-this ``ES_SCHED_RUN_INSTANCE`` and the role stops.
+ONE transaction (``es_sched.kafka.transactional``, ``transactional.id =
+<prefix>-decider-<instance>``): events, changelog snapshots, ready tasks, timers, retry
+requests, commands to other workflows and dead letters are produced, then the batch's offsets
+are sent with the consumer group metadata (KIP-447 fencing) and the transaction commits.
+Offsets are committed only there. In-memory state changes are staged and kept only after the
+commit succeeds, so memory never runs ahead of the log:
+
+- an aborted batch: the staged changes are dropped and the consumer rewinds to the committed
+  offsets, so the batch is read and decided again;
+- a lost producer (fatal error, failed abort, a call that never returned): whether the batch
+  committed is unknown, so the state of every assigned partition is restored from the
+  changelog and the consumer rewinds to the committed offsets: snapshots and offsets commit
+  together, so both say the same thing, exactly as for a new owner after a rebalance;
+- fenced: another process owns this ``ES_SCHED_RUN_INSTANCE``; the role stops with an
+  ``InfrastructureError`` naming the transactional id.
 
 State: restored per partition from the compacted changelog on assignment (the restore rate is
-logged), dropped on revocation. Duplicate inputs are no-ops (``decide`` remembers input ids).
+logged; a broker outage during it is waited out), dropped on revocation. Duplicate inputs are
+no-ops (``decide`` remembers input ids).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
@@ -33,10 +42,12 @@ from es_sched.domain.ids import workflow_id_for_command
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
-from es_sched.kafka.clients import consumer, producer, read_partition
+from es_sched.kafka.clients import KafkaClients, read_partition
 from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.failures import seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import ensure_topics, topics_for
+from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, outbound, snapshot
 from es_sched.serialization import decode_input
@@ -44,6 +55,7 @@ from es_sched.serialization.snapshots import decode_state
 from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.decider")
+RESTORE_RETRY_S = 2.0
 
 
 def _utcnow() -> datetime:
@@ -58,11 +70,13 @@ class Decider:
         clock: Callable[[], datetime] = _utcnow,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         registry: Registry | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         self.settings, self.scripts, self.clock, self.new_id = settings, scripts, clock, new_id
         self.run_settings = settings.runtime
         self.topics = topics_for(settings)
         self.bootstrap = settings.kafka.bootstrap_servers
+        self.clients = clients or KafkaClients(self.bootstrap)
         self.group = f"{settings.kafka.topic_prefix}-decider"
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
         self.states: dict[str, WorkflowState] = {}
@@ -79,15 +93,19 @@ class Decider:
         )
         self.m_workflows = r.gauge("es_sched_decider_workflows", "Workflow states held.")
         self.lag = LagGauge(r, "decider")
+        self.loop = TransactionalLoop(
+            self.clients, self.txn_id, "decider", settings.runtime.transaction_timeout_ms,
+            registry=r,
+        )  # fmt: skip
+        self._stop = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         ensure_topics(self.bootstrap, self.topics)
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()
-        self.producer = self._new_producer()
-        self.consumer: Consumer = consumer(
-            self.bootstrap,
+        self.consumer: Consumer = self.clients.consumer(
             self.group,
             # range: partition p of both input topics goes to one member (one changelog p).
             # A short session lets the group notice a killed decider in seconds.
@@ -98,90 +116,104 @@ class Decider:
             [self.topics.commands, self.topics.task_results],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
         )
         log.info("decider %s started (group %s)", self.txn_id, self.group)
         try:
-            while not stop.is_set():
-                self.registry.poll()
-                msgs = self.consumer.consume(
-                    self.run_settings.batch_max_records, self.run_settings.batch_max_ms / 1000
-                )
-                if msgs:
-                    started = time.monotonic()
-                    self.process(msgs)
-                    self.m_batch.observe(time.monotonic() - started)
-                self._export()
+            self.loop.run(
+                stop, self.consumer, self,
+                self.run_settings.batch_max_records, self.run_settings.batch_max_ms / 1000,
+            )  # fmt: skip
         finally:
             self.consumer.close()
             self.registry.close()
             log.info("decider %s stopped: %s", self.txn_id, self.stats)
 
-    def _export(self) -> None:
+    def tick(self) -> None:
         if self.lag.update(self.consumer):  # once a second
             for k, counter in self.m_counts.items():
                 counter.inc(self.stats[k] - counter.value())
             self.m_workflows.set(len(self.states))
 
-    def _new_producer(self) -> Producer:
-        p = producer(
-            self.bootstrap,
-            self.txn_id,
-            **{"transaction.timeout.ms": self.run_settings.transaction_timeout_ms},
-        )
-        p.init_transactions(30)
-        return p
-
     # -- partitions ------------------------------------------------------------------------
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
-        for number in sorted({tp.partition for tp in partitions}):
-            started, count = time.monotonic(), 0
-            for msg in read_partition(self.bootstrap, self.topics.changelog, number):
-                key, value = (msg.key() or b""), msg.value()
-                wf = key.decode() if isinstance(key, bytes) else key
-                if value is None:
-                    self.states.pop(wf, None)
-                else:
-                    raw = value if isinstance(value, bytes) else value.encode()
-                    self.states[wf] = decode_state(raw)
-                    self.partition_of[wf] = number
-                count += 1
-            took = time.monotonic() - started
-            log.info(
-                "restored partition %d: %d snapshots in %.2fs (%.0f/s)",
-                number, count, took, count / took if took > 0 else 0.0,
-            )  # fmt: skip
+        self._restore({tp.partition for tp in partitions})
+
+    def _restore(self, numbers: set[int]) -> None:
+        """Each partition's states from its changelog; a broker outage is waited out (a role
+        must not die of a broker restart), ``Stopped`` ends the wait when the role stops."""
+        for number in sorted(numbers):
+            while True:
+                try:
+                    self._restore_partition(number)
+                    break
+                except InfrastructureError as exc:
+                    log.warning("restoring partition %d: %s; trying again", number, exc)
+                    wait(self._stop, RESTORE_RETRY_S)
+
+    def _restore_partition(self, number: int) -> None:
+        self._drop({number})  # a retry starts from a clean slate
+        started, count = time.monotonic(), 0
+        for msg in read_partition(self.bootstrap, self.topics.changelog, number):
+            key, value = (msg.key() or b""), msg.value()
+            wf = key.decode() if isinstance(key, bytes) else key
+            if value is None:
+                self.states.pop(wf, None)
+            else:
+                raw = value if isinstance(value, bytes) else value.encode()
+                self.states[wf] = decode_state(raw)
+                self.partition_of[wf] = number
+            count += 1
+        took = time.monotonic() - started
+        log.info(
+            "restored partition %d: %d snapshots in %.2fs (%.0f/s)",
+            number, count, took, count / took if took > 0 else 0.0,
+        )  # fmt: skip
+
+    def _drop(self, numbers: set[int]) -> None:
+        for wf in [wf for wf, p in self.partition_of.items() if p in numbers]:
+            self.states.pop(wf, None)
+            self.partition_of.pop(wf, None)
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}
-        for wf in [wf for wf, p in self.partition_of.items() if p in gone]:
-            self.states.pop(wf, None)
-            self.partition_of.pop(wf, None)
+        self._drop(gone)
         log.info("revoked partitions %s", sorted(gone))
 
-    # -- one batch -------------------------------------------------------------------------
-    def process(self, msgs: list[Message]) -> bool:
+    # -- one batch (the loop's step and rewind) --------------------------------------------
+    def step(self, msgs: list[Message]) -> Batch | None:
+        """Decide a poll batch; its state changes are staged until the transaction commits."""
+        self.registry.poll()
+        if not msgs:
+            return None
+        started = time.monotonic()
         staged: dict[str, WorkflowState] = {}
         staged_partition: dict[str, int] = {}
         records: list[Record] = []
         offsets: dict[tuple[str, int], int] = {}
         for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error: %s", err)
-                continue
             offsets[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
             records += self.handle(msg, staged, staged_partition)
         records += [snapshot(self.topics, st) for st in staged.values()]
-        if not offsets:
-            return True
-        if not self.commit(records, offsets):
-            return False
-        self.states.update(staged)
-        self.partition_of.update(staged_partition)
-        self.batches += 1
-        self.stats["batches"] = self.batches
-        return True
+
+        def keep() -> None:
+            self.states.update(staged)
+            self.partition_of.update(staged_partition)
+            self.batches += 1
+            self.stats["batches"] = self.batches
+            self.m_batch.observe(time.monotonic() - started)
+
+        outs = [Out(r.topic, r.key.encode(), r.value, r.headers) for r in records]
+        return Batch(outs, offsets, keep)
+
+    def rewind(self, producer_lost: bool) -> None:
+        """Back to the committed offsets: the batch will be read and decided again."""
+        self.stats["aborts"] += 1
+        if producer_lost:  # it may have committed: rebuild the states as a new owner would
+            numbers = {tp.partition for tp in self.consumer.assignment()}
+            log.warning("rebuilding partitions %s from the changelog", sorted(numbers))
+            self._restore(numbers)
+        seek_to_committed(self.consumer, self._stop)
 
     def handle(
         self, msg: Message, staged: dict[str, WorkflowState], where: dict[str, int]
@@ -252,61 +284,3 @@ class Decider:
             raw if isinstance(raw, bytes) or raw is None else raw.encode(),
             headers_for(msg, reason, error_class, "decider"),
         )  # fmt: skip
-
-    # -- the transaction -------------------------------------------------------------------
-    def commit(self, records: list[Record], offsets: dict[tuple[str, int], int]) -> bool:
-        try:
-            self.producer.begin_transaction()
-            for r in records:
-                self._produce(r)
-            self._test_pause()
-            positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-            self.producer.send_offsets_to_transaction(
-                positions, self.consumer.consumer_group_metadata(), 30
-            )
-            self.producer.commit_transaction(60)
-            return True
-        except KafkaException as exc:
-            return self._recover(exc.args[0])
-
-    def _produce(self, r: Record) -> None:
-        while True:
-            try:
-                self.producer.produce(r.topic, key=r.key.encode(), value=r.value, headers=r.headers)
-                return
-            except BufferError:
-                self.producer.poll(0.05)  # the local queue is full: let deliveries drain
-
-    def _test_pause(self) -> None:
-        hook = self.run_settings
-        if hook.test_pause_after_batches and self.batches + 1 == hook.test_pause_after_batches:
-            self.producer.flush(30)
-            log.warning(
-                "test hook: transaction open with records flushed; sleeping %.1fs",
-                hook.test_pause_in_txn_s,
-            )
-            time.sleep(hook.test_pause_in_txn_s)
-
-    def _recover(self, err: KafkaError) -> bool:
-        self.stats["aborts"] += 1
-        if err.code() == KafkaError._FENCED or err.code() == KafkaError.PRODUCER_FENCED:
-            raise InfrastructureError(f"decider {self.txn_id} was fenced by another process: {err}")
-        if err.txn_requires_abort():
-            log.warning("transaction aborted: %s", err)
-            try:
-                self.producer.abort_transaction(30)
-            except KafkaException as exc:
-                log.warning("abort failed (%s): re-creating the producer", exc)
-                self.producer = self._new_producer()
-        else:
-            log.error("fatal producer error: %s; re-creating the producer", err)
-            self.producer = self._new_producer()
-        self._rewind()
-        return False
-
-    def _rewind(self) -> None:
-        """Back to the committed offsets: the aborted batch will be read and decided again."""
-        assigned = self.consumer.assignment()
-        for tp in self.consumer.committed(assigned, timeout=30):
-            offset = tp.offset if tp.offset >= 0 else 0
-            self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))

@@ -7,12 +7,14 @@ Guarantees:
   records in partition order; a record behind a later-due head waits for it.
 - **Rate-capped.** Releases are paced by a token bucket of ``ES_SCHED_RUN_RETRY_RELEASE_PER_S``
   (burst = that rate, at least 1): a storm of failures queues in the tiers, not in the main flow.
-- **Exactly once, Kafka to Kafka.** Each batch of releases is one transaction
-  (``transactional.id = <prefix>-retry-<instance>``) that produces the ``timer.fired(kind=retry)``
-  inputs to ``commands`` and commits the offsets after the released records (KIP-447 group
-  metadata). Offsets are committed only there. After an abort the held records stay held and are
-  released again on the next tick; ``input_id = retry:<task id>:<next attempt>`` makes any
-  duplicate harmless for the decider.
+- **Exactly once, Kafka to Kafka.** Each batch of releases is one transaction of the
+  exactly-once loop (``es_sched.kafka.transactional``, ``transactional.id =
+  <prefix>-retry-<instance>``) that produces the ``timer.fired(kind=retry)`` inputs to
+  ``commands`` and commits the offsets after the released records (KIP-447 group metadata).
+  Offsets are committed only there. A transaction that did not commit (aborted, or its producer
+  lost and re-created) leaves the records held; they are released again on the next tick, and
+  ``input_id = retry:<task id>:<next attempt>`` makes a duplicate harmless for the decider. A
+  fenced producer stops the role; a broker outage is waited out.
 - **Poison records** go to ``dead-letters`` with origin headers in the transaction that commits
   the offset past them; they take no release token and never block their partition.
 """
@@ -28,14 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from es_sched.domain.commands import FireTimer
 from es_sched.domain.timers import retry_input
-from es_sched.errors import InfrastructureError, SchemaError
-from es_sched.kafka import clients
+from es_sched.errors import SchemaError
+from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import topics_for
+from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.serialization.records import decode_retry
@@ -43,6 +46,7 @@ from es_sched.settings import Settings
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
+MAX_DRAIN = 10_000  # records held per tick
 MAX_BATCH = 1000  # releases per transaction
 MAX_HELD = 1000  # records held per partition before it is paused even with a due head
 LOG_EVERY_S = 5.0
@@ -168,13 +172,13 @@ class RetryRelay:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         registry: Registry | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
-        self._bootstrap = settings.kafka.bootstrap_servers
+        self._clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
         self._topics = topics_for(settings)
         self._tiers = [self._topics.retry(t) for t in self._topics.retry_tiers]
         prefix = settings.kafka.topic_prefix
         self._group, self._txn_id = f"{prefix}-retry", f"{prefix}-retry-{settings.runtime.instance}"
-        self._txn_s = settings.runtime.transaction_timeout_ms / 1000
         self._clock = clock
         self._monotonic = monotonic
         self.bucket = TokenBucket(settings.runtime.retry_release_per_s, monotonic)
@@ -189,31 +193,20 @@ class RetryRelay:
         self.m_backlog = r.gauge("es_sched_retry_backlog", "Retries waiting, by tier topic.")
         self.lag = LagGauge(r, "retry")
         self._logged_at, self._logged_total = monotonic(), 0
+        self._loop = TransactionalLoop(
+            self._clients, self._txn_id, ROLE, settings.runtime.transaction_timeout_ms, registry=r
+        )
 
     def run(self, stop: threading.Event) -> None:
-        """Relay retries until ``stop`` is set; raises ``InfrastructureError`` if Kafka fails."""
-        cons = clients.consumer(self._bootstrap, self._group)
-        producer = self._new_producer()
+        """Relay retries until ``stop`` is set; raises ``InfrastructureError`` if fenced or
+        Kafka fails for good."""
+        self._cons = cons = self._clients.consumer(self._group)
         cons.subscribe(self._tiers, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         try:
-            while not stop.is_set():
-                self._drain(cons)
-                producer = self._release(cons, producer)
-                self._flow(cons)
-                self._report(cons)
-                self.lag.update(cons)
+            self._loop.run(stop, cons, self, MAX_DRAIN, TICK_S)
             self._report(cons, final=True)
         finally:
             cons.close()
-
-    def _new_producer(self) -> Producer:
-        ms = int(self._txn_s * 1000)
-        p = clients.producer(self._bootstrap, self._txn_id, **{"transaction.timeout.ms": ms})
-        try:
-            p.init_transactions(self._txn_s)
-        except KafkaException as exc:
-            raise InfrastructureError(f"retry producer {self._txn_id}: {exc}") from exc
-        return p
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in partitions]
@@ -221,48 +214,32 @@ class RetryRelay:
         self._paused.difference_update(tps)
         log.info("retry relay: %d tier partitions revoked", len(tps))
 
-    def _drain(self, cons: Consumer) -> None:
-        msg = cons.poll(TICK_S)
-        for _ in range(10_000):
-            if msg is None:
-                return
-            err = msg.error()
-            if err is not None:
-                if err.fatal():
-                    raise InfrastructureError(f"retry consumer: {err}")
-                log.warning("retry consumer: %s", err)
-            else:
-                self.heads.add((msg.topic() or "", msg.partition() or 0), _hold(msg))
-            msg = cons.poll(0)
-
-    def _release(self, cons: Consumer, producer: Producer) -> Producer:
+    # -- the loop's step, rewind and tick ---------------------------------------------------
+    def step(self, msgs: list[Message]) -> Batch | None:
+        """Hold what arrived; the due heads (within the rate) as one batch."""
+        for msg in msgs:
+            self.heads.add((msg.topic() or "", msg.partition() or 0), _hold(msg))
         batch = self.heads.select(self._clock(), self.bucket.available())
         if not batch:
-            return producer
+            return None
         self.bucket.take(sum(1 for _, h in batch if h.fire is not None))
+        out: list[Out] = []
         offsets: dict[TP, int] = {}
-        try:
-            producer.begin_transaction()
-            for tp, held in batch:
-                if held.fire is not None:
-                    value = encode_input(held.fire)
-                    producer.produce(self._topics.commands, key=held.fire.workflow_id, value=value)
-                else:
-                    msg, exc = held.record, held.error
-                    assert isinstance(msg, Message) and exc is not None
-                    producer.produce(
-                        self._topics.dead_letters, key=msg.key(), value=msg.value(),
-                        headers=headers_for(msg, str(exc), type(exc).__name__, ROLE),
-                    )  # fmt: skip
-                offsets[tp] = held.offset + 1
-            producer.send_offsets_to_transaction(
-                [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                cons.consumer_group_metadata(),
-                self._txn_s,
-            )
-            producer.commit_transaction(self._txn_s)
-        except (KafkaException, BufferError) as exc:
-            return self._recover(producer, exc)
+        for tp, held in batch:
+            if held.fire is not None:
+                value = encode_input(held.fire)
+                out.append(Out(self._topics.commands, held.fire.workflow_id, value))
+            else:
+                rec, exc = held.record, held.error
+                assert isinstance(rec, Message) and exc is not None
+                headers = headers_for(rec, str(exc), type(exc).__name__, ROLE)
+                raw = rec.value()
+                value_bytes = raw.encode() if isinstance(raw, str) else raw
+                out.append(Out(self._topics.dead_letters, rec.key(), value_bytes, headers))
+            offsets[tp] = held.offset + 1
+        return Batch(out, offsets, lambda: self._released(batch))
+
+    def _released(self, batch: list[tuple[TP, Held]]) -> None:
         self.heads.confirm(batch)
         poison = sum(1 for _, h in batch if h.fire is None)
         self.released_total += len(batch) - poison
@@ -271,7 +248,14 @@ class RetryRelay:
         self.m_dead.inc(poison)
         if poison:
             log.warning("retry relay: dead-lettered %d undecodable retry records", poison)
-        return producer
+
+    def rewind(self, producer_lost: bool) -> None:
+        """Nothing to undo: the records stay held and are released on the next tick."""
+
+    def tick(self) -> None:
+        self._flow(self._cons)
+        self._report(self._cons)
+        self.lag.update(self._cons)
 
     def _flow(self, cons: Consumer) -> None:
         """Pause partitions whose head is not due (or that hold enough); resume the others."""
@@ -301,18 +285,6 @@ class RetryRelay:
                 self.released_total, dict(sorted(backlog.items())),
             )  # fmt: skip
         self._logged_at, self._logged_total = now, self.released_total
-
-    def _recover(self, producer: Producer, exc: Exception) -> Producer:
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if err is None or not err.fatal():
-            try:
-                producer.abort_transaction(self._txn_s)
-                log.warning("retry transaction aborted, retrying next tick: %s", err or exc)
-                return producer
-            except KafkaException as abort_exc:
-                log.warning("abort failed (%s)", abort_exc)
-        log.error("retry producer unusable (%s): re-creating it", err or exc)
-        return self._new_producer()
 
 
 def _hold(msg: Message) -> Held:

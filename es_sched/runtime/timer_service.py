@@ -7,18 +7,21 @@ Guarantees:
   the group's committed offsets; the group consumer then continues exactly where the rebuild
   stopped. A later record with the same key replaces the earlier one (it never fires at the old
   time); a tombstone removes it.
-- **Fire once, Kafka to Kafka.** Due timers are fired in one transaction
-  (``transactional.id = <prefix>-timers-<instance>``) that produces each ``timer.fired`` input to
-  ``commands``, a tombstone for each timer key, and the consumer positions with the group metadata
-  (KIP-447). Offsets are committed only there, and only for monitoring: state never depends on
-  them. ``input_id = timer:<timer id>:<due_at>``, so the decider drops a duplicate fire.
+- **Fire once, Kafka to Kafka.** Due timers are fired in one transaction of the exactly-once
+  loop (``es_sched.kafka.transactional``, ``transactional.id = <prefix>-timers-<instance>``) that
+  produces each ``timer.fired`` input to ``commands``, a tombstone for each timer key, and the
+  consumer positions with the group metadata (KIP-447). Offsets are committed only there, and
+  only for monitoring: state never depends on them. ``input_id = timer:<timer id>:<due_at>``, so
+  the decider drops a duplicate fire.
 - **Our tombstone never erases a newer timer for good.** Each tombstone names the offset of the
   record it deletes (header ``timer.offset``). If a newer record for the key was written before
   it (the decider pushed a timeout back while we fired), that record is written again.
 - **Poison records** (undecodable, or not a valid ``timer.fired``) go to ``dead-letters`` with
   origin headers, plus a tombstone if still current, in the next transaction.
-- An abortable transaction error aborts and retries on the next tick; any other one re-creates
-  the producer (fencing its predecessor).
+- A transaction that did not commit (aborted, or its producer lost and re-created) leaves the
+  timers held: they are fired again on the next tick, and a fire that did commit after all is
+  a duplicate the decider drops. A fenced producer (another process with this instance) stops
+  the role; a broker outage is waited out, also while restoring a partition.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
@@ -46,8 +48,11 @@ from es_sched.domain.commands import FireTimer
 from es_sched.domain.timers import Timer, timer_input
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
+from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import header_map, headers_for
+from es_sched.kafka.failures import wait
 from es_sched.kafka.topics import topics_for
+from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.serialization.records import decode_timer
@@ -57,7 +62,9 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 TOMBSTONE_OF = "timer.offset"  # header: offset of the record a tombstone of ours deletes
 TICK_S = 0.1
+MAX_DRAIN = 10_000  # records applied per tick
 MAX_FIRES = 1000  # per transaction
+RESTORE_RETRY_S = 2.0
 ROLE = "timer-service"
 
 
@@ -164,13 +171,15 @@ class TimerService:
         settings: Settings,
         clock: Clock = lambda: datetime.now(UTC),
         registry: Registry | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         self._bootstrap = settings.kafka.bootstrap_servers
+        self._clients = clients or KafkaClients(self._bootstrap)
         self._topics = topics_for(settings)
         prefix = settings.kafka.topic_prefix
         self._group = f"{prefix}-timers"
         self._txn_id = f"{prefix}-timers-{settings.runtime.instance}"
-        self._txn_ms, self._clock = settings.runtime.transaction_timeout_ms, clock
+        self._clock = clock
         self.heap = TimerHeap()
         self._poison: dict[str, tuple[Message, SchemaError]] = {}
         self.fired_total = 0
@@ -178,35 +187,42 @@ class TimerService:
         self.m_fired = r.counter("es_sched_timers_fired_total", "Timers fired.")
         self.m_pending = r.gauge("es_sched_timers_pending", "Timers waiting to fire.")
         self.lag = LagGauge(r, "timers")
+        self._loop = TransactionalLoop(
+            self._clients, self._txn_id, ROLE, settings.runtime.transaction_timeout_ms, registry=r
+        )
+        self._stop = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
-        """Fire timers until ``stop`` is set; raises ``InfrastructureError`` if Kafka fails."""
-        cons = clients.consumer(self._bootstrap, self._group)
-        producer = self._new_producer()
+        """Fire timers until ``stop`` is set; raises ``InfrastructureError`` if fenced or Kafka
+        fails for good."""
+        self._stop = stop
+        self._cons = cons = self._clients.consumer(self._group)
         revoke = self._on_revoke
         cons.subscribe([self._topics.timers], self._on_assign, revoke, on_lost=revoke)
         try:
-            while not stop.is_set():
-                self._drain(cons)
-                producer = self._fire(cons, producer)
-                if self.lag.update(cons):
-                    self.m_pending.set(len(self.heap))
+            self._loop.run(stop, cons, self, MAX_DRAIN, TICK_S)
         finally:
             cons.close()
 
-    def _new_producer(self) -> Producer:
-        extra = {"transaction.timeout.ms": self._txn_ms}
-        p = clients.producer(self._bootstrap, self._txn_id, **extra)
-        try:
-            p.init_transactions(self._txn_ms / 1000)
-        except KafkaException as exc:
-            raise InfrastructureError(f"timer producer {self._txn_id}: {exc}") from exc
-        return p
+    def tick(self) -> None:
+        if self.lag.update(self._cons):
+            self.m_pending.set(len(self.heap))
+
+    def rewind(self, producer_lost: bool) -> None:
+        """Nothing to undo: the due timers, rewrites and poison records are still held and go
+        out in the next transaction (a duplicate fire is dropped by the decider)."""
 
     # -- state ------------------------------------------------------------------------------
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         started = time.monotonic()
-        self._restore(partitions)
+        while True:
+            try:
+                self._restore(partitions)
+                break
+            except InfrastructureError as exc:  # a broker outage: wait it out, from scratch
+                log.warning("restoring timers: %s; trying again", exc)
+                self.heap.drop_partitions({tp.partition for tp in partitions})
+                wait(self._stop, RESTORE_RETRY_S)
         for tp in partitions:
             log.info(
                 "timers[%d]: restored %d timers up to offset %d",
@@ -238,6 +254,10 @@ class TimerService:
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     end = c.position([TopicPartition(topic, part)])[0].offset
                     pending.pop(part).offset = end
+                elif err is not None:
+                    if err.fatal():
+                        raise InfrastructureError(f"restoring {topic}: {err}")
+                    log.warning("restoring %s: %s", topic, err)
                 else:
                     self._apply(msg)
         except KafkaException as exc:
@@ -245,21 +265,7 @@ class TimerService:
         finally:
             c.close()
 
-    def _drain(self, cons: Consumer) -> None:
-        msg = cons.poll(TICK_S)
-        for _ in range(10_000):
-            if msg is None:
-                return
-            self._apply(msg)
-            msg = cons.poll(0)
-
     def _apply(self, msg: Message) -> None:
-        err = msg.error()
-        if err is not None:
-            if err.fatal():
-                raise InfrastructureError(f"timers consumer: {err}")
-            log.warning("timers consumer: %s", err)
-            return
         raw_key, value = msg.key(), msg.value()
         key = raw_key.decode(errors="replace") if raw_key else f"@{msg.partition()}:{msg.offset()}"
         self._poison.pop(key, None)  # superseded: only the current record of a key matters
@@ -274,38 +280,39 @@ class TimerService:
             return
         self.heap.put(Entry(timer, int(msg.partition() or 0), int(msg.offset() or 0), value))
 
-    # -- firing -----------------------------------------------------------------------------
-    def _fire(self, cons: Consumer, producer: Producer) -> Producer:
+    # -- firing (the loop's step) -----------------------------------------------------------
+    def step(self, msgs: list[Message]) -> Batch | None:
+        """Apply what arrived; the due timers, rewrites and poison records as one batch."""
+        for msg in msgs:
+            self._apply(msg)
         due = self.heap.due(self._clock())[:MAX_FIRES]
         firing = {e.timer.timer_id for e in due}
         rewrites = [e for k, e in self.heap.rewrites.items() if k not in firing]
         poison = list(self._poison.items())
         if not (due or rewrites or poison):
-            return producer
+            return None
         timers = self._topics.timers
-        try:
-            producer.begin_transaction()
-            for e in due:
-                value = encode_input(fire_input(e.timer))
-                producer.produce(self._topics.commands, key=e.timer.workflow_id, value=value)
-                self._tombstone(producer, e.timer.timer_id, e.partition, e.offset)
-            for e in rewrites:
-                producer.produce(timers, key=e.timer.timer_id, value=e.raw, partition=e.partition)
-            for key, (msg, exc) in poison:
-                producer.produce(
-                    self._topics.dead_letters, key=msg.key(), value=msg.value(),
-                    headers=headers_for(msg, str(exc), type(exc).__name__, ROLE),
-                )  # fmt: skip
-                if msg.key() and self.heap.get(key) is None:
-                    self._tombstone(producer, msg.key(), msg.partition() or 0, msg.offset() or 0)
-            positions = [tp for tp in cons.position(cons.assignment()) if tp.offset >= 0]
-            if positions:
-                producer.send_offsets_to_transaction(
-                    positions, cons.consumer_group_metadata(), self._txn_ms / 1000
-                )
-            producer.commit_transaction(self._txn_ms / 1000)
-        except (KafkaException, BufferError) as exc:
-            return self._recover(producer, exc)
+        out: list[Out] = []
+        for e in due:
+            value = encode_input(fire_input(e.timer))
+            out.append(Out(self._topics.commands, e.timer.workflow_id, value))
+            out.append(self._tombstone(e.timer.timer_id, e.partition, e.offset))
+        for e in rewrites:
+            out.append(Out(timers, e.timer.timer_id, e.raw, partition=e.partition))
+        for key, (msg, exc) in poison:
+            headers = headers_for(msg, str(exc), type(exc).__name__, ROLE)
+            out.append(Out(self._topics.dead_letters, msg.key(), _bytes(msg.value()), headers))
+            if msg.key() and self.heap.get(key) is None:
+                out.append(self._tombstone(msg.key(), msg.partition() or 0, msg.offset() or 0))
+        # offsets None: the consumer positions, committed for monitoring only
+        return Batch(out, None, lambda: self._fired(due, rewrites, poison))
+
+    def _fired(
+        self,
+        due: list[Entry],
+        rewrites: list[Entry],
+        poison: list[tuple[str, tuple[Message, SchemaError]]],
+    ) -> None:
         for e in due:
             self.heap.fired(e)
         for e in rewrites:
@@ -320,20 +327,10 @@ class TimerService:
             "fired %d timers (%d in total), rewrote %d, dead-lettered %d; %d pending",
             len(due), self.fired_total, len(rewrites), len(poison), len(self.heap),
         )  # fmt: skip
-        return producer
 
-    def _tombstone(self, producer: Producer, key: str | bytes | None, part: int, of: int) -> None:
-        headers: dict[str, str | bytes | None] = {TOMBSTONE_OF: str(of)}
-        producer.produce(self._topics.timers, key=key, value=None, partition=part, headers=headers)
+    def _tombstone(self, key: str | bytes | None, part: int, of: int) -> Out:
+        return Out(self._topics.timers, key, None, [(TOMBSTONE_OF, str(of))], part)
 
-    def _recover(self, producer: Producer, exc: Exception) -> Producer:
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if err is None or not err.fatal():
-            try:
-                producer.abort_transaction(self._txn_ms / 1000)
-                log.warning("timer transaction aborted, retrying next tick: %s", err or exc)
-                return producer
-            except KafkaException as abort_exc:
-                log.warning("abort failed (%s)", abort_exc)
-        log.error("timer producer unusable (%s): re-creating it", err or exc)
-        return self._new_producer()
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value

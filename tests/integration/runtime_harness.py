@@ -60,10 +60,14 @@ class Env:
     prefix: str = field(default_factory=unique_name)
     partitions: int = 4
     extra: dict[str, str] = field(default_factory=dict)
+    bootstrap: str = BOOTSTRAP  # another broker for tests that run a private one
 
     @property
     def vars(self) -> dict[str, str]:
-        return {**private_vars(self.prefix, self.partitions), **self.extra}
+        return {
+            **private_vars(self.prefix, self.partitions, bootstrap=self.bootstrap),
+            **self.extra,
+        }
 
     @cached_property
     def settings(self) -> Settings:
@@ -74,7 +78,7 @@ class Env:
         return topics_for(self.settings)
 
     def create(self) -> None:
-        ensure_topics(BOOTSTRAP, self.topics)
+        ensure_topics(self.bootstrap, self.topics)
 
     @contextmanager
     def client(self) -> Iterator[CommandClient]:
@@ -117,7 +121,7 @@ class Env:
 
     def send(self, inputs: Sequence[c.Input], topic: str) -> None:
         """Produce inputs that are not a user's commands (a worker's report, say) to ``topic``."""
-        p = producer(BOOTSTRAP)
+        p = producer(self.bootstrap)
         for inp in inputs:
             p.produce(topic, key=inp.workflow_id.encode(), value=encode_input(inp))
             p.poll(0)
@@ -193,12 +197,12 @@ class Worker:
     def _run(self) -> None:
         # At-least-once like a real worker; auto-commit is enough for a test double.
         cons = consumer(
-            BOOTSTRAP,
+            self.env.bootstrap,
             f"{self.env.prefix}-worker",
             **{"enable.auto.commit": True, "enable.auto.offset.store": True},
         )
         cons.subscribe([self.env.topics.ready])
-        prod = producer(BOOTSTRAP)
+        prod = producer(self.env.bootstrap)
         try:
             while not self.stop.is_set():
                 for msg in cons.consume(500, 0.2):
@@ -229,14 +233,14 @@ class Worker:
 def read_events(env: Env, isolation: str = "read_committed") -> dict[str, list[Event]]:
     """Every event of the events topic, by workflow, in offset order."""
     by_wf: dict[str, list[Event]] = defaultdict(list)
-    for msg in read_to_end(env.topics.events, isolation):
+    for msg in read_to_end(env.topics.events, isolation, bootstrap=env.bootstrap):
         event = decode_event(msg.value() or b"")
         by_wf[event.workflow_id].append(event)
     return dict(by_wf)
 
 
-def count_records(topic: str, isolation: str) -> int:
-    return len(read_to_end(topic, isolation))
+def count_records(env: Env, topic: str, isolation: str) -> int:
+    return len(read_to_end(topic, isolation, bootstrap=env.bootstrap))
 
 
 def final_status(events: list[Event]) -> str:

@@ -1,5 +1,7 @@
 """The decider on a real broker: exactly-once under crashes and rebalances, dead letters,
-idempotent starts. The test itself plays the workers (runtime_harness.Worker)."""
+idempotent starts. The test itself plays the workers (runtime_harness.Worker). The crash test
+injects its pause through the role's Kafka clients (tests.integration.faulty_role), not through
+a hook in the decider."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from confluent_kafka import Message
 from es_sched.domain.events import Event
 from es_sched.kafka.clients import producer
 from es_sched.kafka.dead_letters import header_map
+from tests.integration.faulty_role import faulty
 from tests.integration.runtime_harness import (
     MEDIA,
     Env,
@@ -86,15 +89,19 @@ def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
     expected = sorted(_summary(v) for v in read_events(reference).values())
 
     env = media_env()
-    hook = {"ES_SCHED_RUN_TEST_PAUSE_AFTER_BATCHES": "4", "ES_SCHED_RUN_TEST_PAUSE_IN_TXN_S": "120"}
     with Worker(env):
-        with roles(env, "decider", **hook) as (victim,):
+        # The 4th transaction flushes its records, then pauses with the transaction open.
+        victim = faulty(env, "decider", "--pause-after-txns", "4", "--pause-s", "120")
+        try:
+            victim.wait_log("started", 60)
             env.submit("media_pipeline", media_inputs(150))
-            victim.wait_log("test hook: transaction open", 60)
-            uncommitted = count_records(env.topics.events, "read_uncommitted")
-            committed = count_records(env.topics.events, "read_committed")
+            victim.wait_log("fault: transaction open with records flushed", 60)
+            uncommitted = count_records(env, env.topics.events, "read_uncommitted")
+            committed = count_records(env, env.topics.events, "read_committed")
             assert uncommitted > committed, "the kill must cut an open transaction"
             victim.kill()
+        finally:
+            victim.stop()
         with roles(env, "decider"):
             wait_until(lambda: done(env, 150), 180, "recovery after kill -9")
     by_wf = read_events(env)

@@ -275,7 +275,7 @@ def test_thirty_percent_failures_retry_only_through_the_retry_topic() -> None:
     assert retry_events == extra_attempts > 0
     assert all(a <= RETRIES + 1 for v in by_wf.values() for a in attempts(v).values())
     retry_records = sum(
-        count_records(env.topics.retry(t), "read_committed") for t in env.topics.retry_tiers
+        count_records(env, env.topics.retry(t), "read_committed") for t in env.topics.retry_tiers
     )
     assert retry_records == extra_attempts
     assert "retry" not in timers_due(env.topics)  # retries never go through the timers topic

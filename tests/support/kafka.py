@@ -48,7 +48,7 @@ def partitions_of(reader: Consumer, topic: str, timeout_s: float = 30) -> list[i
 
 
 def read_to_end(
-    topic: str, isolation: str = "read_committed", timeout_s: float = 60
+    topic: str, isolation: str = "read_committed", timeout_s: float = 60, bootstrap: str = BOOTSTRAP
 ) -> list[Message]:
     """Every record of every partition of ``topic``, from its beginning to its end.
 
@@ -56,7 +56,7 @@ def read_to_end(
     the one each partition had then (a polling check asks again). Waiting for every partition
     to be at its end at one instant instead may never happen under a steady load.
     """
-    reader = consumer(BOOTSTRAP, None, **{"isolation.level": isolation,
+    reader = consumer(bootstrap, None, **{"isolation.level": isolation,
                                           "enable.partition.eof": True})  # fmt: skip
     try:
         parts = partitions_of(reader, topic)

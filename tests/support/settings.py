@@ -47,11 +47,12 @@ def unique_name() -> str:
 
 
 def private_vars(
-    prefix: str, partitions: int = 4, assignment_partitions: int = 4
+    prefix: str, partitions: int = 4, assignment_partitions: int = 4, bootstrap: str = BOOTSTRAP
 ) -> dict[str, str]:
-    """The ``ES_SCHED_*`` variables of a test's private topics, schema and indices."""
+    """The ``ES_SCHED_*`` variables of a test's private topics, schema and indices (on the
+    shared broker unless ``bootstrap`` names a private one)."""
     return {
-        "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
+        "ES_SCHED_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "ES_SCHED_KAFKA_TOPIC_PREFIX": prefix,
         "ES_SCHED_KAFKA_PARTITIONS": str(partitions),
         "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(assignment_partitions),

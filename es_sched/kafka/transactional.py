@@ -1,0 +1,397 @@
+"""The exactly-once loop: consume, transform, produce in Kafka transactions, for every role.
+
+The decider, the timer service and the retry relay (``es_sched.runtime``) each give the loop a
+``TransactionalRole``: a ``step`` from input records to a ``Batch`` and two hooks. The loop owns
+the transactional producer (``transactional.id`` = the role's id, one per running process).
+
+Each iteration: ``consume`` up to ``max_records`` from the role's group consumer (consumer errors
+are not records: ``_PARTITION_EOF`` is dropped, a fatal error raises ``InfrastructureError``, the
+rest is logged), ``role.step(records)``, and when it returns a ``Batch``, ONE transaction:
+begin, produce every record, ``send_offsets_to_transaction`` with the consumer's group metadata
+(KIP-447: the group coordinator fences a zombie of an older generation), commit. Offsets are
+committed only there, then ``batch.on_commit()`` keeps the role's staged state. ``role.tick()``
+ends the iteration (metrics, flow control).
+
+Guarantee: a batch's outputs and input offsets commit atomically; ``read_committed`` readers see
+each output once, or not at all until the role decides the batch again.
+
+Failures, classified by ``es_sched.kafka.failures.classify`` (librdkafka's transactional error
+handling: INTRODUCTION.md and ``rdkafka.h``):
+
+- retriable: the same call again (``send_offsets_to_transaction`` with identical offsets and
+  metadata, as ``rdkafka.h`` asks), each try bounded, until the transaction timeout has passed
+  (the coordinator aborts the transaction then anyway); after that it counts as abortable.
+- abortable: ``abort_transaction``, then ``role.rewind(producer_lost=False)``: the batch is
+  known not to be committed.
+- fenced: ``InfrastructureError`` naming the transactional id; the role stops.
+- fatal, a failed abort, or a call that never returns: the producer is left behind and a new
+  one initialised (``init_transactions`` fences our older epoch and completes or aborts its
+  open transaction), then ``role.rewind(producer_lost=True)``: the batch may have committed or
+  not, so the role rebuilds from the log whatever depends on the outcome.
+- stopped (the stop flag) while a transaction fails: ``run`` returns and leaves it open; the
+  coordinator aborts it after the transaction timeout, or the next owner's
+  ``init_transactions`` does at once.
+
+Never an unbounded block. ``send_offsets_to_transaction`` waits without limit for its group
+coordinator leg (librdkafka #5456 "ignores timeout", #5511 "hangs when the group coordinator is
+decommissioned"); a kill -9 of the broker under load reproduced that here with librdkafka 2.16.
+So blocking calls run on a daemon thread of their producer and are given up after their timeout
+plus a grace (the stuck thread keeps the abandoned producer), and the stop flag is checked
+between tries: a stopped role returns within about one call timeout, broker or no broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from es_sched.errors import InfrastructureError
+from es_sched.kafka.bounded import BoundedCaller, Wedged
+from es_sched.kafka.dead_letters import Headers
+from es_sched.kafka.failures import GroupConsumer, Kind, Stopped, classify, error_of, wait
+from es_sched.metrics import Registry
+
+log = logging.getLogger(__name__)
+TP = tuple[str, int]
+RETRY_PAUSE_S = 0.2  # rdkafka.h: retry "preferably after a shorter grace period"
+ERROR_LOG_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Out:
+    """One record to produce inside the transaction (``partition=None``: by key, murmur2)."""
+
+    topic: str
+    key: str | bytes | None
+    value: bytes | None
+    headers: Headers | None = None
+    partition: int | None = None
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass
+class Batch:
+    """What one step writes: records, and the next offset per input partition to commit with
+    them (``None``: the consumer's current positions)."""
+
+    records: list[Out]
+    offsets: dict[TP, int] | None
+    on_commit: Callable[[], None] = field(default=_nothing)
+
+
+class TransactionalRole(Protocol):
+    def step(self, records: list[Message]) -> Batch | None:
+        """Apply the consumed records; what to write now, or None when there is nothing."""
+
+    def rewind(self, producer_lost: bool) -> None:
+        """The last batch did not commit (or, ``producer_lost``, may have): drop or rebuild the
+        state that depends on it."""
+
+    def tick(self) -> None:
+        """End of an iteration: metrics, pausing and resuming partitions."""
+
+
+class TxnProducer(Protocol):
+    """The part of ``confluent_kafka.Producer`` the loop uses (tests pass fakes)."""
+
+    def init_transactions(self, timeout: float = -1) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers | None = None,
+    ) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
+    ) -> None: ...
+    def commit_transaction(self, timeout: float = -1) -> None: ...
+    def abort_transaction(self, timeout: float = -1) -> None: ...
+    def purge(
+        self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True
+    ) -> None: ...
+    def close(self) -> bool: ...
+
+
+class ProducerFactory(Protocol):
+    def producer(self, transactional_id: str | None = None, **extra: Any) -> TxnProducer: ...
+
+
+class _Failed(Exception):
+    """A transaction step failed; ``kind`` says how to recover, ``wedged`` that the call never
+    returned (the producer is stuck, not necessarily broken for good)."""
+
+    def __init__(self, kind: Kind, reason: str, wedged: bool = False) -> None:
+        super().__init__(reason)
+        self.kind, self.reason, self.wedged = kind, reason, wedged
+
+
+class TransactionalLoop:
+    def __init__(
+        self,
+        clients: ProducerFactory,
+        transactional_id: str,
+        role: str,
+        transaction_timeout_ms: int,
+        call_timeout_s: float = 10.0,
+        grace_s: float = 5.0,
+        registry: Registry | None = None,
+    ) -> None:
+        self.clients, self.txn_id, self.role = clients, transactional_id, role
+        self.txn_s = transaction_timeout_ms / 1000
+        self.call_timeout_s, self.grace_s = min(call_timeout_s, self.txn_s), grace_s
+        self._config = {"transaction.timeout.ms": transaction_timeout_ms}
+        self._producer: TxnProducer | None = None
+        self._caller: BoundedCaller | None = None
+        self._errors_at, self._errors_quiet = 0.0, 0
+        r = registry or Registry()
+        self.m_commits = r.counter("es_sched_txn_commits_total", "Transactions committed.")
+        self.m_aborts = r.counter("es_sched_txn_aborts_total", "Transactions aborted or lost.")
+        self.m_retries = r.counter("es_sched_txn_retries_total", "Retriable errors retried.")
+        self.m_restarts = r.counter(
+            "es_sched_txn_producer_restarts_total", "Transactional producers re-created."
+        )
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(
+        self,
+        stop: threading.Event,
+        consumer: GroupConsumer,
+        role: TransactionalRole,
+        max_records: int,
+        wait_s: float,
+    ) -> None:
+        """Until ``stop`` is set; raises ``InfrastructureError`` when fenced or Kafka is broken."""
+        try:
+            self._open(stop, first=True)
+            while not stop.is_set():
+                batch = role.step(self.poll(consumer, max_records, wait_s))
+                if batch is not None:
+                    self.transact(stop, consumer, role, batch)
+                role.tick()
+        except Stopped as why:
+            log.info("%s %s stopping: %s", self.role, self.txn_id, why)
+        finally:
+            self._retire()
+
+    def poll(self, consumer: GroupConsumer, max_records: int, wait_s: float) -> list[Message]:
+        out: list[Message] = []
+        for msg in consumer.consume(max_records, wait_s):
+            err = msg.error()
+            if err is None:
+                out.append(msg)
+            elif err.fatal():
+                raise InfrastructureError(f"{self.role} consumer: {err}")
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self._consumer_error(err)
+        return out
+
+    def _consumer_error(self, err: KafkaError) -> None:
+        # While the broker is down the consumer reports the same transport errors many times a
+        # second; one line per ERROR_LOG_EVERY_S says as much.
+        now = time.monotonic()
+        if now - self._errors_at < ERROR_LOG_EVERY_S:
+            self._errors_quiet += 1
+            return
+        more = f" ({self._errors_quiet} more since the last)" if self._errors_quiet else ""
+        log.warning("%s consumer: %s%s", self.role, err, more)
+        self._errors_at, self._errors_quiet = now, 0
+
+    # -- one transaction --------------------------------------------------------------------
+    def transact(
+        self, stop: threading.Event, consumer: GroupConsumer, role: TransactionalRole, batch: Batch
+    ) -> bool:
+        """Commit ``batch``; on failure recover (see the module docstring) and return False."""
+        deadline = time.monotonic() + self.txn_s
+        p = self._producer
+        assert p is not None, "run() opens the producer first"
+        try:
+            self._begin_and_produce(p, batch.records, deadline, stop)
+            offsets = batch.offsets if batch.offsets is not None else _positions(consumer)
+            if offsets:
+                tps = [TopicPartition(t, n, o) for (t, n), o in sorted(offsets.items())]
+                meta = consumer.consumer_group_metadata()  # the same on every retry
+                self._call(
+                    "send_offsets_to_transaction",
+                    lambda t: p.send_offsets_to_transaction(tps, meta, t),
+                    deadline,
+                    stop,
+                )
+            self._call("commit_transaction", p.commit_transaction, deadline, stop)
+        except _Failed as failed:
+            self._recover(failed, stop, role)
+            return False
+        self.m_commits.inc(role=self.role)
+        batch.on_commit()
+        return True
+
+    def _begin_and_produce(
+        self, p: TxnProducer, records: list[Out], deadline: float, stop: threading.Event
+    ) -> None:
+        try:
+            p.begin_transaction()
+            for r in records:
+                part = -1 if r.partition is None else r.partition
+                while True:
+                    try:
+                        p.produce(r.topic, r.value, r.key, part, headers=r.headers)
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain
+                        if stop.is_set() or time.monotonic() > deadline:
+                            full = "the producer queue stayed full"
+                            raise _Failed(Kind.ABORTABLE, full) from None
+                        p.poll(0.05)
+        except KafkaException as exc:
+            err = error_of(exc)
+            kind = Kind.FATAL if err is None else classify(err)
+            # produce() raises bare codes without the abortable flag (e.g. once the transaction
+            # has failed); an abort is the cheaper first answer, a failed abort escalates.
+            if kind is Kind.FATAL and err is not None and not err.fatal():
+                kind = Kind.ABORTABLE
+            raise _Failed(kind, f"begin/produce: {exc}") from None
+
+    def _call(
+        self,
+        what: str,
+        fn: Callable[[float], object],
+        deadline: float,
+        stop: threading.Event,
+    ) -> None:
+        """``fn(timeout)`` on the producer's thread, retried while retriable and time is left."""
+        caller = self._caller
+        assert caller is not None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = f"{what}: still failing after the transaction timeout"
+                raise _Failed(Kind.ABORTABLE, late)
+            limit = min(self.call_timeout_s, left)
+            try:
+                caller.call(fn, limit, self.grace_s)
+                return
+            except Wedged:
+                reason = f"{what} did not return within {limit + self.grace_s:.0f}s"
+                raise _Failed(Kind.FATAL, reason, wedged=True) from None
+            except KafkaException as exc:
+                err = error_of(exc)
+                kind = Kind.FATAL if err is None else classify(err)
+                if kind is not Kind.RETRIABLE:
+                    raise _Failed(kind, f"{what}: {exc}") from None
+                self.m_retries.inc(role=self.role)
+                log.warning("%s %s: %s (retriable), trying again", self.role, what, err)
+            if stop.wait(RETRY_PAUSE_S):
+                raise _Failed(Kind.ABORTABLE, f"{what}: stopping")
+
+    # -- recovery ---------------------------------------------------------------------------
+    def _recover(self, failed: _Failed, stop: threading.Event, role: TransactionalRole) -> None:
+        if failed.kind is Kind.FENCED:
+            raise self._fenced(failed.reason) from None
+        self.m_aborts.inc(role=self.role)
+        if stop.is_set():
+            # Leave the transaction open: the coordinator aborts it after the transaction
+            # timeout, or the next owner's init_transactions does at once.
+            raise Stopped(f"transaction not committed ({failed.reason})")
+        lost = failed.kind is not Kind.ABORTABLE or not self._abort(failed, stop)
+        if lost:
+            log.error(
+                "%s %s: %s; re-creating the transactional producer",
+                self.role, self.txn_id, failed.reason,
+            )  # fmt: skip
+            self._open(stop, first=False)
+        role.rewind(producer_lost=lost)
+
+    def _abort(self, failed: _Failed, stop: threading.Event) -> bool:
+        p = self._producer
+        assert p is not None
+        try:
+            deadline = time.monotonic() + self.txn_s
+            self._call("abort_transaction", p.abort_transaction, deadline, stop)
+        except _Failed as abort_failed:
+            if abort_failed.kind is Kind.FENCED:
+                raise self._fenced(abort_failed.reason) from None
+            log.warning("%s: abort failed too (%s)", self.role, abort_failed.reason)
+            return False
+        log.warning("%s %s: transaction aborted: %s", self.role, self.txn_id, failed.reason)
+        return True
+
+    def _fenced(self, reason: str) -> InfrastructureError:
+        return InfrastructureError(
+            f"{self.role} stops: transactional.id {self.txn_id!r} was fenced, another process "
+            f"initialised it after this one (ES_SCHED_RUN_INSTANCE must be unique among running "
+            f"processes); {reason}"
+        )
+
+    def _open(self, stop: threading.Event, first: bool) -> None:
+        """A new producer with ``init_transactions`` done; retried through broker outages.
+
+        A fatal error of ``init_transactions`` on a fresh producer is a configuration or
+        authorization problem when starting (raised at once); while recovering it is retried
+        with new producers a few times first.
+        """
+        self._retire()
+        delay, fatal_left = 0.5, 0 if first else 4
+        while True:
+            if stop.is_set():
+                raise Stopped("no transactional producer yet")
+            p = self.clients.producer(self.txn_id, **self._config)
+            self._producer, self._caller = p, BoundedCaller(f"{self.role}-txn")
+            try:
+                # Resumable when retriable ("it is okay to call init_transactions() again").
+                self._call("init_transactions", p.init_transactions, math.inf, stop)
+            except _Failed as failed:
+                self._retire()
+                if stop.is_set():
+                    raise Stopped("no transactional producer yet") from None
+                if failed.kind is Kind.FENCED:
+                    raise self._fenced(failed.reason) from None
+                if not failed.wedged:
+                    if fatal_left <= 0:
+                        raise InfrastructureError(
+                            f"{self.role} producer {self.txn_id!r}: {failed.reason}"
+                        ) from None
+                    fatal_left -= 1
+                log.warning("%s: %s; another producer in %.1fs", self.role, failed.reason, delay)
+                wait(stop, delay)
+                delay = min(5.0, delay * 2)
+                continue
+            if not first:
+                self.m_restarts.inc(role=self.role)
+            return
+
+    def _retire(self) -> None:
+        caller, producer = self._caller, self._producer
+        self._producer, self._caller = None, None
+        if caller is not None and producer is not None:
+            caller.retire(lambda: _close(producer))
+
+
+def _positions(consumer: GroupConsumer) -> dict[TP, int]:
+    return {
+        (tp.topic, tp.partition): tp.offset
+        for tp in consumer.position(consumer.assignment())
+        if tp.offset >= 0
+    }
+
+
+def _close(producer: TxnProducer) -> None:
+    """Drop what it still queues and destroy it (on its caller's thread, see ``_retire``):
+    after ``close`` the Python object's own destructor has nothing left that could block."""
+    try:
+        producer.purge()
+        producer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("closing an abandoned producer: %s", exc)

@@ -1,0 +1,437 @@
+"""The exactly-once loop's failure paths, with a scripted producer and consumer.
+
+One set of tests for the decider, the timer service and the retry relay: each fake call pops
+the next scripted outcome (success, a ``KafkaError``, or a hang), so every classification of
+``es_sched.kafka.failures`` is driven through ``TransactionalLoop.run`` as a role would.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+
+from es_sched.errors import InfrastructureError
+from es_sched.kafka.bounded import BoundedCaller, Wedged
+from es_sched.kafka.dead_letters import Headers
+from es_sched.kafka.failures import Kind, Stopped, classify, rejoins, seek_to_committed
+from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
+
+HANG = "hang"
+Outcome = KafkaError | str | None
+
+
+def retriable(code: int = KafkaError._TIMED_OUT) -> KafkaError:
+    return KafkaError(code, "scripted", retriable=True)
+
+
+def abortable(code: int = KafkaError.INVALID_TXN_STATE) -> KafkaError:
+    return KafkaError(code, "scripted", txn_requires_abort=True)
+
+
+def fatal(code: int = KafkaError._INCONSISTENT) -> KafkaError:
+    return KafkaError(code, "scripted", fatal=True)
+
+
+class FakeProducer:
+    """Records every call; ``script[name]`` holds the outcomes of that call's next tries."""
+
+    def __init__(self, script: dict[str, list[Outcome]] | None = None) -> None:
+        self.script = {k: list(v) for k, v in (script or {}).items()}
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.produced: list[tuple[str, bytes | str | None, bytes | str | None, int]] = []
+        self.full = 0  # produce() raises BufferError this many times first
+        self.release = threading.Event()  # ends a scripted hang
+        self.closed = threading.Event()
+
+    def _do(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+        todo = self.script.get(name)
+        outcome = todo.pop(0) if todo else None
+        if isinstance(outcome, str):  # HANG (KafkaError.__eq__ must not meet a str)
+            self.release.wait(30)
+        elif isinstance(outcome, KafkaError):
+            raise KafkaException(outcome)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        self._do("init_transactions", timeout)
+
+    def begin_transaction(self) -> None:
+        self._do("begin_transaction")
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers | None = None,
+    ) -> None:
+        if self.full:
+            self.full -= 1
+            raise BufferError("queue full")
+        self.produced.append((topic, key, value, partition))
+
+    def poll(self, timeout: float = -1) -> int:
+        self.calls.append(("poll", (timeout,)))
+        return 0
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
+    ) -> None:
+        offsets = [(tp.topic, tp.partition, tp.offset) for tp in positions]
+        self._do("send_offsets_to_transaction", offsets, group_metadata)
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self._do("commit_transaction", timeout)
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        self._do("abort_transaction", timeout)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        return None
+
+    def close(self) -> bool:
+        self.closed.set()
+        return True
+
+
+class FakeClients:
+    """Hands out the scripted producers in order (a fresh, well-behaved one when they run out)."""
+
+    def __init__(self, *producers: FakeProducer) -> None:
+        self.queue = list(producers)
+        self.made: list[FakeProducer] = []
+        self.configs: list[tuple[str | None, dict[str, Any]]] = []
+
+    def producer(self, transactional_id: str | None = None, **extra: Any) -> FakeProducer:
+        self.configs.append((transactional_id, extra))
+        p = self.queue.pop(0) if self.queue else FakeProducer()
+        self.made.append(p)
+        return p
+
+
+class FakeConsumer:
+    def __init__(self, batches: list[list[Message]] | None = None) -> None:
+        self.batches = list(batches or [])
+        self.assigned = [TopicPartition("in", 0), TopicPartition("in", 1)]
+        self.committed_offsets = {("in", 0): 40}
+        self.committed_errors: list[KafkaError] = []
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        return self.batches.pop(0) if self.batches else []
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self.assigned)
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 7 + tp.partition) for tp in partitions]
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        if self.committed_errors:
+            raise KafkaException(self.committed_errors.pop(0))
+        known = self.committed_offsets
+        return [
+            TopicPartition(tp.topic, tp.partition, known.get((tp.topic, tp.partition), -1001))
+            for tp in partitions
+        ]
+
+    def seek(self, partition: TopicPartition) -> None:
+        self.seeks.append((partition.topic, partition.partition, partition.offset))
+
+    def consumer_group_metadata(self) -> Any:
+        return "group-metadata"
+
+
+class FakeRole:
+    """Returns its batches one per step, then stops the loop."""
+
+    def __init__(self, stop: threading.Event, *batches: Batch) -> None:
+        self.stop, self.batches = stop, list(batches)
+        self.seen: list[list[Message]] = []
+        self.rewinds: list[bool] = []
+        self.ticks = 0
+
+    def step(self, records: list[Message]) -> Batch | None:
+        self.seen.append(records)
+        if self.batches:
+            return self.batches.pop(0)
+        self.stop.set()
+        return None
+
+    def rewind(self, producer_lost: bool) -> None:
+        self.rewinds.append(producer_lost)
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+
+def batch(committed: list[str], name: str = "b1") -> Batch:
+    records = [Out("events", "wf-1", b"e1"), Out("timers", b"t-1", None, [("h", "v")], 2)]
+    return Batch(records, {("in", 1): 11, ("in", 0): 5}, lambda: committed.append(name))
+
+
+def run_loop(
+    clients: FakeClients,
+    *batches: Batch,
+    consumer: FakeConsumer | None = None,
+    txn_ms: int = 30_000,
+    call_timeout_s: float = 10.0,
+) -> tuple[FakeRole, FakeConsumer]:
+    stop = threading.Event()
+    role, cons = FakeRole(stop, *batches), consumer or FakeConsumer()
+    loop = TransactionalLoop(clients, "p-decider-0", "decider", txn_ms, call_timeout_s, 0.3)
+    loop.run(stop, cons, role, 100, 0.0)
+    return role, cons
+
+
+# -- classification ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("err", "kind"),
+    [
+        (KafkaError(KafkaError._FENCED, fatal=True), Kind.FENCED),
+        (KafkaError(KafkaError.PRODUCER_FENCED), Kind.FENCED),
+        (KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, txn_requires_abort=True), Kind.FENCED),
+        (fatal(), Kind.FATAL),
+        (abortable(), Kind.ABORTABLE),
+        (
+            KafkaError(KafkaError._TIMED_OUT, retriable=True, txn_requires_abort=True),
+            Kind.ABORTABLE,
+        ),
+        (retriable(), Kind.RETRIABLE),
+        (KafkaError(KafkaError._STATE), Kind.FATAL),  # no flag at all: treat as fatal
+    ],
+)
+def test_classification_follows_librdkafka(err: KafkaError, kind: Kind) -> None:
+    assert classify(err) is kind
+
+
+@pytest.mark.parametrize(
+    ("err", "later"),
+    [
+        (KafkaError(KafkaError.UNKNOWN_MEMBER_ID), True),
+        (KafkaError(KafkaError.REBALANCE_IN_PROGRESS), True),
+        (KafkaError(KafkaError.ILLEGAL_GENERATION), True),
+        (KafkaError(KafkaError._TRANSPORT), True),
+        (KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), False),
+        (KafkaError(KafkaError.UNKNOWN_MEMBER_ID, fatal=True), False),
+    ],
+)
+def test_a_failed_group_commit_is_retried_later_unless_fatal_or_refused(
+    err: KafkaError, later: bool
+) -> None:
+    assert rejoins(err) is later
+
+
+# -- the happy path ---------------------------------------------------------------------------
+def test_a_batch_is_produced_then_its_offsets_sent_with_the_group_metadata_then_committed() -> None:
+    p, committed = FakeProducer(), list[str]()
+    clients = FakeClients(p)
+    role, _ = run_loop(clients, batch(committed))
+    assert clients.configs == [("p-decider-0", {"transaction.timeout.ms": 30_000})]
+    assert p.names() == [
+        "init_transactions", "begin_transaction", "send_offsets_to_transaction",
+        "commit_transaction",
+    ]  # fmt: skip
+    assert p.produced == [("events", "wf-1", b"e1", -1), ("timers", b"t-1", None, 2)]
+    offsets = [("in", 0, 5), ("in", 1, 11)]
+    assert p.calls[2][1] == (offsets, "group-metadata")
+    assert committed == ["b1"] and role.rewinds == [] and role.ticks == 2
+
+
+def test_without_explicit_offsets_the_consumer_positions_are_committed() -> None:
+    p = FakeProducer()
+    run_loop(FakeClients(p), Batch([Out("commands", "wf", b"x")], None))
+    sent = next(args for name, args in p.calls if name == "send_offsets_to_transaction")
+    assert sent == ([("in", 0, 7), ("in", 1, 8)], "group-metadata")
+
+
+def test_a_full_local_queue_is_drained_and_the_record_produced() -> None:
+    p, committed = FakeProducer(), list[str]()
+    p.full = 2
+    run_loop(FakeClients(p), batch(committed))
+    assert p.names().count("poll") == 2
+    assert len(p.produced) == 2 and committed == ["b1"]
+
+
+# -- retriable --------------------------------------------------------------------------------
+def test_retriable_send_offsets_is_retried_with_the_same_offsets_and_metadata() -> None:
+    p = FakeProducer({"send_offsets_to_transaction": [retriable(), retriable()]})
+    committed = list[str]()
+    role, _ = run_loop(FakeClients(p), batch(committed))
+    sends = [args for name, args in p.calls if name == "send_offsets_to_transaction"]
+    assert len(sends) == 3 and len({repr(a) for a in sends}) == 1
+    assert "abort_transaction" not in p.names()
+    assert committed == ["b1"] and role.rewinds == []
+
+
+def test_retriable_commit_is_resumed_not_aborted() -> None:
+    p = FakeProducer({"commit_transaction": [retriable(KafkaError._TRANSPORT)]})
+    committed = list[str]()
+    role, _ = run_loop(FakeClients(p), batch(committed))
+    assert p.names().count("commit_transaction") == 2
+    assert committed == ["b1"] and role.rewinds == []
+
+
+def test_retriable_past_the_transaction_timeout_aborts() -> None:
+    p = FakeProducer({"commit_transaction": [retriable()] * 1000})
+    committed = list[str]()
+    role, _ = run_loop(FakeClients(p), batch(committed), txn_ms=1000, call_timeout_s=0.2)
+    assert "abort_transaction" in p.names()
+    assert committed == [] and role.rewinds == [False]
+
+
+# -- abortable --------------------------------------------------------------------------------
+def test_abortable_aborts_and_the_role_rewinds_with_the_same_producer() -> None:
+    p = FakeProducer({"send_offsets_to_transaction": [abortable()]})
+    clients, committed = FakeClients(p), list[str]()
+    role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"))
+    assert p.names().count("abort_transaction") == 1
+    assert role.rewinds == [False]  # the batch is known not to be committed
+    assert committed == ["b2"] and len(clients.made) == 1
+
+
+def test_a_failed_abort_re_creates_the_producer() -> None:
+    p = FakeProducer({"commit_transaction": [abortable()], "abort_transaction": [fatal()]})
+    clients, committed = FakeClients(p), list[str]()
+    role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"))
+    assert len(clients.made) == 2 and clients.made[1].names()[0] == "init_transactions"
+    assert role.rewinds == [True] and committed == ["b2"]
+
+
+# -- fenced -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["send_offsets_to_transaction", "commit_transaction"])
+def test_fenced_stops_the_role_with_a_message_naming_the_transactional_id(where: str) -> None:
+    p = FakeProducer({where: [KafkaError(KafkaError._FENCED, "Producer fenced", fatal=True)]})
+    clients, committed = FakeClients(p), list[str]()
+    stop = threading.Event()
+    role = FakeRole(stop, batch(committed))
+    loop = TransactionalLoop(clients, "p-decider-0", "decider", 30_000)
+    with pytest.raises(InfrastructureError, match=r"'p-decider-0' was fenced") as caught:
+        loop.run(stop, FakeConsumer(), role, 100, 0.0)
+    assert "ES_SCHED_RUN_INSTANCE" in str(caught.value)
+    assert committed == [] and role.rewinds == [] and len(clients.made) == 1
+    assert p.closed.wait(5), "the fenced producer is closed on its own thread"
+
+
+# -- fatal and wedged -------------------------------------------------------------------------
+def test_fatal_re_creates_the_producer_and_the_role_rebuilds() -> None:
+    old = FakeProducer({"commit_transaction": [fatal()]})
+    clients, committed = FakeClients(old), list[str]()
+    role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"))
+    new = clients.made[1]
+    assert new.names() == [
+        "init_transactions", "begin_transaction", "send_offsets_to_transaction",
+        "commit_transaction",
+    ]  # fmt: skip
+    assert "abort_transaction" not in old.names()
+    assert role.rewinds == [True]  # it may have committed: the role must rebuild
+    assert committed == ["b2"]
+    assert old.closed.wait(5)
+
+
+def test_a_call_that_never_returns_is_given_up_and_the_producer_replaced() -> None:
+    stuck = FakeProducer({"send_offsets_to_transaction": [HANG]})
+    clients, committed = FakeClients(stuck), list[str]()
+    try:
+        role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"),
+                           call_timeout_s=0.2)  # fmt: skip
+        assert len(clients.made) == 2
+        assert role.rewinds == [True] and committed == ["b2"]
+        assert not stuck.closed.is_set(), "its thread is still stuck in the call"
+    finally:
+        stuck.release.set()
+    assert stuck.closed.wait(5), "closed once the call finally returned"
+
+
+# -- opening the producer ---------------------------------------------------------------------
+def test_init_transactions_is_retried_while_the_broker_is_unreachable() -> None:
+    p = FakeProducer({"init_transactions": [retriable(), retriable(KafkaError._TRANSPORT)]})
+    committed = list[str]()
+    run_loop(FakeClients(p), batch(committed))
+    assert p.names()[:3] == ["init_transactions"] * 3 and committed == ["b1"]
+
+
+def test_a_fatal_init_at_start_is_a_configuration_error() -> None:
+    err = KafkaError(KafkaError.INVALID_TRANSACTION_TIMEOUT, "too long", fatal=True)
+    with pytest.raises(InfrastructureError, match="too long"):
+        run_loop(FakeClients(FakeProducer({"init_transactions": [err]})))
+
+
+def test_a_fatal_init_while_recovering_is_retried_with_a_new_producer() -> None:
+    first = FakeProducer({"commit_transaction": [fatal()]})
+    flaky = FakeProducer({"init_transactions": [fatal()]})
+    clients, committed = FakeClients(first, flaky), list[str]()
+    role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"))
+    assert len(clients.made) == 3 and role.rewinds == [True] and committed == ["b2"]
+
+
+# -- stopping ---------------------------------------------------------------------------------
+def test_stop_while_retrying_ends_the_loop_without_abort_or_rewind() -> None:
+    stop = threading.Event()
+    p = FakeProducer({"send_offsets_to_transaction": [retriable()] * 1000})
+    real = p._do
+
+    def stop_on_retry(name: str, *args: Any) -> None:
+        if name == "send_offsets_to_transaction" and p.names().count(name) == 2:
+            stop.set()  # SIGTERM while the broker is down
+        real(name, *args)
+
+    p._do = stop_on_retry  # type: ignore[method-assign]
+    committed = list[str]()
+    role = FakeRole(stop, batch(committed))
+    TransactionalLoop(FakeClients(p), "p-decider-0", "decider", 30_000).run(
+        stop, FakeConsumer(), role, 100, 0.0
+    )
+    assert "abort_transaction" not in p.names() and role.rewinds == [] and committed == []
+    assert p.closed.wait(5)
+
+
+# -- consuming --------------------------------------------------------------------------------
+def test_consumer_errors_are_not_records_and_only_a_fatal_one_stops_the_role() -> None:
+    ok = Message(topic="in", partition=0, offset=3, value=b"x")
+    eof = Message(error=KafkaError(KafkaError._PARTITION_EOF))
+    down = Message(error=KafkaError(KafkaError._TRANSPORT))
+    role, _ = run_loop(FakeClients(), consumer=FakeConsumer([[ok, eof, down]]))
+    assert [[m.offset() for m in seen] for seen in role.seen] == [[3]]
+    broken = Message(error=KafkaError(KafkaError._FATAL, "gone", fatal=True))
+    with pytest.raises(InfrastructureError, match="gone"):
+        run_loop(FakeClients(), consumer=FakeConsumer([[broken]]))
+
+
+def test_rewinding_waits_out_the_broker_and_seeks_to_the_committed_offsets() -> None:
+    cons = FakeConsumer()
+    cons.committed_errors = [KafkaError(KafkaError._TRANSPORT), KafkaError(KafkaError._TIMED_OUT)]
+    seek_to_committed(cons, threading.Event())
+    assert cons.seeks == [("in", 0, 40), ("in", 1, OFFSET_BEGINNING)]
+
+
+def test_rewinding_gives_up_when_the_role_stops() -> None:
+    cons, stop = FakeConsumer(), threading.Event()
+    cons.committed_errors = [KafkaError(KafkaError._TRANSPORT)]
+    stop.set()
+    with pytest.raises(Stopped):
+        seek_to_committed(cons, stop)
+    assert cons.seeks == []
+
+
+def test_bounded_caller_reraises_and_gives_up_on_a_hang() -> None:
+    caller, release = BoundedCaller("test"), threading.Event()
+
+    def boom(_t: float) -> None:
+        raise KafkaException(retriable())
+
+    with pytest.raises(KafkaException):
+        caller.call(boom, 1.0, 1.0)
+    with pytest.raises(Wedged):
+        caller.call(lambda t: release.wait(t * 100), 0.05, 0.05)
+    release.set()
