@@ -243,6 +243,23 @@ def count_records(env: Env, topic: str, isolation: str) -> int:
     return len(read_to_end(topic, isolation, bootstrap=env.bootstrap))
 
 
+def assert_log_invariants(env: Env, ids: set[str], status: str = "COMPLETED") -> None:
+    """The invariants every fault test ends on, over the events topic: exactly the workflows
+    ``ids`` have events (none lost, none invented), each reached ``status`` after exactly one
+    ``workflow.started``, seq is 1..n without gaps or repeats, and no event id appears twice
+    (under two offsets or in two workflows)."""
+    by_wf = read_events(env)
+    assert set(by_wf) == ids, (
+        f"missing {sorted(ids - set(by_wf))[:5]}, extra {sorted(set(by_wf) - ids)[:5]}"
+    )
+    all_ids = [e.event_id for events in by_wf.values() for e in events]
+    assert len(all_ids) == len(set(all_ids)), "an event id was written twice"
+    for wf, events in by_wf.items():
+        assert final_status(events) == status, wf
+        assert [e.seq for e in events] == list(range(1, len(events) + 1)), wf
+        assert sum(e.type == "workflow.started" for e in events) == 1, wf
+
+
 def final_status(events: list[Event]) -> str:
     for event in reversed(events):
         if event.type == "workflow.completed":

@@ -27,6 +27,7 @@ from tests.integration.runtime_harness import (
     MEDIA,
     Env,
     Role,
+    assert_log_invariants,
     final_status,
     read_events,
 )
@@ -92,10 +93,4 @@ def test_kill_9_of_the_broker_under_load_then_restart_every_workflow_completes(
     log = roles.log.read_text(errors="replace")
     assert roles.proc.returncode == 0, f"SIGTERM stops the roles cleanly:\n{log[-3000:]}"
     assert "role decider failed" not in log and "role dispatcher failed" not in log
-    by_wf = read_events(env)
-    assert set(by_wf) == submitted
-    event_ids = [e.event_id for events in by_wf.values() for e in events]
-    assert len(event_ids) == len(set(event_ids)), "an event id was written twice"
-    for wf, events in by_wf.items():
-        assert final_status(events) == "COMPLETED", wf
-        assert [e.seq for e in events] == list(range(1, len(events) + 1)), wf
+    assert_log_invariants(env, submitted)

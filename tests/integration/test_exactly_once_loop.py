@@ -15,6 +15,7 @@ from tests.integration.runtime_harness import (
     MEDIA,
     Env,
     Worker,
+    assert_log_invariants,
     final_status,
     read_events,
     roles,
@@ -44,17 +45,6 @@ def completed(env: Env, ids: set[str]) -> bool:
     return all(final_status(by_wf.get(wf, [])) == "COMPLETED" for wf in ids)
 
 
-def assert_invariants(env: Env, ids: set[str]) -> None:
-    by_wf = read_events(env)
-    assert set(by_wf) == ids
-    all_ids = [e.event_id for events in by_wf.values() for e in events]
-    assert len(all_ids) == len(set(all_ids)), "an event id was written twice"
-    for wf, events in by_wf.items():
-        assert final_status(events) == "COMPLETED", wf
-        assert [e.seq for e in events] == list(range(1, len(events) + 1)), wf
-        assert sum(e.type == "workflow.started" for e in events) == 1, wf
-
-
 def test_a_second_process_with_the_same_instance_fences_the_first_which_stops() -> None:
     env = media_env()
     same = {"ES_SCHED_RUN_INSTANCE": "same"}
@@ -72,7 +62,7 @@ def test_a_second_process_with_the_same_instance_fences_the_first_which_stops() 
             assert "ES_SCHED_RUN_INSTANCE must be unique" in log
             # The fenced process committed nothing more; the second finishes everything.
             wait_until(lambda: completed(env, ids), 120, "the second decider to finish")
-    assert_invariants(env, ids)
+    assert_log_invariants(env, ids)
 
 
 def test_an_aborted_and_an_ambiguous_transaction_are_recovered_without_duplicates() -> None:
@@ -99,4 +89,4 @@ def test_an_aborted_and_an_ambiguous_transaction_are_recovered_without_duplicate
     assert "re-creating the transactional producer" in log
     assert "rebuilding partitions" in log
     assert victim.proc.returncode == 0, log[-3000:]
-    assert_invariants(env, ids)
+    assert_log_invariants(env, ids)
