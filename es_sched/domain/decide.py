@@ -226,7 +226,9 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
             )
         case c.DispatchTask():
             task = _task(st, inp.task_id)
-            if task is None or task.status != SCHEDULED or task.attempt != inp.attempt or not open_:
+            # While a workflow ends, its CALLBACK tasks are still scheduled and leased.
+            ended = st.status in WORKFLOW_TERMINAL
+            if task is None or task.status != SCHEDULED or task.attempt != inp.attempt or ended:
                 return [
                     CompletionRejected(
                         inp.task_id,
@@ -290,14 +292,18 @@ def _report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
         reason = f"stale attempt {inp.attempt}: the task is at a newer attempt"
     elif task.terminal:
         reason = f"task already {task.status}"
-    elif task.lease_token is not None and (
+    elif not st.runs_on_worker(task.def_ref):
+        reason = f"system task ({task.task_type}): not reported by workers"
+    elif task.lease_token is None:
+        # Fencing (Kleppmann): no lease is live before a dispatch, after an expiry or a
+        # preemption, so a report then comes from a worker that lost the task.
+        reason = "no live lease: the task was never leased, or its lease expired"
+    elif (
         task.lease_epoch != inp.lease_epoch
         or task.lease_token != inp.lease_token
         or task.worker_id != inp.worker_id
     ):
         reason = "lease mismatch: wrong worker, epoch or token (the lease was reassigned)"
-    elif task.lease_token is None and task.worker_id is None and task.task_type in ("WAIT", "JOIN"):
-        reason = "system task: not completed by workers"
     if reason is not None:
         return [CompletionRejected(inp.task_id, inp.attempt, inp.worker_id, reason)]
     assert task is not None

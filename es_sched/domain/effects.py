@@ -4,7 +4,7 @@ Input: the events one decision produced and the workflow state after *all* of th
 scheduled and failed in the same decision is not queued). Output, in event order (each event's
 timers first), the follow-up work another part of the system must do:
 
-- ``QueueTask``: put a worker task (``definitions.WORKER_TYPES``) on the ready queue, when it is
+- ``QueueTask``: put a worker task (``WorkflowState.runs_on_worker``) on the ready queue, when it is
   scheduled and again after an expired lease of its latest attempt (``requeue=True``).
 - ``SetTimer``: a durable timer (``timers.timers_for``); when due, deliver ``fire``.
 - ``WakeRetry``: a failed attempt to retry after ``delay_seconds``; when due, deliver ``fire``.
@@ -30,7 +30,6 @@ from datetime import datetime
 from typing import Any, assert_never, cast
 
 from es_sched.domain import commands as c
-from es_sched.domain.definitions import WORKER_TYPES
 from es_sched.domain.events import (
     CommandRejected,
     CompletionRejected,
@@ -172,9 +171,7 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
     p = cast(AnyPayload, event.payload)
     match p:
         case TaskScheduled():
-            definition = st.lookup_task(p.def_ref)
-            worker = definition is not None and definition.type in WORKER_TYPES
-            return _queue(st, p.task_id) if worker else []
+            return _queue(st, p.task_id) if st.runs_on_worker(p.def_ref) else []
         case LeaseExpired():
             latest = st.latest.get(st.tasks[p.task_id].ref) == p.task_id
             return _queue(st, p.task_id, requeue=True) if latest else []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from es_sched.domain.definitions import TaskDef, WorkflowDef, WorkflowTask
+from es_sched.domain.definitions import WORKER_TYPES, TaskDef, WorkflowDef, WorkflowTask
 
 JSON = dict[str, Any]
 
@@ -121,3 +121,8 @@ class WorkflowState:
     def lookup_task(self, ref: str) -> WorkflowTask | None:
         loc = self.definition.index.get(ref)
         return loc.task if loc is not None else self.dynamic.get(ref)
+
+    def runs_on_worker(self, def_ref: str) -> bool:
+        """Whether workers run this task (SIMPLE, CALLBACK): it is queued, leased, reported."""
+        definition = self.lookup_task(def_ref)
+        return definition is not None and definition.type in WORKER_TYPES
