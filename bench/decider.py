@@ -49,6 +49,12 @@ ONE_TASK = {
 BATCH_RECORDS, BATCH_MS = 500, 50
 
 
+def _lease(task_id: str) -> dict[str, Any]:
+    """The lease fields a bench worker echoes: one worker, epoch 1, a token per task."""
+    return {"task_id": task_id, "attempt": 1, "worker_id": "bench", "lease_epoch": 1,
+            "lease_token": f"tok-{task_id}"}  # fmt: skip
+
+
 def start_decider(prefix: str, partitions: int, log: Path) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -129,12 +135,18 @@ def main() -> None:
                 (started["__last_ms"] - started["__first_ms"]) / 1000, 1e-9
             )
             tasks = list(read_ready(topics, opts.partitions, opts.inputs).items())
+            # Lease every task first, as the dispatcher would: the decider accepts a report
+            # only from the live lease. Not timed: the phases below measure completions.
+            for wf, task_id in tasks:
+                lease = c.DispatchTask(f"dispatch-{task_id}", wf, **_lease(task_id))
+                p.produce(topics.task_results, key=wf.encode(), value=encode_input(lease))
+                p.poll(0)
+            p.flush(60)
+            tail_events(topics, opts.partitions, len(tasks), "task.dispatched", progress, "leases")
             burst, steady = tasks[: len(tasks) // 2], tasks[len(tasks) // 2 :]
             # phase 2: half of the completions as a backlog burst -> completion throughput
             for wf, task_id in burst:
-                report = c.ReportCompleted(
-                    f"done-{task_id}", wf, task_id=task_id, attempt=1, worker_id="bench"
-                )
+                report = c.ReportCompleted(f"done-{task_id}", wf, **_lease(task_id))
                 p.produce(topics.task_results, key=wf.encode(), value=encode_input(report))
                 p.poll(0)
             p.flush(60)
@@ -170,9 +182,7 @@ def main() -> None:
             for n, (wf, task_id) in enumerate(steady):
                 while time.time() < t0 + n * interval:
                     time.sleep(interval / 4)
-                report = c.ReportCompleted(
-                    f"done-{task_id}", wf, task_id=task_id, attempt=1, worker_id="bench"
-                )
+                report = c.ReportCompleted(f"done-{task_id}", wf, **_lease(task_id))
                 p.produce(topics.task_results, key=wf.encode(), value=encode_input(report))
                 sent[wf] = time.time()
                 p.poll(0)

@@ -178,7 +178,9 @@ def complete_all(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 class Worker:
-    """Plays every worker: reads the ready queue and reports to task-results."""
+    """Plays the dispatcher and every worker: reads the ready queue, leases each task to itself
+    (a ``DispatchTask``, as the dispatcher would send first) and reports from that lease to
+    task-results; the decider accepts a report only from the live lease."""
 
     def __init__(self, env: Env, policy: Policy = complete_all) -> None:
         self.env, self.policy = env, policy
@@ -211,7 +213,9 @@ class Worker:
                     task = cast(dict[str, Any], decode_ready(msg.value()))
                     status, output = self.policy(task)
                     base = dict(workflow_id=task["workflow_id"], task_id=task["task_id"],
-                                attempt=task["attempt"], worker_id="test-worker")  # fmt: skip
+                                attempt=task["attempt"], worker_id="test-worker", lease_epoch=1,
+                                lease_token=f"tok-{task['task_id']}")  # fmt: skip
+                    lease = c.DispatchTask(f"dispatch:{task['task_id']}:1", **base)
                     report: c.Input
                     rid = f"report:{task['task_id']}:{task['attempt']}"
                     if status == "COMPLETED":
@@ -221,8 +225,9 @@ class Worker:
                             rid, reason=f"scripted failure of {task['ref']}", **base
                         )
                     self.executions.append((task["task_id"], task["attempt"], status))
-                    prod.produce(self.env.topics.task_results, key=task["workflow_id"].encode(),
-                                 value=encode_input(report))  # fmt: skip
+                    for inp in (lease, report):  # one key: the decider reads them in order
+                        prod.produce(self.env.topics.task_results, key=inp.workflow_id.encode(),
+                                     value=encode_input(inp))  # fmt: skip
                     prod.poll(0)
                 prod.flush(10)
         finally:
