@@ -4,17 +4,25 @@ Per-workflow topics (commands, task results, events, decider changelog, retry ti
 share one partition count so a workflow's inputs, events and state live on the same partition
 number. The events topic is never compacted and keeps history forever; changelog, timers,
 definitions, config and worker status are compacted.
+
+Whoever creates a topic first decides its shape, so every role checks at start-up
+(``ensure_topics``) that the topics it uses have the partition count and the cleanup policy
+and retention these settings expect, and refuses to run (``ConfigError`` naming each
+mismatch) rather than put one workflow's inputs, events and state on different partitions.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # not re-exported for mypy
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from es_sched.errors import InfrastructureError
+from es_sched.errors import ConfigError, InfrastructureError
 from es_sched.settings import Settings
 
 COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
@@ -135,8 +143,60 @@ def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.
             f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
         ) from exc
     wanted = [t for t in topics.all() if t.name not in existing]
-    if not wanted:
-        return []
+    created = _create(admin, wanted, timeout_s) if wanted else []
+    # What we just created has our shape; anything else was made by someone else's settings.
+    verify(admin, [t for t in topics.all() if t.name not in created], timeout_s)
+    return created
+
+
+# What a topic's shape must be for the guarantees above; the broker's defaults fill the rest.
+CHECKED = ("cleanup.policy", "retention.ms")
+
+
+def verify(admin: AdminClient, expected: list[Topic], timeout_s: float = 30.0) -> None:
+    """Refuse topics whose partition count, cleanup policy or retention differ from ``expected``
+    (an existing topic is never changed: repartitioning would move workflows between
+    partitions, so the operator decides)."""
+    if not expected:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:  # a topic another process created a moment ago may not be described yet
+        try:
+            found = admin.list_topics(timeout=timeout_s).topics
+            resources = [ConfigResource(ResourceType.TOPIC, t.name) for t in expected]
+            configs = {
+                r.name: f.result(timeout=timeout_s)
+                for r, f in admin.describe_configs(resources, request_timeout=timeout_s).items()
+            }
+            if all(t.name in found for t in expected):
+                break
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise InfrastructureError(f"cannot describe the es-sched topics: {exc}") from exc
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    wrong = []
+    for t in expected:
+        meta = found.get(t.name)
+        have = len(meta.partitions) if meta is not None else 0
+        if have != t.partitions:
+            wrong.append(f"{t.name} has {have} partitions, these settings expect {t.partitions}")
+        for key in CHECKED:
+            want = t.config.get(key, "delete" if key == "cleanup.policy" else None)
+            entry = configs.get(t.name, {}).get(key)
+            if want is not None and (entry is None or entry.value != want):
+                got = None if entry is None else entry.value
+                wrong.append(f"{t.name} has {key}={got}, es-sched needs {want}")
+    if wrong:
+        raise ConfigError(
+            "the Kafka topics do not match these settings (ES_SCHED_KAFKA_PARTITIONS, "
+            "ES_SCHED_KAFKA_TOPIC_PREFIX, ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS): "
+            + "; ".join(wrong)
+        )
+
+
+def _create(admin: AdminClient, wanted: list[Topic], timeout_s: float) -> list[str]:
     futures = admin.create_topics(
         [
             NewTopic(t.name, num_partitions=t.partitions, replication_factor=-1, config=t.config)
