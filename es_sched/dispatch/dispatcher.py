@@ -10,7 +10,8 @@ Inputs:
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools and policies, changeable at run time.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
-  canceled / completed_with_errors free the task's resources.
+  canceled / completed_with_errors free the task's resources; a canceled or timed-out task
+  still leased is stopped on its worker at once (``Cancel``).
 
 Every tick (``ES_SCHED_DISPATCH_TICK_MS``): expired leases -> ``ExpireLease`` to
 ``task-results`` and a ``Cancel`` to the worker; new assignments -> the wire ``Assignment`` to
@@ -273,6 +274,11 @@ class Dispatcher:
         if ended is None or ended[0] not in self.workflow_of:
             return
         task_id, kind = ended
+        lease = self.core.leases.leases.get(task_id)
+        cancel = dispatch_records.stop_on_worker(lease, kind) if lease is not None else None
+        if lease is not None and cancel is not None:  # within this tick, not at lease expiry
+            self._to_worker(lease.worker_id, wire.encode(cancel), self.clock())
+            log.info("task %s %s: cancel sent to %s", task_id, cancel.reason, lease.worker_id)
         flight = self.core.in_flight.get(task_id)
         if flight is not None:
             self.offsets.ended(task_id, flight.task.attempt)
@@ -315,13 +321,15 @@ class Dispatcher:
     def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
         workflow_id = self.workflow_of.get(lease.task_id, "")
         cancel, expired = dispatch_records.take_back(lease, workflow_id, reason)
-        worker = self.core.fleet.workers.get(lease.worker_id)
-        pool = worker.pool if worker is not None else "default"
-        self._produce(assignment_topic(self.prefix, pool), lease.worker_id,
-                      wire.encode(cancel), now)  # fmt: skip
+        self._to_worker(lease.worker_id, wire.encode(cancel), now)
         self._send(expired, now)
         log.info("took back %s (epoch %d) from %s: %s", lease.task_id, lease.epoch,
                  lease.worker_id, reason)  # fmt: skip
+
+    def _to_worker(self, worker_id: str, value: bytes, now: datetime) -> None:
+        worker = self.core.fleet.workers.get(worker_id)
+        pool = worker.pool if worker is not None else "default"
+        self._produce(assignment_topic(self.prefix, pool), worker_id, value, now)
 
     def _finished(self, task_id: str) -> None:
         if self.core.finished(task_id) is None:

@@ -119,6 +119,20 @@ def take_back(lease: Lease, workflow_id: str, reason: str) -> tuple[wire.Cancel,
     return cancel, expired
 
 
+# Ends a worker did not report: the task was canceled (cancel, terminate, workflow timeout,
+# parent ended) or timed out. Its worker may still be running it and must be told to stop.
+ENDED_ELSEWHERE = {"task.canceled": "canceled", "task.timed_out": "timed out"}
+
+
+def stop_on_worker(lease: Lease, event_type: str) -> wire.Cancel | None:
+    """The ``Cancel`` for the worker holding ``lease`` when ``event_type`` ended its task
+    without the worker's report; None when the worker itself reported the end."""
+    reason = ENDED_ELSEWHERE.get(event_type)
+    return (
+        None if reason is None else wire.Cancel(lease.worker_id, lease.task_id, lease.epoch, reason)
+    )
+
+
 def ended_task(raw: bytes | None) -> str | None:
     """The task id of a task.completed/failed/timed_out/canceled/completed_with_errors event."""
     found = ended_task_and_type(raw)

@@ -72,6 +72,26 @@ def test_assignment_and_take_back_records() -> None:
     assert expired.input_id == "expire:t1:1" and expired.lease_epoch == 1
 
 
+@pytest.mark.parametrize(
+    ("event_type", "reason"),
+    [("task.canceled", "canceled"), ("task.timed_out", "timed out"),
+     ("task.completed", None), ("task.failed", None), ("task.completed_with_errors", None)],
+)  # fmt: skip
+def test_a_task_ended_without_its_workers_report_is_stopped_on_the_worker(
+    event_type: str, reason: str | None
+) -> None:
+    core = DispatchCore()
+    status = wire.WorkerStatus("w1", "default", "v1", ["probe"], 4, 8192,
+                               gpus=[wire.GpuStatus(0, 16384, 8192)])  # fmt: skip
+    core.fleet.upsert(dr.worker_view(status, NOW, 60))
+    core.enqueue(dr.ready_task(_ready(), NOW, NOW))
+    (decision,) = core.dispatch(NOW, lambda: "tok")
+    assert isinstance(decision, Assignment)
+    cancel = dr.stop_on_worker(decision.lease, event_type)
+    expected = None if reason is None else wire.Cancel("w1", "t1", 1, reason)
+    assert cancel == expected
+
+
 def test_ended_task_events() -> None:
     for kind in dr.ENDED:
         assert dr.ended_task(orjson.dumps({"type": kind, "payload": {"task_id": "t"}})) == "t"
