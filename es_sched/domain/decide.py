@@ -345,7 +345,6 @@ def _timer(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:
         return []
     if inp.kind == "requeue":  # the reconciler (ADR 15): still waiting for a lease, and unleased
         waiting = task.status == SCHEDULED and task.lease_token is None
-        waiting = waiting and st.runs_on_worker(task.def_ref)
         return [TaskRequeued(task.task_id, task.attempt)] if waiting else []
     if inp.kind == "wait":
         if task.wait_until is None or ctx.now < task.wait_until:
