@@ -146,6 +146,9 @@ class RuntimeSettings(BaseSettings):
     command_max_bytes: int = Field(default=256 * 1024, ge=1024)
     retry_tiers_s: str = "5,30,300,3600"
     retry_release_per_s: float = Field(default=200.0, gt=0)
+    # The reconciler (ADR 15): a worker task still SCHEDULED and unleased this long after it
+    # was queued is queued again; the ready topic must keep records twice as long.
+    requeue_after_s: float = Field(default=300.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no /metrics endpoint
 
     @field_validator("retry_tiers_s")

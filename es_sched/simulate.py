@@ -62,6 +62,7 @@ class Simulation:
         script: Sequence[Mapping[str, Any]] = (),
         scripts: ScriptEngine | None = None,
         start: datetime = EPOCH,
+        requeue_after: float | None = None,
     ) -> None:
         self.definitions = [dict(d) for d in definitions]
         self.taskdefs = [dict(t) for t in taskdefs]
@@ -69,6 +70,7 @@ class Simulation:
         self.used = [False] * len(self.script)
         self.scripts = scripts
         self.now = start
+        self.requeue_after = requeue_after  # the reconciler: off, this queue loses nothing
         self.ids = counter_ids("task")
         self.wf_ids = counter_ids("wf")
         self.workflows: dict[str, _Workflow] = {}
@@ -124,7 +126,7 @@ class Simulation:
         """Carry out what follows ``events``, already folded into the workflow's state."""
         wf = self.workflows[wf_id]
         assert wf.state is not None
-        for fx in effects(wf.state, events):
+        for fx in effects(wf.state, events, self.requeue_after):
             self._perform(wf_id, wf, fx)
 
     def _perform(self, wf_id: str, wf: _Workflow, fx: Effect) -> None:

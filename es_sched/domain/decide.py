@@ -29,6 +29,7 @@ from es_sched.domain.events import (
     TaskDispatched,
     TaskFailed,
     TaskProgressed,
+    TaskRequeued,
     TaskStarted,
     TaskTimedOut,
     WorkflowEnding,
@@ -63,6 +64,7 @@ MAX_EVENTS_PER_INPUT = 20_000
 # rejection changes nothing. Skipping the walk keeps these frequent inputs cheap.
 NO_PROGRESS = (
     TaskDispatched, TaskStarted, TaskProgressed, LeaseExpired, CommandRejected, CompletionRejected,
+    TaskRequeued,
 )  # fmt: skip
 
 
@@ -341,6 +343,9 @@ def _timer(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:
         return again(st, task, ctx)
     if task.terminal:
         return []
+    if inp.kind == "requeue":  # the reconciler (ADR 15): still waiting for a lease, and unleased
+        waiting = task.status == SCHEDULED and task.lease_token is None
+        return [TaskRequeued(task.task_id, task.attempt)] if waiting else []
     if inp.kind == "wait":
         if task.wait_until is None or ctx.now < task.wait_until:
             return []

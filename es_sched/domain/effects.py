@@ -5,8 +5,12 @@ scheduled and failed in the same decision is not queued). Output, in event order
 timers first), the follow-up work another part of the system must do:
 
 - ``QueueTask``: put a worker task (``WorkflowState.runs_on_worker``) on the ready queue, when it is
-  scheduled and again after an expired lease of its latest attempt (``requeue=True``).
-- ``SetTimer``: a durable timer (``timers.timers_for``); when due, deliver ``fire``.
+  scheduled and again after an expired lease of its latest attempt or a reconciler's
+  ``task.requeued`` (``requeue=True``).
+- ``SetTimer``: a durable timer (``timers.timers_for``); when due, deliver ``fire``. With
+  ``requeue_after`` (seconds; the runtime passes ``ES_SCHED_RUN_REQUEUE_AFTER_S``) every
+  ``QueueTask`` also sets the reconciler's ``timers.requeue_timer`` (ADR 15); without it
+  (the simulator, whose queue loses nothing) there is none.
 - ``WakeRetry``: a failed attempt to retry after ``delay_seconds``; when due, deliver ``fire``.
 - ``StartChild``: a workflow to start. Finding a definition by name is the caller's I/O;
   ``child_input(effect, lookup)`` then gives the one input to deliver (the child's
@@ -42,6 +46,7 @@ from es_sched.domain.events import (
     TaskDispatched,
     TaskFailed,
     TaskProgressed,
+    TaskRequeued,
     TaskRetryScheduled,
     TaskScheduled,
     TaskStarted,
@@ -58,7 +63,7 @@ from es_sched.domain.events import (
 )
 from es_sched.domain.evolve import AnyPayload
 from es_sched.domain.state import WorkflowState
-from es_sched.domain.timers import Timer, retry_input, timer_input, timers_for
+from es_sched.domain.timers import Timer, requeue_timer, retry_input, timer_input, timers_for
 
 JSON = dict[str, Any]
 Found = tuple[JSON, list[JSON]]
@@ -73,7 +78,7 @@ class QueueTask:
     ref: str
     name: str
     attempt: int
-    requeue: bool = False  # queued again: the lease of this attempt expired
+    requeue: bool = False  # queued again: its lease expired, or the reconciler re-queued it
 
 
 @dataclass(frozen=True)
@@ -135,11 +140,21 @@ def child_ended_id(child_workflow_id: str) -> str:
     return f"child-ended:{child_workflow_id}"
 
 
-def effects(st: WorkflowState, events: Iterable[Event]) -> list[Effect]:
+def effects(
+    st: WorkflowState, events: Iterable[Event], requeue_after: float | None = None
+) -> list[Effect]:
     out: list[Effect] = []
     for event in events:
+        follow = _follow(st, event)
         out += [SetTimer(timer) for timer in timers_for(st, event)]
-        out += _follow(st, event)
+        if requeue_after is not None:
+            at = event.occurred_at
+            out += [
+                SetTimer(requeue_timer(fx.workflow_id, fx.task_id, at, requeue_after))
+                for fx in follow
+                if isinstance(fx, QueueTask)
+            ]
+        out += follow
     return out
 
 
@@ -175,6 +190,8 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
         case LeaseExpired():
             latest = st.latest.get(st.tasks[p.task_id].ref) == p.task_id
             return _queue(st, p.task_id, requeue=True) if latest else []
+        case TaskRequeued():
+            return _queue(st, p.task_id, requeue=True)  # decide checked it is the latest
         case TaskRetryScheduled():
             attempt = st.tasks[p.task_id].attempt
             return [

@@ -229,6 +229,17 @@ class CompletionRejected(Payload):
     reason: str
 
 
+@dataclass(frozen=True)
+class TaskRequeued(Payload):
+    """The reconciler queued the task again (ADR 15): it was still SCHEDULED and unleased a
+    whole ``ES_SCHED_RUN_REQUEUE_AFTER_S`` after it was last queued, so its ready record may
+    be lost (dead-lettered, or gone with the ready topic's retention)."""
+
+    TYPE = "task.requeued"
+    task_id: str
+    attempt: int
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -237,7 +248,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted,
         TaskCompletedWithErrors, TaskFailed,
         TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
-        CompletionRejected,
+        CompletionRejected, TaskRequeued,
     )
 }  # fmt: skip
 

@@ -29,6 +29,7 @@ from es_sched.domain.events import (
     TaskDispatched,
     TaskFailed,
     TaskProgressed,
+    TaskRequeued,
     TaskRetryScheduled,
     TaskScheduled,
     TaskStarted,
@@ -50,7 +51,7 @@ AnyPayload = (
     | WorkflowResumed | WorkflowRetried | VariablesSet | WorkflowStartRequested | CommandRejected
     | TaskScheduled | TaskDispatched | TaskStarted | TaskProgressed | TaskCompleted
     | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled | TaskRetryScheduled
-    | LeaseExpired | LoopIterated | CompletionRejected
+    | LeaseExpired | LoopIterated | CompletionRejected | TaskRequeued
 )  # fmt: skip
 
 
@@ -187,6 +188,8 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
             _task(st, p.task_id, status=s.SCHEDULED, worker_id=None, lease_token=None)
         case LoopIterated():
             _task(st, p.task_id, iteration=p.iteration, output=p.output)
+        case TaskRequeued():
+            pass  # the task waits as it did: only its ready record is written again
         case _:
             assert_never(p)
     st.seq, st.updated_at = event.seq, event.occurred_at

@@ -4,7 +4,9 @@
 timers it sets (workflow and task timeouts, WAIT deadlines). A timer's id is deterministic per
 (workflow, kind, task), so a later timer of the same id replaces the earlier one (progress pushes
 a response timeout back). Timers are never cancelled: the decider ignores one whose task or
-workflow has moved on. Retry wake-ups are not timers here: they travel through the retry tiers
+workflow has moved on. ``requeue_timer`` is the reconciler's (ADR 15): set with every queueing
+of a worker task (``effects``), it asks the decider to queue the task again if it still waits
+unleased. Retry wake-ups are not timers here: they travel through the retry tiers
 (``effects.WakeRetry``) and come back as ``retry_input``.
 
 ``timer_input`` and ``retry_input`` build the ``timer.fired`` input the decider receives, with
@@ -66,6 +68,12 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
             out.append(_timer(wf, "total_timeout", p.task_id, after(at, s.timeout_seconds)))
         return out
     return []
+
+
+def requeue_timer(workflow_id: str, task_id: str, queued_at: datetime, after_s: float) -> Timer:
+    """The reconciler's timer of a task queued at ``queued_at``: due ``after_s`` later. One id
+    per task instance, so queueing the task again pushes it back."""
+    return _timer(workflow_id, "requeue", task_id, after(queued_at, after_s))
 
 
 def timer_input(timer: Timer) -> FireTimer:

@@ -3,18 +3,23 @@
 Per-workflow topics (commands, task results, events, decider changelog, retry tiers, timers)
 share one partition count so a workflow's inputs, events and state live on the same partition
 number. The events topic is never compacted and keeps history forever; changelog, timers,
-definitions, config and worker status are compacted.
+definitions, config and worker status are compacted. The ready topic deletes by time only, and
+keeps records at least ``READY_RETENTION_BOUNDS`` reconciler bounds (ADR 15): a task still
+waiting for a lease gets a fresh ready record every bound, so its newest record outlives the
+bound with a whole bound to spare for a late timer service or decider.
 
 Whoever creates a topic first decides its shape, so every role checks at start-up
 (``ensure_topics``) that the topics it uses have the partition count and the cleanup policy
-and retention these settings expect, and refuses to run (``ConfigError`` naming each
-mismatch) rather than put one workflow's inputs, events and state on different partitions.
+and retention these settings expect (for ready: at least its floor), and refuses to run
+(``ConfigError`` naming each mismatch) rather than put one workflow's inputs, events and
+state on different partitions.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -27,6 +32,8 @@ from es_sched.settings import Settings
 
 COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
 FOREVER = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+WEEK_MS = 7 * 24 * 3600 * 1000
+READY_RETENTION_BOUNDS = 2  # the ready topic keeps records this many reconciler bounds at least
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class Topic:
     name: str
     partitions: int
     config: dict[str, str]
+    min_retention_ms: int | None = None  # retention.ms is a floor here, not an exact value
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,16 @@ class Topics:
     partitions: int
     retry_tiers: tuple[int, ...] = (5, 30, 300, 3600)
     assignment_partitions: int = 64  # ADR 5: one partition per worker id hash
+    requeue_after_s: float | None = None  # the reconciler's bound (ADR 15); None: no floor
+
+    def ready_topic(self) -> Topic:
+        """Created keeping a week (or two floors, if more); refused below the floor of
+        ``READY_RETENTION_BOUNDS`` reconciler bounds, and with any size limit."""
+        if self.requeue_after_s is None:
+            return Topic(self.ready, self.partitions, {})
+        floor = int(READY_RETENTION_BOUNDS * self.requeue_after_s * 1000)
+        keep = {"retention.ms": str(max(WEEK_MS, 2 * floor)), "retention.bytes": "-1"}
+        return Topic(self.ready, self.partitions, {"cleanup.policy": "delete", **keep}, floor)
 
     def _n(self, suffix: str) -> str:
         return f"{self.prefix}.{suffix}"
@@ -107,7 +125,7 @@ class Topics:
             Topic(self.task_results, n, {}),
             Topic(self.events, n, FOREVER),
             Topic(self.changelog, n, COMPACT),
-            Topic(self.ready, n, {}),
+            self.ready_topic(),
             Topic(self.assignments, self.assignment_partitions, {}),
             Topic(self.worker_status, n, COMPACT),
             Topic(self.timers, n, COMPACT),
@@ -130,6 +148,7 @@ def topics_for(settings: Settings) -> Topics:
         settings.kafka.partitions,
         tuple(settings.runtime.retry_tiers),
         settings.dispatch.assignment_partitions,
+        settings.runtime.requeue_after_s,
     )
 
 
@@ -183,17 +202,40 @@ def verify(admin: AdminClient, expected: list[Topic], timeout_s: float = 30.0) -
         if have != t.partitions:
             wrong.append(f"{t.name} has {have} partitions, these settings expect {t.partitions}")
         for key in CHECKED:
+            if key == "retention.ms" and t.min_retention_ms is not None:
+                continue  # a floor: _short_retention
             want = t.config.get(key, "delete" if key == "cleanup.policy" else None)
             entry = configs.get(t.name, {}).get(key)
             if want is not None and (entry is None or entry.value != want):
                 got = None if entry is None else entry.value
                 wrong.append(f"{t.name} has {key}={got}, es-sched needs {want}")
+        wrong += _short_retention(t, configs.get(t.name, {}))
     if wrong:
         raise ConfigError(
             "the Kafka topics do not match these settings (ES_SCHED_KAFKA_PARTITIONS, "
-            "ES_SCHED_KAFKA_TOPIC_PREFIX, ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS): "
-            + "; ".join(wrong)
+            "ES_SCHED_KAFKA_TOPIC_PREFIX, ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS, "
+            "ES_SCHED_RUN_REQUEUE_AFTER_S): " + "; ".join(wrong)
         )
+
+
+def _short_retention(t: Topic, config: Any) -> list[str]:
+    """A topic with a retention floor must keep its records by time at least that long (-1:
+    forever), and never delete them for size."""
+    if t.min_retention_ms is None:
+        return []
+    wrong = []
+    entry = config.get("retention.ms")
+    ms = int(entry.value) if entry is not None and entry.value is not None else None
+    if ms is None or -1 < ms < t.min_retention_ms:
+        wrong.append(
+            f"{t.name} has retention.ms={ms}, es-sched needs at least {t.min_retention_ms} "
+            f"({READY_RETENTION_BOUNDS} x ES_SCHED_RUN_REQUEUE_AFTER_S)"
+        )
+    size = config.get("retention.bytes")
+    if size is None or size.value != "-1":
+        got = None if size is None else size.value
+        wrong.append(f"{t.name} has retention.bytes={got}, es-sched needs -1 (no size limit)")
+    return wrong
 
 
 def _create(admin: AdminClient, wanted: list[Topic], timeout_s: float) -> list[str]:

@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
+from es_sched.domain.events import TaskRequeued
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
@@ -82,7 +83,8 @@ class Decider:
         self.states: dict[str, WorkflowState] = {}
         self.partition_of: dict[str, int] = {}
         self.batches = 0
-        self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0}
+        self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0,
+                      "requeues": 0}  # fmt: skip
         r = self.metrics = registry or Registry()
         self.m_counts = {
             k: r.counter(f"es_sched_decider_{k}_total", f"Decider {k.replace('_', ' ')}.")
@@ -241,9 +243,11 @@ class Decider:
         if not events or new is None:
             return []
         self.stats["events"] += len(events)
+        self.stats["requeues"] += sum(isinstance(e.payload, TaskRequeued) for e in events)
         staged[new.workflow_id] = new
         where[new.workflow_id] = msg.partition() or 0
-        return outbound(self.topics, new, events, self.resolve)
+        requeue_after = self.run_settings.requeue_after_s
+        return outbound(self.topics, new, events, self.resolve, requeue_after)
 
     def _complete_start(self, inp: c.Input) -> c.Input:
         if not isinstance(inp, c.StartWorkflow):

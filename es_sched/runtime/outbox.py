@@ -6,8 +6,9 @@ record. ``QueueTask`` -> ``ready`` (keyed by task name); ``SetTimer`` -> ``timer
 timer id); ``WakeRetry`` -> its delay tier (keyed by workflow); ``StartChild``,
 ``TerminateChild`` and ``NotifyParent`` -> the input for the other workflow on ``commands``
 (keyed by that workflow). What follows an event is decided in the domain, not here; ``resolve``
-is the registry look-up a ``StartChild`` without an embedded definition needs. The changelog
-snapshot is added once per workflow per batch by the caller.
+is the registry look-up a ``StartChild`` without an embedded definition needs, ``requeue_after``
+the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR 15). The changelog snapshot is
+added once per workflow per batch by the caller.
 """
 
 from __future__ import annotations
@@ -81,10 +82,14 @@ def command_record(topics: Topics, inp: c.Input) -> Record:
 
 
 def outbound(
-    topics: Topics, st: WorkflowState, events: list[Event], resolve: Resolver
+    topics: Topics,
+    st: WorkflowState,
+    events: list[Event],
+    resolve: Resolver,
+    requeue_after: float | None = None,
 ) -> list[Record]:
     out = [Record(topics.events, st.workflow_id, encode_event(e)) for e in events]
-    for fx in effects(st, events):
+    for fx in effects(st, events, requeue_after):
         match fx:
             case QueueTask():
                 out.append(ready_record(topics, st, fx.task_id))

@@ -16,6 +16,9 @@ Faults (counted over every producer the role creates, each fires once):
   ``commit_transaction``) raises a ``KafkaError`` of KIND (retriable, abortable, fatal,
   fenced); with ``after`` it raises only after the real call succeeded, so the loop cannot
   know whether the transaction committed.
+- ``--corrupt SUFFIX:N``: the N-th record produced to ``<prefix>.SUFFIX`` (e.g. ``ready:1``)
+  carries undecodable bytes instead of its value, and ``fault: corrupted`` is logged: its
+  consumer must dead-letter it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from es_sched import bootstrap
 from es_sched.kafka.clients import KafkaClients, producer_config
+from es_sched.metrics import Registry, serve
 from es_sched.settings import load_settings
 from tests.integration.runtime_harness import Env, Role
 
@@ -68,6 +72,7 @@ class Faults:
     pause_after_txns: int = 0
     pause_s: float = 120.0
     fails: list[Fail] = field(default_factory=list)
+    corrupt: dict[str, int] = field(default_factory=dict)  # topic suffix -> nth record
     calls: Counter[str] = field(default_factory=Counter, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -99,6 +104,14 @@ class FaultyProducer(Producer):
         err = self.faults.error(method, nth, after=True)
         if err is not None:
             raise KafkaException(err)
+
+    def produce(self, topic: str, value: Any = None, *args: Any, **kwargs: Any) -> None:
+        suffix = topic.rpartition(".")[2]
+        nth = self.faults.corrupt.get(suffix)
+        if nth is not None and self.faults.count(f"produce:{suffix}") == nth:
+            log.warning("fault: corrupted record %d to %s", nth, topic)
+            value = b"\x00corrupted by faulty_role"
+        super().produce(topic, value, *args, **kwargs)
 
     def send_offsets_to_transaction(
         self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
@@ -144,12 +157,16 @@ def main() -> None:
     parser.add_argument("--pause-after-txns", type=int, default=0)
     parser.add_argument("--pause-s", type=float, default=120.0)
     parser.add_argument("--fail", type=Fail.parse, action="append", default=[])
+    parser.add_argument("--corrupt", action="append", default=[], help="SUFFIX:N")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
-    faults = Faults(args.pause_after_txns, args.pause_s, args.fail)
+    corrupt = {suffix: int(nth) for suffix, nth in (c.split(":") for c in args.corrupt)}
+    faults = Faults(args.pause_after_txns, args.pause_s, args.fail, corrupt)
     clients = FaultyClients(settings.kafka.bootstrap_servers, faults)
-    role = bootstrap.role(args.role, settings, clients=clients)
+    registry = Registry()
+    serve(registry, settings.runtime.metrics_port)  # ES_SCHED_RUN_METRICS_PORT, as es-sched run
+    role = bootstrap.role(args.role, settings, registry, clients=clients)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _n, _f: stop.set())

@@ -7,11 +7,16 @@ mismatch, instead of deciding on the wrong partitions.
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # not re-exported for mypy
+from confluent_kafka.admin._resource import ResourceType
 
 from es_sched.errors import ConfigError
 from es_sched.kafka.topics import Topics, ensure_topic, ensure_topics
 from tests.integration.runtime_harness import Env, Role
 from tests.support.settings import BOOTSTRAP, unique_name
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +57,48 @@ def test_a_role_started_on_mismatched_topics_exits_with_the_reason() -> None:
     role = Role(env, "decider")
     assert role.proc.wait(120) != 0
     assert f"{env.prefix}.commands has 2 partitions, these settings expect 3" in role.text()
+
+
+def _config(name: str, *keys: str) -> dict[str, str | None]:
+    """A topic's settings, once the broker describes it (a topic created a moment ago may be
+    unknown to it for a moment)."""
+    admin, found = AdminClient({"bootstrap.servers": BOOTSTRAP}), {}
+
+    def described() -> bool:
+        [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values()
+        try:
+            found.update(future.result(timeout=30))
+        except KafkaException:
+            return False
+        return True
+
+    wait_until(described, 30, f"the broker to describe {name}")
+    return {k: found[k].value for k in keys}
+
+
+def test_the_ready_topic_keeps_records_for_the_reconciler_and_shorter_is_refused() -> None:
+    """ADR 15: a task still waiting gets a fresh ready record every reconciler bound, so the
+    ready topic must keep records at least two bounds and never drop them for size."""
+    prefix = unique_name()
+    bound_s = 4 * 24 * 3600.0  # four days: two floors are more than a week
+    created = Topics(prefix, 2, requeue_after_s=bound_s)
+    ensure_topics(BOOTSTRAP, created)
+    assert _config(created.ready, "retention.ms", "retention.bytes") == {
+        "retention.ms": str(int(4 * bound_s * 1000)), "retention.bytes": "-1",
+    }  # fmt: skip
+    # A ready topic created before the reconciler (broker defaults: a week) passes a 300 s bound.
+    old = unique_name()
+    ensure_topic(BOOTSTRAP, f"{old}.ready", 2)
+    ensure_topics(BOOTSTRAP, Topics(old, 2, requeue_after_s=300.0))
+    # One kept ten minutes, and one with a size limit, are refused for a 600 s bound.
+    short, sized = unique_name(), unique_name()
+    ensure_topic(BOOTSTRAP, f"{short}.ready", 2, {"retention.ms": "600000"})
+    ensure_topic(BOOTSTRAP, f"{sized}.ready", 2, {"retention.bytes": "1048576"})
+    for name, expected in (
+        (short, f"{short}.ready has retention.ms=600000, es-sched needs at least 1200000"),
+        (sized, f"{sized}.ready has retention.bytes=1048576, es-sched needs -1"),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            ensure_topics(BOOTSTRAP, Topics(name, 2, requeue_after_s=600.0))
+        assert expected in str(refused.value)
+        assert "ES_SCHED_RUN_REQUEUE_AFTER_S" in str(refused.value)

@@ -43,6 +43,7 @@ def test_environment_overrides_and_derived_values(monkeypatch: pytest.MonkeyPatc
         ("ES_SCHED_SEARCH_FLAVOR", "solr"),
         ("ES_SCHED_STACK_READY_TIMEOUT_S", "-1"),
         ("ES_SCHED_STACK_KAFKA_CONTROLLER_PORT", "70000"),
+        ("ES_SCHED_RUN_REQUEUE_AFTER_S", "0"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_variable(

@@ -49,7 +49,7 @@ def _key(work: Work) -> str:
 def runtime_work(st: Any, events: list[Event], sim: Simulation) -> list[Work]:
     """The follow-up records of one decision, decoded by the roles that consume them."""
     out: list[Work] = []
-    for rec in outbound(TOPICS, st, events, sim.resolve):
+    for rec in outbound(TOPICS, st, events, sim.resolve, sim.requeue_after):
         assert rec.value is not None
         if rec.topic == TOPICS.events:
             continue
@@ -105,8 +105,11 @@ def _run(
     taskdefs: list[dict[str, Any]],
     script: list[dict[str, Any]],
     inp: dict[str, Any],
+    requeue_after: float | None = None,
 ) -> list[Step]:
-    sim = Parity(definitions, taskdefs, script, scripts=QuickJsEngine())
+    sim = Parity(
+        definitions, taskdefs, script, scripts=QuickJsEngine(), requeue_after=requeue_after
+    )
     sim.run(definitions[0], inp)
     return sim.steps
 
@@ -138,9 +141,9 @@ def _example(name: str) -> list[Step]:
     return _run([main, *definitions], taskdefs, [], inp)
 
 
-def _golden_run(name: str) -> list[Step]:
+def _golden_run(name: str, requeue_after: float | None = None) -> list[Step]:
     definition, taskdefs, script, inp = CASES[name]
-    return _run([definition], taskdefs, script, inp)
+    return _run([definition], taskdefs, script, inp, requeue_after)
 
 
 def _golden_file(name: str) -> list[Step]:
@@ -199,8 +202,22 @@ def _expired_lease() -> list[Step]:
     return _history(d.events, Parity([]))
 
 
+def _requeued() -> list[Step]:
+    """The reconciler (ADR 15): a task whose ready record was lost is requeued when its
+    requeue timer fires, then leased, expired, queued again and completed."""
+    d = Driver(workflow(task("a")))
+    d.advance(60)
+    t = d.latest("a")
+    d.send(c.FireTimer("requeue-1", "wf-1", kind="requeue", task_id=t.task_id))
+    d.report("a", "STARTED")
+    d.send(c.ExpireLease("exp-1", "wf-1", task_id=t.task_id, lease_epoch=t.lease_epoch or 1))
+    d.report("a")
+    return _history(d.events, Parity([], requeue_after=60))
+
+
 CASES_RUN: dict[str, Callable[[], list[Step]]] = {
     **{f"golden-run:{n}": functools.partial(_golden_run, n) for n in CASES},
+    **{f"golden-requeue:{n}": functools.partial(_golden_run, n, 60.0) for n in CASES},
     **{
         f"golden-file:{p.name.removesuffix('.events.jsonl')}": functools.partial(
             _golden_file, p.name.removesuffix(".events.jsonl")
@@ -220,6 +237,7 @@ CASES_RUN: dict[str, Callable[[], list[Step]]] = {
     "canceled-child": _canceled_child,
     "unknown-children": _unknown_children,
     "expired-lease": _expired_lease,
+    "requeued": _requeued,
 }
 
 
@@ -253,6 +271,14 @@ def test_the_cases_cover_every_kind_of_effect() -> None:
         w for runtime, _ in steps_of("expired-lease") for w in runtime if w[0] == "ready"
     ]  # fmt: skip
     assert len(requeued) == 2  # scheduled, then queued again after the lease expired
+    reconciled = [
+        w[0] if w[0] == "ready" else w[1].kind
+        for runtime, _ in steps_of("requeued")
+        for w in runtime
+        if w[0] in ("ready", "fire")
+    ]
+    # scheduled, requeued by the reconciler, queued again after the expiry: each with its timer
+    assert reconciled.count("ready") == 3 and reconciled.count("requeue") == 3
 
 
 def test_the_examples_and_golden_histories_are_all_covered() -> None:
