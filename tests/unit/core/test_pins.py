@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from es_sched.commands.prepare import resolve
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.effects import StartChild, child_input, effects
@@ -131,6 +132,35 @@ def test_a_child_unknown_at_the_start_stays_unpinned_and_is_looked_up_when_it_st
     registry.push(CHILD_V1)
     after, events = finish(st, "a")
     assert child_start(after, events, registry).definition == CHILD_V1
+
+
+class CliRegistry(Registry):
+    """The ``DefinitionRegistry`` surface ``es-sched submit`` resolves against."""
+
+    def workflow(self, name: str, version: int | None = None) -> JSON | None:
+        hit = self(name, version)
+        return hit[0] if hit is not None else None
+
+    def taskdefs_for(self, definition: JSON) -> list[JSON]:
+        names = {t["name"] for t in definition["tasks"]}
+        return [td for n, td in sorted(self.taskdefs.items()) if n in names]
+
+
+def test_submit_pins_what_the_decider_would_and_leaves_unknown_starts_for_later() -> None:
+    literal = {"startWorkflow": {"name": "later", "version": 2}}
+    parent = workflow(
+        task("go", type_="START_WORKFLOW", inputParameters=literal), sub(),
+        failureWorkflow="on_failure",
+    )  # fmt: skip
+    on_failure = workflow(task("f", name="fail.task"), name="on_failure")
+    registry = CliRegistry(parent, CHILD_V1, on_failure, taskdefs=(TD_V1, {"name": "fail.task"}))
+    resolved = resolve(registry, "wf")
+    assert resolved.subworkflow_definitions == [CHILD_V1, on_failure]  # "later" v2: unknown
+    assert resolved.taskdefs == [TD_V1, {"name": "fail.task"}]
+    decided = complete_start(c.StartWorkflow("s", "wf-1", name="wf"), registry)
+    assert decided is not None
+    assert decided.subworkflow_definitions == resolved.subworkflow_definitions
+    assert decided.taskdefs == resolved.taskdefs
 
 
 # -- children start with what was pinned ----------------------------------------------------
