@@ -3,13 +3,15 @@
 An in-memory runtime plays every other role: it dispatches worker tasks in the order they were
 queued and answers each from the script (or completes it at once with an empty output),
 starts and finishes sub-workflows, delivers ``external`` completions to WAIT tasks, and moves a
-virtual clock to the next due timer when nothing else can happen. A script entry's ``push``
-(a list of definitions) registers them when its task is answered, as ``defs push`` would mid-run:
-running parents keep the children they pinned at their start (``domain.pins``), new ones and
-unpinned references see the pushed versions. The same decide/evolve code
-as the decider runs underneath, and what follows each decision is the runtime's own
+virtual clock to the next due timer when nothing else can happen. The same decide/evolve code
+as the decider runs underneath, starts are completed by the decider shell's own
+``domain.pins.complete_start``, and what follows each decision is the runtime's own
 ``domain.effects.effects`` (same task ids, timers, retries, children and input ids), only
 carried out in memory: a simulation is a faithful dry run of a definition.
+
+A script entry's ``push`` (a list of definitions) registers them when its task is answered, as
+``defs push`` would mid-run: running parents keep the children they pinned at their start,
+parents started later and unpinned references see the pushed versions.
 """
 
 from __future__ import annotations
