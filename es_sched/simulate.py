@@ -4,9 +4,14 @@ An in-memory runtime plays every other role: it dispatches worker tasks in the o
 queued and answers each from the script (or completes it at once with an empty output),
 starts and finishes sub-workflows, delivers ``external`` completions to WAIT tasks, and moves a
 virtual clock to the next due timer when nothing else can happen. The same decide/evolve code
-as the decider runs underneath, and what follows each decision is the runtime's own
+as the decider runs underneath, starts are completed by the decider shell's own
+``domain.pins.complete_start``, and what follows each decision is the runtime's own
 ``domain.effects.effects`` (same task ids, timers, retries, children and input ids), only
 carried out in memory: a simulation is a faithful dry run of a definition.
+
+A script entry's ``push`` (a list of definitions) registers them when its task is answered, as
+``defs push`` would mid-run: running parents keep the children they pinned at their start,
+parents started later and unpinned references see the pushed versions.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.effects import (
     Effect,
-    Found,
     NotifyParent,
     QueueTask,
     SetTimer,
@@ -36,6 +40,7 @@ from es_sched.domain.effects import (
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
+from es_sched.domain.pins import Found, complete_start
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import IN_PROGRESS, WorkflowState
 from es_sched.errors import DomainError
@@ -116,6 +121,11 @@ class Simulation:
         wf = self.workflows.get(wf_id)
         if wf is None or (wf.state is None and not isinstance(inp, c.StartWorkflow)):
             return  # a workflow that never started: the runtime dead-letters such an input
+        if isinstance(inp, c.StartWorkflow) and wf.state is None:
+            completed = complete_start(inp, self.resolve)  # as the decider's shell does
+            if completed is None:
+                return  # an unknown definition: the runtime refuses the start
+            inp = completed
         events = decide(wf.state, inp, self.now, self.ids, self.scripts)
         wf.events.extend(events)
         if events:
@@ -200,6 +210,7 @@ class Simulation:
             if "attempt" in entry and int(entry["attempt"]) != attempt:
                 continue
             self.used[i] = True
+            self.definitions += [dict(d) for d in entry.get("push") or []]
             return entry
         return None
 

@@ -3,8 +3,8 @@
 - ``prepare(cmd, catalog, cap)``: validate a command against ``schemas/commands/`` and encode it;
   an invalid command or one over the size cap raises ``SchemaError`` and yields no bytes.
 - ``resolve(definitions, name, version)``: the definition a StartWorkflow embeds, with its
-  TaskDefs and the definitions of the sub-workflows it names; a missing one raises
-  ``UnknownDefinition``.
+  TaskDefs and the pinned definitions of the children it may start; a missing one (or a
+  missing sub-workflow) raises ``UnknownDefinition``.
 - ``definition_problems(docs, catalog)``: every reason a set of definition files may not be
   pushed (JSON Schema, ``validate_workflow``, sub-workflow cycles).
 - ``terminal_status(event)``: the final status an event announces, if it is a final event;
@@ -16,13 +16,14 @@ Nothing here touches the network, the clock or the environment.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from es_sched.commands.files import Documents
 from es_sched.domain.commands import Input
 from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded
+from es_sched.domain.pins import pin
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import DomainError, SchemaError
 from es_sched.serialization import SchemaCatalog, encode_input, input_to_dict, schema_dir
@@ -76,46 +77,24 @@ class Resolved:
 
 
 def resolve(definitions: Definitions, name: str, version: int | None = None) -> Resolved:
-    """The definition to embed in a StartWorkflow, so the decider never needs the registry."""
+    """The definition to embed in a StartWorkflow, so the decider never needs the registry,
+    with every child it may start pinned (``domain.pins.pin``: SUB_WORKFLOW, literal
+    START_WORKFLOW, failureWorkflow, transitively) and their TaskDefs. A SUB_WORKFLOW nobody
+    registered is refused now; an unknown START_WORKFLOW or failureWorkflow is left to be
+    looked up when it starts, as the decider would."""
     root = definitions.workflow(name, version)
     if root is None:
         raise UnknownDefinition(name, version)
-    taskdefs = {str(td.get("name")): td for td in definitions.taskdefs_for(root)}
-    children: dict[tuple[str, int | None], JSON] = {}
-    todo = [(root, ref) for ref in _sub_workflow_refs(root.get("tasks") or [])]
-    while todo:
-        parent, (child_name, child_version) = todo.pop()
-        if (child_name, child_version) in children:
-            continue
-        child = definitions.workflow(child_name, child_version)
-        if child is None:
-            raise UnknownDefinition(child_name, child_version, needed_by=str(parent.get("name")))
-        children[(child_name, child_version)] = child
-        taskdefs.update({str(td.get("name")): td for td in definitions.taskdefs_for(child)})
-        todo += [(child, ref) for ref in _sub_workflow_refs(child.get("tasks") or [])]
-    return Resolved(root, [taskdefs[n] for n in sorted(taskdefs)], list(children.values()))
 
+    def lookup(child: str, child_version: int | None) -> tuple[JSON, list[JSON]] | None:
+        doc = definitions.workflow(child, child_version)
+        return (doc, definitions.taskdefs_for(doc)) if doc is not None else None
 
-def _sub_workflow_refs(tasks: Iterable[Any]) -> list[tuple[str, int | None]]:
-    """(name, version) of every SUB_WORKFLOW that names a registered definition."""
-    refs: list[tuple[str, int | None]] = []
-    for t in tasks:
-        if not isinstance(t, dict):
-            continue
-        param = t.get("subWorkflowParam")
-        if t.get("type") == "SUB_WORKFLOW" and isinstance(param, dict):
-            version = param.get("version")
-            if param.get("name") and not isinstance(param.get("workflowDefinition"), dict):
-                refs.append((str(param["name"]), version if isinstance(version, int) else None))
-        branches = [
-            *(t.get("decisionCases") or {}).values(),
-            t.get("defaultCase") or [],
-            *(t.get("forkTasks") or []),
-            t.get("loopOver") or [],
-        ]
-        for branch in branches:
-            refs += _sub_workflow_refs(branch if isinstance(branch, list) else [])
-    return refs
+    pinned = pin(root, definitions.taskdefs_for(root), lookup)
+    for ref, needed_by in pinned.missing:
+        if ref.kind == "SUB_WORKFLOW":
+            raise UnknownDefinition(ref.name, ref.version, needed_by=needed_by)
+    return Resolved(root, pinned.taskdefs, pinned.definitions)
 
 
 def definition_problems(docs: Documents, catalog: SchemaCatalog) -> list[str]:

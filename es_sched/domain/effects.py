@@ -12,7 +12,8 @@ timers first), the follow-up work another part of the system must do:
   ``QueueTask`` also sets the reconciler's ``timers.requeue_timer`` (ADR 15); without it
   (the simulator, whose queue loses nothing) there is none.
 - ``WakeRetry``: a failed attempt to retry after ``delay_seconds``; when due, deliver ``fire``.
-- ``StartChild``: a workflow to start. Finding a definition by name is the caller's I/O;
+- ``StartChild``: a workflow to start, with the definition and TaskDefs its parent pinned when
+  it started (``pins.pinned_child``). Finding an unpinned one by name is the caller's I/O;
   ``child_input(effect, lookup)`` then gives the one input to deliver (the child's
   ``StartWorkflow``, or the "child failed" notice to the parent when no definition exists).
 - ``TerminateChild`` / ``NotifyParent``: the exact input to deliver to another workflow.
@@ -28,7 +29,7 @@ schedule and update, returned as data to ``WorkflowExecutor``) is the precedent 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, assert_never, cast
@@ -62,13 +63,11 @@ from es_sched.domain.events import (
     WorkflowStartRequested,
 )
 from es_sched.domain.evolve import AnyPayload
+from es_sched.domain.pins import Lookup, pinned_child
 from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import Timer, requeue_timer, retry_input, timer_input, timers_for
 
 JSON = dict[str, Any]
-Found = tuple[JSON, list[JSON]]
-Lookup = Callable[[str, int | None], Found | None]
-"""(name, version) -> (definition, taskdefs) from a registry, or None when unknown."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ class StartChild:
     child_workflow_id: str
     name: str
     version: int | None
-    definition: JSON | None  # embedded in the parent's definition; None: look it up by name
+    definition: JSON | None  # inline or pinned by the parent; None: look it up by name
     input: JSON
     parent_workflow_id: str
     parent_task_id: str | None  # SUB_WORKFLOW: the task waiting; None: START_WORKFLOW, failure wf
@@ -117,6 +116,8 @@ class StartChild:
     tenant: str | None
     correlation_id: str
     parent_taskdefs: tuple[JSON, ...]  # the child's TaskDefs when its definition brings none
+    taskdefs: tuple[JSON, ...] = ()  # pinned with the definition
+    subworkflow_definitions: tuple[JSON, ...] = ()  # the child's own children, pinned
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def effects(
 def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
     """The input a ``StartChild`` leads to: the child's ``StartWorkflow``; without a definition
     the "child failed" notice to the waiting parent task, or None when nothing waits for it."""
-    found = (fx.definition, []) if fx.definition else lookup(fx.name, fx.version)
+    found = (fx.definition, list(fx.taskdefs)) if fx.definition else lookup(fx.name, fx.version)
     if found is None:
         if fx.parent_task_id is None:
             return None
@@ -177,6 +178,7 @@ def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
         version=fx.version, input=dict(fx.input), priority=fx.priority, tenant=fx.tenant,
         correlation_id=fx.correlation_id, definition=definition,
         taskdefs=taskdefs or [dict(td) for td in fx.parent_taskdefs],
+        subworkflow_definitions=list(fx.subworkflow_definitions),
         parent_workflow_id=fx.parent_workflow_id if linked else None,
         parent_task_id=fx.parent_task_id,
     )  # fmt: skip
@@ -232,11 +234,12 @@ def _queue(st: WorkflowState, task_id: str, requeue: bool = False) -> list[Effec
 
 
 def _start_child(st: WorkflowState, p: WorkflowStartRequested) -> StartChild:
+    pinned = pinned_child(st, p)
     return StartChild(
         child_workflow_id=p.child_workflow_id,
         name=p.name,
         version=p.version,
-        definition=p.definition,
+        definition=pinned.definition if pinned else p.definition,
         input=dict(p.input),
         parent_workflow_id=st.workflow_id,
         parent_task_id=p.task_id,
@@ -244,6 +247,8 @@ def _start_child(st: WorkflowState, p: WorkflowStartRequested) -> StartChild:
         tenant=st.tenant,
         correlation_id=st.correlation_id,
         parent_taskdefs=tuple(dict(td.raw) for td in st.taskdefs.values()),
+        taskdefs=tuple(pinned.taskdefs) if pinned else (),
+        subworkflow_definitions=tuple(pinned.pins) if pinned else (),
     )
 
 

@@ -25,7 +25,6 @@ no-ops (``decide`` remembers input ids).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -40,6 +39,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
 from es_sched.domain.events import TaskRequeued
 from es_sched.domain.ids import workflow_id_for_command
+from es_sched.domain.pins import complete_start
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
@@ -260,12 +260,10 @@ class Decider:
                 "a StartWorkflow's workflow_id must be uuid5 of its command_id "
                 "(es_sched.domain.ids.workflow_id_for_command): one command, one workflow"
             )
-        if inp.definition is not None:
-            return inp
-        found = self.resolve(inp.name, inp.version)
+        found = complete_start(inp, self.resolve)  # pins its children's versions (ADR 12)
         if found is None:
             raise EsSchedError(f"unknown definition {inp.name!r} version {inp.version}")
-        return dataclasses.replace(inp, definition=found[0], taskdefs=found[1])
+        return found
 
     def resolve(
         self, name: str, version: int | None

@@ -18,7 +18,6 @@ from typing import assert_never
 
 from es_sched.domain import commands as c
 from es_sched.domain.effects import (
-    Lookup,
     NotifyParent,
     QueueTask,
     SetTimer,
@@ -29,6 +28,7 @@ from es_sched.domain.effects import (
     effects,
 )
 from es_sched.domain.events import Event
+from es_sched.domain.pins import Lookup
 from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import Timer
 from es_sched.kafka.topics import Topics

@@ -73,7 +73,7 @@ def state_to_dict(st: WorkflowState) -> dict[str, Any]:
         "tasks": [task.__dict__ for task in st.tasks.values()],  # plain dataclasses, all JSON
         "latest": st.latest,
         "dynamic": [_fragment(t.raw) for t in st.dynamic.values()],
-        "subworkflow_definitions": list(st.subworkflow_definitions),
+        "subworkflow_definitions": [_fragment(d) for d in st.subworkflow_definitions],
         "recent_inputs": list(st.recent_inputs),
     }
 

@@ -10,7 +10,6 @@ from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.effects import (
     Effect,
-    Found,
     NotifyParent,
     QueueTask,
     SetTimer,
@@ -23,6 +22,7 @@ from es_sched.domain.effects import (
 from es_sched.domain.events import Event, LeaseExpired
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids, timer_id
+from es_sched.domain.pins import Found
 from es_sched.domain.state import WorkflowState
 from tests.unit.core.harness import SCRIPTS, T0, Driver, task, workflow
 
