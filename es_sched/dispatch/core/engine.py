@@ -6,7 +6,8 @@ concurrency and its type, rate-limit key and tenant rates (``limits``), places i
 worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
 may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
 victim is handed back to the head of its queue (its attempt not counted as a failure) and the
-urgent task takes its place. Everything is in memory and deterministic for a given input order and ``now``.
+urgent task takes its place. Everything is in memory and deterministic for a given input order
+and ``now``.
 """
 
 from __future__ import annotations

@@ -30,9 +30,7 @@ def worst_window(times: list[float], seconds: float) -> int:
 
 def test_a_taskdef_rate_admits_exactly_its_count_per_window() -> None:
     limits, td = Limits(), TaskLimits(rate_per_frequency=3, frequency_s=2)
-    started = [
-        t / 10 for t in range(100) if limits.admit("enc", None, at(t / 10), task=td) is None
-    ]
+    started = [t / 10 for t in range(100) if limits.admit("enc", None, at(t / 10), task=td) is None]
     assert worst_window(started, 2.0) == 3
     assert len(started) == 15  # 3 per 2 s over 10 s: the limit is used, not only bounded
     assert limits.refused["type_rate"] > 0
@@ -108,7 +106,7 @@ def test_two_cores_sharing_a_tenant_never_exceed_it_across_random_rebalances() -
     owned by at most one at a time, as in a consumer group), each admitting as fast as it
     may: in every window the two together start at most the tenant's count."""
     for seed in range(200):
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # noqa: S311 (a reproducible schedule, not a secret)
         count, seconds, partitions = rng.randint(2, 9), rng.choice([0.5, 1.0, 2.0]), 6
         cores = [Limits(), Limits()]
         for core in cores:
