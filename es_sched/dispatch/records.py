@@ -22,7 +22,7 @@ from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.errors import SchemaError
 from es_sched.serialization import wire
 from es_sched.serialization.codec import parse_time
-from es_sched.serialization.records import decode_ready
+from es_sched.serialization.records import decode_ready, ready_limits
 
 ENDED = frozenset(
     {
@@ -51,6 +51,7 @@ def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -
         tenant=doc.get("tenant"),
         rate_limit_key=doc.get("rate_limit_key"),
         resources=doc.get("resources") or {},
+        limits=ready_limits(doc),
         payload=cast(dict[str, Any], doc),
     )
 

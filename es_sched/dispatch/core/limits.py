@@ -34,6 +34,10 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from es_sched.domain.definitions import NO_LIMITS, TaskLimits
+
+__all__ = ["NO_LIMITS", "Limits", "Log", "Ownership", "Rate", "TaskLimits", "rate_of", "units"]
+
 Scope = tuple[str, str]  # ("type" | "key" | "tenant", name)
 _EPOCH, _US = datetime(1970, 1, 1, tzinfo=UTC), timedelta(microseconds=1)
 
@@ -61,22 +65,11 @@ class Rate:
         return cls(count, count / rate)
 
 
-@dataclass(frozen=True)
-class TaskLimits:
-    """What a task's TaskDef asks, carried on its ready record; 0 is no limit (Conductor)."""
-
-    rate_per_frequency: int = 0
-    frequency_s: int = 1
-    concurrent: int = 0
-
-    @property
-    def rate(self) -> Rate | None:
-        if self.rate_per_frequency <= 0 or self.frequency_s <= 0:
-            return None  # Conductor applies no rate limit then either
-        return Rate(self.rate_per_frequency, float(self.frequency_s))
-
-
-NO_LIMITS = TaskLimits()
+def rate_of(task: TaskLimits) -> Rate | None:
+    """A TaskDef's rate; none when either number is 0 or less, as in Conductor."""
+    if task.rate_per_frequency <= 0 or task.frequency_s <= 0:
+        return None
+    return Rate(task.rate_per_frequency, float(task.frequency_s))
 
 
 def units(count: int, partitions: int, partition: int) -> int:
@@ -190,7 +183,7 @@ class Limits:
     ) -> list[tuple[Scope, int, float]]:
         """(bucket, starts allowed per window, window) for every rule that applies."""
         out: list[tuple[Scope, int, float]] = []
-        own = task.rate
+        own = rate_of(task)
         if own is not None:
             out.append((("key", key) if key else ("type", task_type), own.count, own.seconds))
         for scope in (("type", task_type), ("key", key or ""), ("tenant", tenant or "")):
