@@ -31,6 +31,7 @@ what it owns (one dispatcher, the tests) owns every partition.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -142,6 +143,16 @@ class Limits:
         for scope, share in before.items():
             self._gain(scope, share)
         self._settle(_us(now))
+
+    def assigned(self, partitions: Iterable[int], total: int, now: datetime) -> None:
+        """The consumer group gave us these ready partitions (eager: all; cooperative: more)."""
+        mine = self.owned.partitions if self.owned is not None else frozenset()
+        self.own(mine | frozenset(partitions), total, now)
+
+    def revoked(self, partitions: Iterable[int], now: datetime) -> None:
+        """These ready partitions are no longer ours (revoked or lost)."""
+        if self.owned is not None:
+            self.own(self.owned.partitions - frozenset(partitions), self.owned.total, now)
 
     def share(self, tenant: str) -> int | None:
         """The starts per window this core may give ``tenant`` (None: no tenant limit)."""
