@@ -214,8 +214,9 @@ class Dispatcher:
         at = ms / 1000 if kind and ms > 0 else None
         try:
             task = dispatch_records.ready_task(
-                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock()
-            )
+                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock(),
+                tp[1],
+            )  # fmt: skip
         except SchemaError as exc:
             self._dead(msg, exc)
             return
@@ -297,6 +298,7 @@ class Dispatcher:
         """Tenant limits are shared by ready partition: our share follows what we own (ADR 13)."""
         parts = [tp.partition for tp in partitions]
         self.core.limits.assigned(parts, self.topics.partitions, self.clock())
+        log.info("assigned %s", parts)
 
     def _on_revoke(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
         """Tasks still queued from these partitions are now another dispatcher's: drop them
@@ -310,7 +312,8 @@ class Dispatcher:
         self._forget(partitions, "lost")
 
     def _forget(self, partitions: list[TopicPartition], how: str) -> None:
-        self.core.limits.revoked([tp.partition for tp in partitions], self.clock())
+        parts = [tp.partition for tp in partitions]
+        self.core.limits.revoked(parts, self.clock(), lost=how == "lost")
         gone = self.offsets.forget(partitions)
         self._drop_queued(gone)
         log.info("%s %s: dropped %d queued tasks", how, [tp.partition for tp in partitions],

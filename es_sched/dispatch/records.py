@@ -35,7 +35,9 @@ ENDED = frozenset(
 )
 
 
-def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -> ReadyTask:
+def ready_task(
+    raw: bytes | None, record_time: datetime | None, now: datetime, partition: int | None = None
+) -> ReadyTask:
     """A ready record as a queue entry. Aging counts from the record's time (else now); the
     workflow's start time orders tasks inside a level (the record's time when it lacks one)."""
     doc = decode_ready(raw)
@@ -52,6 +54,7 @@ def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -
         rate_limit_key=doc.get("rate_limit_key"),
         resources=doc.get("resources") or {},
         limits=ready_limits(doc),
+        partition=partition,
         payload=cast(dict[str, Any], doc),
     )
 

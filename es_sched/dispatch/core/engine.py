@@ -94,7 +94,9 @@ class DispatchCore:
             if victim is None:
                 return None
         if (
-            self.limits.admit(task_type, task.tenant, now, task.rate_limit_key, task.limits)
+            self.limits.admit(
+                task_type, task.tenant, now, task.rate_limit_key, task.limits, task.partition
+            )
             is not None
         ):
             return None

@@ -23,9 +23,10 @@ counts in every bucket it was checked against, and a refused task counts nowhere
 Global limits across dispatchers: a type's tasks and a key's tasks share one ready partition
 (the record's key), so one dispatcher sees them all. A tenant spans partitions, so its count is
 dealt to the ready partitions (``units``) and a core that ``own``s some partitions admits only
-the units of those; a share it gains is entered as used at the moment it is gained, so what the
-previous owner started in the last window is never started again. A core that was never told
-what it owns (one dispatcher, the tests) owns every partition.
+the units of those. Whatever a core gains (a tenant share, or a partition and so the type and
+key buckets living there) is entered as used up at the moment it is gained: the previous owner
+may have used all of it in the last window, and it is never used twice. A core that was never
+told what it owns (one dispatcher, the tests) owns every partition.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ class Limits:
     logs: dict[Scope, Log] = field(default_factory=dict)
     horizon: dict[Scope, float] = field(default_factory=dict)  # longest window seen per bucket
     _gained: dict[Scope, int] = field(default_factory=dict)  # share gained, not yet entered
+    gained_at: dict[int, int] = field(default_factory=dict)  # partition -> when gained (us)
+    seeded: dict[Scope, int] = field(default_factory=dict)  # bucket -> gain entered for
+    _revoked: frozenset[int] = frozenset()  # revoked by the last rebalance
 
     # -- config ----------------------------------------------------------------------------
     def set_rate(self, scope: Scope, rate: Rate | None) -> None:
@@ -134,25 +138,41 @@ class Limits:
         else:
             self.concurrency[task_type] = limit
 
-    def own(self, partitions: frozenset[int], total: int, now: datetime) -> None:
-        """The ready partitions this core owns changed: tenant shares follow them. The first
-        call starts from nothing owned (whatever ran before may have used every unit)."""
-        first = self.owned is None
-        before = {s: 0 if first else self._share(s) for s in self._tenant_scopes()}
+    def own(
+        self, partitions: frozenset[int], total: int, now: datetime,
+        held: frozenset[int] | None = None,
+    ) -> None:  # fmt: skip
+        """The ready partitions this core owns changed. ``held``: those nobody else can have
+        used meanwhile (default: the ones owned until now; none at the first call). Tenant
+        shares follow the partitions; every bucket of a partition gained beyond ``held`` is
+        entered as used up at this moment, since its previous owner may have used it all."""
+        if held is None:
+            held = self.owned.partitions if self.owned is not None else frozenset()
+        before = {s: Ownership(held, total).share(self.rates[s].count)
+                  for s in self._tenant_scopes()}  # fmt: skip
         self.owned = Ownership(partitions, total)
+        t = _us(now)
+        for p in partitions - held:
+            self.gained_at[p] = t
         for scope, share in before.items():
             self._gain(scope, share)
-        self._settle(_us(now))
+        self._settle(t)
 
     def assigned(self, partitions: Iterable[int], total: int, now: datetime) -> None:
-        """The consumer group gave us these ready partitions (eager: all; cooperative: more)."""
+        """The consumer group gave us these ready partitions (eager: all; cooperative: more).
+        One revoked from us just before and handed straight back was nobody else's."""
         mine = self.owned.partitions if self.owned is not None else frozenset()
-        self.own(mine | frozenset(partitions), total, now)
+        new = mine | frozenset(partitions)
+        self.own(new, total, now, held=mine | (self._revoked & new))
+        self._revoked = frozenset()
 
-    def revoked(self, partitions: Iterable[int], now: datetime) -> None:
-        """These ready partitions are no longer ours (revoked or lost)."""
+    def revoked(self, partitions: Iterable[int], now: datetime, lost: bool = False) -> None:
+        """These ready partitions are no longer ours; ``lost``: the group moved on without us
+        (another member may have owned them since)."""
+        gone = frozenset(partitions)
+        self._revoked = frozenset() if lost else gone
         if self.owned is not None:
-            self.own(self.owned.partitions - frozenset(partitions), self.owned.total, now)
+            self.own(self.owned.partitions - gone, self.owned.total, now)
 
     def share(self, tenant: str) -> int | None:
         """The starts per window this core may give ``tenant`` (None: no tenant limit)."""
@@ -161,9 +181,11 @@ class Limits:
     # -- decisions -------------------------------------------------------------------------
     def admit(
         self, task_type: str, tenant: str | None, now: datetime,
-        key: str | None = None, task: TaskLimits = NO_LIMITS,
+        key: str | None = None, task: TaskLimits = NO_LIMITS, partition: int | None = None,
     ) -> str | None:  # fmt: skip
-        """None when the task may start now (counted in its buckets), else the refusing limit."""
+        """None when the task may start now (counted in its buckets), else the refusing limit.
+        ``partition``: the ready partition the task came from (its type and key buckets live
+        there)."""
         bound = self.concurrency.get(task_type)
         if task.concurrent > 0:
             bound = task.concurrent if bound is None else min(bound, task.concurrent)
@@ -172,6 +194,11 @@ class Limits:
         t = _us(now)
         self._settle(t)
         checks = self._checks(task_type, tenant, key, task)
+        gained = self.gained_at.get(partition, -1) if partition is not None else -1
+        for scope, allowed, seconds in checks:
+            if scope[0] != "tenant" and self.seeded.get(scope, -1) < gained:
+                self._enter(scope, gained, allowed, seconds)  # the previous owner's, maybe
+                self.seeded[scope] = gained
         for scope, allowed, seconds in checks:
             log = self.logs.get(scope)
             if (log.used(t, seconds) if log else 0) >= allowed:
@@ -228,11 +255,14 @@ class Limits:
     def _settle(self, t: int) -> None:
         for scope, n in self._gained.items():
             rate = self.rates.get(scope)
-            if rate is None:
-                continue
-            self.horizon[scope] = max(self.horizon.get(scope, 0.0), rate.seconds)
-            self.logs.setdefault(scope, Log()).add(t, n)
+            if rate is not None:
+                self._enter(scope, t, n, rate.seconds)
         self._gained.clear()
+
+    def _enter(self, scope: Scope, t: int, n: int, seconds: float) -> None:
+        """``n`` phantom starts at ``t``: a share that may have been used elsewhere."""
+        self.horizon[scope] = max(self.horizon.get(scope, 0.0), seconds)
+        self.logs.setdefault(scope, Log()).add(t, n)
 
     def _refuse(self, reason: str) -> str:
         self.refused[reason] = self.refused.get(reason, 0) + 1

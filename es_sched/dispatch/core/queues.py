@@ -33,6 +33,7 @@ class ReadyTask:
     rate_limit_key: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)
     limits: TaskLimits = NO_LIMITS  # its TaskDef's rate and concurrency
+    partition: int | None = None  # the ready partition it came from (limits.Limits.admit)
     payload: dict[str, Any] = field(default_factory=dict)  # the ready record, passed through
 
 

@@ -142,3 +142,22 @@ def test_a_tenant_limit_appearing_under_partial_ownership_starts_used_up() -> No
     limits.set_rate(("tenant", "acme"), Rate(4, 1.0))  # our share: 2
     assert limits.admit("enc", "acme", at(0.1)) == "tenant_rate"
     assert limits.admit("enc", "acme", at(1.1)) is None
+
+
+def test_a_type_bucket_gained_with_its_partition_starts_used_up_unless_handed_straight_back() -> (
+    None
+):
+    limits, td = Limits(), TaskLimits(rate_per_frequency=2, frequency_s=1)
+
+    def go(t: float) -> str | None:
+        return limits.admit("enc", None, at(t), task=td, partition=0)
+
+    limits.assigned([0], 1, T0)  # the previous owner may have started 2 just now
+    assert go(0.5) == "type_rate"
+    assert [go(1.0), go(1.0), go(1.0)] == [None, None, "type_rate"]
+    limits.revoked([0], at(1.1))  # an eager rebalance that gives the partition back
+    limits.assigned([0], 1, at(1.1))
+    assert [go(2.0), go(2.0)] == [None, None]  # nothing entered: nobody else held it
+    limits.revoked([0], at(2.1), lost=True)  # the group moved on without us meanwhile
+    limits.assigned([0], 1, at(2.5))
+    assert go(3.4) == "type_rate" and go(3.5) is None
