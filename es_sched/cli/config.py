@@ -41,16 +41,23 @@ def config() -> None:
 @config.command("set-rate")
 @click.option("--type", "task_type", help="Limit this task type.")
 @click.option("--tenant", help="Limit this tenant.")
+@click.option("--key", "rate_limit_key", help="Limit this rate-limit key (across task types).")
 @click.argument("rate", type=float)
 @click.option("--burst", type=float, help="Tokens saved up at most (default: max(1, RATE)).")
-def set_rate(task_type: str | None, tenant: str | None, rate: float, burst: float | None) -> None:
-    """At most RATE tasks per second of a task type or a tenant."""
-    if (task_type is None) == (tenant is None):
-        raise click.UsageError("give exactly one of --type and --tenant")
+def set_rate(
+    task_type: str | None, tenant: str | None, rate_limit_key: str | None, rate: float,
+    burst: float | None,
+) -> None:  # fmt: skip
+    """At most RATE tasks per second of a task type, a tenant or a rate-limit key."""
+    given = {"type": task_type, "tenant": tenant, "key": rate_limit_key}
+    chosen = [(scope, subject) for scope, subject in given.items() if subject is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --type, --tenant and --key")
     value: dict[str, Any] = {"rate": rate}
     if burst is not None:
         value["burst"] = burst
-    _set(dc.rate_key(tenant or task_type or "", tenant=tenant is not None), value)
+    scope, subject = chosen[0]
+    _set(dc.rate_key(subject, scope=scope), value)
 
 
 @config.command("set-concurrency")

@@ -40,13 +40,35 @@ def noop_worker(worker: Worker, types: list[str]) -> Worker:
     return worker
 
 
-def _capacity(cpu: float | None, memory_mb: int | None) -> Capacity | None:
+def _capacity(
+    cpu: float | None, memory_mb: int | None, custom: dict[str, float] | None = None
+) -> Capacity | None:
     """What the worker declares: the machine's, with --cpu / --memory-mb replacing parts of it
-    (a worker sharing its machine, or no-op workers whose tasks use nothing)."""
-    if cpu is None and memory_mb is None:
+    (a worker sharing its machine, or no-op workers whose tasks use nothing) and --custom
+    adding units only its operator knows of."""
+    if cpu is None and memory_mb is None and not custom:
         return None
     found = discover()
-    return replace(found, cpu=cpu or found.cpu, memory_mb=memory_mb or found.memory_mb)
+    return replace(
+        found, cpu=cpu or found.cpu, memory_mb=memory_mb or found.memory_mb, custom=custom or {}
+    )
+
+
+def _custom(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, float]:
+    """``--custom gpu_slot=2`` (repeatable) -> {"gpu_slot": 2.0}."""
+    out: dict[str, float] = {}
+    for item in values:
+        name, sep, amount = item.partition("=")
+        try:
+            value = float(amount)
+        except ValueError:
+            value = -1.0
+        if not sep or not name.strip() or not value >= 0 or value == float("inf"):
+            raise click.BadParameter(f"{item!r}: expected NAME=AMOUNT with AMOUNT >= 0")
+        out[name.strip()] = value
+    return out
 
 
 @click.command("worker")
@@ -71,6 +93,13 @@ def _capacity(cpu: float | None, memory_mb: int | None) -> Capacity | None:
     type=click.IntRange(min=1),
     help="Declare this much memory (default: discovered).",
 )
+@click.option(
+    "--custom",
+    multiple=True,
+    callback=_custom,
+    metavar="NAME=AMOUNT",
+    help="Declare custom units tasks ask for in resources.custom (repeatable).",
+)
 @click.option("--grace-s", type=click.FloatRange(min=0), default=30.0, show_default=True)
 @click.option(
     "--metrics-port",
@@ -91,6 +120,7 @@ def worker(
     heartbeat_s: float | None,
     cpu: float | None,
     memory_mb: int | None,
+    custom: dict[str, float],
     grace_s: float,
     metrics_port: int,
     log_level: str,
@@ -115,7 +145,7 @@ def worker(
         settings=settings,
         heartbeat_s=heartbeat_s,
         grace_s=grace_s,
-        capacity=_capacity(cpu, memory_mb),
+        capacity=_capacity(cpu, memory_mb, custom),
     )
     if media:
         register_media(w, settings)  # ConfigError (ffmpeg, the callback secret) stops us here

@@ -1,5 +1,9 @@
 """Run-time config records folded into the dispatcher's core.
 
+Rates and concurrency land in the same ``Limits`` model the TaskDefs on ready records feed
+(``es_sched.dispatch.core.limits``): a ``{"rate", "burst"}`` is ``burst`` starts per
+``burst / rate`` seconds.
+
 The records' keys, values and validation live in ``es_sched.serialization.config``; ``apply``
 folds one parsed ``ConfigChange`` into a ``DispatchCore``.
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 from typing import cast
 
 from es_sched.dispatch.core.engine import DispatchCore
+from es_sched.dispatch.core.limits import Rate
 from es_sched.dispatch.core.placement import Policy
 from es_sched.errors import SchemaError
 from es_sched.serialization.config import (
@@ -28,12 +33,9 @@ def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "bi
     """Fold one change into the core; a removed policy falls back to ``default_policy``."""
     v = change.value
     match change.kind:
-        case "rate:type":
-            rate, burst = (None, None) if v is None else (v["rate"], v.get("burst"))
-            core.limits.set_type_rate(change.subject, rate, burst)
-        case "rate:tenant":
-            rate, burst = (None, None) if v is None else (v["rate"], v.get("burst"))
-            core.limits.set_tenant_rate(change.subject, rate, burst)
+        case "rate:type" | "rate:tenant" | "rate:key":
+            rate = None if v is None else Rate.per_second(v["rate"], v.get("burst"))
+            core.limits.set_rate((change.kind.split(":")[1], change.subject), rate)
         case "concurrency":
             core.limits.set_concurrency(change.subject, None if v is None else v["limit"])
         case "ban-version":

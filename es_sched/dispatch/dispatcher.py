@@ -2,7 +2,8 @@
 
 Inputs:
 - ``ready`` in group ``<prefix>-dispatcher`` (several dispatchers share the task types: the
-  topic is keyed by task name). Each record becomes a queued ``ReadyTask``.
+  topic is keyed by task name, or rate-limit key). Each record becomes a queued ``ReadyTask``;
+  the partitions owned set this dispatcher's share of every tenant limit (ADR 13).
 - ``worker-status`` (whole topic from the beginning, no group): a ``WorkerStatus`` updates the
   fleet and is the worker's heartbeat for all its leases; a leased task missing from its
   ``running`` list for over a heartbeat is released; a tombstone removes the worker; a
@@ -147,7 +148,10 @@ class Dispatcher:
         self.ready: Consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
-        self.ready.subscribe([self.topics.ready], on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self.ready.subscribe(
+            [self.topics.ready],
+            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost,
+        )  # fmt: skip
         log.info(
             "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
         )
@@ -210,8 +214,9 @@ class Dispatcher:
         at = ms / 1000 if kind and ms > 0 else None
         try:
             task = dispatch_records.ready_task(
-                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock()
-            )
+                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock(),
+                tp[1],
+            )  # fmt: skip
         except SchemaError as exc:
             self._dead(msg, exc)
             return
@@ -289,6 +294,12 @@ class Dispatcher:
                 log.warning("worker %s blacklisted: recent failure rate over the threshold", worker)
         self._finished(task_id)
 
+    def _on_assign(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
+        """Tenant limits are shared by ready partition: our share follows what we own (ADR 13)."""
+        parts = [tp.partition for tp in partitions]
+        self.core.limits.assigned(parts, self.topics.partitions, self.clock())
+        log.info("assigned %s", parts)
+
     def _on_revoke(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
         """Tasks still queued from these partitions are now another dispatcher's: drop them
         (their offsets are not committed, so the new owner reads them again)."""
@@ -301,6 +312,8 @@ class Dispatcher:
         self._forget(partitions, "lost")
 
     def _forget(self, partitions: list[TopicPartition], how: str) -> None:
+        parts = [tp.partition for tp in partitions]
+        self.core.limits.revoked(parts, self.clock(), lost=how == "lost")
         gone = self.offsets.forget(partitions)
         self._drop_queued(gone)
         log.info("%s %s: dropped %d queued tasks", how, [tp.partition for tp in partitions],

@@ -22,7 +22,7 @@ from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.errors import SchemaError
 from es_sched.serialization import wire
 from es_sched.serialization.codec import parse_time
-from es_sched.serialization.records import decode_ready
+from es_sched.serialization.records import decode_ready, ready_limits
 
 ENDED = frozenset(
     {
@@ -35,7 +35,9 @@ ENDED = frozenset(
 )
 
 
-def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -> ReadyTask:
+def ready_task(
+    raw: bytes | None, record_time: datetime | None, now: datetime, partition: int | None = None
+) -> ReadyTask:
     """A ready record as a queue entry. Aging counts from the record's time (else now); the
     workflow's start time orders tasks inside a level (the record's time when it lacks one)."""
     doc = decode_ready(raw)
@@ -51,6 +53,8 @@ def ready_task(raw: bytes | None, record_time: datetime | None, now: datetime) -
         tenant=doc.get("tenant"),
         rate_limit_key=doc.get("rate_limit_key"),
         resources=doc.get("resources") or {},
+        limits=ready_limits(doc),
+        partition=partition,
         payload=cast(dict[str, Any], doc),
     )
 

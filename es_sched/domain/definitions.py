@@ -83,6 +83,26 @@ class TaskSettings:
     concurrent_exec_limit: int = 0
 
 
+@dataclass(frozen=True)
+class TaskLimits:
+    """A task's Conductor limits, from its TaskDef, as the dispatcher enforces them (ADR 13):
+    ``rate_per_frequency`` starts per ``frequency_s`` seconds (in the bucket of its evaluated
+    rateLimitKey, else of its type) and ``concurrent`` of its type in flight; 0 is no limit."""
+
+    rate_per_frequency: int = 0
+    frequency_s: int = 1
+    concurrent: int = 0
+
+    @classmethod
+    def of(cls, s: TaskSettings) -> TaskLimits:
+        return cls(
+            s.rate_limit_per_frequency, s.rate_limit_frequency_in_seconds, s.concurrent_exec_limit
+        )
+
+
+NO_LIMITS = TaskLimits()
+
+
 _SETTING_KEYS: dict[str, str] = {
     "retryCount": "retry_count",
     "retryLogic": "retry_logic",

@@ -6,7 +6,8 @@ timers first), the follow-up work another part of the system must do:
 
 - ``QueueTask``: put a worker task (``WorkflowState.runs_on_worker``) on the ready queue, when it is
   scheduled and again after an expired lease of its latest attempt or a reconciler's
-  ``task.requeued`` (``requeue=True``).
+  ``task.requeued`` (``requeue=True``), with the rate and concurrency limits of its pinned
+  TaskDef for the dispatcher.
 - ``SetTimer``: a durable timer (``timers.timers_for``); when due, deliver ``fire``. With
   ``requeue_after`` (seconds; the runtime passes ``ES_SCHED_RUN_REQUEUE_AFTER_S``) every
   ``QueueTask`` also sets the reconciler's ``timers.requeue_timer`` (ADR 15); without it
@@ -35,6 +36,7 @@ from datetime import datetime
 from typing import Any, assert_never, cast
 
 from es_sched.domain import commands as c
+from es_sched.domain.definitions import NO_LIMITS, TaskLimits, TaskSettings, settings_for
 from es_sched.domain.events import (
     CommandRejected,
     CompletionRejected,
@@ -78,6 +80,7 @@ class QueueTask:
     name: str
     attempt: int
     requeue: bool = False  # queued again: its lease expired, or the reconciler re-queued it
+    limits: TaskLimits = NO_LIMITS  # its pinned TaskDef's rate and concurrency (ADR 13)
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,19 @@ def _queue(st: WorkflowState, task_id: str, requeue: bool = False) -> list[Effec
     task = st.tasks[task_id]
     if task.terminal:  # failed while scheduled, or ended before its lease ran out
         return []
-    return [QueueTask(st.workflow_id, task_id, task.ref, task.name, task.attempt, requeue)]
+    limits = task_limits(st, task_id)
+    return [QueueTask(st.workflow_id, task_id, task.ref, task.name, task.attempt, requeue, limits)]
+
+
+def task_limits(st: WorkflowState, task_id: str) -> TaskLimits:
+    """A task's limits from the TaskDefs pinned in its workflow (and its own overrides), so
+    a TaskDef pushed later changes nothing for a running workflow."""
+    task = st.tasks[task_id]
+    definition = st.lookup_task(task.def_ref)
+    if definition is not None:
+        return TaskLimits.of(settings_for(definition, st.taskdefs))
+    taskdef = st.taskdefs.get(task.name)
+    return TaskLimits.of(TaskSettings(**taskdef.overrides)) if taskdef else TaskLimits()
 
 
 def _start_child(st: WorkflowState, p: WorkflowStartRequested) -> StartChild:

@@ -135,6 +135,9 @@ def schedule(
         st, task, ref, inputs, ctx, iteration=iteration, callback=callback, task_id=tid,
         attempt=attempt, resources=resources,
     )  # fmt: skip
+    if task.type in WORKER_TYPES and p.rate_limit_key is not None:
+        key, key_problem = _resolved_key(p.rate_limit_key, lookup)
+        p, problem = _with(p, rate_limit_key=key), problem or key_problem
     if problem is not None:
         return [p, TaskFailed(tid, problem, terminal=True)]
     match task.type:
@@ -212,6 +215,24 @@ def _resolved_resources(
         return resources_of(value).as_dict(), None
     except ValueError as exc:
         return None, f"resources {template}: {exc}"
+
+
+KEY_MAX = 200  # the ready record's rate_limit_key bound
+
+
+def _resolved_key(template: str, lookup: Lookup) -> tuple[str | None, str | None]:
+    """A worker task's ``rateLimitKey``, evaluated now like its inputs (e.g.
+    ``"cdn-${workflow.input.region}"``): (key, None); (None, None) when it resolves to null or
+    ""; (None, why) when it resolves to no usable key."""
+    value = resolve(template, lookup)
+    if value is None or value == "":
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None, f"rateLimitKey {template} resolved to {type(value).__name__}, not a key"
+    key = str(value)
+    if len(key) > KEY_MAX:
+        return None, f"rateLimitKey {template} resolved to over {KEY_MAX} characters"
+    return key, None
 
 
 def _with(p: TaskScheduled, **changes: Any) -> TaskScheduled:

@@ -2,8 +2,8 @@
 
 ``outbound(topics, state, events, resolve)`` maps one workflow's new events (and its state after
 them) to Kafka records: every event to ``events``, then each of ``domain.effects.effects`` as a
-record. ``QueueTask`` -> ``ready`` (keyed by task name); ``SetTimer`` -> ``timers`` (keyed by
-timer id); ``WakeRetry`` -> its delay tier (keyed by workflow); ``StartChild``,
+record. ``QueueTask`` -> ``ready`` (keyed by rate-limit key, else task name); ``SetTimer`` ->
+``timers`` (keyed by timer id); ``WakeRetry`` -> its delay tier (keyed by workflow); ``StartChild``,
 ``TerminateChild`` and ``NotifyParent`` -> the input for the other workflow on ``commands``
 (keyed by that workflow). What follows an event is decided in the domain, not here; ``resolve``
 is the registry look-up a ``StartChild`` without an embedded definition needs, ``requeue_after``
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import assert_never
 
 from es_sched.domain import commands as c
+from es_sched.domain.definitions import TaskLimits
 from es_sched.domain.effects import (
     NotifyParent,
     QueueTask,
@@ -26,6 +27,7 @@ from es_sched.domain.effects import (
     WakeRetry,
     child_input,
     effects,
+    task_limits,
 )
 from es_sched.domain.events import Event
 from es_sched.domain.pins import Lookup
@@ -48,17 +50,21 @@ class Record:
     headers: list[tuple[str, str | bytes | None]] = field(default_factory=list)
 
 
-def ready_record(topics: Topics, st: WorkflowState, task_id: str) -> Record:
+def ready_record(
+    topics: Topics, st: WorkflowState, task_id: str, limits: TaskLimits | None = None
+) -> Record:
     """The ready-queue record of one task instance, from the state (so a task handed back by
-    an expired lease is queued again durably, not only in a dispatcher's memory)."""
+    an expired lease is queued again durably, not only in a dispatcher's memory). Keyed by
+    its evaluated rate-limit key when it has one, else by its name: every task one limit
+    counts lands on one partition, so one dispatcher counts them all (ADR 13)."""
     t = st.tasks[task_id]
     value = encode_ready(
         workflow_id=st.workflow_id, task_id=t.task_id, ref=t.ref, name=t.name,
         attempt=t.attempt, input=t.input, priority=t.priority, resources=t.resources,
         rate_limit_key=t.rate_limit_key, tenant=st.tenant, callback=t.callback,
-        workflow_started_at=st.created_at,
+        workflow_started_at=st.created_at, limits=limits or task_limits(st, task_id),
     )  # fmt: skip
-    return Record(topics.ready, t.name, value)
+    return Record(topics.ready, t.rate_limit_key or t.name, value)
 
 
 def timer_record(topics: Topics, timer: Timer) -> Record:
@@ -92,7 +98,7 @@ def outbound(
     for fx in effects(st, events, requeue_after):
         match fx:
             case QueueTask():
-                out.append(ready_record(topics, st, fx.task_id))
+                out.append(ready_record(topics, st, fx.task_id, fx.limits))
             case SetTimer():
                 out.append(timer_record(topics, fx.timer))
             case WakeRetry():

@@ -4,6 +4,7 @@ Key -> JSON value (a tombstone removes the setting):
 
 - ``rate:type:<T>``     ``{"rate": R, "burst": B}``  tokens per second for task type T
 - ``rate:tenant:<X>``   ``{"rate": R, "burst": B}``  the same for tenant X
+- ``rate:key:<K>``      ``{"rate": R, "burst": B}``  the same for rate-limit key K (any type)
 - ``concurrency:<T>``   ``{"limit": N}``             at most N tasks of type T in flight
 - ``ban-version:<V>``   ``{}``                       workers of version V get nothing
 - ``pool:<T>``          ``{"pool": P}``              tasks of type T run in pool P
@@ -30,7 +31,7 @@ from es_sched.serialization.schemas import Compiled, default_catalog
 
 FAMILY = "config"
 POLICIES = ("binpack", "spread")
-KINDS = ("rate:type", "rate:tenant", "concurrency", "ban-version", "pool", "policy")
+KINDS = ("rate:type", "rate:tenant", "concurrency", "ban-version", "pool", "policy", "rate:key")
 VERSIONS = dict.fromkeys(KINDS, 1)  # kind -> the version written and read
 
 
@@ -41,8 +42,9 @@ class ConfigChange:
     value: dict[str, Any] | None  # None: the setting is removed (tombstone)
 
 
-def rate_key(subject: str, tenant: bool = False) -> str:
-    return f"rate:{'tenant' if tenant else 'type'}:{subject}"
+def rate_key(subject: str, tenant: bool = False, scope: str | None = None) -> str:
+    """The key of a rate setting; ``scope`` ("type", "tenant" or "key") wins over ``tenant``."""
+    return f"rate:{scope or ('tenant' if tenant else 'type')}:{subject}"
 
 
 def key_for(kind: str, subject: str) -> str:

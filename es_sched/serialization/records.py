@@ -1,10 +1,11 @@
 """Ready, timer and retry records: what the decider hands to the dispatcher, the timer service
 and the retry relay. Schemas: ``schemas/records/{ready,timer,retry}.v1.json``.
 
-- **ready** (``<prefix>.ready``, key = task name; written by the decider, read by the
-  dispatcher): one task instance to place on a worker. ``decode_ready`` returns the document
-  with ``workflow_started_at`` parsed; fields the schema marks optional default to priority 4,
-  attempt 1, no tenant, no resources.
+- **ready** (``<prefix>.ready``, key = the task's evaluated rate-limit key, else its name (ADR
+  13); written by the decider, read by the dispatcher): one task instance to place on a worker.
+  ``decode_ready`` returns the document with ``workflow_started_at`` parsed; fields the schema
+  marks optional default to priority 4, attempt 1, no tenant, no resources, no limits
+  (``ready_limits``).
 - **timer** (``<prefix>.timers``, compacted, key = timer id; decider -> timer service): a
   durable timer, decoded as the domain's ``Timer``.
 - **retry** (``<prefix>.retry-<tier>s``, key = workflow id; decider -> retry relay): a delayed
@@ -19,13 +20,14 @@ v1, and a v2 will add ``schema_version`` (absent = 1) with an upcaster in ``upca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any, NotRequired, TypedDict, cast
 
 import orjson
 
+from es_sched.domain.definitions import TaskLimits
 from es_sched.domain.timers import Timer
 from es_sched.serialization.codec import load_record, parse_time
 from es_sched.serialization.schemas import Compiled, default_catalog
@@ -50,6 +52,7 @@ class ReadyRecord(TypedDict):
     tenant: NotRequired[str | None]
     callback: NotRequired[bool]
     workflow_started_at: NotRequired[datetime | None]
+    limits: NotRequired[dict[str, int] | None]  # the TaskDef's rate and concurrency (ADR 13)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def _object(raw: bytes | None, type_: str) -> dict[str, Any]:
 def encode_ready(
     *, workflow_id: str, task_id: str, ref: str, name: str, attempt: int, input: dict[str, Any],
     priority: int, resources: dict[str, Any], rate_limit_key: str | None, tenant: str | None,
-    callback: bool, workflow_started_at: datetime | None,
+    callback: bool, workflow_started_at: datetime | None, limits: TaskLimits | None = None,
 ) -> bytes:  # fmt: skip
     return orjson.dumps(
         {
@@ -93,9 +96,16 @@ def encode_ready(
             "tenant": tenant,
             "callback": callback,
             "workflow_started_at": workflow_started_at,
+            "limits": None if limits is None or limits == TaskLimits() else asdict(limits),
         },
         option=_OPTIONS,
     )
+
+
+def ready_limits(doc: ReadyRecord) -> TaskLimits:
+    """The TaskDef limits a ready record carries (none when absent: records before ADR 13)."""
+    found = doc.get("limits")
+    return TaskLimits(**found) if found else TaskLimits()
 
 
 def decode_ready(raw: bytes | None) -> ReadyRecord:

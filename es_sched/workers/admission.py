@@ -3,9 +3,9 @@
 The dispatcher never places more than a worker's free capacity by its own books, but several
 dispatchers share the fleet and see each other's placements only through the workers' status
 reports, one heartbeat late. So the worker is the last line (ADR 6): a task starts only when
-its declared cpu, memory and GPU memory (on its pinned device) fit what the running tasks
-leave; otherwise it waits, still leased, until one ends. A task that does not fit an idle
-worker starts anyway: waiting would never make room.
+its declared cpu, memory, custom units and GPU memory (on its pinned device) fit what the
+running tasks leave; otherwise it waits, still leased, until one ends. A task that does not
+fit an idle worker starts anyway: waiting would never make room.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def admits(capacity: Capacity, running: list[wire.Assignment], a: wire.Assignmen
         return False
     if held.memory_mb + need.memory_mb > capacity.memory_mb:
         return False
+    for key, amount in need.custom.items():
+        if held.custom.get(key, 0.0) + amount > capacity.custom.get(key, 0.0) + 1e-9:
+            return False
     for device, mb in need.gpu_memory_mb.items():
         total = next((g.total_mb for g in capacity.gpus if g.index == device), None)
         if total is not None and held.gpu_memory_mb.get(device, 0) + mb > total:

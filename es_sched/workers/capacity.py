@@ -1,4 +1,5 @@
-"""What this machine offers a worker: CPUs, memory and NVIDIA GPUs.
+"""What this machine offers a worker: CPUs, memory and NVIDIA GPUs, plus the custom units
+its operator declares (``gpu_slot=2``, seconds of video in flight: nothing to discover).
 
 ``discover()`` reads the CPUs this process may run on (affinity, capped by a cgroup v2 quota),
 ``MemTotal`` from ``/proc/meminfo`` and, where an NVIDIA driver is present, every GPU through
@@ -28,6 +29,7 @@ class Capacity:
     cpu: float
     memory_mb: int
     gpus: list[GpuStatus] = field(default_factory=list)
+    custom: dict[str, float] = field(default_factory=dict)  # declared units (--custom K=N)
 
 
 def parse_meminfo(text: str) -> int | None:

@@ -281,6 +281,7 @@ class Worker:
             cpu=cap.cpu,
             memory_mb=cap.memory_mb,
             gpus=list(cap.gpus),
+            custom=dict(cap.custom),
             labels=self.labels,
             running=sorted({a.task_id for a in held}),  # queued ones too
             concurrency=self.concurrency,

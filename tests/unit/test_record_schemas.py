@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from es_sched.domain.definitions import TaskLimits
 from es_sched.domain.timers import Timer
 from es_sched.errors import SchemaError
 from es_sched.serialization import config, definitions, records, schema_dir, wire
@@ -104,11 +105,13 @@ def test_ready_record_round_trip_and_defaults() -> None:
     doc = _example("records/ready.v1.json")
     ready = records.decode_ready(_raw(doc))
     assert ready["workflow_started_at"] == datetime(2026, 11, 29, 8, 4, 58, 125000, tzinfo=UTC)
-    fields = {k: v for k, v in ready.items()}
+    fields: dict[str, object] = {**ready, "limits": records.ready_limits(ready)}
+    assert fields["limits"] == TaskLimits(50, 60, 40)
     again = records.decode_ready(records.encode_ready(**fields))  # type: ignore[arg-type]
     assert again == ready
     minimal = records.decode_ready(b'{"workflow_id": "w", "task_id": "t", "name": "probe"}')
     assert minimal == {"workflow_id": "w", "task_id": "t", "name": "probe"}
+    assert records.ready_limits(minimal) == TaskLimits()  # a record from before ADR 13
 
 
 def test_timer_and_retry_round_trip() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from click.testing import CliRunner
+
+from es_sched.cli.worker import _capacity, worker
 from es_sched.dispatch.core.placement import Need
 from es_sched.serialization import wire
 from es_sched.workers.admission import admits, use_of
@@ -38,3 +41,20 @@ def test_the_reported_use_reads_back_as_the_dispatchers_need() -> None:
     report = use_of(held).report()
     assert report == {"cpu": 0.5, "memory_mb": 256, "gpu_memory_mb": 10, "custom": {"lic": 1.0}}
     assert Need.of(report) == Need(0.5, 256, 10, (("lic", 1.0),))
+
+
+def test_custom_units_bound_admission_as_the_worker_declared_them() -> None:
+    cap = Capacity(cpu=4, memory_mb=8000, custom={"gpu_slot": 2})
+    running = [a("r1", custom={"gpu_slot": 1}), a("r2", custom={"gpu_slot": 1})]
+    assert not admits(cap, running, a("x", custom={"gpu_slot": 1}))
+    assert admits(cap, running[:1], a("x", custom={"gpu_slot": 1}))
+    assert not admits(cap, running[:1], a("x", custom={"licence": 1}))  # never declared
+    assert admits(cap, running, a("x", cpu=1))  # asks for none
+
+
+def test_the_cli_declares_custom_units_and_refuses_malformed_ones() -> None:
+    capacity = _capacity(None, None, {"gpu_slot": 2.0})
+    assert capacity is not None and capacity.custom == {"gpu_slot": 2.0}
+    for bad in ("gpu_slot", "gpu_slot=-1", "=2", "gpu_slot=lots"):
+        result = CliRunner().invoke(worker, ["--noop", "--types", "t", "--custom", bad])
+        assert result.exit_code == 2 and "NAME=AMOUNT" in result.output, bad

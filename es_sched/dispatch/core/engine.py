@@ -1,12 +1,13 @@
 """The dispatcher's decisions, tying queues, limits, placement and leases together.
 
 ``DispatchCore.dispatch(now, tokens)`` returns the next assignments: for every task type with a
-backlog it takes the best ready task (priority, aging, oldest workflow first), checks the type's
-concurrency and the type and tenant rate limits, places it on a fitting worker, reserves the
-resources and grants a lease. A task of priority <= 1 that fits nowhere may preempt a
-long-running task of priority >= 5 on a worker where it would then fit: the victim is handed
-back to the head of its queue (its attempt not counted as a failure) and the urgent task takes
-its place. Everything is in memory and deterministic for a given input order and ``now``.
+backlog it takes the best ready task (priority, aging, oldest workflow first), checks its
+concurrency and its type, rate-limit key and tenant rates (``limits``), places it on a fitting
+worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
+may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
+victim is handed back to the head of its queue (its attempt not counted as a failure) and the
+urgent task takes its place. Everything is in memory and deterministic for a given input order
+and ``now``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ class DispatchCore:
             victim = self._find_victim(pool, task_type, need, now)
             if victim is None:
                 return None
-        if self.limits.admit(task_type, task.tenant, now) is not None:
+        if (
+            self.limits.admit(
+                task_type, task.tenant, now, task.rate_limit_key, task.limits, task.partition
+            )
+            is not None
+        ):
             return None
         popped = queue.pop(now)
         assert popped is task  # nothing changed the queue since the peek

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from es_sched.dispatch.core.limits import NO_LIMITS, TaskLimits
+
 LEVELS = 9  # 0 highest ... 8 lowest
 
 
@@ -30,6 +32,8 @@ class ReadyTask:
     tenant: str | None = None
     rate_limit_key: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)
+    limits: TaskLimits = NO_LIMITS  # its TaskDef's rate and concurrency
+    partition: int | None = None  # the ready partition it came from (limits.Limits.admit)
     payload: dict[str, Any] = field(default_factory=dict)  # the ready record, passed through
 
 

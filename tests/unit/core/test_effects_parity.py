@@ -55,7 +55,7 @@ def runtime_work(st: Any, events: list[Event], sim: Simulation) -> list[Work]:
             continue
         if rec.topic == TOPICS.ready:
             ready = ready_task(rec.value, None, T0)
-            assert rec.key == ready.task_type
+            assert rec.key == (ready.rate_limit_key or ready.task_type)  # ADR 13
             out.append(("ready", ready.workflow_id, ready.task_id, ready.attempt))
         elif rec.topic == TOPICS.timers:
             out.append(("fire", fire_input(parse_timer(rec.key, rec.value))))

@@ -11,6 +11,7 @@ import pytest
 
 from es_sched.dispatch.core.engine import Assignment, DispatchCore, Preemption
 from es_sched.dispatch.core.leases import LeaseTable
+from es_sched.dispatch.core.limits import Rate
 from es_sched.dispatch.core.placement import Gpu, Need, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.errors import ConfigError
@@ -106,7 +107,7 @@ def test_aging_lifts_a_long_waiting_task_over_newer_higher_priority_ones() -> No
 
 def test_a_rate_limit_is_never_exceeded_in_any_one_second_window() -> None:
     core = core_with(worker("w1", cpu=10_000))
-    core.limits.set_type_rate("encode", 5, burst=5)
+    core.limits.set_rate(("type", "encode"), Rate.per_second(5, burst=5))
     for i in range(200):
         core.enqueue(task(f"t{i}", wf=f"wf{i}", started=i, at=0))
     sent: list[float] = []
@@ -134,7 +135,7 @@ def test_concurrency_limit_and_tenant_rate() -> None:
     core.finished(first[0])
     assert len(assigned(core.dispatch(T0, token))) == 1
     core.limits.set_concurrency("encode", None)
-    core.limits.set_tenant_rate("news", 1, burst=1)
+    core.limits.set_rate(("tenant", "news"), Rate.per_second(1, burst=1))
     core.enqueue(task("n1", tenant="news", wf="x", started=50))
     core.enqueue(task("n2", tenant="news", wf="y", started=51))
     got = assigned(core.dispatch(at(core, 60), token))

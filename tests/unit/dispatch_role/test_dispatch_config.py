@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from es_sched.cli.config import config
 from es_sched.dispatch import config as dc
 from es_sched.dispatch.core.engine import DispatchCore
+from es_sched.dispatch.core.limits import Rate
 from es_sched.errors import SchemaError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -59,18 +60,23 @@ def test_changes_fold_into_the_core_and_tombstones_undo_them() -> None:
     _apply(core, "ban-version:v1", {})
     _apply(core, "pool:t", {"pool": "gpu"})
     _apply(core, "policy:gpu", {"policy": "spread"})
-    assert (core.limits.type_rate["t"].rate, core.limits.type_rate["t"].burst) == (2, 3)
-    assert core.limits.tenant_rate["acme"].burst == 1
-    assert core.limits.type_concurrency == {"t": 4}
+    _apply(core, "rate:key:cdn", {"rate": 4, "burst": 2})
+    assert core.limits.rates == {
+        ("type", "t"): Rate(3, 1.5),  # a bucket of 3 refilled at 2/s: 3 starts per 1.5 s
+        ("tenant", "acme"): Rate(1, 1.0),
+        ("key", "cdn"): Rate(2, 0.5),
+    }
+    assert core.limits.concurrency == {"t": 4}
     assert core.fleet.banned_versions == {"v1"}
     assert core.pools == {"t": "gpu"}
     assert core.policies["gpu"] == "spread"
-    for key in ("rate:type:t", "rate:tenant:acme", "concurrency:t", "ban-version:v1", "pool:t"):
+    for key in ("rate:type:t", "rate:tenant:acme", "rate:key:cdn", "concurrency:t",
+                "ban-version:v1", "pool:t"):  # fmt: skip
         _apply(core, key, None)
     dc.apply(core, dc.parse("policy:gpu", None), default_policy="binpack")
     policies: dict[str, str] = dict(core.policies)
-    assert not core.limits.type_rate and not core.limits.tenant_rate
-    assert not core.limits.type_concurrency and not core.fleet.banned_versions
+    assert not core.limits.rates
+    assert not core.limits.concurrency and not core.fleet.banned_versions
     assert not core.pools and policies["gpu"] == "binpack"
 
 
@@ -83,7 +89,7 @@ def test_a_rate_limit_from_config_refuses_beyond_the_burst() -> None:
 def test_cli_refuses_bad_input_before_touching_kafka() -> None:
     runner = CliRunner()
     both = runner.invoke(config, ["set-rate", "--type", "t", "--tenant", "x", "5"])
-    assert both.exit_code == 2 and "exactly one of --type and --tenant" in both.output
+    assert both.exit_code == 2 and "exactly one of --type, --tenant and --key" in both.output
     neither = runner.invoke(config, ["set-rate", "5"])
     assert neither.exit_code == 2
     policy = runner.invoke(config, ["set-policy", "gpu", "random"])
