@@ -181,9 +181,12 @@ class Outcome:
         for event in self.events:
             p = event.payload
             status, reason = getattr(p, "status", None), getattr(p, "reason", None)
-            detail = " ".join(str(x) for x in (status,) if x)
-            detail += f" ({reason})" if reason else ""
-            parts.append(f"{event.type} {detail}".strip())
+            words = [
+                event.type,
+                *([str(status)] if status else []),
+                *([f"({reason})"] if reason else []),
+            ]
+            parts.append(" ".join(words))
         return ", ".join(parts)
 
 

@@ -5,7 +5,7 @@ and one workflow id may be refused several times (ADR 11).
 
 Revision ID: 0002
 Revises: 0001
-Create Date: 2026-12-01
+Create Date: 2026-11-30
 """
 
 from __future__ import annotations
