@@ -120,17 +120,17 @@ class Simulation:
     def _apply(self, wf_id: str, inp: c.Input) -> None:
         wf = self.workflows.get(wf_id)
         if wf is None or (wf.state is None and not isinstance(inp, c.StartWorkflow)):
-            return  # a workflow that never started: the runtime dead-letters such an input
+            return  # a workflow that never started: the runtime answers workflow.rejected
         if isinstance(inp, c.StartWorkflow) and wf.state is None:
-            completed = complete_start(inp, self.resolve)  # as the decider's shell does
-            if completed is None:
-                return  # an unknown definition: the runtime refuses the start
-            inp = completed
+            # As the decider's shell does; an unknown definition stays unfilled and the core
+            # refuses the start (workflow.rejected, nothing follows).
+            inp = complete_start(inp, self.resolve) or inp
         events = decide(wf.state, inp, self.now, self.ids, self.scripts)
         wf.events.extend(events)
         if events:
             wf.state = fold(events, wf.state)
-        self.follow(wf_id, events)
+        if wf.state is not None:  # None: a start refused (workflow.rejected), nothing follows
+            self.follow(wf_id, events)
 
     def follow(self, wf_id: str, events: list[Event]) -> None:
         """Carry out what follows ``events``, already folded into the workflow's state."""

@@ -55,7 +55,8 @@ def replay(
     for st in done.states.values():
         statuses[st.status] = statuses.get(st.status, 0) + 1
     report: dict[str, Any] = {
-        "events": done.events, "workflows": len(done.states), "statuses": statuses,
+        "events": done.events, "refusals": done.refusals, "workflows": len(done.states),
+        "statuses": statuses,
         "seconds": round(done.seconds, 3),
         "events_per_second": round(done.events / done.seconds) if done.seconds else None,
     }  # fmt: skip

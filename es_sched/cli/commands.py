@@ -3,6 +3,12 @@
 Thin wrappers around ``es_sched.commands.CommandClient``: every command is validated before it
 is produced, and errors are ``EsSchedError``s that ``es_sched.cli.main.main`` prints as one
 line with exit status 1. ``register(cli, defs)`` attaches the commands to the CLI groups.
+
+Control commands (cancel, terminate, retry, pause, resume, signal) print what was sent; with
+``--wait SECONDS`` they then read the decider's answer from the events topic (the events caused
+by the command id): accepted -> the events, exit 0; refused (``command.rejected``, or
+``workflow.rejected`` for an unknown workflow) -> ``rejected: <reason>`` on stderr as soon as
+it is written, exit 1; no answer in time -> exit 3.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,7 @@ from es_sched.settings import load_settings
 
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 FINAL_OK = "COMPLETED"
+Send = Callable[[], Submitted]
 
 
 def _client() -> CommandClient:
@@ -133,10 +141,35 @@ EXPECTED = click.option(
     "--expected-version", type=int, help="Refuse unless the workflow is still at this seq."
 )
 COMMAND_ID = click.option("--command-id", help="Idempotency key (default: a fresh uuid).")
+WAIT = click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    help="Wait up to SECONDS for the decider's answer: exit 0 when accepted, 1 at once when "
+    "refused (the reason is printed), 3 when no answer came in time.",
+)
+EXIT_REFUSED, EXIT_NO_ANSWER = 1, 3
 
 
-def _sent(sent: Submitted, what: str) -> None:
+def _act(client: CommandClient, what: str, wait_s: float | None, send: Send) -> None:
+    """Send one control command; with ``wait_s``, wait for its outcome and exit by it."""
+    start = client.start_watermarks() if wait_s is not None else None
+    sent = send()
     click.echo(f"{what} {sent.workflow_id} command_id={sent.command_id}")
+    if wait_s is None:
+        return
+    outcome = client.outcome(sent, wait_s, start)
+    if outcome is None:
+        click.echo(
+            f"no answer to {what} of {sent.workflow_id} within {wait_s:g}s (is a decider running?)",
+            err=True,
+        )
+        sys.exit(EXIT_NO_ANSWER)
+    reason = outcome.rejection
+    if reason is not None:
+        click.echo(f"rejected: {reason}", err=True)
+        sys.exit(EXIT_REFUSED)
+    click.echo(f"accepted: {outcome.describe()}")
 
 
 @click.command("cancel")
@@ -144,10 +177,15 @@ def _sent(sent: Submitted, what: str) -> None:
 @click.option("--reason", default="canceled", show_default=True)
 @EXPECTED
 @COMMAND_ID
-def cancel(wf_id: str, reason: str, expected_version: int | None, command_id: str | None) -> None:
+@WAIT
+def cancel(
+    wf_id: str, reason: str, expected_version: int | None, command_id: str | None,
+    wait_s: float | None,
+) -> None:  # fmt: skip
     """Cancel a running workflow (its CALLBACK tasks still run)."""
     with _client() as client:
-        _sent(client.cancel(wf_id, reason, expected_version, command_id), "cancel")
+        send = partial(client.cancel, wf_id, reason, expected_version, command_id)
+        _act(client, "cancel", wait_s, send)
 
 
 @click.command("terminate")
@@ -155,12 +193,15 @@ def cancel(wf_id: str, reason: str, expected_version: int | None, command_id: st
 @click.option("--reason", default="terminated", show_default=True)
 @EXPECTED
 @COMMAND_ID
+@WAIT
 def terminate(
-    wf_id: str, reason: str, expected_version: int | None, command_id: str | None
-) -> None:
+    wf_id: str, reason: str, expected_version: int | None, command_id: str | None,
+    wait_s: float | None,
+) -> None:  # fmt: skip
     """Terminate a running workflow."""
     with _client() as client:
-        _sent(client.terminate(wf_id, reason, expected_version, command_id), "terminate")
+        send = partial(client.terminate, wf_id, reason, expected_version, command_id)
+        _act(client, "terminate", wait_s, send)
 
 
 def _simple(verb: str, doc: str) -> click.Command:
@@ -168,10 +209,13 @@ def _simple(verb: str, doc: str) -> click.Command:
     @WF_ID
     @EXPECTED
     @COMMAND_ID
-    def command(wf_id: str, expected_version: int | None, command_id: str | None) -> None:
+    @WAIT
+    def command(
+        wf_id: str, expected_version: int | None, command_id: str | None, wait_s: float | None
+    ) -> None:
         with _client() as client:
-            send: Callable[[str, int | None, str | None], Submitted] = getattr(client, verb)
-            _sent(send(wf_id, expected_version, command_id), verb)
+            method: Callable[[str, int | None, str | None], Submitted] = getattr(client, verb)
+            _act(client, verb, wait_s, partial(method, wf_id, expected_version, command_id))
 
     return command
 
@@ -190,14 +234,16 @@ resume = _simple("resume", "Resume a paused workflow.")
 @click.option("--output", "output_json", default="{}", help="The task output as a JSON object.")
 @EXPECTED
 @COMMAND_ID
+@WAIT
 def signal(
     wf_id: str, ref: str | None, status: str, output_json: str,
-    expected_version: int | None, command_id: str | None,
+    expected_version: int | None, command_id: str | None, wait_s: float | None,
 ) -> None:  # fmt: skip
     """Complete (or fail) a waiting WAIT task of a workflow."""
     output = _json_object(output_json, "--output")
     with _client() as client:
-        _sent(client.signal(wf_id, output, ref, status, expected_version, command_id), "signal")
+        send = partial(client.signal, wf_id, output, ref, status, expected_version, command_id)
+        _act(client, "signal", wait_s, send)
 
 
 @click.command("push")

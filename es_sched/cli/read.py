@@ -61,11 +61,18 @@ def status(wf_id: str, after: str | None, wait_s: float, as_json: bool) -> None:
     try:
         _fresh(settings, store, after, wait_s)
         wf, tasks = pg_queries.workflow(store.engine, wf_id)
+        refusals = [] if wf is not None else pg_queries.rejections(store.engine, wf_id)
         reflects = pg_queries.reflected(store.engine).get(topics_for(settings).events, {})
     finally:
         store.close()
     if wf is None:
         click.echo(f"no workflow {wf_id} in the projection", err=True)
+        for r in refusals:  # inputs refused for this id while it had no history (ADR 11)
+            click.echo(
+                f"refused {r['command_type']} command_id={r['command_id']} at "
+                f"{_when(r['occurred_at'])}: {r['reason']}",
+                err=True,
+            )
         sys.exit(1)
     if as_json:
         _json({"workflow": wf, "tasks": tasks, "reflects": reflects})

@@ -32,19 +32,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as KafkaProducer
 
-from es_sched.commands import files
+from es_sched.commands import files, watch
 from es_sched.commands.prepare import (
+    Outcome,
     awaited_final,
+    caused_by,
     definition_problems,
     prepare,
     resolve,
@@ -52,6 +47,7 @@ from es_sched.commands.prepare import (
 )
 from es_sched.domain import commands as c
 from es_sched.domain.definitions import DefinitionError
+from es_sched.domain.events import Event
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
@@ -221,26 +217,20 @@ class CommandClient:
 
     # -- waiting for outcomes ---------------------------------------------------------------
     def start_watermarks(self) -> dict[int, int]:
-        """The end of every events partition now: call before submitting, pass to ``wait``."""
+        """The end of every events partition now: call before producing, pass to ``wait`` or
+        ``outcome``."""
         self.ensure_topics()
         events = self.topics.events
-        reader = clients.consumer(self._bootstrap, None)
-        try:
-            return _settled(
-                f"reading the offsets of {events}",
-                lambda: {
-                    p: reader.get_watermark_offsets(TopicPartition(events, p), 10.0)[1]
-                    for p in _partitions(reader, events)
-                },
-            )
-        finally:
-            reader.close()
+        return _settled(
+            f"reading the offsets of {events}", lambda: watch.end_offsets(self._bootstrap, events)
+        )
 
     def wait(
         self, workflow_ids: Iterable[str], timeout_s: float,
         start: Mapping[int, int] | None = None,
     ) -> dict[str, str | None]:  # fmt: skip
-        """Final status per workflow (COMPLETED, FAILED, ...), None if not final by the timeout.
+        """Final status per workflow (COMPLETED, FAILED, ..., REJECTED for a start refused), None
+        if not final by the timeout.
 
         Reads from ``start`` (``start_watermarks()`` taken before submitting); without it from
         the beginning of the events topic, which is correct but slow on a long history.
@@ -250,34 +240,49 @@ class CommandClient:
         if not pending:
             return result
         self.ensure_topics()
-        events = self.topics.events
-        reader = clients.consumer(self._bootstrap, None)
-        deadline = time.monotonic() + timeout_s
-        try:
-            if start is None:
-                start = dict.fromkeys(_partitions(reader, events), OFFSET_BEGINNING)
-            reader.assign([TopicPartition(events, p, offset) for p, offset in start.items()])
-            while pending and (left := deadline - time.monotonic()) > 0:
-                msg = reader.poll(min(left, 0.5))
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise InfrastructureError(f"reading {events}: {err}")
-                workflow_id = awaited_final(msg.value(), pending)
-                if workflow_id is None:
-                    continue
+
+        def seen(msg: Message) -> bool:
+            workflow_id = awaited_final(msg.value(), pending)
+            if workflow_id is not None:
                 status = terminal_status(decode_event(msg.value() or b"", self._catalog))
                 if status is not None:
                     result[workflow_id] = status
                     pending.discard(workflow_id)
-        except KafkaException as exc:
-            raise InfrastructureError(f"reading {events}: {exc}") from exc
-        finally:
-            reader.close()
+            return not pending
+
+        watch.watch(self._bootstrap, self.topics.events, start, timeout_s, seen)
         return result
+
+    def outcome(
+        self, sent: Submitted, timeout_s: float, start: Mapping[int, int] | None = None
+    ) -> Outcome | None:
+        """What the decider made of one command: its events (accepted) or its rejection, read
+        back by ``causation_id``; None when nothing came within ``timeout_s``.
+
+        A rejection ends the wait at once. An accepted command's events were written in one
+        transaction, consecutively in its workflow's partition: they are all read when that
+        partition yields a record of another cause, or is read to its end.
+        """
+        self.ensure_topics()
+        caused: list[Event] = []
+        where: list[int] = []  # the partition of the command's events, once found
+
+        def seen(msg: Message) -> bool:
+            raw = msg.value()
+            event = (
+                decode_event(raw or b"", self._catalog) if caused_by(raw, sent.command_id) else None
+            )
+            if event is None or event.causation_id != sent.command_id:
+                return bool(caused) and msg.partition() == where[0]  # past the command's events
+            caused.append(event)
+            where[:] = [msg.partition() or 0]
+            return Outcome(sent.command_id, tuple(caused)).rejection is not None
+
+        def at_end(partition: int) -> bool:
+            return bool(caused) and partition == where[0]
+
+        watch.watch(self._bootstrap, self.topics.events, start, timeout_s, seen, at_end)
+        return Outcome(sent.command_id, tuple(caused)) if caused else None
 
     # -- Kafka plumbing ---------------------------------------------------------------------
     def flush(self, timeout_s: float = 30.0) -> None:
@@ -351,15 +356,6 @@ class CommandClient:
         (``PARTITION:OFFSET`` on the commands topic; see ``es_sched.projections.freshness``)."""
         where = self._delivered.get(workflow_id.encode())
         return None if where is None else f"{where[0]}:{where[1]}"
-
-
-def _partitions(reader: Consumer, topic: str) -> list[int]:
-    metadata = reader.list_topics(topic, timeout=10.0).topics.get(topic)
-    if metadata is not None and metadata.error is not None:
-        raise KafkaException(metadata.error)
-    if metadata is None or not metadata.partitions:
-        raise InfrastructureError(f"topic {topic} is missing")
-    return sorted(metadata.partitions)
 
 
 def _settled(what: str, read: Callable[[], T], patience_s: float = 15.0) -> T:

@@ -7,8 +7,11 @@
   missing sub-workflow) raises ``UnknownDefinition``.
 - ``definition_problems(docs, catalog)``: every reason a set of definition files may not be
   pushed (JSON Schema, ``validate_workflow``, sub-workflow cycles).
-- ``terminal_status(event)``: the final status an event announces, if it is a final event;
-  ``awaited_final(raw, pending)`` finds such events of awaited workflows without decoding.
+- ``terminal_status(event)``: the final status an event announces, if it is a final event
+  (``REJECTED`` for a start refused outside any history); ``awaited_final(raw, pending)`` finds
+  such events of awaited workflows without decoding.
+- ``Outcome``: what one command caused, read back from the events topic (``caused_by(raw,
+  command_id)`` picks its records cheaply): accepted with its events, or the rejection's reason.
 
 Nothing here touches the network, the clock or the environment.
 """
@@ -22,13 +25,20 @@ from typing import Any, Protocol
 
 from es_sched.commands.files import Documents
 from es_sched.domain.commands import Input
-from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded
+from es_sched.domain.events import (
+    CommandRejected,
+    Event,
+    WorkflowCompleted,
+    WorkflowEnded,
+    WorkflowRejected,
+)
 from es_sched.domain.pins import pin
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import DomainError, SchemaError
 from es_sched.serialization import SchemaCatalog, encode_input, input_to_dict, schema_dir
 
-TERMINAL_TYPES = frozenset({"workflow.completed", "workflow.ended"})
+TERMINAL_TYPES = frozenset({"workflow.completed", "workflow.ended", "workflow.rejected"})
+REJECTED = "REJECTED"  # the "final status" of a start refused outside any history
 CAP_VARIABLE = "ES_SCHED_RUN_COMMAND_MAX_BYTES"
 JSON = dict[str, Any]
 
@@ -127,6 +137,8 @@ def terminal_status(event: Event) -> str | None:
         return "COMPLETED"
     if isinstance(payload, WorkflowEnded):
         return payload.status
+    if isinstance(payload, WorkflowRejected) and payload.command_type == "workflow.start":
+        return REJECTED  # a refused cancel under the same id says nothing of the start
     return None
 
 
@@ -144,3 +156,42 @@ def awaited_final(raw: bytes | None, pending: Collection[str]) -> str | None:
         return None
     workflow_id = doc.get("workflow_id")
     return workflow_id if isinstance(workflow_id, str) and workflow_id in pending else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one command caused: the events the decider wrote for it, in order (one decision,
+    so one transaction, consecutive in the workflow's partition)."""
+
+    command_id: str
+    events: tuple[Event, ...]
+
+    @property
+    def rejection(self) -> str | None:
+        """The reason the command was refused (``command.rejected`` inside the workflow's
+        history, ``workflow.rejected`` for a workflow with none), None when it was accepted."""
+        for event in self.events:
+            if isinstance(event.payload, CommandRejected | WorkflowRejected):
+                return event.payload.reason
+        return None
+
+    def describe(self) -> str:
+        """The events, one clause each: ``workflow.ending CANCELED (operator), ...``."""
+        parts = []
+        for event in self.events:
+            p = event.payload
+            status, reason = getattr(p, "status", None), getattr(p, "reason", None)
+            words = [
+                event.type,
+                *([str(status)] if status else []),
+                *([f"({reason})"] if reason else []),
+            ]
+            parts.append(" ".join(words))
+        return ", ".join(parts)
+
+
+def caused_by(raw: bytes | None, command_id: str) -> bool:
+    """Whether ``raw`` may be an event caused by ``command_id``, judged without decoding (the
+    caller decodes the few that may be and checks ``causation_id``)."""
+    quoted = json.dumps(command_id, ensure_ascii=False)[1:-1]  # as the JSON writer escapes it
+    return raw is not None and quoted.encode() in raw

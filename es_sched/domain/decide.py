@@ -4,8 +4,10 @@ An input is first checked (idempotency, expected version, lease fencing), turned
 primary events, and then ``engine.step`` runs until the workflow must wait for the next input.
 Every returned event already carries its envelope (seq, deterministic event id, causation and
 correlation ids). Expected refusals become ``command.rejected`` / ``task.completion_rejected``
-events in the workflow's history; an input for a workflow that does not exist raises
-``UnknownWorkflow`` (the shell dead-letters it). A redelivered input returns no event at all.
+events in the workflow's history; an input for a workflow that has no history (a StartWorkflow
+that cannot start, anything else for an unknown id) returns one ``workflow.rejected`` event
+outside any history and no state (``domain.refusals``). Nothing an input says raises. A
+redelivered input returns no event at all.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import assert_never
 from es_sched.domain import commands as c
 from es_sched.domain import engine
 from es_sched.domain.context import Context, NoScripts, settings
-from es_sched.domain.definitions import DefinitionError
 from es_sched.domain.events import (
     CommandRejected,
     CompletionRejected,
@@ -40,6 +41,7 @@ from es_sched.domain.events import (
 )
 from es_sched.domain.evolve import evolve
 from es_sched.domain.ids import IdSource, event_id
+from es_sched.domain.refusals import refusal
 from es_sched.domain.scheduling import again
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import (
@@ -55,7 +57,6 @@ from es_sched.domain.state import (
     TaskState,
     WorkflowState,
 )
-from es_sched.domain.validation import validate_workflow_cached
 from es_sched.errors import DomainError
 
 MAX_EVENTS_PER_INPUT = 20_000
@@ -66,10 +67,6 @@ NO_PROGRESS = (
     TaskDispatched, TaskStarted, TaskProgressed, LeaseExpired, CommandRejected, CompletionRejected,
     TaskRequeued,
 )  # fmt: skip
-
-
-class UnknownWorkflow(DomainError):
-    """An input for a workflow id that has no history (and is not a StartWorkflow)."""
 
 
 @dataclass
@@ -117,8 +114,10 @@ def decide_with_state(
     caller need not fold them again."""
     ctx = Context(now, ids, scripts or NoScripts())
     if state is None:
-        if not isinstance(inp, c.StartWorkflow):
-            raise UnknownWorkflow(f"{inp.TYPE} for unknown workflow {inp.workflow_id!r}")
+        refused = refusal(inp, now)
+        if refused is not None:
+            return [refused], None  # outside any history: no state to keep
+        assert isinstance(inp, c.StartWorkflow)  # refusal() refuses every other input
         correlation = inp.correlation_id or inp.workflow_id
         rec = _Recorder(None, inp.workflow_id, inp.input_id, correlation, now)
         rec.emit(_start(inp))
@@ -145,11 +144,7 @@ def _cascade(rec: _Recorder, ctx: Context) -> None:
 
 
 def _start(inp: c.StartWorkflow) -> WorkflowStarted:
-    if inp.definition is None:
-        raise DefinitionError([f"no definition for workflow {inp.name!r} (version {inp.version})"])
-    problems = validate_workflow_cached(inp.definition, inp.taskdefs)
-    if problems:
-        raise DefinitionError(problems)
+    assert inp.definition is not None  # checked, with its validation, by refusal()
     return WorkflowStarted(  # documents are shared, never mutated: parse caches hit by identity
         definition=inp.definition,
         taskdefs=inp.taskdefs,

@@ -59,6 +59,7 @@ from es_sched.domain.events import (
     WorkflowEnded,
     WorkflowEnding,
     WorkflowPaused,
+    WorkflowRejected,
     WorkflowResumed,
     WorkflowRetried,
     WorkflowStarted,
@@ -225,6 +226,8 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
             | TaskFailed() | TaskTimedOut() | LoopIterated() | CompletionRejected()
         ):  # fmt: skip
             return []  # nothing leaves the workflow (its timers come from timers_for)
+        case WorkflowRejected():
+            return []  # outside any history (domain.refusals): it answers, nothing follows
         case _:
             assert_never(p)
 

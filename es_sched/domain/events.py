@@ -240,6 +240,22 @@ class TaskRequeued(Payload):
     attempt: int
 
 
+@dataclass(frozen=True)
+class WorkflowRejected(Payload):
+    """An input refused for a workflow id that has no history: a StartWorkflow that cannot
+    start (no definition, or one that fails validation), or any other input for a workflow
+    that does not exist. Written outside every history (``seq`` 0, see
+    ``domain.refusals``): it answers the sender and changes no state."""
+
+    TYPE = "workflow.rejected"
+    command_id: str
+    command_type: str
+    reason: str
+    name: str | None = None  # a StartWorkflow's definition name and version, as sent
+    version: int | None = None
+    problems: list[str] = field(default_factory=list)  # every validation problem
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -248,7 +264,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted,
         TaskCompletedWithErrors, TaskFailed,
         TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
-        CompletionRejected, TaskRequeued,
+        CompletionRejected, TaskRequeued, WorkflowRejected,
     )
 }  # fmt: skip
 

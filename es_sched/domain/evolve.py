@@ -2,7 +2,8 @@
 
 Pure and total over ``EVENT_TYPES``: an unknown payload type fails loudly (``assert_never``).
 The fold trusts the log: it applies what the decider decided and checks nothing but the
-envelope's ``seq``, which must follow the state's.
+envelope's ``seq``, which must follow the state's. ``workflow.rejected`` belongs to no history
+(``domain.refusals``): ``fold`` skips it, ``evolve`` and ``advance`` refuse it.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ from es_sched.domain.events import (
     WorkflowEnded,
     WorkflowEnding,
     WorkflowPaused,
+    WorkflowRejected,
     WorkflowResumed,
     WorkflowRetried,
     WorkflowStarted,
     WorkflowStartRequested,
 )
+from es_sched.domain.refusals import is_refusal
 from es_sched.errors import DomainError
 
 AnyPayload = (
@@ -51,7 +54,7 @@ AnyPayload = (
     | WorkflowResumed | WorkflowRetried | VariablesSet | WorkflowStartRequested | CommandRejected
     | TaskScheduled | TaskDispatched | TaskStarted | TaskProgressed | TaskCompleted
     | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled | TaskRetryScheduled
-    | LeaseExpired | LoopIterated | CompletionRejected | TaskRequeued
+    | LeaseExpired | LoopIterated | CompletionRejected | TaskRequeued | WorkflowRejected
 )  # fmt: skip
 
 
@@ -153,6 +156,8 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
                 _task(st, p.task_id, child_workflow_id=p.child_workflow_id)
         case CommandRejected() | CompletionRejected():
             pass
+        case WorkflowRejected():  # unreachable: _check refuses it first
+            raise DomainError(f"workflow {event.workflow_id}: a refusal is outside any history")
         case TaskScheduled():
             _scheduled(st, event, p)
         case TaskDispatched():
@@ -198,6 +203,11 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
 
 
 def _check(state: s.WorkflowState | None, event: Event) -> None:
+    if is_refusal(event):
+        raise DomainError(
+            f"workflow {event.workflow_id}: {event.type} is outside any history (seq "
+            f"{event.seq}); fold skips it, nothing evolves with it"
+        )
     if state is None:
         if not isinstance(event.payload, WorkflowStarted):
             raise DomainError(
@@ -224,6 +234,8 @@ def fold(events: Iterable[Event], state: s.WorkflowState | None = None) -> s.Wor
     """``evolve`` over a history, applying it to one private copy of ``state``."""
     current = state.clone() if state is not None else None
     for event in events:
+        if is_refusal(event):
+            continue  # a refusal outside any history (domain.refusals): not part of the fold
         _check(current, event)
         if current is None:
             current = _started(event, cast(WorkflowStarted, event.payload))

@@ -1,8 +1,9 @@
 """Deterministic identifiers.
 
-Event ids, workflow ids derived from command ids and timer ids are uuid5 hashes, so replaying
-the same inputs yields the same ids. Ids that must be fresh (task ids, lease tokens, child
-workflow ids) come from the caller through an ``IdSource``; the core never draws randomness.
+Event ids (refusals' too), workflow ids derived from command ids and timer ids are uuid5
+hashes, so replaying the same inputs yields the same ids. Ids that must be fresh (task ids,
+lease tokens, child workflow ids) come from the caller through an ``IdSource``; the core never
+draws randomness.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ IdSource = Callable[[], str]
 
 def event_id(workflow_id: str, seq: int) -> str:
     return str(uuid.uuid5(NAMESPACE, f"event:{workflow_id}:{seq}"))
+
+
+def refusal_event_id(workflow_id: str, input_id: str) -> str:
+    """The id of the refusal of one input for a workflow with no history: the same input
+    refused again is the same event (readers dedupe by it)."""
+    return str(uuid.uuid5(NAMESPACE, f"refusal:{workflow_id}:{input_id}"))
 
 
 def workflow_id_for_command(command_id: str) -> str:

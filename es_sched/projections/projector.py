@@ -212,6 +212,8 @@ class Projector:
         for event in events:
             rows = self.cache.get(event.workflow_id)
             change = views.apply(rows, event)
+            if change.refusal:
+                continue  # no row; the store keeps it from the archive (Batch.archive)
             if change.orphan:
                 self.m_orphans.inc(1, **self.labels)
                 log.warning("event %s of unknown workflow %s", event.type, event.workflow_id)

@@ -5,8 +5,10 @@ one workflow or all) and folds it with ``domain.evolve`` — the decider's own c
 projectors' ``views.apply`` — so a bug in the projection fold shows up as a mismatch instead of
 being repeated. ``verify`` turns each folded state into rows (``views.rows_of``) and compares
 them, field by field, with a store's rows (PostgreSQL, the search engine) and with the
-decider's changelog snapshots. With ``until``, only workflows whose whole history is before
-that time are compared (the stores hold the present).
+decider's changelog snapshots. Refusals outside any history (``workflow.rejected``, ADR 11)
+are counted and checked (seq 0, the id of their input) but not folded: they are no workflow's
+state, so no store holds a row for them. With ``until``, only workflows whose whole history is
+before that time are compared (the stores hold the present).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from es_sched.domain.events import Event
 from es_sched.domain.evolve import advance
+from es_sched.domain.ids import refusal_event_id
+from es_sched.domain.refusals import REFUSAL_SEQ, is_refusal
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
 from es_sched.kafka.clients import consumer, read_partition, watermarks
@@ -40,6 +45,7 @@ class Replayed:
     last_at: dict[str, datetime] = field(default_factory=dict)  # workflow -> its last event
     cut: set[str] = field(default_factory=set)  # workflows with events after ``until``
     events: int = 0
+    refusals: int = 0  # workflow.rejected records: outside any history, checked, not folded
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)  # histories the core refused
 
@@ -89,6 +95,10 @@ def replay(
                 out.cut.add(event.workflow_id)
                 continue
             wf = event.workflow_id
+            if is_refusal(event):
+                _check_refusal(event, f"{topic}[{part}]@{msg.offset()}")
+                out.refusals += 1
+                continue
             if wf in out.problems:
                 continue
             try:
@@ -103,6 +113,17 @@ def replay(
         progress(read)
     out.seconds = time.monotonic() - started
     return out
+
+
+def _check_refusal(event: Event, where: str) -> None:
+    """A refusal is outside every history (ADR 11): seq 0 and the id of its input, or the log
+    is not what the decider writes."""
+    want = refusal_event_id(event.workflow_id, event.causation_id)
+    if event.seq != REFUSAL_SEQ or event.event_id != want:
+        raise EsSchedError(
+            f"{where}: {event.type} of {event.workflow_id} has seq {event.seq} and id "
+            f"{event.event_id}; a refusal has seq {REFUSAL_SEQ} and id {want}"
+        )
 
 
 def _compare(source: str, kind: str, key: str, want: Row, have: Row | None) -> Iterator[Mismatch]:

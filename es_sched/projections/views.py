@@ -11,6 +11,9 @@ Inputs and outputs over ``LARGE_BYTES`` (encoded) are not copied: the row holds 
 the archived event that carries them, ``{"$ref": "event", "workflow_id", "seq", "path",
 "bytes"}``.
 
+A refusal outside any history (``workflow.rejected``, seq 0) changes no row: ``apply`` marks it
+``refusal``, and a store may keep it apart (PostgreSQL: the ``rejections`` table).
+
 Two folds of one log must agree: ``rows_of(domain.fold(events))`` (the decider's core, used by
 ``es-sched replay --verify``) and repeated ``apply`` (the projectors). Unit tests check it on
 every golden history; the auditors check it against the stores.
@@ -25,6 +28,7 @@ from typing import Any, cast
 import orjson
 
 from es_sched.domain import events as e
+from es_sched.domain.refusals import is_refusal
 from es_sched.domain.state import TaskState, WorkflowState
 
 Row = dict[str, Any]
@@ -58,6 +62,7 @@ class Change:
     tasks: dict[str, Row] = field(default_factory=dict)
     duplicate: bool = False
     orphan: bool = False  # an event for a workflow whose start is not projected
+    refusal: bool = False  # workflow.rejected: outside any history, no row changes (ADR 11)
 
 
 def bounded(value: Any, workflow_id: str, seq: int, path: str) -> Any:
@@ -197,6 +202,8 @@ class Rows:
 def apply(rows: Rows | None, event: e.Event) -> Change:
     """The rows ``event`` changes (``rows`` is left as it is: ``Rows.merge`` the result)."""
     p = event.payload
+    if is_refusal(event):
+        return Change(refusal=True)
     if isinstance(p, e.WorkflowStarted):
         if rows is not None:
             return Change(duplicate=True)

@@ -18,6 +18,11 @@ commit succeeds, so memory never runs ahead of the log:
 - fenced: another process owns this ``ES_SCHED_RUN_INSTANCE``; the role stops with an
   ``InfrastructureError`` naming the transactional id.
 
+Refusals: a record that does not decode, is over the size cap or sits under a key that is not
+its workflow id goes to ``dead-letters`` with its origin; a decoded input that cannot be applied
+is answered by an event (``command.rejected`` in a history, or ``workflow.rejected`` outside
+any history for a workflow id that has none: ADR 11), never a dead letter.
+
 State: restored per partition from the compacted changelog on assignment (the restore rate is
 logged; a broker outage during it is waited out), dropped on revocation. Duplicate inputs are
 no-ops (``decide`` remembers input ids).
@@ -50,7 +55,7 @@ from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
-from es_sched.runtime.outbox import Record, outbound, snapshot
+from es_sched.runtime.outbox import Record, outbound, refused, snapshot
 from es_sched.serialization import decode_input
 from es_sched.serialization.snapshots import decode_state
 from es_sched.settings import Settings
@@ -84,7 +89,7 @@ class Decider:
         self.partition_of: dict[str, int] = {}
         self.batches = 0
         self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0,
-                      "requeues": 0}  # fmt: skip
+                      "requeues": 0, "refusals": 0}  # fmt: skip
         r = self.metrics = registry or Registry()
         self.m_counts = {
             k: r.counter(f"es_sched_decider_{k}_total", f"Decider {k.replace('_', ' ')}.")
@@ -240,7 +245,10 @@ class Decider:
         except EsSchedError as exc:
             return [self._dead(msg, str(exc), type(exc).__name__)]
         self.stats["inputs"] += 1
-        if not events or new is None:
+        if new is None:  # refused outside any history (ADR 11): the event is the answer
+            self.stats["refusals"] += len(events)
+            return refused(self.topics, events)
+        if not events:
             return []
         self.stats["events"] += len(events)
         self.stats["requeues"] += sum(isinstance(e.payload, TaskRequeued) for e in events)
@@ -262,7 +270,7 @@ class Decider:
             )
         found = complete_start(inp, self.resolve)  # pins its children's versions (ADR 12)
         if found is None:
-            raise EsSchedError(f"unknown definition {inp.name!r} version {inp.version}")
+            return inp  # the core refuses it with workflow.rejected (a duplicate: nothing)
         return found
 
     def resolve(

@@ -8,7 +8,8 @@ record. ``QueueTask`` -> ``ready`` (keyed by rate-limit key, else task name); ``
 (keyed by that workflow). What follows an event is decided in the domain, not here; ``resolve``
 is the registry look-up a ``StartChild`` without an embedded definition needs, ``requeue_after``
 the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR 15). The changelog snapshot is
-added once per workflow per batch by the caller.
+added once per workflow per batch by the caller. ``refused(topics, events)`` maps a refusal
+outside any history (``workflow.rejected``) to its event record alone.
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def outbound(
             case _:
                 assert_never(fx)
     return out
+
+
+def refused(topics: Topics, events: list[Event]) -> list[Record]:
+    """The records of refusals outside any history (``domain.refusals``): the events alone,
+    keyed by the workflow id the input named; no snapshot, no effect follows them."""
+    return [Record(topics.events, e.workflow_id, encode_event(e)) for e in events]
 
 
 def snapshot(topics: Topics, st: WorkflowState) -> Record:

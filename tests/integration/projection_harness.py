@@ -17,7 +17,7 @@ from es_sched.errors import EsSchedError
 from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import engine_for
 from es_sched.projections.views import Row, comparable, fold_rows
-from tests.integration.runtime_harness import Env, media_inputs, read_events
+from tests.integration.runtime_harness import Env, histories, media_inputs
 
 
 @contextmanager
@@ -57,7 +57,7 @@ def pg_checkpoints(env: Env) -> list[Row]:
 
 
 def expected_rows(env: Env) -> tuple[list[Row], list[Row], int]:
-    by_wf = read_events(env)
+    by_wf = histories(env)  # refusals (ADR 11) are no workflow's rows, nor in the archive
     wfs: list[Row] = []
     tasks: list[Row] = []
     count = 0

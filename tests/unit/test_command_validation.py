@@ -1,5 +1,6 @@
 """The command side's checks without a broker: schema and size cap, definition resolution,
-definition problems, final-event recognition, JSONL inputs and the CLI's refusals."""
+definition problems, final-event recognition, a command's outcome, JSONL inputs and the CLI's
+refusals."""
 
 from __future__ import annotations
 
@@ -14,11 +15,19 @@ from click.testing import CliRunner
 
 from es_sched.cli.commands import read_jsonl, register, submit
 from es_sched.commands import UnknownDefinition, definition_problems, files, prepare, resolve
-from es_sched.commands.prepare import awaited_final, terminal_status
+from es_sched.commands.prepare import Outcome, awaited_final, caused_by, terminal_status
 from es_sched.domain import commands as c
-from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded, WorkflowPaused
+from es_sched.domain.events import (
+    CommandRejected,
+    Event,
+    WorkflowCompleted,
+    WorkflowEnded,
+    WorkflowEnding,
+    WorkflowPaused,
+    WorkflowRejected,
+)
 from es_sched.errors import SchemaError
-from es_sched.serialization import SchemaCatalog, decode_input
+from es_sched.serialization import SchemaCatalog, decode_input, encode_event
 
 ROOT = Path(__file__).resolve().parents[2]
 MEDIA = [ROOT / "examples/media_pipeline.json", ROOT / "examples/media_taskdefs.json"]
@@ -246,6 +255,33 @@ def test_awaited_final_skips_what_is_not_a_final_event_of_an_awaited_workflow() 
     assert awaited_final(raw("workflow.completed", "other"), {"wf"}) is None
     for junk in (b"not json", b"[1]", b"", None, b"\xff"):
         assert awaited_final(junk, {"wf"}) is None
+
+
+def test_a_refused_start_is_final_for_submit_wait_but_a_refused_cancel_is_not() -> None:
+    start = WorkflowRejected("c", "workflow.start", "no definition", name="n")
+    assert terminal_status(event(start)) == "REJECTED"
+    assert terminal_status(event(WorkflowRejected("c", "workflow.cancel", "unknown"))) is None
+
+
+def test_the_outcome_of_a_command_is_its_rejection_or_its_events() -> None:
+    refused = Outcome("c", (event(CommandRejected("c", "workflow.resume", "workflow is RUNNING")),))
+    assert refused.rejection == "workflow is RUNNING"
+    unknown = Outcome("c", (event(WorkflowRejected("c", "workflow.cancel", "unknown 'x'")),))
+    assert unknown.rejection == "unknown 'x'"
+    accepted = Outcome(
+        "c", (event(WorkflowEnding("CANCELED", "operator")), event(WorkflowEnded("CANCELED", "")))
+    )
+    assert accepted.rejection is None
+    assert accepted.describe() == "workflow.ending CANCELED (operator), workflow.ended CANCELED"
+    assert Outcome("c", (event(WorkflowPaused()),)).describe() == "workflow.paused"
+
+
+def test_caused_by_picks_the_records_that_may_carry_a_command_id_without_decoding() -> None:
+    mine = encode_event(event(WorkflowPaused()))  # causation_id "c"
+    assert caused_by(mine, "c") and not caused_by(mine, "other") and not caused_by(None, "c")
+    quoted = Event("00000000-0000-0000-0000-000000000001", "wf", 1,
+                   datetime(2026, 1, 1, tzinfo=UTC), 'id "é"', "c", WorkflowPaused())  # fmt: skip
+    assert caused_by(encode_event(quoted), 'id "é"')
 
 
 # -- JSONL inputs and the CLI's refusals (no Kafka is reached) -------------------------------------

@@ -1,5 +1,5 @@
 """The PostgreSQL read models (SQLAlchemy 2): workflows, tasks (one row per attempt), the
-append-only event archive and the projection checkpoints.
+append-only event archive, refusals outside any history and the projection checkpoints.
 
 Tables carry no schema name: every connection's ``search_path`` is the projection's schema
 (``ES_SCHED_PG_SCHEMA_NAME``, default ``es_sched``), so a rebuild can fill a fresh schema and
@@ -107,6 +107,23 @@ class ArchivedEvent(Base):
     kafka_offset: Mapped[int] = mapped_column(BigInteger)
 
 
+class Rejection(Base):
+    """A refusal outside any history (``workflow.rejected``): the answer a sender of an input
+    for a workflow with no history gets; never a workflow row (ADR 11)."""
+
+    __tablename__ = "rejections"
+
+    event_id: Mapped[str] = mapped_column(primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(index=True)
+    command_id: Mapped[str]
+    command_type: Mapped[str]
+    reason: Mapped[str]
+    occurred_at: Mapped[datetime]
+    payload: Mapped[JSON]  # the event's payload (name, version, every problem)
+    kafka_partition: Mapped[int] = mapped_column(Integer)
+    kafka_offset: Mapped[int] = mapped_column(BigInteger)
+
+
 class Checkpoint(Base):
     """The next offset to project, per (projection, topic, partition), written in the same
     transaction as the rows; ``duplicates_skipped`` counts re-delivered records skipped."""
@@ -125,3 +142,4 @@ WORKFLOWS = cast(Table, Workflow.__table__)
 TASKS = cast(Table, Task.__table__)
 EVENTS = cast(Table, ArchivedEvent.__table__)
 CHECKPOINTS = cast(Table, Checkpoint.__table__)
+REJECTIONS = cast(Table, Rejection.__table__)

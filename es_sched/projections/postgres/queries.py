@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, func, select
 
-from es_sched.projections.postgres.models import CHECKPOINTS, TASKS, WORKFLOWS
+from es_sched.projections.postgres.models import CHECKPOINTS, REJECTIONS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
 from es_sched.projections.views import Row
 
@@ -22,6 +22,14 @@ def workflow(engine: Engine, workflow_id: str) -> tuple[Row | None, list[Row]]:
             .order_by(TASKS.c.scheduled_at, TASKS.c.version)
         ).mappings()
         return (dict(row) if row else None), [dict(t) for t in tasks]
+
+
+def rejections(engine: Engine, workflow_id: str) -> list[Row]:
+    """Refusals of inputs for ``workflow_id`` while it had no history (ADR 11), oldest first."""
+    r = REJECTIONS.c
+    query = select(REJECTIONS).where(r.workflow_id == workflow_id)
+    with available("rejections"), engine.connect() as conn:
+        return [dict(x) for x in conn.execute(query.order_by(r.kafka_offset)).mappings()]
 
 
 def _filtered(

@@ -4,7 +4,8 @@ Every connection's ``search_path`` is one schema (``ES_SCHED_PG_SCHEMA_NAME``), 
 migrated by Alembic (``migrate``). ``PgStore.write`` runs one transaction: a shared advisory
 lock (a rebuild's switch takes it exclusively, so no batch straddles a switch), upserts of whole
 workflow and task rows that replace a row only with a higher ``version``, the event archive
-(``ON CONFLICT DO NOTHING``) and the checkpoints (``GREATEST`` of old and new). Connection
+(``ON CONFLICT DO NOTHING``; refusals outside any history, seq 0, go to ``rejections``, keyed
+by event id) and the checkpoints (``GREATEST`` of old and new). Connection
 failures become ``StoreUnavailable``.
 """
 
@@ -25,8 +26,10 @@ from sqlalchemy import Connection, Engine, create_engine, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from es_sched.projections.postgres.models import CHECKPOINTS, TASKS, WORKFLOWS
-from es_sched.projections.store import Batch, StoreUnavailable
+from es_sched.domain.events import WorkflowRejected
+from es_sched.domain.refusals import is_refusal
+from es_sched.projections.postgres.models import CHECKPOINTS, REJECTIONS, TASKS, WORKFLOWS
+from es_sched.projections.store import Archived, Batch, StoreUnavailable
 from es_sched.projections.views import TASK_FIELDS, WORKFLOW_FIELDS, Row, Rows
 from es_sched.settings import Settings
 
@@ -162,9 +165,16 @@ class PgStore:
                 _copy_upsert(raw, "workflows", WORKFLOW_FIELDS, list(batch.workflows.values()))
             if batch.tasks:
                 _copy_upsert(raw, "tasks", TASK_FIELDS, list(batch.tasks.values()))
-            if batch.archive:
-                rows = [_archived(a.event, a.raw, a.partition, a.offset) for a in batch.archive]
+            history = [a for a in batch.archive if not is_refusal(a.event)]
+            if history:
+                rows = [_archived(a.event, a.raw, a.partition, a.offset) for a in history]
                 _copy_upsert(raw, "events", ARCHIVE_FIELDS, rows)
+            if len(history) < len(batch.archive):  # refusals: rare, keyed by event id
+                refusals = [_refusal(a) for a in batch.archive if is_refusal(a.event)]
+                conn.execute(
+                    insert(REJECTIONS).on_conflict_do_nothing(index_elements=["event_id"]),
+                    refusals,
+                )
             parts = sorted(set(batch.checkpoints) | set(batch.duplicates))
             if parts:
                 stmt = insert(CHECKPOINTS)
@@ -205,6 +215,22 @@ def _checkpoints(conn: Connection, projection: str, topic: str, parts: list[int]
         )
     )
     return {int(p): int(o) for p, o in rows}
+
+
+def _refusal(a: Archived) -> Row:
+    p = a.event.payload
+    assert isinstance(p, WorkflowRejected)
+    return {
+        "event_id": a.event.event_id,
+        "workflow_id": a.event.workflow_id,
+        "command_id": p.command_id,
+        "command_type": p.command_type,
+        "reason": p.reason,
+        "occurred_at": a.event.occurred_at,
+        "payload": orjson.loads(a.raw)["payload"],
+        "kafka_partition": a.partition,
+        "kafka_offset": a.offset,
+    }
 
 
 def _archived(event: Any, raw: bytes, partition: int, offset: int) -> Row:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from es_sched.domain import commands as c
-from es_sched.domain.decide import UnknownWorkflow, decide
+from es_sched.domain.decide import decide
 from es_sched.domain.definitions import TaskSettings
 from es_sched.domain.ids import counter_ids
 from es_sched.domain.retry import parse_duration, retry_delay
@@ -183,14 +183,14 @@ def test_lease_fencing_rejects_stale_and_forged_reports() -> None:
     assert unknown[0].payload.reason == "unknown task"  # type: ignore[attr-defined]
 
 
-def test_redelivered_input_changes_nothing_and_unknown_workflow_raises() -> None:
+def test_redelivered_input_changes_nothing_and_unknown_workflow_is_refused() -> None:
     d = Driver(workflow(task("enc")))
     t = d.latest("enc")
     report = c.ReportCompleted("in-1", "wf-1", task_id=t.task_id, attempt=1, worker_id="w1")
     assert d.send(report)
     assert d.send(report) == []
-    with pytest.raises(UnknownWorkflow):
-        decide(None, c.CancelWorkflow("in-2", "wf-404"), T0, counter_ids())
+    (refused,) = decide(None, c.CancelWorkflow("in-2", "wf-404"), T0, counter_ids())
+    assert (refused.type, refused.seq) == ("workflow.rejected", 0)  # see test_refusals.py
 
 
 def test_cancel_a_running_fork_cancels_every_branch_and_runs_the_callback() -> None:

@@ -1,0 +1,81 @@
+"""The one reader behind every ``--wait``: the events topic from given offsets until a fact.
+
+``watch(bootstrap, topic, start, timeout_s, seen, at_end)`` reads with ``read_committed``, by
+assignment (no consumer group, no committed offsets: a read-only observer), from ``start``
+(partition -> offset, from ``end_offsets`` taken before the command was produced; None: the
+beginning, correct but slow on a long history). Each record goes to ``seen``; each time a
+partition is read to its end, its number goes to ``at_end``. Either returning True ends the
+watch (True); the deadline ends it with False. ``CommandClient.wait`` (submit's final statuses)
+and ``CommandClient.outcome`` (one control command's answer) are the two callers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from es_sched.errors import InfrastructureError
+from es_sched.kafka import clients
+
+Seen = Callable[[Message], bool]
+AtEnd = Callable[[int], bool]
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """The end of every partition of ``topic`` now (its high watermarks)."""
+    reader = clients.consumer(bootstrap, None)
+    try:
+        return {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), 10.0)[1]
+            for p in partitions(reader, topic)
+        }
+    finally:
+        reader.close()
+
+
+def watch(
+    bootstrap: str, topic: str, start: Mapping[int, int] | None, timeout_s: float,
+    seen: Seen, at_end: AtEnd | None = None,
+) -> bool:  # fmt: skip
+    reader = clients.consumer(bootstrap, None, **{"enable.partition.eof": at_end is not None})
+    deadline = time.monotonic() + timeout_s
+    try:
+        if start is None:
+            start = dict.fromkeys(partitions(reader, topic), OFFSET_BEGINNING)
+        reader.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
+        while (left := deadline - time.monotonic()) > 0:
+            msg = reader.poll(min(left, 0.5))
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is None:
+                if seen(msg):
+                    return True
+            elif err.code() == KafkaError._PARTITION_EOF:
+                if at_end is not None and at_end(msg.partition() or 0):
+                    return True
+            else:
+                raise InfrastructureError(f"reading {topic}: {err}")
+        return False
+    except KafkaException as exc:
+        raise InfrastructureError(f"reading {topic}: {exc}") from exc
+    finally:
+        reader.close()
+
+
+def partitions(reader: Consumer, topic: str) -> list[int]:
+    metadata = reader.list_topics(topic, timeout=10.0).topics.get(topic)
+    if metadata is not None and metadata.error is not None:
+        raise KafkaException(metadata.error)
+    if metadata is None or not metadata.partitions:
+        raise InfrastructureError(f"topic {topic} is missing")
+    return sorted(metadata.partitions)
