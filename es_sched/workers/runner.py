@@ -185,6 +185,9 @@ class AssignmentReader:
         self.partition = -1
         self.paused = False
         self._consumer = consumer(bootstrap, group)
+        # Asks where the partition ends. Not the reading client: the broker answers requests
+        # of one connection in order, so its query would wait out the fetch long-poll.
+        self._ends = consumer(bootstrap, None)
         self._committed = OFFSET_UNSET
         self._next = OFFSET_UNSET  # the offset after the last record read
 
@@ -244,11 +247,12 @@ class AssignmentReader:
         self.paused = paused
 
     def end(self, timeout_s: float) -> int | None:
-        """The partition's end as the broker has it now (one round trip; for this
-        ``read_committed`` reader, the last stable offset); None when it cannot be asked."""
+        """The partition's end as the broker has it now (one round trip, a fraction of a
+        millisecond locally; ``read_committed``: the last stable offset); None when it cannot
+        be asked."""
         tp = TopicPartition(self.topic, self.partition)
         try:
-            _, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            _, high = self._ends.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
         except KafkaException as exc:
             log.warning("end of %s[%d] unknown: %s", self.topic, self.partition, exc)
             return None
@@ -274,6 +278,7 @@ class AssignmentReader:
 
     def close(self) -> None:
         self._consumer.close()
+        self._ends.close()
 
 
 class Backlog:
