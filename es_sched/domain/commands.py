@@ -150,6 +150,16 @@ class ReportFailed(WorkerReport):
 
 
 @dataclass(frozen=True)
+class ReportCancelled(WorkerReport):
+    """The worker stopped the task (or never started it) because its lease ended: a Cancel
+    record, or a lease found expired. Only an audit record: no lease is live after a cancel,
+    so the decider records it and changes nothing."""
+
+    TYPE = "worker.task_cancelled"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class FireTimer(Input):
     """A durable timer came due. ``kind``: retry | wait | response_timeout | total_timeout |
     workflow_timeout. A timer whose workflow moved on is ignored by the decider."""
@@ -176,6 +186,6 @@ INPUT_TYPES: dict[str, type[Input]] = {
         StartWorkflow, CancelWorkflow, TerminateWorkflow, RetryWorkflow, PauseWorkflow,
         ResumeWorkflow, SignalWorkflow, RegisterDefinition, DispatchTask, ExpireLease,
         ReportStarted, ReportProgress, ReportCompleted, ReportFailed, FireTimer,
-        ChildWorkflowEnded,
+        ChildWorkflowEnded, ReportCancelled,
     )
 }  # fmt: skip

@@ -25,6 +25,7 @@ from es_sched.domain.events import (
     Event,
     LeaseExpired,
     Payload,
+    TaskCancelConfirmed,
     TaskCanceled,
     TaskCompleted,
     TaskDispatched,
@@ -66,6 +67,7 @@ MAX_EVENTS_PER_INPUT = 20_000
 NO_PROGRESS = (
     TaskDispatched, TaskStarted, TaskProgressed, LeaseExpired, CommandRejected, CompletionRejected,
     TaskRequeued,
+    TaskCancelConfirmed,
 )  # fmt: skip
 
 
@@ -246,6 +248,11 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
             return [LeaseExpired(inp.task_id, inp.lease_epoch)]
         case c.ReportStarted() | c.ReportProgress() | c.ReportCompleted() | c.ReportFailed():
             return _report(st, inp)
+        case c.ReportCancelled():
+            # Never an outcome: a cancel means no live lease, so whatever lease this names,
+            # the worker's word is recorded for the audit and the task is left as it is.
+            return [TaskCancelConfirmed(inp.task_id, inp.attempt, inp.worker_id,
+                                        inp.lease_epoch, inp.reason)]  # fmt: skip
         case c.FireTimer():
             return _timer(st, inp, ctx)
         case c.ChildWorkflowEnded():

@@ -43,6 +43,7 @@ from es_sched.domain.events import (
     Event,
     LeaseExpired,
     LoopIterated,
+    TaskCancelConfirmed,
     TaskCanceled,
     TaskCompleted,
     TaskCompletedWithErrors,
@@ -224,6 +225,7 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
             | WorkflowRetried() | VariablesSet() | CommandRejected() | TaskDispatched()
             | TaskStarted() | TaskProgressed() | TaskCompleted() | TaskCompletedWithErrors()
             | TaskFailed() | TaskTimedOut() | LoopIterated() | CompletionRejected()
+            | TaskCancelConfirmed()
         ):  # fmt: skip
             return []  # nothing leaves the workflow (its timers come from timers_for)
         case WorkflowRejected():

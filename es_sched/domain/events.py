@@ -256,6 +256,19 @@ class WorkflowRejected(Payload):
     problems: list[str] = field(default_factory=list)  # every validation problem
 
 
+@dataclass(frozen=True)
+class TaskCancelConfirmed(Payload):
+    """A worker says it stopped (or never started) a task whose lease ended. Audit only: it is
+    not an outcome and changes no state, whatever lease it names."""
+
+    TYPE = "task.cancel_confirmed"
+    task_id: str
+    attempt: int
+    worker_id: str
+    lease_epoch: int
+    reason: str
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -264,7 +277,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted,
         TaskCompletedWithErrors, TaskFailed,
         TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
-        CompletionRejected, TaskRequeued, WorkflowRejected,
+        CompletionRejected, TaskRequeued, WorkflowRejected, TaskCancelConfirmed,
     )
 }  # fmt: skip
 

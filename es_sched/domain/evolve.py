@@ -24,6 +24,7 @@ from es_sched.domain.events import (
     Event,
     LeaseExpired,
     LoopIterated,
+    TaskCancelConfirmed,
     TaskCanceled,
     TaskCompleted,
     TaskCompletedWithErrors,
@@ -55,6 +56,7 @@ AnyPayload = (
     | TaskScheduled | TaskDispatched | TaskStarted | TaskProgressed | TaskCompleted
     | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled | TaskRetryScheduled
     | LeaseExpired | LoopIterated | CompletionRejected | TaskRequeued | WorkflowRejected
+    | TaskCancelConfirmed
 )  # fmt: skip
 
 
@@ -154,7 +156,7 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
         case WorkflowStartRequested():
             if p.task_id is not None:
                 _task(st, p.task_id, child_workflow_id=p.child_workflow_id)
-        case CommandRejected() | CompletionRejected():
+        case CommandRejected() | CompletionRejected() | TaskCancelConfirmed():
             pass
         case WorkflowRejected():  # unreachable: _check refuses it first
             raise DomainError(f"workflow {event.workflow_id}: a refusal is outside any history")

@@ -10,9 +10,9 @@
 - ``Reporter``: one idempotent producer for decider inputs (``<prefix>.task-results``, keyed by
   workflow id), worker status, progress and tombstones (``<prefix>.worker-status``) and dead
   letters. Safe to call from handler threads.
-- ``started/progressed/completed/failed``: the decider inputs a worker sends, echoing task id,
-  attempt, worker id, lease epoch and token; their input ids are uuid5s of those, so a resent
-  report is deduplicated by the decider.
+- ``started/progressed/completed/failed/cancelled``: the decider inputs a worker sends, echoing
+  task id, attempt, worker id, lease epoch and token; their input ids are uuid5s of those, so a
+  resent report is deduplicated by the decider.
 """
 
 from __future__ import annotations
@@ -104,6 +104,12 @@ def failed(
     )
 
 
+def cancelled(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportCancelled:
+    return c.ReportCancelled(
+        **_report_fields(a, worker_id, "cancelled"), reason=reason[:MAX_REASON]
+    )
+
+
 # -- producing ------------------------------------------------------------------------------
 class Reporter:
     def __init__(self, bootstrap: str, topics: Topics) -> None:
@@ -177,8 +183,13 @@ class AssignmentReader:
     def __init__(self, bootstrap: str, topic: str, worker_id: str, group: str) -> None:
         self.topic, self.worker_id, self.group = topic, worker_id, group
         self.partition = -1
+        self.paused = False
         self._consumer = consumer(bootstrap, group)
+        # Asks where the partition ends. Not the reading client: the broker answers requests
+        # of one connection in order, so its query would wait out the fetch long-poll.
+        self._ends = consumer(bootstrap, None)
         self._committed = OFFSET_UNSET
+        self._next = OFFSET_UNSET  # the offset after the last record read
 
     def open(self, stop: threading.Event, timeout_s: float = 10.0) -> bool:
         """Assign our partition once the topic exists and has leaders (the dispatcher may
@@ -212,7 +223,7 @@ class AssignmentReader:
         if offset < 0:
             offset = watermarks(self._consumer, tp, timeout_s)[1]
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
-        self._committed = offset
+        self._committed = self._next = offset
         return True
 
     def poll(self, timeout_s: float) -> Message | None:
@@ -221,6 +232,7 @@ class AssignmentReader:
             return None
         err = msg.error()
         if err is None:
+            self._next = (msg.offset() or 0) + 1
             return msg
         if err.fatal():
             raise InfrastructureError(f"reading {self.topic}[{self.partition}]: {err}")
@@ -228,8 +240,28 @@ class AssignmentReader:
         return None
 
     def pause(self, paused: bool) -> None:
+        if paused == self.paused:
+            return
         tp = [TopicPartition(self.topic, self.partition)]
         (self._consumer.pause if paused else self._consumer.resume)(tp)
+        self.paused = paused
+
+    def end(self, timeout_s: float) -> int | None:
+        """The partition's end as the broker has it now (one round trip, a fraction of a
+        millisecond locally; ``read_committed``: the last stable offset); None when it cannot
+        be asked."""
+        tp = TopicPartition(self.topic, self.partition)
+        try:
+            _, high = self._ends.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        except KafkaException as exc:
+            log.warning("end of %s[%d] unknown: %s", self.topic, self.partition, exc)
+            return None
+        return int(high)
+
+    def position(self) -> int:
+        """The next offset to read (past any transaction markers the client skipped)."""
+        tp = TopicPartition(self.topic, self.partition)
+        return max(self._next, self._consumer.position([tp])[0].offset)
 
     def commit(self, offset: int) -> None:
         """Commit ``offset`` (the next record to read) when it moved; failures are retried at
@@ -246,6 +278,7 @@ class AssignmentReader:
 
     def close(self) -> None:
         self._consumer.close()
+        self._ends.close()
 
 
 class Backlog:
@@ -285,15 +318,12 @@ class Backlog:
     def has(self, task_id: str, lease_epoch: int) -> bool:
         return any(a.task_id == task_id and a.lease_epoch == lease_epoch for a, _ in self._items)
 
-    def drop(self, task_id: str, up_to_epoch: int) -> bool:
-        """Forget a cancelled task that never started; True when one was waiting."""
-        before = len(self._items)
-        self._items = deque(
-            (a, o)
-            for a, o in self._items
-            if not (a.task_id == task_id and a.lease_epoch <= up_to_epoch)
-        )
-        return len(self._items) < before
+    def drop(self, task_id: str, up_to_epoch: int) -> list[wire.Assignment]:
+        """Forget a cancelled task that never started; the assignments that were waiting."""
+        gone = [a for a, _ in self._items if a.task_id == task_id and a.lease_epoch <= up_to_epoch]
+        if gone:
+            self._items = deque((a, o) for a, o in self._items if a not in gone)
+        return gone
 
     def commit_point(self) -> int:
         return self._items[0][1] if self._items else self._next_offset

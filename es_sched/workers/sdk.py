@@ -15,9 +15,13 @@ Sync handlers run in a thread pool, ``async def`` handlers on one asyncio loop; 
 ``concurrency`` run at once (further assignments wait in order, and the partition is paused while
 that backlog is full). Reports go to ``<prefix>.task-results`` as decider inputs: started before
 the handler runs, then completed with its return value, or failed: ``TaskFailure`` says whether
-it is retryable, any other exception is retryable. A ``cancel`` record sets ``ctx.cancelled``;
-a cancelled task is handed back without any report (ADR 5: the dispatcher already took the lease
-back). A type with no handler fails non-terminally (another worker may serve it); a return value
+it is retryable, any other exception is retryable. A ``cancel`` record sets ``ctx.cancelled``
+and cancels an async handler's asyncio task; once the handler has ended, the worker reports
+``worker.task_cancelled`` (the decider records it, nothing more: the dispatcher already took the
+lease back, ADR 5). Nothing starts whose lease has ended (``es_sched.workers.stale``): before a
+start the worker reads its partition to the end, and skips, reporting it cancelled, an
+assignment whose cancel it has read or whose lease expired while it was not heartbeating.
+A type with no handler fails non-terminally (another worker may serve it); a return value
 that is not a JSON object fails terminally. Every ``heartbeat_s`` (default: the dispatcher's
 ``ES_SCHED_DISPATCH_HEARTBEAT_S``) a ``WorkerStatus`` listing running and queued task ids goes
 to ``<prefix>.worker-status``; an unreadable assignments record goes to the dead letters.
@@ -31,7 +35,6 @@ and a tombstone for the worker's status key says it left.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import socket
@@ -40,13 +43,13 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from confluent_kafka import Message
 
 from es_sched.domain import commands as c
-from es_sched.errors import EsSchedError, SchemaError
+from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
 from es_sched.serialization import wire
@@ -54,73 +57,14 @@ from es_sched.settings import Settings, load_settings
 from es_sched.workers import runner
 from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
+from es_sched.workers.context import Handler, TaskCancelled, TaskContext, TaskFailure
+from es_sched.workers.stale import StaleLeases
 
+__all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]
 log = logging.getLogger(__name__)
 HANDED_BACK = runner.HANDED_BACK
 JSON = dict[str, Any]
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class TaskCancelled(EsSchedError):
-    """Raised by ``TaskContext.raise_if_cancelled`` once the dispatcher cancelled the task."""
-
-
-class TaskFailure(EsSchedError):
-    """Raise from a handler to fail the task; ``retryable=False`` makes the failure terminal."""
-
-    def __init__(self, message: str, retryable: bool = True, output: JSON | None = None) -> None:
-        super().__init__(message)
-        self.message, self.retryable, self.output = message, retryable, output or {}
-
-
-class TaskContext:
-    """What a handler knows about its task, and how it reports progress or sees cancellation."""
-
-    def __init__(self, assignment: wire.Assignment, worker_id: str, reporter: runner.Reporter):
-        self.assignment, self.worker_id, self._reporter = assignment, worker_id, reporter
-        self.task_id, self.attempt = assignment.task_id, assignment.attempt
-        self.workflow_id, self.task_type = assignment.workflow_id, assignment.task_type
-        self.input, self.gpu, self.resources = (
-            assignment.input,
-            assignment.gpu,
-            assignment.resources,
-        )
-        self.cancel_event = threading.Event()
-        self.progress_sent = False
-        self._progress_seq = 0
-        self.env = dict(os.environ)  # for subprocesses: env=ctx.env pins them to ctx.gpu
-        if assignment.gpu is not None:
-            self.env.update(
-                CUDA_VISIBLE_DEVICES=str(assignment.gpu), CUDA_DEVICE_ORDER="PCI_BUS_ID"
-            )
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel_event.is_set()
-
-    def raise_if_cancelled(self) -> None:
-        if self.cancel_event.is_set():
-            raise TaskCancelled(f"task {self.task_id} was cancelled")
-
-    def progress(self, percent: float, message: str = "") -> None:
-        """Percent (0-100) and a message: a ``progress`` record on worker-status for the
-        dispatcher and a ``worker.task_progress`` input for the workflow."""
-        self._progress_seq += 1
-        self._reporter.progress(
-            self.assignment, self.worker_id, self._progress_seq, percent, message
-        )
-        self.progress_sent = True
-
-
-@dataclass(frozen=True)
-class Handler:
-    task_type: str
-    fn: Callable[[TaskContext, JSON], Any]
-    resources: JSON = field(default_factory=dict)
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
 
 
 @dataclass
@@ -128,6 +72,7 @@ class _Running:
     ctx: TaskContext
     started: float  # monotonic
     handed_back: bool = False
+    task: asyncio.Task[Any] | None = None  # an async handler's, once it runs on the loop
 
 
 def default_worker_id() -> str:
@@ -162,6 +107,7 @@ class Worker:
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
         self._pending = runner.Backlog()
+        self._stale = StaleLeases(self.heartbeat_s)
         r = self.metrics = registry or Registry()
         self.m_running = r.gauge("es_sched_worker_running", "Tasks running, then queued here.")
         self.m_tasks = r.counter("es_sched_worker_tasks_total", "Tasks ended, by type and outcome.")
@@ -221,13 +167,11 @@ class Worker:
                 log.error("worker %s: some reports were not delivered", self.worker_id)
 
     def _serve(self, reader: runner.AssignmentReader, stop: threading.Event) -> None:
-        next_beat, paused = time.monotonic() + self.heartbeat_s, False
+        next_beat = time.monotonic() + self.heartbeat_s
         while not stop.is_set():
-            self._start_pending()
-            full = len(self._pending) >= self.concurrency
-            if full != paused:  # bound the backlog; the dispatcher normally respects capacity
-                reader.pause(full)
-                paused = full
+            self._start_pending(reader)
+            # bound the backlog; the dispatcher normally respects capacity
+            reader.pause(len(self._pending) >= self.concurrency)
             msg = reader.poll(0.05)
             if msg is not None:
                 self._on_record(msg, stopping=False)
@@ -236,8 +180,7 @@ class Worker:
                 self._heartbeat()
                 reader.commit(self._pending.commit_point())
             self._reporter.poll()
-        if paused:
-            reader.pause(False)
+        reader.pause(False)
 
     def _shutdown(self, reader: runner.AssignmentReader) -> None:
         log.info("worker %s stopping: %d running", self.worker_id, len(self._running))
@@ -258,7 +201,7 @@ class Worker:
             for run in leftovers:
                 run.handed_back = True
         for run in leftovers:
-            run.ctx.cancel_event.set()
+            self._stop_handler(run, HANDED_BACK)
             self._reporter.hand_back(run.ctx.assignment, self.worker_id)
             self._end_progress(run.ctx)
         reader.commit(self._pending.commit_point())
@@ -289,6 +232,7 @@ class Worker:
             sent_at=runner.now_iso(),
         )
         self._reporter.status(status, self.worker_id)
+        self._stale.beat()
         self.m_running.set(len(self.running), state="running")
         self.m_running.set(len(self._pending), state="queued")
 
@@ -326,24 +270,72 @@ class Worker:
         return same or self._pending.has(a.task_id, a.lease_epoch)
 
     def _cancel(self, cancel: wire.Cancel) -> None:
+        self._stale.cancelled(cancel.task_id, cancel.lease_epoch)
         waiting = self._pending.drop(cancel.task_id, cancel.lease_epoch)
+        for a in waiting:
+            self._skip(a, f"cancelled before it started: {cancel.reason}")
         with self._lock:
             run = self._running.get(cancel.task_id)
         if run is not None and run.ctx.assignment.lease_epoch <= cancel.lease_epoch:
             log.info("task %s cancelled: %s", cancel.task_id, cancel.reason)
-            run.ctx.cancel_event.set()
+            self._stop_handler(run, cancel.reason)
         elif not waiting:
             log.debug("cancel for unknown task %s ignored", cancel.task_id)
 
+    def _stop_handler(self, run: _Running, reason: str) -> None:
+        """Set the context's flag; an async handler's task is cancelled on its loop as well."""
+        run.ctx.cancel_reason = reason
+        run.ctx.cancel_event.set()
+
+        def cancel_task() -> None:  # on the loop, where the task lives
+            if run.task is not None:
+                run.task.cancel()
+
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(cancel_task)
+
     # -- tasks ------------------------------------------------------------------------------
-    def _start_pending(self) -> None:
+    def _start_pending(self, reader: runner.AssignmentReader) -> None:
+        caught_up = False
         while self._pending and len(self._running) < self.concurrency:
+            head = self._pending.peek()
+            why = self._stale.why_not(head)
+            if why is not None:
+                self._skip(self._pending.pop(), why)
+                continue
             with self._lock:
                 running = [r.ctx.assignment for r in self._running.values()]
             assert self.capacity is not None
-            if not admits(self.capacity, running, self._pending.peek()):
+            if not admits(self.capacity, running, head):
                 return  # another dispatcher's placement raced ours: wait for room (ADR 6)
+            if not caught_up:  # a cancel behind it may already be in the partition
+                if not self._catch_up(reader):
+                    return
+                caught_up = True
+                continue  # what was read may have ended the head: look again
             self._start(self._pending.pop())
+
+    def _catch_up(self, reader: runner.AssignmentReader) -> bool:
+        """Read the partition up to its end as the broker has it now, within half a heartbeat
+        (a second at most, so heartbeats keep their pace); False when it did not get there."""
+        budget = min(1.0, self.heartbeat_s / 2)
+        deadline = time.monotonic() + budget
+        end = reader.end(budget)
+        if end is None:
+            return False
+        reader.pause(False)  # records beyond the backlog's bound: only up to this end
+        while reader.position() < end:
+            if time.monotonic() >= deadline:
+                return False
+            msg = reader.poll(0.05)
+            if msg is not None:
+                self._on_record(msg, stopping=False)
+        return True
+
+    def _skip(self, a: wire.Assignment, why: str) -> None:
+        log.info("task %s (epoch %d) not started: %s", a.task_id, a.lease_epoch, why)
+        self.m_tasks.inc(task_type=a.task_type, outcome="skipped")
+        self._reporter.send(runner.cancelled(a, self.worker_id, why))
 
     def _start(self, a: wire.Assignment) -> None:
         handler = self.handlers.get(a.task_type)
@@ -359,7 +351,7 @@ class Worker:
         if handler.is_async:
             assert self._loop is not None
             coro: Coroutine[Any, Any, Any] = handler.fn(run.ctx, a.input)
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            future = asyncio.run_coroutine_threadsafe(_as_task(run, coro), self._loop)
         else:
             future = self._threads.submit(handler.fn, run.ctx, a.input)
         future.add_done_callback(lambda f: self._finish(run, f))
@@ -374,8 +366,9 @@ class Worker:
         self._end_progress(ctx)
         self.m_seconds.observe(time.monotonic() - run.started)
         if ctx.cancelled:
-            log.info("task %s ended after cancellation; no report", ctx.task_id)
+            log.info("task %s ended after cancellation: %s", ctx.task_id, ctx.cancel_reason)
             self.m_tasks.inc(task_type=a.task_type, outcome="cancelled")
+            self._reporter.send(runner.cancelled(a, self.worker_id, ctx.cancel_reason))
             return
         try:
             report = self._outcome(a, future)
@@ -406,3 +399,13 @@ class Worker:
     def _end_progress(self, ctx: TaskContext) -> None:
         if ctx.progress_sent:  # the compacted topic forgets the finished task's progress
             self._reporter.tombstone(runner.progress_key(self.worker_id, ctx.task_id))
+
+
+async def _as_task(run: _Running, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Runs an async handler as this task, kept in ``run`` so a cancel can cancel it; the
+    future ends only once the handler has unwound."""
+    run.task = asyncio.current_task()
+    if run.ctx.cancelled:  # cancelled before the loop got to it
+        coro.close()
+        raise asyncio.CancelledError
+    return await coro

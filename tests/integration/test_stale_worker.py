@@ -1,7 +1,7 @@
 """Workers that stop heartbeating while holding leases: their tasks complete on another worker.
 
 A frozen worker (SIGSTOP) loses its lease and the task completes on another worker. When the
-frozen one wakes up (SIGCONT) the SDK sees the dispatcher's cancel and reports nothing; a late
+frozen one wakes up (SIGCONT) the SDK sees the dispatcher's cancel and reports only that; a late
 completion sent anyway with the old lease (a worker that missed the cancel) is rejected by the
 decider and recorded with the reason. A killed worker (SIGKILL) never reports again: every task
 it held is dispatched again, with the next lease epoch, once its lease expires."""
@@ -110,7 +110,7 @@ def test_a_frozen_workers_late_completion_is_rejected() -> None:
             "completion on the rescuer",
         )
         frozen.proc.send_signal(signal.SIGCONT)  # it finishes its sleep, sees the cancel
-        frozen.wait_log("no report", 30)  # the SDK dropped the result
+        frozen.wait_log("ended after cancellation", 30)  # the SDK dropped the result
         old = _first_assignment(env, "frozen")
         late = c.ReportCompleted(
             "late-report", wf, task_id=old.task_id, attempt=old.attempt, worker_id="frozen",

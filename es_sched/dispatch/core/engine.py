@@ -52,6 +52,9 @@ class DispatchCore:
     preempt_after_s: float = 60.0
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.fleet.heartbeat_s = self.leases.heartbeat_s  # one heartbeat for leases and liveness
+
     def enqueue(self, task: ReadyTask, front: bool = False) -> None:
         self.queues.push(task, front)
 
@@ -157,8 +160,11 @@ class DispatchCore:
         self.fleet.set_foreign(worker_id, use.plus(own, -1), len(held) - count)
 
     def expire(self, now: datetime) -> list[Lease]:
-        """Expired leases and those of dead workers: their tasks go back to the queue head."""
+        """Expired leases and those of dead workers: their tasks go back to the queue head, and
+        a worker that let a lease expire gets no new one until it is heard from again."""
         gone = self.leases.expired(now)
+        for lease in gone:
+            self.fleet.lease_lost(lease.worker_id, now)
         for worker in list(self.fleet.workers.values()):
             if self.fleet.status(worker, now) == "dead":
                 gone += self.leases.reclaim_worker(worker.worker_id)

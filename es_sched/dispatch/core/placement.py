@@ -12,6 +12,12 @@ window can delay a task, never overcommit a worker. ``place`` picks, within a po
 unbanned, non-blacklisted worker that serves the task type and fits every dimension: ``binpack`` the
 tightest fit (fewest free cpus that suffice), ``spread`` the loosest. Candidates come from a
 per-pool index sorted by free cpu, so a decision is a bisection plus a short walk.
+
+Live means heartbeating now, not merely not yet suspect: a worker silent for
+``QUIET_HEARTBEATS`` heartbeats, or one that let a lease expire and has not been heard from
+since, gets no new lease. A frozen worker (SIGSTOP, a long GC pause, a saturated host) would
+otherwise be handed its expired task again at every expiry until it turned suspect, and run
+those stale epochs when it woke (issue 12).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 Policy = Literal["spread", "binpack"]
+QUIET_HEARTBEATS = 2.0  # silence that ends a worker's new leases; a lease lasts 3..6 heartbeats
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class WorkerView:
     foreign: Need = Need()  # held for tasks another dispatcher placed
     foreign_slots: int = 0
     last_seen: datetime | None = None
+    lease_lost_at: datetime | None = None  # when a lease it held last expired
     blacklisted_until: datetime | None = None
     outcomes: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failed
 
@@ -137,6 +145,7 @@ class Fleet:
         self.banned_versions: set[str] = set()
         self.suspect_after = timedelta(seconds=suspect_after_s)
         self.dead_after = timedelta(seconds=dead_after_s)
+        self.heartbeat_s = 5.0  # the lease table's (``DispatchCore`` keeps them equal)
 
     # -- membership ------------------------------------------------------------------------
     def upsert(self, worker: WorkerView) -> None:
@@ -150,6 +159,7 @@ class Fleet:
             worker.reserved_custom, worker.reserved_slots = old.reserved_custom, old.reserved_slots
             worker.foreign, worker.foreign_slots = old.foreign, old.foreign_slots
             worker.blacklisted_until, worker.outcomes = old.blacklisted_until, old.outcomes
+            worker.lease_lost_at = old.lease_lost_at
             reserved = {g.index: g.reserved_mb for g in old.gpus}
             for g in worker.gpus:
                 g.reserved_mb = reserved.get(g.index, 0)
@@ -179,6 +189,19 @@ class Fleet:
             else ("suspect" if silence < self.dead_after else "dead")
         )
 
+    def heartbeating(self, worker: WorkerView, now: datetime) -> bool:
+        """Heard from within ``QUIET_HEARTBEATS`` heartbeats, and since its last lease expired."""
+        seen = worker.last_seen
+        if seen is None or now - seen >= timedelta(seconds=QUIET_HEARTBEATS * self.heartbeat_s):
+            return False
+        return worker.lease_lost_at is None or seen >= worker.lease_lost_at
+
+    def lease_lost(self, worker_id: str, now: datetime) -> None:
+        """A lease of this worker expired: no new lease until it is heard from again."""
+        w = self.workers.get(worker_id)
+        if w is not None:
+            w.lease_lost_at = now
+
     def _index(self, w: WorkerView) -> None:
         bisect.insort(self.index.setdefault(w.pool, []), (w.free_cpu, w.worker_id))
 
@@ -195,6 +218,7 @@ class Fleet:
             and w.version not in self.banned_versions
             and (w.blacklisted_until is None or now >= w.blacklisted_until)
             and self.status(w, now) == "alive"
+            and self.heartbeating(w, now)
         )
 
     def place(

@@ -2,11 +2,13 @@
 
 The property test drives one worker task with retries through random interleavings of
 dispatches (new epoch and token, any worker), lease expiries (current or stale epoch), worker
-reports (started, progress, completed, failed; from the live lease, an old one, another
-worker, or made up) and retry timers. An oracle replays the events alone: ``TaskDispatched``
-makes a lease live; ``LeaseExpired`` and every event that ends the attempt make it dead. Every
-accepted outcome must come from the input whose (worker, epoch, token, attempt) equals the live
-lease at that moment, and no (task, attempt) may have two accepted outcomes.
+reports (started, progress, completed, failed, cancelled; from the live lease, an old one,
+another worker, or made up) and retry timers. An oracle replays the events alone:
+``TaskDispatched`` makes a lease live; ``LeaseExpired`` and every event that ends the attempt
+make it dead. Every accepted outcome must come from the input whose (worker, epoch, token,
+attempt) equals the live lease at that moment, and no (task, attempt) may have two accepted
+outcomes. A worker's cancel confirmation is never an outcome: whatever lease it names, it is
+recorded as ``task.cancel_confirmed`` alone and leaves the workflow's state as it was.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from es_sched.domain.events import (
     CompletionRejected,
     Event,
     LeaseExpired,
+    TaskCancelConfirmed,
     TaskCanceled,
     TaskCompleted,
     TaskDispatched,
@@ -57,6 +60,7 @@ def _oracle(events: list[Event], inputs: dict[str, c.Input]) -> None:
         elif isinstance(p, OUTCOMES | TaskStarted):
             inp = inputs[e.causation_id]
             assert isinstance(inp, c.WorkerReport), f"{e.type} caused by {inp}"
+            assert not isinstance(inp, c.ReportCancelled), f"{e.type} from a cancel report"
             lease = live.get(p.task_id)
             assert lease is not None, f"{e.type} of {p.task_id} accepted without a live lease"
             got = Lease(inp.task_id, inp.attempt, inp.worker_id, inp.lease_epoch, inp.lease_token)
@@ -69,10 +73,27 @@ def _oracle(events: list[Event], inputs: dict[str, c.Input]) -> None:
             live.pop(p.task_id, None)
 
 
+def _same_state(before: Any, after: Any) -> bool:
+    """Equal but for what every recorded event moves: seq, updated_at, recent inputs."""
+    ignored = {"seq", "updated_at", "recent_inputs"}
+    fields = [k for k in vars(before) if k not in ignored]
+    return all(getattr(before, k) == getattr(after, k) for k in fields)
+
+
 # One step: (kind, worker index, epoch offset, token choice).
 step = st.tuples(
     st.sampled_from(
-        ["dispatch", "expire", "started", "progress", "completed", "failed", "retry", "wait"]
+        [
+            "dispatch",
+            "expire",
+            "started",
+            "progress",
+            "completed",
+            "failed",
+            "cancelled",
+            "retry",
+            "wait",
+        ]
     ),
     st.integers(0, 2),  # worker w0..w2
     st.integers(-1, 1),  # epoch relative to the newest one dispatched
@@ -88,9 +109,9 @@ class Fleet:
         self.tokens: dict[int, str] = {}
         self.inputs: dict[str, c.Input] = {}
 
-    def send(self, inp: c.Input) -> None:
+    def send(self, inp: c.Input) -> list[Event]:
         self.inputs[inp.input_id] = inp
-        self.d.send(inp)
+        return self.d.send(inp)
 
     def apply(self, kind: str, worker: int, dep: int, token_kind: str) -> None:
         d = self.d
@@ -132,9 +153,15 @@ class Fleet:
                 report = c.ReportProgress(*ids, **lease, percent=50)
             elif kind == "completed":
                 report = c.ReportCompleted(*ids, **lease)
+            elif kind == "cancelled":
+                report = c.ReportCancelled(*ids, **lease, reason="lease expired")
             else:
                 report = c.ReportFailed(*ids, **lease, reason="boom")
-            self.send(report)
+            before = d.state
+            out = self.send(report)
+            if kind == "cancelled":
+                assert [type(e.payload) for e in out] == [TaskCancelConfirmed]
+                assert _same_state(before, d.state), "a cancel confirmation changed the state"
 
 
 @settings(max_examples=RUNS, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -181,3 +208,20 @@ def test_the_next_lease_is_accepted_after_an_expiry() -> None:
     done = d.send(c.ReportCompleted("in-r", d.workflow_id, **_lease(d, 2, "b", "w2")))
     assert "task.completed" in [e.type for e in done]
     assert d.st.status == "COMPLETED"
+
+
+def test_a_cancel_confirmation_is_recorded_and_changes_nothing() -> None:
+    """After a preemption the worker confirms the cancel; it may even reach the decider before
+    the dispatcher's ExpireLease. Either way it is an audit record, never an outcome."""
+    d = Driver(RETRYING, taskdefs=TASKDEFS)
+    d.send(c.DispatchTask("in-d", d.workflow_id, **_lease(d, 1, "a")))
+    out = d.send(c.ReportCancelled("in-c", d.workflow_id, **_lease(d, 1, "a"), reason="preempted"))
+    assert [e.type for e in out] == ["task.cancel_confirmed"]
+    confirmed = out[0].payload
+    assert isinstance(confirmed, TaskCancelConfirmed)
+    assert (confirmed.worker_id, confirmed.lease_epoch, confirmed.reason) == ("w1", 1, "preempted")
+    assert d.latest("enc").lease_token == "a" and d.latest("enc").status == "SCHEDULED"
+    d.send(c.ExpireLease("in-x", d.workflow_id, task_id=d.latest("enc").task_id, lease_epoch=1))
+    late = d.send(c.ReportCancelled("in-c2", d.workflow_id, **_lease(d, 1, "a"), reason="late"))
+    assert [e.type for e in late] == ["task.cancel_confirmed"]
+    assert d.st.status == "RUNNING" and d.latest("enc").attempt == 1

@@ -1,0 +1,82 @@
+"""What a handler sees of its task: ``TaskContext`` (input, GPU pin, progress, cancellation)
+and the exceptions it raises (``TaskFailure``) or that tell it to stop (``TaskCancelled``).
+``es_sched.workers.sdk`` serves the handlers; this is their side of the contract.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from es_sched.errors import EsSchedError
+from es_sched.serialization import wire
+from es_sched.workers import runner
+
+JSON = dict[str, Any]
+
+
+class TaskCancelled(EsSchedError):
+    """Raised by ``TaskContext.raise_if_cancelled`` once the dispatcher cancelled the task."""
+
+
+class TaskFailure(EsSchedError):
+    """Raise from a handler to fail the task; ``retryable=False`` makes the failure terminal."""
+
+    def __init__(self, message: str, retryable: bool = True, output: JSON | None = None) -> None:
+        super().__init__(message)
+        self.message, self.retryable, self.output = message, retryable, output or {}
+
+
+class TaskContext:
+    """What a handler knows about its task, and how it reports progress or sees cancellation."""
+
+    def __init__(self, assignment: wire.Assignment, worker_id: str, reporter: runner.Reporter):
+        self.assignment, self.worker_id, self._reporter = assignment, worker_id, reporter
+        self.task_id, self.attempt = assignment.task_id, assignment.attempt
+        self.workflow_id, self.task_type = assignment.workflow_id, assignment.task_type
+        self.input, self.gpu, self.resources = (
+            assignment.input,
+            assignment.gpu,
+            assignment.resources,
+        )
+        self.cancel_event = threading.Event()
+        self.cancel_reason = ""  # the dispatcher's, once cancelled
+        self.progress_sent = False
+        self._progress_seq = 0
+        self.env = dict(os.environ)  # for subprocesses: env=ctx.env pins them to ctx.gpu
+        if assignment.gpu is not None:
+            self.env.update(
+                CUDA_VISIBLE_DEVICES=str(assignment.gpu), CUDA_DEVICE_ORDER="PCI_BUS_ID"
+            )
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancel_event.is_set():
+            raise TaskCancelled(f"task {self.task_id} was cancelled")
+
+    def progress(self, percent: float, message: str = "") -> None:
+        """Percent (0-100) and a message: a ``progress`` record on worker-status for the
+        dispatcher and a ``worker.task_progress`` input for the workflow."""
+        self._progress_seq += 1
+        self._reporter.progress(
+            self.assignment, self.worker_id, self._progress_seq, percent, message
+        )
+        self.progress_sent = True
+
+
+@dataclass(frozen=True)
+class Handler:
+    task_type: str
+    fn: Callable[[TaskContext, JSON], Any]
+    resources: JSON = field(default_factory=dict)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
