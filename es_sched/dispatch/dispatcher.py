@@ -1,5 +1,9 @@
 """The dispatcher role: ready tasks -> leases on workers (``es-sched run --role dispatcher``).
 
+Modules: this one owns the clients, the core and the tick; ``inputs`` reads the topics below
+into the core; ``output`` produces and waits for deliveries; ``journal`` keeps the leases on
+``<prefix>.leases``; ``records`` maps records to the core's objects.
+
 Inputs:
 - ``ready`` in group ``<prefix>-dispatcher`` (several dispatchers share the task types: the
   topic is keyed by task name, or rate-limit key). Each record becomes a queued ``ReadyTask``;
@@ -18,7 +22,8 @@ Every tick (``ES_SCHED_DISPATCH_TICK_MS``): expired leases -> ``ExpireLease`` to
 ``task-results`` and a ``Cancel`` to the worker; new assignments -> the wire ``Assignment`` to
 the pool's assignments topic (key = worker id) and ``DispatchTask`` to ``task-results`` (key =
 workflow id); preemptions -> ``Cancel(preempted)`` and ``ExpireLease`` (the task is back at the
-head of its queue, its attempt not counted).
+head of its queue, its attempt not counted). Each grant, lease, take-back and end is written to
+the lease journal.
 
 Delivery: at least once. Ready offsets are committed only after the producer flushed the
 records of the tasks they carried, and never past a task still waiting for its first dispatch,
