@@ -5,6 +5,7 @@
 - a core ``Assignment`` -> the wire ``Assignment`` for the worker and the ``DispatchTask``
   decider input; an expired or preempted lease -> ``Cancel`` + ``ExpireLease``
 - an event of the events topic -> the id of a task that ended, if it is one
+- a task and its lease <-> a lease journal record (``<prefix>.leases``, ADR 14)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, cast
 import orjson
 
 from es_sched.dispatch.core.engine import Assignment as CoreAssignment
+from es_sched.dispatch.core.engine import Journaled
 from es_sched.dispatch.core.leases import Lease
 from es_sched.dispatch.core.placement import Gpu, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
@@ -22,7 +24,13 @@ from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.errors import SchemaError
 from es_sched.serialization import wire
 from es_sched.serialization.codec import parse_time
-from es_sched.serialization.records import decode_ready, ready_limits
+from es_sched.serialization.records import (
+    HeldLease,
+    LeaseRecord,
+    ReadyRecord,
+    decode_ready,
+    ready_limits,
+)
 
 ENDED = frozenset(
     {
@@ -40,8 +48,11 @@ def ready_task(
 ) -> ReadyTask:
     """A ready record as a queue entry. Aging counts from the record's time (else now); the
     workflow's start time orders tasks inside a level (the record's time when it lacks one)."""
-    doc = decode_ready(raw)
     enqueued = min(record_time, now) if record_time is not None else now
+    return _task_of(decode_ready(raw), enqueued, partition)
+
+
+def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> ReadyTask:
     return ReadyTask(
         task_id=doc["task_id"],
         workflow_id=doc["workflow_id"],
@@ -156,3 +167,30 @@ def ended_task_and_type(raw: bytes | None) -> tuple[str, str] | None:
     if not isinstance(task_id, str):
         raise SchemaError(f"{doc.get('type')} event without a task_id")
     return task_id, str(doc["type"])
+
+
+def journal_record(
+    task: ReadyTask, last_epoch: int, lease: Lease | None = None, gpu: int | None = None
+) -> LeaseRecord:
+    """The journal's record of a task: waiting at the head of its queue (no lease) or leased."""
+    held = (
+        None
+        if lease is None
+        else HeldLease(lease.worker_id, lease.epoch, lease.token, lease.started_at, gpu)
+    )
+    ready = cast(ReadyRecord, task.payload)  # the ready record the task was read from
+    return LeaseRecord(task.task_id, ready, task.enqueued_at, last_epoch, held)
+
+
+def journaled(record: LeaseRecord, partition: int) -> Journaled:
+    """A journal record of ready ``partition``'s task, as the core resumes it
+    (``DispatchCore.resume`` sets the expiry)."""
+    task = _task_of(record.ready, record.enqueued_at, partition)
+    held = record.lease
+    lease = (
+        None
+        if held is None
+        else Lease(task.task_id, task.attempt, held.worker_id, held.epoch, held.token,
+                   held.granted_at, held.granted_at, task.priority)
+    )  # fmt: skip
+    return Journaled(task, record.last_epoch, lease, None if held is None else held.gpu)

@@ -3,7 +3,9 @@
 Per-workflow topics (commands, task results, events, decider changelog, retry tiers, timers)
 share one partition count so a workflow's inputs, events and state live on the same partition
 number. The events topic is never compacted and keeps history forever; changelog, timers,
-definitions, config and worker status are compacted. The ready topic deletes by time only, and
+definitions, config, worker status and the dispatcher's lease journal are compacted (the
+journal has the ready topic's partition count: its partition p holds the leases of the tasks
+of ready partition p, ADR 14). The ready topic deletes by time only, and
 keeps records at least ``READY_RETENTION_BOUNDS`` reconciler bounds (ADR 15): a task still
 waiting for a lease gets a fresh ready record every bound, so its newest record outlives the
 bound with a whole bound to spare for a late timer service or decider.
@@ -108,6 +110,10 @@ class Topics:
     def config(self) -> str:
         return self._n("config")
 
+    @property
+    def leases(self) -> str:
+        return self._n("leases")
+
     def retry(self, tier_seconds: int) -> str:
         return self._n(f"retry-{tier_seconds}s")
 
@@ -133,6 +139,7 @@ class Topics:
             Topic(self.definitions, 1, COMPACT),
             Topic(self.config, 1, COMPACT),
             *(Topic(self.retry(t), n, {}) for t in self.retry_tiers),
+            Topic(self.leases, n, COMPACT),  # partition p: the tasks of ready partition p
         ]
 
 

@@ -10,6 +10,9 @@ and the retry relay. Schemas: ``schemas/records/{ready,timer,retry}.v1.json``.
   durable timer, decoded as the domain's ``Timer``.
 - **retry** (``<prefix>.retry-<tier>s``, key = workflow id; decider -> retry relay): a delayed
   retry, decoded as ``Retry``.
+- **lease** (``<prefix>.leases``, compacted, key = task id; dispatcher -> dispatcher after a
+  restart or rebalance, ADR 14): a task's ready record, the last lease epoch granted and its
+  live lease if any, decoded as ``LeaseRecord``.
 
 Encoders trust their typed inputs (the decider built them) and do not validate; every decoder
 validates against the compiled schema and raises ``SchemaError`` with the reason. Times are
@@ -33,7 +36,8 @@ from es_sched.serialization.codec import load_record, parse_time
 from es_sched.serialization.schemas import Compiled, default_catalog
 
 FAMILY = "records"
-VERSIONS = {"ready": 1, "timer": 1, "retry": 1}  # record type -> the version written and read
+# record type -> the version written and read
+VERSIONS = {"ready": 1, "timer": 1, "retry": 1, "lease": 1}
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z
 
 
@@ -63,6 +67,24 @@ class Retry:
     next_attempt: int
     due_at: datetime
     delay_seconds: float
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    worker_id: str
+    epoch: int
+    token: str
+    granted_at: datetime
+    gpu: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    task_id: str
+    ready: ReadyRecord
+    enqueued_at: datetime
+    last_epoch: int
+    lease: HeldLease | None  # None: the task waits at the head of its queue
 
 
 @cache
@@ -159,4 +181,41 @@ def decode_retry(raw: bytes | None) -> Retry:
         next_attempt=int(doc["next_attempt"]),
         due_at=parse_time(doc["due_at"], "retry.due_at"),
         delay_seconds=float(doc["delay_seconds"]),
+    )
+
+
+# -- lease ----------------------------------------------------------------------------------
+def encode_lease(record: LeaseRecord) -> bytes:
+    held = record.lease
+    return orjson.dumps(
+        {
+            "task_id": record.task_id,
+            "ready": record.ready,
+            "enqueued_at": record.enqueued_at,
+            "last_epoch": record.last_epoch,
+            "lease": None if held is None else held.__dict__,
+        },
+        option=_OPTIONS,
+    )
+
+
+def decode_lease(raw: bytes | None) -> LeaseRecord:
+    """One journal record; its ready record is checked against the ready schema too."""
+    doc = _object(raw, "lease")
+    ready = decode_ready(orjson.dumps(doc["ready"]))
+    held = doc["lease"]
+    return LeaseRecord(
+        task_id=doc["task_id"],
+        ready=ready,
+        enqueued_at=parse_time(doc["enqueued_at"], "lease.enqueued_at"),
+        last_epoch=int(doc["last_epoch"]),
+        lease=None
+        if held is None
+        else HeldLease(
+            worker_id=held["worker_id"],
+            epoch=int(held["epoch"]),
+            token=held["token"],
+            granted_at=parse_time(held["granted_at"], "lease.lease.granted_at"),
+            gpu=held.get("gpu"),
+        ),
     )

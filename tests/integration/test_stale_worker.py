@@ -146,6 +146,15 @@ def test_a_killed_workers_leases_are_reclaimed() -> None:
         _wait_up(roles, doomed)
         starts = env.submit("one_slow", [{}, {}, {}])
         wait_until(lambda: doomed.text().count("working on") == 3, 60, "3 tasks on doomed")
+
+        def started_on_doomed() -> int:  # its reports are sent, not yet delivered, at the log
+            by_wf = read_events(env)
+            return sum(
+                getattr(e.payload, "worker_id", "") == "doomed"
+                for s in starts for e in by_wf.get(s.workflow_id, []) if e.type == "task.started"
+            )  # fmt: skip
+
+        wait_until(lambda: started_on_doomed() == 3, 60, "doomed's 3 started reports in the log")
         os.kill(doomed.proc.pid, signal.SIGKILL)  # no heartbeat, no report, no hand-back, ever
         assert doomed.proc.wait(30) == -signal.SIGKILL
         rescuer = _slow_worker(env, "rescuer", 0)

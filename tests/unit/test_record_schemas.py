@@ -59,6 +59,7 @@ DECODERS: dict[str, Callable[[str], Callable[[bytes], Any]]] = {
         "ready": records.decode_ready,
         "timer": records.decode_timer,
         "retry": records.decode_retry,
+        "lease": records.decode_lease,
     }[t],
     "wire": lambda _: wire.decode,
     "config": _decode_config,
@@ -124,6 +125,19 @@ def test_timer_and_retry_round_trip() -> None:
     retry = records.decode_retry(_raw(_example("records/retry.v1.json")))
     assert (retry.next_attempt, retry.delay_seconds) == (2, 30.0)
     assert records.decode_retry(records.encode_retry(retry)) == retry
+
+
+def test_lease_record_round_trip() -> None:
+    lease = records.decode_lease(_raw(_example("records/lease.v1.json")))
+    assert lease.ready["task_id"] == lease.task_id and lease.last_epoch == 2
+    held = lease.lease
+    assert held is not None and (held.worker_id, held.gpu) == ("gpu-worker-3", 0)
+    assert records.decode_lease(records.encode_lease(lease)) == lease
+    queued = records.LeaseRecord(lease.task_id, lease.ready, lease.enqueued_at, 3, None)
+    assert records.decode_lease(records.encode_lease(queued)) == queued
+    with pytest.raises(SchemaError, match="name"):  # the ready record inside is checked too
+        doc = _example("records/lease.v1.json")
+        records.decode_lease(_raw({**doc, "ready": {"workflow_id": "w", "task_id": "t"}}))
 
 
 @pytest.mark.parametrize("kind", sorted(wire.VERSIONS))

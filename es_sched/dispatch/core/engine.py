@@ -8,6 +8,11 @@ may preempt a long-running task of priority >= 5 on a worker where it would then
 victim is handed back to the head of its queue (its attempt not counted as a failure) and the
 urgent task takes its place. Everything is in memory and deterministic for a given input order
 and ``now``.
+
+``resume`` puts back what the lease journal says about a task after a restart or a rebalance
+(ADR 14): its live lease with its resources reserved and its concurrency slot held, or its place
+at the head of its queue; either way the epochs go on from the last one granted. ``drop``
+forgets tasks that are now another dispatcher's, without handing them back.
 """
 
 from __future__ import annotations
@@ -32,6 +37,17 @@ class Assignment:
 @dataclass(frozen=True)
 class Preemption:
     victim: Lease  # cancel this task on its worker; it is already back at the head of its queue
+
+
+@dataclass(frozen=True)
+class Journaled:
+    """What the lease journal says about one task: its lease (None: it waits at the head of its
+    queue) and the last epoch granted for it."""
+
+    task: ReadyTask
+    last_epoch: int
+    lease: Lease | None = None
+    gpu: int | None = None
 
 
 @dataclass
@@ -148,6 +164,27 @@ class DispatchCore:
             self.fleet.release(flight.placement, flight.need)
             self.limits.finished(flight.task.task_type)
         return flight
+
+    def resume(self, entry: Journaled, now: datetime) -> None:
+        """Rebuild one journaled task (nothing here may know it yet): a lease gets a full TTL
+        from ``now``; the worker's reports then confirm it or release it, as for any lease."""
+        task, lease = entry.task, entry.lease
+        self.leases.seen_epoch(task.task_id, entry.last_epoch)
+        if lease is None:
+            self.enqueue(task, front=True)
+            return
+        need, placement = Need.of(task.resources), Placement(lease.worker_id, entry.gpu)
+        self.fleet.reserve(placement, need)
+        self.limits.resumed(task.task_type)
+        self.leases.resume(lease, entry.last_epoch, now)
+        self.in_flight[task.task_id] = _InFlight(task, need, placement)
+
+    def drop(self, task_ids: set[str]) -> None:
+        """Another dispatcher owns these tasks now (their ready partition moved): forget their
+        leases and queue places without handing anything back; the new owner resumes them."""
+        for task_id in task_ids:
+            self.finished(task_id)
+        self.queues = self.queues.without(task_ids)
 
     def observe(self, worker_id: str, held: set[str], use: Need) -> None:
         """A status report: the worker holds ``held`` (running or queued) using ``use`` in all.

@@ -66,6 +66,19 @@ class LeaseTable:
                 n += 1
         return n
 
+    def resume(self, lease: Lease, last_epoch: int, now: datetime) -> Lease:
+        """A lease rebuilt from the journal after a restart: a full TTL from ``now`` (the
+        worker's next heartbeat extends it or its silence ends it), the epoch count kept."""
+        lease.expires_at = now + self.ttl
+        self.leases[lease.task_id] = lease
+        self.seen_epoch(lease.task_id, max(last_epoch, lease.epoch))
+        return lease
+
+    def seen_epoch(self, task_id: str, epoch: int) -> None:
+        """``epoch`` was granted for the task (maybe by an earlier process): the next grant
+        takes a later one, so no DispatchTask input id repeats."""
+        self.epochs[task_id] = max(self.epochs.get(task_id, 0), epoch)
+
     def release(self, task_id: str) -> Lease | None:
         return self.leases.pop(task_id, None)
 

@@ -215,6 +215,10 @@ class Limits:
     def finished(self, task_type: str) -> None:
         self.in_flight[task_type] = max(0, self.in_flight.get(task_type, 0) - 1)
 
+    def resumed(self, task_type: str) -> None:
+        """A lease rebuilt after a restart holds its slot again (its start was counted then)."""
+        self.in_flight[task_type] = self.in_flight.get(task_type, 0) + 1
+
     # -- internals -------------------------------------------------------------------------
     def _checks(
         self, task_type: str, tenant: str | None, key: str | None, task: TaskLimits

@@ -97,6 +97,16 @@ class ReadyQueues:
             queue = self.by_type[task.task_type] = TypeQueue(self.aging_s)
         queue.push(task, front)
 
+    def without(self, task_ids: set[str]) -> ReadyQueues:
+        """The same queues, same order, without ``task_ids`` (ended or no longer ours)."""
+        kept = ReadyQueues(self.aging_s)
+        for queue in self.by_type.values():
+            for level in queue.levels:
+                for rank, _, _, task in sorted(level, key=lambda e: e[:3]):
+                    if task.task_id not in task_ids:
+                        kept.push(task, front=rank == 0)
+        return kept
+
     def types(self) -> list[str]:
         return [t for t, q in self.by_type.items() if q.size]
 

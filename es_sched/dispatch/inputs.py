@@ -1,0 +1,170 @@
+"""The dispatcher's inputs: each topic's records read into the core (the module docstring of
+``es_sched.dispatch.dispatcher`` lists the topics and what each record means).
+
+``Inputs`` is the reading half of ``Dispatcher``: it decodes (a poison record goes to the
+dead-letter topic), then updates the queues, the fleet and the leases. What it needs of the
+role, and the three role operations it calls, are declared below.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer, KafkaError, Message
+
+from es_sched.dispatch import config as dispatch_config
+from es_sched.dispatch import records as dispatch_records
+from es_sched.dispatch.core.engine import DispatchCore
+from es_sched.dispatch.core.placement import Need
+from es_sched.dispatch.journal import LeaseJournal
+from es_sched.dispatch.output import Output
+from es_sched.dispatch.ready_offsets import ReadyOffsets
+from es_sched.errors import InfrastructureError, SchemaError
+from es_sched.kafka.tail import Tail
+from es_sched.kafka.topics import Topics
+from es_sched.serialization import wire
+from es_sched.settings import DispatchSettings
+
+log = logging.getLogger("es_sched.dispatcher")
+
+
+def _text(key: str | bytes | None) -> str:
+    return key.decode() if isinstance(key, bytes) else (key or "")
+
+
+def _raw(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+class Inputs:
+    # The role's parts this half reads into (set by ``Dispatcher``).
+    core: DispatchCore
+    offsets: ReadyOffsets
+    journal: LeaseJournal
+    output: Output
+    topics: Topics
+    dispatch_settings: DispatchSettings
+    clock: Callable[[], datetime]
+    ready_at: dict[str, float]
+    ready: Consumer
+    config: Tail
+    status: Tail
+    events: Tail
+
+    def _finished(self, task_id: str) -> None:
+        raise NotImplementedError
+
+    def _to_worker(self, worker_id: str, value: bytes, now: datetime) -> None:
+        raise NotImplementedError
+
+    def _pool_topic(self, pool: str) -> None:
+        raise NotImplementedError
+
+    def read_inputs(self, wait_s: float) -> None:
+        """What arrived on each topic since the last tick; ready waits up to ``wait_s``."""
+        for msg in self.config.poll():
+            self._on_config(msg)
+        now = self.clock()
+        for msg in self.status.poll():
+            self._on_status(msg, now)
+        for msg in self.events.poll():
+            self._on_event(msg)
+        for msg in self.ready.consume(500, wait_s):
+            self._on_ready(msg)
+
+    def _on_ready(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise InfrastructureError(f"reading {self.topics.ready}: {err}")
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("reading %s: %s", self.topics.ready, err)
+            return
+        tp, offset = (msg.topic() or "", msg.partition() or 0), msg.offset() or 0
+        self.offsets.read(tp, offset)
+        kind, ms = msg.timestamp()
+        at = ms / 1000 if kind and ms > 0 else None
+        try:
+            task = dispatch_records.ready_task(
+                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock(),
+                tp[1],
+            )  # fmt: skip
+        except SchemaError as exc:
+            self.output.dead(msg, exc)
+            return
+        if task.task_id in self.journal or self.offsets.stale(task.task_id, task.attempt):
+            return  # re-delivered while we hold it (or its journal does), or after it ended
+        self.journal.track(task, tp[1])
+        self.offsets.queued(tp, task.task_id, offset)
+        self.ready_at[task.task_id] = at or time.time()
+        self.core.enqueue(task)
+
+    def _on_status(self, msg: Message, now: datetime) -> None:
+        key, value = _text(msg.key()), _raw(msg.value())
+        if value is None:
+            if "/" not in key:  # a worker left; its leases expire unless it comes back
+                self.core.fleet.remove(key)
+            return
+        try:
+            record = wire.decode(value)
+            view = (
+                dispatch_records.worker_view(record, now, self.dispatch_settings.dead_after_s)
+                if isinstance(record, wire.WorkerStatus)
+                else None
+            )
+        except SchemaError as exc:
+            self.output.dead(msg, exc)
+            return
+        if isinstance(record, wire.Progress):
+            self.core.leases.heartbeat(record.worker_id, now)
+        elif isinstance(record, wire.WorkerStatus) and view is not None:
+            self._pool_topic(view.pool)
+            self.core.fleet.upsert(view)
+            self.core.observe(record.worker_id, set(record.running), Need.of(record.used))
+            if view.last_seen != now:
+                return  # a stale report read at start-up is no heartbeat
+            self.core.leases.heartbeat(record.worker_id, now)
+            running, grace = set(record.running), self.dispatch_settings.heartbeat_s
+            for lease in self.core.leases.held_by(record.worker_id):
+                if lease.task_id not in running and (
+                    (now - lease.started_at).total_seconds() >= grace
+                ):
+                    self._finished(lease.task_id)  # the worker no longer runs it
+
+    def _on_config(self, msg: Message) -> None:
+        try:
+            change = dispatch_config.parse(_text(msg.key()), _raw(msg.value()))
+        except SchemaError as exc:
+            self.output.dead(msg, exc)
+            return
+        dispatch_config.apply(self.core, change, self.dispatch_settings.policy)
+        if change.kind == "pool" and change.value is not None:
+            self._pool_topic(change.value["pool"])
+        log.info("config %s:%s = %s", change.kind, change.subject, change.value)
+
+    def _on_event(self, msg: Message) -> None:
+        try:
+            ended = dispatch_records.ended_task_and_type(_raw(msg.value()))
+        except SchemaError as exc:
+            log.warning("events %s@%s: %s", msg.partition(), msg.offset(), exc)
+            return
+        if ended is None or ended[0] not in self.journal:
+            return
+        task_id, kind = ended
+        lease = self.core.leases.leases.get(task_id)
+        cancel = dispatch_records.stop_on_worker(lease, kind) if lease is not None else None
+        if lease is not None and cancel is not None:  # within this tick, not at lease expiry
+            self._to_worker(lease.worker_id, wire.encode(cancel), self.clock())
+            log.info("task %s %s: cancel sent to %s", task_id, cancel.reason, lease.worker_id)
+        flight = self.core.in_flight.get(task_id)
+        if flight is not None:
+            self.offsets.ended(task_id, flight.task.attempt)
+        if flight is not None and kind in ("task.failed", "task.completed"):
+            # A worker failing most of its recent tasks is blacklisted for a cool-down.
+            worker = flight.placement.worker_id
+            if self.core.fleet.record_outcome(worker, kind == "task.failed", self.clock()):
+                log.warning("worker %s blacklisted: recent failure rate over the threshold", worker)
+        self._finished(task_id)
