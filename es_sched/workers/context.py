@@ -1,20 +1,26 @@
 """What a handler sees of its task: ``TaskContext`` (input, GPU pin, progress, cancellation)
-and the exceptions it raises (``TaskFailure``) or that tell it to stop (``TaskCancelled``).
+and the exceptions it raises (``TaskFailure``) or that tell it to stop (``TaskCancelled``);
+``outcome`` turns how a handler ended into the report the worker sends.
 ``es_sched.workers.sdk`` serves the handlers; this is their side of the contract.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from es_sched.domain import commands as c
 from es_sched.errors import EsSchedError
 from es_sched.serialization import wire
 from es_sched.workers import runner
+
+log = logging.getLogger("es_sched.workers.sdk")
 
 JSON = dict[str, Any]
 
@@ -80,3 +86,23 @@ class Handler:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+
+def outcome(a: wire.Assignment, worker_id: str, future: Future[Any]) -> c.WorkerReport:
+    """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says,
+    any other exception retryable, anything but a JSON object a terminal failure."""
+    exc = None if future.cancelled() else future.exception()
+    if future.cancelled():
+        return runner.failed(a, worker_id, "handler was cancelled", terminal=False)
+    if isinstance(exc, TaskFailure):
+        return runner.failed(a, worker_id, exc.message, not exc.retryable, exc.output)
+    if exc is not None:
+        log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)
+        return runner.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False)
+    output = future.result()
+    if output is None:
+        output = {}
+    if not isinstance(output, dict):
+        reason = f"handler returned {type(output).__name__}, not a dict"
+        return runner.failed(a, worker_id, reason, terminal=True)
+    return runner.completed(a, worker_id, output)

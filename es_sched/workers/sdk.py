@@ -57,7 +57,7 @@ from es_sched.settings import Settings, load_settings
 from es_sched.workers import runner
 from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
-from es_sched.workers.context import Handler, TaskCancelled, TaskContext, TaskFailure
+from es_sched.workers.context import Handler, TaskCancelled, TaskContext, TaskFailure, outcome
 from es_sched.workers.stale import StaleLeases
 
 __all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]
@@ -371,30 +371,13 @@ class Worker:
             self._reporter.send(runner.cancelled(a, self.worker_id, ctx.cancel_reason))
             return
         try:
-            report = self._outcome(a, future)
-            outcome = "completed" if isinstance(report, c.ReportCompleted) else "failed"
-            self.m_tasks.inc(task_type=a.task_type, outcome=outcome)
+            report = outcome(a, self.worker_id, future)
+            ended = "completed" if isinstance(report, c.ReportCompleted) else "failed"
+            self.m_tasks.inc(task_type=a.task_type, outcome=ended)
             self._reporter.send(report)
         except (SchemaError, TypeError, ValueError) as exc:
             reason = f"output of {a.task_type} is not JSON: {exc}"
             self._reporter.send(runner.failed(a, self.worker_id, reason, terminal=True))
-
-    def _outcome(self, a: wire.Assignment, future: Future[Any]) -> c.WorkerReport:
-        exc = None if future.cancelled() else future.exception()
-        if future.cancelled():
-            return runner.failed(a, self.worker_id, "handler was cancelled", terminal=False)
-        if isinstance(exc, TaskFailure):
-            return runner.failed(a, self.worker_id, exc.message, not exc.retryable, exc.output)
-        if exc is not None:
-            log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)
-            return runner.failed(a, self.worker_id, f"{type(exc).__name__}: {exc}", False)
-        output = future.result()
-        if output is None:
-            output = {}
-        if not isinstance(output, dict):
-            reason = f"handler returned {type(output).__name__}, not a dict"
-            return runner.failed(a, self.worker_id, reason, terminal=True)
-        return runner.completed(a, self.worker_id, output)
 
     def _end_progress(self, ctx: TaskContext) -> None:
         if ctx.progress_sent:  # the compacted topic forgets the finished task's progress
