@@ -31,6 +31,7 @@ from es_sched.errors import DomainError, EsSchedError
 from es_sched.kafka.clients import consumer, read_partition, watermarks
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres.store import PgStore
+from es_sched.projections.search.client import SearchError
 from es_sched.projections.store import Store
 from es_sched.projections.views import Row, comparable, rows_of
 from es_sched.serialization import decode_logged_event
@@ -223,4 +224,9 @@ def projected(store: Store, topic: str, parts: list[int]) -> dict[int, int] | No
         "checkpoints", schema=store.schema
     ):
         return None
-    return store.checkpoints(topic, parts) or None
+    try:
+        return store.checkpoints(topic, parts) or None
+    except SearchError as exc:
+        if exc.kind == "index_not_found_exception":
+            return None
+        raise

@@ -1,6 +1,7 @@
 """``es-sched audit check`` over a log real roles wrote: clean after a run, and each planted
-corruption (an event written twice, an outcome accepted from a lease that was not live)
-reported with its invariant, workflow id and offsets, exit 1.
+corruption (an event written twice, an outcome accepted from a lease that was not live, a
+read-model row that is not the fold of the log) reported with its invariant, workflow id and
+offsets, exit 1.
 
 What proves the corruption is there: the test produces it itself with a raw producer, after
 the roles stopped, and reads it back (the events topic then holds the record it wrote)."""
@@ -11,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from es_sched import bootstrap
 from es_sched.audit.check import check
@@ -20,7 +22,10 @@ from es_sched.domain import decide as decide_module
 from es_sched.domain.events import Event, TaskCompleted
 from es_sched.domain.ids import event_id
 from es_sched.kafka.clients import producer
+from es_sched.projections.postgres.store import engine_for
+from es_sched.projections.replay import projected
 from es_sched.serialization import encode_event, encode_input
+from tests.integration.projection_harness import dropped_schemas
 from tests.integration.runtime_harness import (
     MEDIA,
     Env,
@@ -107,3 +112,47 @@ def test_a_clean_run_passes_and_planted_corruptions_fail(monkeypatch: pytest.Mon
     assert "has a second accepted outcome" in messages
     assert "from (worker, epoch, token, attempt) ('intruder', 99, 'stolen', 1)" in messages
     assert any(f"{env.topics.task_results}[" in o for v in fencing for o in v["offsets"])
+
+
+def _caught_up(env: Env) -> bool:
+    """Both read models reflect every event of the log (their checkpoints reach its end)."""
+    ends: dict[int, int] = {}
+    for m in read_to_end(env.topics.events, "read_committed", bootstrap=env.bootstrap):
+        ends[m.partition() or 0] = max(ends.get(m.partition() or 0, 0), (m.offset() or 0) + 1)
+    for target in ("pg", "search"):
+        store = bootstrap.store(env.settings, target)
+        try:
+            have = projected(store, env.topics.events, sorted(ends)) or {}
+        finally:
+            store.close()
+        if any(have.get(p, 0) < end for p, end in ends.items()):
+            return False
+    return bool(ends)
+
+
+def test_read_models_are_compared_when_caught_up_and_a_wrong_row_is_named() -> None:
+    env = Env()
+    env.create()
+    env.push_files(*MEDIA)
+    with dropped_schemas(env):
+        with roles(env, "decider", "projector-pg", "projector-search"), Worker(env):
+            env.submit("media_pipeline", media_inputs(6))
+            wait_until(lambda: completed(env) >= 6, 180, "6 workflows completed")
+            wait_until(lambda: _caught_up(env), 120, "both read models caught up")
+        code, report = audit(env, "--idle")
+        assert (code, report["violations"]) == (0, []), report
+        assert report["counts"]["I4_compared_pg"] == report["counts"]["I4_compared_search"] == 6
+        victim = sorted(read_events(env))[2]
+        engine = engine_for(env.settings)
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE workflows SET status = 'FAILED' WHERE workflow_id = :w"),
+                {"w": victim},
+            )
+        engine.dispose()
+        code, report = audit(env, "--idle")
+        assert code == 1, report
+        [wrong] = report["violations"]
+        assert (wrong["invariant"], wrong["workflow_id"]) == ("I4", victim)
+        assert f"pg workflow {victim} status: log='COMPLETED' store='FAILED'" == wrong["message"]
+        assert wrong["offsets"] and env.topics.events in wrong["offsets"][0]
