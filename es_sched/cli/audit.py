@@ -1,13 +1,21 @@
-"""Auditors and operators of the projections: ``replay`` and ``projections migrate|rebuild``.
+"""Auditors and operators of the projections: ``replay``, ``audit check`` and ``projections
+migrate|rebuild``.
 
 ``es-sched replay [--until ISO] [--workflow ID] [--verify] [--json]`` folds the events topic
 from offset 0 with the decider's core and prints what it found; with ``--verify`` it compares
 the result with the PostgreSQL rows, the search documents and the decider's changelog, prints
 every mismatch and exits 1 when there is one (2 when a store could not be read).
+
+``es-sched audit check [--prefix P] [--idle] [--json]`` reads the events, commands and
+task-results topics and checks the invariants I1-I5 (``es_sched.audit``; I4 with
+``projections.replay``'s comparison, for each read model that holds a projection caught up
+with the log). It prints every violation with its workflow id and offsets and exits 1 when
+there is one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import datetime
 from typing import Any
@@ -19,7 +27,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from es_sched import bootstrap
+from es_sched.audit.check import check as check_log
+from es_sched.audit.log import At, Report, Violation
+from es_sched.audit.read import read_log
 from es_sched.errors import EsSchedError
+from es_sched.kafka.topics import topics_for
 from es_sched.projections import replay as audit
 from es_sched.projections.postgres import queries as pg_queries
 from es_sched.projections.postgres.rebuild import rebuild_pg
@@ -142,6 +154,86 @@ def rebuild(target: str) -> None:
     Console().print(table)
 
 
+@click.group("audit")
+def audit_group() -> None:
+    """Check the log (and the read models) against the invariants every fault test ends on."""
+
+
+@audit_group.command("check")
+@click.option("--prefix", help="Topic prefix to check (default: ES_SCHED_KAFKA_TOPIC_PREFIX).")
+@click.option(
+    "--idle", is_flag=True,
+    help="The system is idle: a workflow without a terminal event is lost work (I1).",
+)  # fmt: skip
+@click.option("--read-models/--no-read-models", default=True, help="I4 (default: when present).")
+@click.option("--json", "as_json", is_flag=True)
+def check(prefix: str | None, idle: bool, read_models: bool, as_json: bool) -> None:
+    """I1 no lost work, I2 seq 1..n once each, I3 one outcome per attempt from the live lease,
+    I4 read models equal the fold, I5 decide over the recorded inputs gives the recorded events."""
+    settings = load_settings()
+    if prefix:
+        kafka = settings.kafka.model_copy(update={"topic_prefix": prefix})
+        settings = dataclasses.replace(settings, kafka=kafka)
+    with Progress(console=err, transient=True) as bar:
+        reading = bar.add_task("reading the log", total=None)
+        log = read_log(settings, lambda n: bar.update(reading, completed=n))
+        checking = bar.add_task("checking", total=len({e.event.workflow_id for e in log.events}))
+        report = check_log(
+            log, idle, bootstrap.script_engine(), lambda n: bar.update(checking, completed=n)
+        )
+    if read_models:
+        _read_models(settings, log.events, report)
+    if as_json:
+        click.echo(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        for v in report.violations:
+            click.echo(v.line())
+        for v in report.info:
+            err.print(f"[dim]info {v.line()}[/]")
+        verdict = "ok" if report.ok else f"{len(report.violations)} violation(s)"
+        click.echo(f"{verdict}: " + " ".join(f"{k}={v}" for k, v in report.counts.items()))
+    if not report.ok:
+        sys.exit(1)
+
+
+def _read_models(settings: Settings, events: list[Any], report: Report) -> None:
+    """I4, with ``replay``'s comparison, for each store that holds a projection of this log
+    caught up with it; a store absent, lagging or unreadable is information, not a verdict."""
+    topic = topics_for(settings).events
+    ends: dict[int, int] = {}
+    last: dict[str, At] = {}  # a read model's row is about its workflow's newest event
+    for le in events:
+        ends[le.at.partition] = max(ends.get(le.at.partition, 0), le.at.offset + 1)
+        last[le.event.workflow_id] = max(le.at, last.get(le.event.workflow_id, le.at))
+    done = audit.Replayed(states=report.states)
+    ids = sorted(report.states)
+    for target in ("pg", "search"):
+        store = bootstrap.store(settings, target)
+        try:
+            reflected = audit.projected(store, topic, sorted(ends))
+            behind = {p: end for p, end in ends.items() if (reflected or {}).get(p, 0) < end}
+            if reflected is None or behind:
+                why = "holds no projection of this log" if reflected is None else (
+                    f"is behind the log on partitions {sorted(behind)}")  # fmt: skip
+                report.info.append(Violation("I4", "*", (), f"{target} {why}: not compared"))
+                continue
+            for m in audit.verify_store(done, store, ids):
+                wf = m.id if m.kind == "workflow" else _workflow_of(report, m.id)
+                where = (last[wf],) if wf in last else ()
+                report.violations.append(Violation("I4", wf, where, m.line()))
+            report.counts["I4_compared_" + target] = len(ids)
+        except EsSchedError as exc:
+            report.info.append(Violation("I4", "*", (), f"{target} not readable: {exc}"[:300]))
+        finally:
+            store.close()
+    report.counts["I4"] = sum(v.invariant == "I4" for v in report.violations)
+
+
+def _workflow_of(report: Report, task_id: str) -> str:
+    return next((wf for wf, st in report.states.items() if task_id in st.tasks), "?")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(replay)
+    cli.add_command(audit_group)
     cli.add_command(projections)

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka import TopicPartition
+from sqlalchemy import inspect
 
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import advance
@@ -29,6 +30,8 @@ from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
 from es_sched.kafka.clients import consumer, read_partition, watermarks
 from es_sched.kafka.topics import topics_for
+from es_sched.projections.postgres.store import PgStore
+from es_sched.projections.search.client import SearchError
 from es_sched.projections.store import Store
 from es_sched.projections.views import Row, comparable, rows_of
 from es_sched.serialization import decode_logged_event
@@ -211,3 +214,19 @@ def events_total(settings: Settings) -> int:
         return total
     finally:
         c.close()
+
+
+def projected(store: Store, topic: str, parts: list[int]) -> dict[int, int] | None:
+    """Which offsets of ``topic`` the store reflects (partition -> next offset); None when
+    it holds no projection at all (its schema or index was never created), so an auditor
+    can tell a read model that is absent from one that is wrong."""
+    if isinstance(store, PgStore) and not inspect(store.engine).has_table(
+        "checkpoints", schema=store.schema
+    ):
+        return None
+    try:
+        return store.checkpoints(topic, parts) or None
+    except SearchError as exc:
+        if exc.kind == "index_not_found_exception":
+            return None
+        raise

@@ -150,7 +150,9 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
 
 def _found(doc: Doc) -> bool:
     if "error" in doc:  # e.g. the index does not exist: ensure() was not run
-        raise SearchError(f"get {doc.get('_index')}/{doc.get('_id')}: {doc['error']}")
+        error = doc["error"]
+        kind = str(error.get("type", "")) if isinstance(error, dict) else ""
+        raise SearchError(f"get {doc.get('_index')}/{doc.get('_id')}: {error}", kind=kind)
     return bool(doc.get("found"))
 
 

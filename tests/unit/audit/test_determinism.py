@@ -1,0 +1,143 @@
+"""I5: decide, run again over the recorded inputs (with the recorded ``now`` and ids), gives
+the recorded events; a core rule changed after the fact, a missing input or an id the core
+did not draw from its IdSource is found, with the workflow id and the offsets."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from es_sched.audit.check import check
+from es_sched.audit.determinism import recorded_ids
+from es_sched.audit.log import Log, Report
+from es_sched.domain import commands as c
+from es_sched.domain import decide as decide_module
+from es_sched.domain import retry
+from es_sched.domain.events import TaskCompleted, TaskScheduled
+from es_sched.domain.refusals import refusal
+from tests.unit.audit.recorded import COMMANDS, EVENTS, TWO_TASKS, Recording, layout, recorded
+from tests.unit.core.harness import SCRIPTS, task, workflow
+
+RETRIED = {"name": "enc", "retryCount": 2, "retryLogic": "EXPONENTIAL_BACKOFF",
+           "retryDelaySeconds": 5}  # fmt: skip
+RICH = workflow(
+    task("a", "enc"),
+    task("pick", type_="INLINE", inputParameters={
+        "evaluatorType": "javascript", "expression": "$.n * 2", "n": 21}),
+    task("child", type_="SUB_WORKFLOW", subWorkflowParam={"name": "kid", "version": 1}),
+    name="rich",
+)  # fmt: skip
+
+
+def run(log: Log) -> Report:
+    return check(log, idle=False, scripts=SCRIPTS)
+
+
+def i5(report: Report) -> list[str]:
+    return [v.line() for v in report.violations if v.invariant == "I5"]
+
+
+def retried_log() -> tuple[Recording, Log]:
+    """A task that fails, waits for its retry timer (the recorded ``now`` matters), then
+    completes; and a second task that completes."""
+    d = Recording(TWO_TASKS, taskdefs=[RETRIED])
+    d.report("a", "FAILED", reason="boom")
+    d.fire("retry", "a")  # not due yet: no event, not replayed
+    d.advance(5)
+    d.fire("retry", "a")
+    d.report("a")
+    d.report("b")
+    assert d.st.status == "COMPLETED"
+    return d, recorded(d)
+
+
+def test_recorded_decisions_replay_exactly() -> None:
+    _, log = retried_log()
+    rich = Recording(RICH, "start-rich")
+    rich.report("a")  # the INLINE runs, a child is requested (an id from the IdSource)
+    cancel = c.CancelWorkflow("cancel-x", "nobody")
+    answer = refusal(cancel, rich.now)
+    assert answer is not None
+    log = layout(
+        [*(le.event for le in log.events), *rich.events, answer],
+        [*(i.inp for i in log.inputs if i.inp is not None), *rich.sent, cancel],
+    )
+    report = run(log)
+    assert report.ok, [v.line() for v in report.violations]
+    assert report.counts["workflows"] == 2 and report.counts["refusals"] == 1
+
+
+def test_a_start_refused_for_its_definition_replays() -> None:
+    d = Recording(TWO_TASKS)
+    start = d.sent[0]
+    assert isinstance(start, c.StartWorkflow)
+    bare = dataclasses.replace(start, definition=None)  # the registry knew none
+    answer = refusal(bare, d.now)
+    assert answer is not None
+    assert run(layout([answer], [bare])).ok
+
+
+def test_a_changed_backoff_rule_fails_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    d, log = retried_log()
+    assert run(log).ok
+    before = retry.retry_delay
+    monkeypatch.setattr(retry, "retry_delay", lambda *a: 2 * before(*a))  # "a core change"
+    found = i5(run(log))
+    failed = next(le for le in log.events if le.event.type == "task.failed")
+    report = next(i for i in log.inputs if isinstance(i.inp, c.ReportFailed))
+    assert found == [
+        f"I5 {d.workflow_id} {EVENTS}[0]@{failed.at.offset + 1}, {report.at}: worker.task_failed "
+        f"{report.inp.input_id} decided again gives 2 event(s) where the log has 2 (seq "  # type: ignore[union-attr]
+        f"{failed.event.seq}..{failed.event.seq + 1}); first difference at seq "
+        f"{failed.event.seq + 1} task.retry_scheduled: payload.delay_seconds recorded 5.0, "
+        "replayed 10.0"
+    ], found
+
+
+def test_a_changed_fencing_rule_fails_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = Recording(TWO_TASKS).finish()
+    log = recorded(d)
+    rule = decide_module._report
+
+    def accept_everything(st: Any, inp: Any) -> Any:
+        out = rule(st, inp)
+        return [TaskCompleted(p.task_id, {"changed": True})
+                if isinstance(p, TaskCompleted) else p for p in out]  # fmt: skip
+
+    monkeypatch.setattr(decide_module, "_report", accept_everything)
+    found = i5(run(log))
+    assert len(found) == 2 and all("payload.output.changed recorded None, replayed True" in f
+                                   for f in found), found  # fmt: skip
+    assert all(f.startswith(f"I5 {d.workflow_id} {EVENTS}[0]@") for f in found)
+
+
+def test_an_input_missing_from_the_topics_is_found() -> None:
+    d = Recording(TWO_TASKS).finish()
+    log = recorded(d)
+    gone = next(i for i in log.inputs if isinstance(i.inp, c.ReportCompleted))
+    log.inputs.remove(gone)
+    first = next(le for le in log.events if le.event.causation_id == gone.inp.input_id)  # type: ignore[union-attr]
+    assert i5(run(log)) == [
+        f"I5 {d.workflow_id} {first.at}: 2 event(s) from seq {first.event.seq} were caused by "
+        f"input {gone.inp.input_id}, which is not in the input topics"  # type: ignore[union-attr]
+    ]
+
+
+def test_ids_are_handed_back_as_recorded_then_unrecorded() -> None:
+    d = Recording(TWO_TASKS)
+    scheduled = [e for e in d.events if isinstance(e.payload, TaskScheduled)]
+    ids = recorded_ids(d.events)
+    assert [ids(), ids()] == [scheduled[0].payload.task_id, "unrecorded-id-1"]  # type: ignore[attr-defined]
+
+
+def test_an_event_the_input_topics_do_not_explain_is_found() -> None:
+    d = Recording(TWO_TASKS).finish()
+    log = recorded(d)
+    start = log.inputs[0]
+    assert start.at.topic == COMMANDS and isinstance(start.inp, c.StartWorkflow)
+    other = dataclasses.replace(start.inp, input={"changed": 1})
+    log.inputs[0] = dataclasses.replace(start, inp=other)
+    found = i5(run(log))
+    assert len(found) == 1 and "payload.input.changed recorded None, replayed 1" in found[0]
