@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 import uuid
 
+import orjson
 import pytest
 
 from es_sched.domain import commands as c
-from es_sched.serialization.changelog import ENDED_KEY_PREFIX, decode_ended
 from tests.integration.runtime_harness import (
     Env,
     Role,
@@ -38,6 +38,7 @@ TINY = {"name": "bounded_tiny", "version": 1,
 HOLD = {"name": "bounded_hold", "version": 1,
         "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}]}  # fmt: skip
 FINISHED = 20
+ENDED_KEY_PREFIX = "~ended:"  # serialization.changelog; spelt out: the test reads the topic raw
 RESTORED = re.compile(
     r"restored partition \d+: \d+ records, (\d+) live states, (\d+) ended markers"
 )
@@ -50,7 +51,7 @@ def changelog(env: Env) -> tuple[dict[str, bytes | None], dict[str, str]]:
     for msg in read_to_end(env.topics.changelog, bootstrap=env.bootstrap):
         key = (msg.key() or b"").decode()
         if key.startswith(ENDED_KEY_PREFIX):
-            ended[key.removeprefix(ENDED_KEY_PREFIX)] = decode_ended(msg.value() or b"").status
+            ended[key.removeprefix(ENDED_KEY_PREFIX)] = orjson.loads(msg.value() or b"{}")["status"]
         elif not key.startswith("~"):
             latest[key] = msg.value()
     return latest, ended
