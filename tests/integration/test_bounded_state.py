@@ -7,7 +7,8 @@ A restarted decider then restores only the two live states (its restore log coun
 answers a late cancel of a retired workflow from the marker (``es-sched cancel --wait`` exits 1
 naming the end), and a duplicate StartWorkflow of it (the same command id) starts nothing: a
 sentinel cancel produced after it on the same key is answered, and no second history exists.
-The waiting workflows are signalled to completion, and the log invariants hold.
+``es-sched replay --verify --against changelog`` finds every marker equal to the fold of its
+history. The waiting workflows are signalled to completion, and the log invariants hold.
 """
 
 from __future__ import annotations
@@ -110,6 +111,12 @@ def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker
         wait_until(sentinel_answered, 60, "the sentinel cancel's refusal")
         history = [e for e in read_events(env)[gone.workflow_id] if e.seq > 0]
         assert len(history) == seq and sum(e.type == "workflow.started" for e in history) == 1
+
+        # The auditor folds every history and checks each retired workflow's marker against it.
+        audit = es_sched("replay", "--verify", "--against", "changelog", "--json", env=env.vars)
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        report = orjson.loads(audit.stdout)
+        assert (report["workflows"], report["mismatches"]) == (FINISHED + 2, 0)
 
         env.send([c.SignalWorkflow(f"signal-{s.workflow_id}", s.workflow_id) for s in holds],
                  env.topics.commands)  # fmt: skip
