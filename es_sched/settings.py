@@ -150,6 +150,10 @@ class RuntimeSettings(BaseSettings):
     # was queued is queued again; the ready topic must keep records twice as long.
     requeue_after_s: float = Field(default=300.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no /metrics endpoint
+    # Bounded state (ADR 18): an ended workflow's state is kept this long after it ended (a
+    # retry, a late report, a duplicate command answered as before), then the decider forgets
+    # it: its changelog snapshot is tombstoned and a small ended marker answers late inputs.
+    retain_finished_s: float = Field(default=86_400.0, ge=0)
 
     @field_validator("retry_tiers_s")
     @classmethod

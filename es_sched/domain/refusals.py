@@ -53,6 +53,12 @@ def refusal(inp: c.Input, now: datetime) -> Event | None:
     return _event(inp, now, f"invalid definition of workflow {which}: {shown}{tail}", problems)
 
 
+def refusal_of(inp: c.Input, now: datetime, reason: str) -> Event:
+    """A refusal of ``inp`` outside any history for ``reason`` (also used for a workflow whose
+    state was retired: ``domain.retention``)."""
+    return _event(inp, now, reason)
+
+
 def _event(inp: c.Input, now: datetime, reason: str, problems: list[str] | None = None) -> Event:
     start = inp if isinstance(inp, c.StartWorkflow) else None
     payload = WorkflowRejected(

@@ -35,7 +35,7 @@ from es_sched.projections.search.client import SearchError
 from es_sched.projections.store import Store
 from es_sched.projections.views import Row, comparable, rows_of
 from es_sched.serialization import decode_logged_event
-from es_sched.serialization.snapshots import decode_state
+from es_sched.serialization.changelog import Changelog
 from es_sched.settings import Settings
 
 Progress = Callable[[int], None]  # records read so far
@@ -173,20 +173,28 @@ def verify_store(
 def verify_changelog(settings: Settings, replayed: Replayed, ids: set[str]) -> list[Mismatch]:
     """The decider's latest snapshot of each workflow against the fold of its events (the
     topic is compacted, but not at once: the last record of a key is the snapshot)."""
-    topics, latest = topics_for(settings), {}
+    topics, latest, ended = topics_for(settings), {}, {}
     for part in partitions(settings):
+        changelog = Changelog()
         for msg in read_partition(settings.kafka.bootstrap_servers, topics.changelog, part):
-            key = msg.key()
-            wf = key.decode() if isinstance(key, bytes) else str(key)
-            if wf in ids:
-                latest[wf] = msg.value()
+            key, value = msg.key(), msg.value()
+            changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
+                     value.encode() if isinstance(value, str) else value)  # fmt: skip
+        ended.update(changelog.ended)
+        latest.update({st.workflow_id: st for st in changelog.states() if st.workflow_id in ids})
     found: list[Mismatch] = []
     for wf in sorted(ids):
-        value = latest.get(wf)
-        if value is None:
+        gone, folded = ended.get(wf), replayed.states[wf]
+        if gone is not None:  # retired (ADR 18): its marker must say how the history ended
+            want = {"status": folded.status, "seq": folded.seq}
+            found += _compare(
+                "changelog", "ended", wf, want, {"status": gone.status, "seq": gone.seq}
+            )
+            continue
+        snap = latest.get(wf)
+        if snap is None:
             found.append(Mismatch("changelog", "workflow", wf, "missing", "state", None))
             continue
-        snap = decode_state(value if isinstance(value, bytes) else value.encode())
         want_wf, want_tasks = rows_of(replayed.states[wf])
         have_wf, have_tasks = rows_of(snap)
         found += _compare("changelog", "workflow", wf, want_wf, have_wf)

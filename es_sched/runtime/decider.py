@@ -25,7 +25,11 @@ any history for a workflow id that has none: ADR 11), never a dead letter.
 
 State: restored per partition from the compacted changelog on assignment (the restore rate is
 logged; a broker outage during it is waited out), dropped on revocation. Duplicate inputs are
-no-ops (``decide`` remembers input ids).
+no-ops (``decide`` remembers input ids). Bounded (ADR 18): a workflow ended
+``ES_SCHED_RUN_RETAIN_FINISHED_S`` ago is forgotten in a batch's transaction (a tombstone and an
+ended marker, ``runtime.retirement``), and a late input for it is answered from the marker
+(``domain.retention.answer_ended``), never by a restore. Snapshots name their definition bundle
+by hash; the bundle is written once per changelog partition.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from es_sched.domain.decide import decide_with_state
 from es_sched.domain.events import TaskRequeued
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.domain.pins import complete_start
+from es_sched.domain.retention import answer_ended
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
@@ -56,8 +61,9 @@ from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, outbound, refused, snapshot
+from es_sched.runtime.retirement import Retirement
 from es_sched.serialization import decode_input
-from es_sched.serialization.snapshots import decode_state
+from es_sched.serialization.changelog import Changelog
 from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.decider")
@@ -87,9 +93,13 @@ class Decider:
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
         self.states: dict[str, WorkflowState] = {}
         self.partition_of: dict[str, int] = {}
+        self.bundles_on: dict[int, set[str]] = {}  # definition bundles each partition holds
+        self.retirement = Retirement(
+            self.topics, self.run_settings.retain_finished_s, self.run_settings.batch_max_records
+        )
         self.batches = 0
         self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0,
-                      "requeues": 0, "refusals": 0}  # fmt: skip
+                      "requeues": 0, "refusals": 0, "retired": 0}  # fmt: skip
         r = self.metrics = registry or Registry()
         self.m_counts = {
             k: r.counter(f"es_sched_decider_{k}_total", f"Decider {k.replace('_', ' ')}.")
@@ -99,6 +109,7 @@ class Decider:
             "es_sched_decider_batch_seconds", "One poll batch: decide, produce, commit."
         )
         self.m_workflows = r.gauge("es_sched_decider_workflows", "Workflow states held.")
+        self.m_ended = r.gauge("es_sched_decider_ended_markers", "Retired workflows' markers.")
         self.lag = LagGauge(r, "decider")
         self.loop = TransactionalLoop(
             self.clients, self.txn_id, "decider", settings.runtime.transaction_timeout_ms,
@@ -141,6 +152,7 @@ class Decider:
             for k, counter in self.m_counts.items():
                 counter.inc(self.stats[k] - counter.value())
             self.m_workflows.set(len(self.states))
+            self.m_ended.set(len(self.retirement.ended))
 
     # -- partitions ------------------------------------------------------------------------
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
@@ -160,27 +172,36 @@ class Decider:
 
     def _restore_partition(self, number: int) -> None:
         self._drop({number})  # a retry starts from a clean slate
-        started, count = time.monotonic(), 0
+        started, found = time.monotonic(), Changelog()
         for msg in read_partition(self.bootstrap, self.topics.changelog, number):
             key, value = (msg.key() or b""), msg.value()
-            wf = key.decode() if isinstance(key, bytes) else key
-            if value is None:
-                self.states.pop(wf, None)
-            else:
-                raw = value if isinstance(value, bytes) else value.encode()
-                self.states[wf] = decode_state(raw)
-                self.partition_of[wf] = number
-            count += 1
+            found.feed(
+                key.decode() if isinstance(key, bytes) else key,
+                value.encode() if isinstance(value, str) else value,
+            )
+        for st in found.states():
+            self.states[st.workflow_id] = st
+            self.partition_of[st.workflow_id] = number
+            self.retirement.watch(st)
+        for gone in found.ended.values():
+            self.retirement.ended.add(number, gone)
+        self.bundles_on[number] = set(found.bundles)
         took = time.monotonic() - started
+        live = len(found.latest) - sum(wf in found.ended for wf in found.latest)
         log.info(
-            "restored partition %d: %d snapshots in %.2fs (%.0f/s)",
-            number, count, took, count / took if took > 0 else 0.0,
+            "restored partition %d: %d records, %d live states, %d ended markers in %.2fs "
+            "(%.0f records/s)",
+            number, found.records, live, len(found.ended), took,
+            found.records / took if took > 0 else 0.0,
         )  # fmt: skip
 
     def _drop(self, numbers: set[int]) -> None:
         for wf in [wf for wf, p in self.partition_of.items() if p in numbers]:
             self.states.pop(wf, None)
             self.partition_of.pop(wf, None)
+        self.retirement.ended.drop(numbers)
+        for number in numbers:
+            self.bundles_on.pop(number, None)
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}
@@ -191,9 +212,7 @@ class Decider:
     def step(self, msgs: list[Message]) -> Batch | None:
         """Decide a poll batch; its state changes are staged until the transaction commits."""
         self.registry.poll()
-        if not msgs:
-            return None
-        started = time.monotonic()
+        started, now = time.monotonic(), self.clock()
         staged: dict[str, WorkflowState] = {}
         staged_partition: dict[str, int] = {}
         records: list[Record] = []
@@ -201,21 +220,37 @@ class Decider:
         for msg in msgs:
             offsets[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
             records += self.handle(msg, staged, staged_partition)
-        records += [snapshot(self.topics, st) for st in staged.values()]
+        bundles = {p: set(self.bundles_on.get(p, ())) for p in set(staged_partition.values())}
+        for wf, st in staged.items():
+            part = staged_partition[wf]
+            records += snapshot(self.topics, st, part, bundles[part])
+        retiring, picked = self.retirement.pick(now, self.states, staged, self.partition_of)
+        records += retiring
+        if not records and not offsets:
+            return None
 
         def keep() -> None:
+            for wf, st in staged.items():
+                before = self.states.get(wf)
+                if st.terminal and (before is None or not before.terminal):
+                    self.retirement.watch(st)
             self.states.update(staged)
             self.partition_of.update(staged_partition)
+            for part, held in bundles.items():
+                self.bundles_on.setdefault(part, set()).update(held)
+            self.retirement.forget(picked, self.states, self.partition_of)
+            self.stats["retired"] += len(picked)
             self.batches += 1
             self.stats["batches"] = self.batches
             self.m_batch.observe(time.monotonic() - started)
 
-        outs = [Out(r.topic, r.key.encode(), r.value, r.headers) for r in records]
+        outs = [Out(r.topic, r.key.encode(), r.value, r.headers, r.partition) for r in records]
         return Batch(outs, offsets, keep)
 
     def rewind(self, producer_lost: bool) -> None:
         """Back to the committed offsets: the batch will be read and decided again."""
         self.stats["aborts"] += 1
+        self.retirement.unpick()
         if producer_lost:  # it may have committed: rebuild the states as a new owner would
             numbers = {tp.partition for tp in self.consumer.assignment()}
             log.warning("rebuilding partitions %s from the changelog", sorted(numbers))
@@ -241,6 +276,11 @@ class Decider:
                 )
             inp = self._complete_start(inp)
             st = staged.get(inp.workflow_id) or self.states.get(inp.workflow_id)
+            gone = self.retirement.ended.get(inp.workflow_id) if st is None else None
+            if gone is not None:  # retired (ADR 18): answered from its marker, no restore
+                answer = answer_ended(gone, inp, self.clock())
+                self.stats["refusals"] += len(answer)
+                return refused(self.topics, answer)
             events, new = decide_with_state(st, inp, self.clock(), self.new_id, self.scripts)
         except EsSchedError as exc:
             return [self._dead(msg, str(exc), type(exc).__name__)]

@@ -8,8 +8,10 @@ record. ``QueueTask`` -> ``ready`` (keyed by rate-limit key, else task name); ``
 (keyed by that workflow). What follows an event is decided in the domain, not here; ``resolve``
 is the registry look-up a ``StartChild`` without an embedded definition needs, ``requeue_after``
 the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR 15). The changelog snapshot is
-added once per workflow per batch by the caller. ``refused(topics, events)`` maps a refusal
-outside any history (``workflow.rejected``) to its event record alone.
+added once per workflow per batch by the caller (``snapshot``), on the workflow's partition,
+after the definition bundle it names when that partition does not hold it yet (ADR 18).
+``refused(topics, events)`` maps a refusal outside any history (``workflow.rejected``) to its
+event record alone.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import Timer
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_event, encode_input
+from es_sched.serialization.changelog import definition_key
 from es_sched.serialization.records import Retry, encode_ready, encode_retry, encode_timer
-from es_sched.serialization.snapshots import encode_state
+from es_sched.serialization.snapshots import definition_record, encode_state
 
 Resolver = Lookup
 """(name, version) -> (definition, taskdefs) from the registry, or None when unknown."""
@@ -49,6 +52,7 @@ class Record:
     key: str
     value: bytes | None
     headers: list[tuple[str, str | bytes | None]] = field(default_factory=list)
+    partition: int | None = None  # None: by key
 
 
 def ready_record(
@@ -121,5 +125,13 @@ def refused(topics: Topics, events: list[Event]) -> list[Record]:
     return [Record(topics.events, e.workflow_id, encode_event(e)) for e in events]
 
 
-def snapshot(topics: Topics, st: WorkflowState) -> Record:
-    return Record(topics.changelog, st.workflow_id, encode_state(st))
+def snapshot(topics: Topics, st: WorkflowState, partition: int, bundles: set[str]) -> list[Record]:
+    """The changelog records of ``st``: its definition bundle when ``bundles`` (the hashes the
+    partition holds, updated here) lacks it, then the snapshot that names it."""
+    digest, raw = definition_record(st)
+    out = []
+    if digest not in bundles:
+        bundles.add(digest)
+        out.append(Record(topics.changelog, definition_key(digest), raw, partition=partition))
+    out.append(Record(topics.changelog, st.workflow_id, encode_state(st), partition=partition))
+    return out

@@ -11,7 +11,8 @@ Families (``schemas/<family>/<type>.v<N>.json``) and their modules:
   progress), the classes both sides use.
 - ``definitions`` (``definitions``): workflow definitions and TaskDefs on the definitions topic.
 - ``config`` (``config``): the dispatcher's run-time settings on the config topic.
-- decider snapshots (``snapshots``), guarded by ``snapshot_version``.
+- decider snapshots (``snapshots``), guarded by ``snapshot_version`` (older ones upcast), and
+  the changelog's other records, definition bundles and ended markers (``changelog``, ADR 18).
 
 Every decoder validates (a compiled check, ``compiled``; jsonschema explains a refusal) and
 raises ``SchemaError`` with the reason; times are read by one parser, ``codec.parse_time``.

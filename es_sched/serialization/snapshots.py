@@ -1,12 +1,26 @@
-"""Workflow state snapshots for the decider's compacted changelog.
+"""Workflow state snapshots for the decider's compacted changelog (format version 2, ADR 18).
 
-A snapshot is the state as JSON: the definition and TaskDefs as their original documents (parsed
-again, memoised, on restore), tasks as plain objects, times in ISO 8601. ``snapshot_version``
-guards the format; restoring an unknown version fails loudly instead of guessing.
+A snapshot is the state as JSON: tasks as plain objects, times in ISO 8601, and the documents
+fixed at the workflow's start (definition, TaskDefs, pinned sub-workflow definitions) not inline
+but by the SHA-256 of their canonical JSON, ``definition_hash``. That bundle is its own changelog
+record, stored once per partition under ``DEFINITION_KEY_PREFIX + hash`` (content-addressed:
+the same documents, the same key; compaction keeps one). A restore reads the bundles before it
+decodes the states that name them (``serialization.changelog``).
+
+Versions: ``snapshot_version`` 1 carried the documents inline in every snapshot; it is upcast
+(``upcast``: the documents become the snapshot's own bundle), never refused. An unknown
+version fails loudly instead of guessing.
+
+Seams: ``encode_state``/``decode_state`` turn one state into one snapshot document's bytes and
+back; ``definition_record`` is the bundle record a snapshot needs beside it. Splitting a large
+snapshot across records wraps these two, it does not change them.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +35,9 @@ from es_sched.domain.definitions import (
 from es_sched.domain.state import TaskState, WorkflowState
 from es_sched.errors import SchemaError
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+DEFINITION_KEY_PREFIX = "~def:"  # never a workflow id: those are uuids or `start-child` ids
+_BUNDLED = ("definition", "taskdefs", "subworkflow_definitions")
 _TASK_TIMES = frozenset(
     {"scheduled_at", "started_at", "ended_at", "last_progress_at", "retry_due_at", "wait_until"}
 )
@@ -47,14 +63,98 @@ def _fragment(doc: Any) -> orjson.Fragment:
     return fragment
 
 
+@dataclass(frozen=True)
+class Bundle:
+    """The documents a workflow started with, parsed once for every state that names them."""
+
+    hash: str
+    definition: dict[str, Any]
+    taskdefs: list[dict[str, Any]]
+    subworkflow_definitions: tuple[Any, ...]
+
+
+_BY_DOCS: dict[tuple[int, ...], tuple[tuple[object, ...], str, bytes]] = {}
+_BY_HASH: dict[str, Bundle] = {}
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    if len(cache) > 1024:
+        cache.pop(next(iter(cache)))
+
+
+def _bundle_bytes(definition: Any, taskdefs: list[Any], subs: Any) -> tuple[str, bytes]:
+    raw = orjson.dumps(
+        {"definition": definition, "taskdefs": taskdefs, "subworkflow_definitions": list(subs)},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(raw).hexdigest(), raw
+
+
+def definition_record(st: WorkflowState) -> tuple[str, bytes]:
+    """(hash, value) of the bundle ``st`` names; memoised on the documents' identity, which every
+    workflow of one definition shares, so a batch does not hash the same documents again."""
+    docs: tuple[object, ...] = (
+        st.definition.raw,
+        *(td.raw for td in st.taskdefs.values()),
+        None,
+        *st.subworkflow_definitions,
+    )
+    ids = tuple(id(d) for d in docs)
+    hit = _BY_DOCS.get(ids)
+    if hit is not None and all(a is b for a, b in zip(hit[0], docs, strict=True)):
+        return hit[1], hit[2]
+    digest, raw = _bundle_bytes(
+        st.definition.raw, [td.raw for td in st.taskdefs.values()], st.subworkflow_definitions
+    )
+    _remember(_BY_DOCS, ids, (docs, digest, raw))
+    return digest, raw
+
+
+def decode_bundle(digest: str, raw: bytes) -> Bundle:
+    """A bundle record; its content must hash to its key (a wrong one fails loudly)."""
+    try:
+        doc = orjson.loads(raw)
+        found, _ = _bundle_bytes(doc["definition"], doc["taskdefs"], doc["subworkflow_definitions"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SchemaError(f"unreadable definition bundle {digest}: {exc}") from None
+    if found != digest:
+        raise SchemaError(f"definition bundle {digest} holds documents hashing to {found}")
+    return _bundle(digest, doc)
+
+
+def _bundle(digest: str, doc: dict[str, Any]) -> Bundle:
+    hit = _BY_HASH.get(digest)
+    if hit is None:  # one object per hash: parse caches then hit by identity
+        hit = Bundle(digest, doc["definition"], doc["taskdefs"],
+                     tuple(doc["subworkflow_definitions"]))  # fmt: skip
+        _remember(_BY_HASH, digest, hit)
+    return hit
+
+
+def upcast(doc: dict[str, Any]) -> tuple[dict[str, Any], Bundle | None]:
+    """A snapshot document of any known version as version 2, with the bundle it carried inline
+    (version 1), or None when the bundle is a record of its own (version 2)."""
+    version = doc.get("snapshot_version")
+    if version == SNAPSHOT_VERSION:
+        return doc, None
+    if version != 1:
+        raise SchemaError(f"unknown snapshot_version {version!r}")
+    subs = doc.get("subworkflow_definitions", [])
+    digest, _ = _bundle_bytes(doc["definition"], doc["taskdefs"], subs)
+    bundle = _bundle(digest, {"definition": doc["definition"], "taskdefs": doc["taskdefs"],
+                              "subworkflow_definitions": subs})  # fmt: skip
+    rest = {k: v for k, v in doc.items() if k not in _BUNDLED}
+    return {**rest, "snapshot_version": SNAPSHOT_VERSION, "definition_hash": digest}, bundle
+
+
 def state_to_dict(st: WorkflowState) -> dict[str, Any]:
     """The snapshot document; times stay ``datetime`` (orjson writes them as RFC 3339) and the
-    definition and TaskDefs are pre-serialised fragments shared by every snapshot."""
+    dynamic tasks are pre-serialised fragments shared by every snapshot."""
     return {
         "snapshot_version": SNAPSHOT_VERSION,
         "workflow_id": st.workflow_id,
-        "definition": _fragment(st.definition.raw),
-        "taskdefs": [_fragment(td.raw) for td in st.taskdefs.values()],
+        "definition_hash": definition_record(st)[0],
         "status": st.status,
         "input": st.input,
         "created_at": st.created_at,
@@ -73,19 +173,24 @@ def state_to_dict(st: WorkflowState) -> dict[str, Any]:
         "tasks": [task.__dict__ for task in st.tasks.values()],  # plain dataclasses, all JSON
         "latest": st.latest,
         "dynamic": [_fragment(t.raw) for t in st.dynamic.values()],
-        "subworkflow_definitions": [_fragment(d) for d in st.subworkflow_definitions],
         "recent_inputs": list(st.recent_inputs),
     }
 
 
-def state_from_dict(doc: dict[str, Any]) -> WorkflowState:
-    if doc.get("snapshot_version") != SNAPSHOT_VERSION:
-        raise SchemaError(f"unknown snapshot_version {doc.get('snapshot_version')!r}")
-    definition, problems = parse_workflow_cached(doc["definition"])
+def state_from_dict(
+    doc: dict[str, Any], definitions: Mapping[str, Bundle] | None = None
+) -> WorkflowState:
+    """The state of a snapshot document of any known version; ``definitions`` holds the bundles
+    read so far (a version 1 document carries its own)."""
+    doc, own = upcast(doc)
+    bundle = own or (definitions or {}).get(doc["definition_hash"])
+    if bundle is None:
+        raise SchemaError(f"snapshot names definition bundle {doc['definition_hash']} not read")
+    definition, problems = parse_workflow_cached(bundle.definition)
     if definition is None or problems:
         raise DefinitionError(problems)
     taskdefs = {}
-    for raw in doc["taskdefs"]:
+    for raw in bundle.taskdefs:
         td, _ = parse_task_def(raw)
         if td is not None:
             taskdefs[td.name] = td
@@ -97,11 +202,11 @@ def state_from_dict(doc: dict[str, Any]) -> WorkflowState:
     fields = {
         k: v
         for k, v in doc.items()
-        if k not in ("snapshot_version", "definition", "taskdefs", "tasks", "dynamic")
+        if k not in ("snapshot_version", "definition_hash", "tasks", "dynamic")
     }
     for key in _WF_TIMES:
         fields[key] = _parse(fields[key])
-    fields["subworkflow_definitions"] = tuple(fields["subworkflow_definitions"])
+    fields["subworkflow_definitions"] = bundle.subworkflow_definitions
     fields["recent_inputs"] = tuple(fields["recent_inputs"])
     created = fields.pop("created_at")
     assert created is not None
@@ -119,8 +224,8 @@ def encode_state(st: WorkflowState) -> bytes:
     return orjson.dumps(state_to_dict(st), option=orjson.OPT_SORT_KEYS)
 
 
-def decode_state(raw: bytes) -> WorkflowState:
+def decode_state(raw: bytes, definitions: Mapping[str, Bundle] | None = None) -> WorkflowState:
     try:
-        return state_from_dict(orjson.loads(raw))
+        return state_from_dict(orjson.loads(raw), definitions)
     except (ValueError, KeyError, TypeError) as exc:
         raise SchemaError(f"unreadable decider snapshot: {exc}") from None

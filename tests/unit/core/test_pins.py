@@ -14,7 +14,12 @@ from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
 from es_sched.domain.pins import ChildRef, Found, complete_start, static_refs
 from es_sched.domain.state import WorkflowState
-from es_sched.serialization.snapshots import decode_state, encode_state
+from es_sched.serialization.snapshots import (
+    decode_bundle,
+    decode_state,
+    definition_record,
+    encode_state,
+)
 from es_sched.simulate import Simulation
 from tests.unit.core.harness import SCRIPTS, T0, task, workflow
 
@@ -181,7 +186,8 @@ def test_a_child_pushed_in_version_2_mid_run_starts_at_version_1() -> None:
 def test_pins_survive_the_decider_snapshot_a_restarted_decider_restores() -> None:
     registry = Registry(CHILD_V1, taskdefs=(TD_V1,))
     st, _ = start(workflow(task("a"), sub()), registry)
-    restored = decode_state(encode_state(st))
+    digest, bundle = definition_record(st)
+    restored = decode_state(encode_state(st), {digest: decode_bundle(digest, bundle)})
     assert restored.subworkflow_definitions == (CHILD_V1,)
     registry.push(CHILD_V2)
     after, events = finish(restored, "a")
