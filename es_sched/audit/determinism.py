@@ -14,6 +14,9 @@ from the record, never from today's world:
 - a StartWorkflow's definitions, which the shell resolves from the registry and pins (ADR 12):
   those the recorded ``workflow.started`` carries. A refusal of a start that embedded no
   definition is compared on its id, seq and type only (the registry's answer then is unknown).
+- a refusal after a history that ended: the decider had retired the state and answered from its
+  ended marker (ADR 18), so it is replayed with ``retention.answer_ended`` over the marker of
+  the folded state.
 
 So a core change that decides a recorded input differently fails here. Inputs that caused no
 event are not replayed: nothing records when they were decided, and their ``now`` matters
@@ -34,8 +37,9 @@ from es_sched.domain.decide import decide_with_state
 from es_sched.domain.events import Event, TaskScheduled, WorkflowStarted, WorkflowStartRequested
 from es_sched.domain.ids import IdSource
 from es_sched.domain.refusals import is_refusal
+from es_sched.domain.retention import answer_ended, marker
 from es_sched.domain.scripts import ScriptEngine
-from es_sched.domain.state import WorkflowState
+from es_sched.domain.state import WORKFLOW_TERMINAL, WorkflowState
 from es_sched.errors import EsSchedError
 from es_sched.serialization import encode_event
 
@@ -121,9 +125,12 @@ def replay_run(
     recorded = [le.event for le in run]
     inp = _as_recorded(cause.inp, first)
     try:
-        replayed, _ = decide_with_state(
-            state, inp, first.occurred_at, recorded_ids(recorded), scripts
-        )
+        if is_refusal(first) and state is not None and state.status in WORKFLOW_TERMINAL:
+            replayed = answer_ended(marker(state), inp, first.occurred_at)  # retired (ADR 18)
+        else:
+            replayed, _ = decide_with_state(
+                state, inp, first.occurred_at, recorded_ids(recorded), scripts
+            )
     except EsSchedError as exc:
         return [Violation("I5", wf, (where[0], cause.at), f"decide raised on replay: {exc}")]
     if is_refusal(first) and isinstance(inp, c.StartWorkflow) and inp.definition is None:

@@ -15,8 +15,9 @@ from es_sched.audit.log import Log, Report
 from es_sched.domain import commands as c
 from es_sched.domain import decide as decide_module
 from es_sched.domain import retry
-from es_sched.domain.events import TaskCompleted, TaskScheduled
+from es_sched.domain.events import TaskCompleted, TaskScheduled, WorkflowRejected
 from es_sched.domain.refusals import refusal
+from es_sched.domain.retention import answer_ended, marker
 from tests.unit.audit.recorded import COMMANDS, EVENTS, TWO_TASKS, Recording, layout, recorded
 from tests.unit.core.harness import SCRIPTS, task, workflow
 
@@ -141,3 +142,19 @@ def test_an_event_the_input_topics_do_not_explain_is_found() -> None:
     log.inputs[0] = dataclasses.replace(start, inp=other)
     found = i5(run(log))
     assert len(found) == 1 and "payload.input.changed recorded None, replayed 1" in found[0]
+
+
+def test_a_late_command_answered_from_a_retired_workflows_marker_replays() -> None:
+    """ADR 18: after retirement the decider answers from the ended marker, not the state; the
+    replay must decide that answer the same way, and a different answer still fails."""
+    d, log = retried_log()
+    late = c.CancelWorkflow("late-cancel", d.st.workflow_id)
+    answer = answer_ended(marker(d.st), late, d.now)
+    assert len(answer) == 1
+    inputs = [*(i.inp for i in log.inputs if i.inp is not None), late]
+    assert run(layout([*(le.event for le in log.events), *answer], inputs)).ok
+    payload = answer[0].payload
+    assert isinstance(payload, WorkflowRejected)
+    wrong = dataclasses.replace(answer[0], payload=dataclasses.replace(payload, reason="made up"))
+    lines = i5(run(layout([*(le.event for le in log.events), wrong], inputs)))
+    assert len(lines) == 1 and "reason" in lines[0], lines
