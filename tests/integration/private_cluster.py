@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka.admin import AdminClient
 
 from es_sched.settings import load_settings
 from es_sched.stack import process
@@ -71,6 +71,6 @@ class PrivateCluster:
         assert code == 0, out + err
         return err
 
-    def metadata(self, via: str | None = None) -> ClusterMetadata:
+    def metadata(self, via: str | None = None) -> Any:
         admin = AdminClient({"bootstrap.servers": via or self.bootstrap, "log_level": 0})
         return admin.list_topics(timeout=10)

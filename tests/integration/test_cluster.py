@@ -150,9 +150,12 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
 
         thread = threading.Thread(target=submit_late, daemon=True)
         thread.start()
-        producer = lambda: client._producer  # noqa: E731 - the records it holds unacknowledged
-        wait_until(lambda: (p := producer()) is not None and len(p) == LATE, 60,
-                   "the late commands produced and waiting for acknowledgement")  # fmt: skip
+
+        def waiting() -> bool:  # the client's producer holds every late record unacknowledged
+            p = client._producer
+            return p is not None and len(p) == LATE
+
+        wait_until(waiting, 60, "the late commands produced and waiting for acknowledgement")
         assert not acked_at, "a write was acknowledged with one node of three"
 
         restart_at = time.monotonic()
