@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -70,7 +71,6 @@ class Stack:
             "postgres": [LocalPostgres(settings)],
             "search": [LocalOpenSearch(settings)],
         }
-        self.local: dict[Role, LocalService] = {r: nodes[0] for r, nodes in self.nodes.items()}
 
     def _brokers(self, wanted: int | None) -> int:
         """The size of the local Kafka: the one this state folder was formatted as (recorded by
@@ -178,8 +178,12 @@ class Stack:
             compose.down(self.settings)
             report("stack", "docker compose down")
         else:
-            for _role, svc in self._services():
-                pid = svc.stop()
+            # All at once: the last node of a cluster, stopped alone, has no controller quorum
+            # left to finish its controlled shutdown and would wait out the stop timeout.
+            services = [svc for _role, svc in self._services()]
+            with ThreadPoolExecutor(max_workers=max(1, len(services))) as pool:
+                pids = list(pool.map(lambda svc: svc.stop(), services))
+            for svc, pid in zip(services, pids, strict=True):
                 report(svc.name, f"stopped pid {pid}" if pid else "not running (nothing of ours)")
         if set(self.roles) == set(ROLES):
             self.mode_file.unlink(missing_ok=True)
