@@ -5,7 +5,8 @@ The cluster is the operator's: ``es-sched stack up --kafka-brokers 3`` on privat
 private state folder (private_cluster.py), every es-sched topic with replication factor 3 and
 ``min.insync.replicas=2`` (required by ES_SCHED_KAFKA_REPLICATION_FACTOR / MIN_INSYNC_REPLICAS).
 ``es-sched run`` (decider, timers, retry relay, dispatcher) and one ``es-sched worker --noop``
-run against it with a few hundred media workflows in flight; none of them is restarted.
+run against it with 150 media workflows in flight (20 more are submitted during the outage);
+none of them is restarted.
 
 What proves each fault fired: after the first kill -9 the node's pid is gone, the metadata
 lists 2 brokers and every events partition's ISR has shrunk to the two live nodes with a live
