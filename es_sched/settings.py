@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from es_sched.errors import ConfigError
@@ -27,6 +27,11 @@ class KafkaSettings(BaseSettings):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "es-sched"
     partitions: int = Field(default=12, ge=1, le=1000)  # per-workflow topics
+    # Replicas and min.insync.replicas of every topic es-sched creates; unset: the cluster's
+    # defaults (a `stack up --kafka-brokers 3` cluster defaults to 3 and 2, ADR 20). When set,
+    # they are also a requirement: a role refuses an existing topic with fewer.
+    replication_factor: int | None = Field(default=None, ge=1, le=10)
+    min_insync_replicas: int | None = Field(default=None, ge=1, le=10)
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -36,6 +41,13 @@ class KafkaSettings(BaseSettings):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"expected host:port[,host:port...], got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _insync_within_replicas(self) -> KafkaSettings:
+        rf, isr = self.replication_factor, self.min_insync_replicas
+        if rf is not None and isr is not None and isr > rf:
+            raise ValueError(f"min_insync_replicas={isr} exceeds replication_factor={rf}")
+        return self
 
     @property
     def first_port(self) -> int:
@@ -119,6 +131,9 @@ class StackSettings(BaseSettings):
     state_dir: Path = Path(".state")
     cache_dir: Path | None = None
     kafka_controller_port: int = Field(default=9093, ge=1, le=65535)
+    # KRaft nodes of the local Kafka; node i listens on the bootstrap port + 2(i-1) and the
+    # controller port + 2(i-1). `stack up --kafka-brokers N` wins over this (ADR 20).
+    kafka_brokers: int = Field(default=1, ge=1, le=5)
     kafka_heap: str = "512m"
     search_heap: str = "768m"
     ready_timeout_s: float = Field(default=180.0, gt=0)

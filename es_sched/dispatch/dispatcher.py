@@ -293,7 +293,12 @@ class Dispatcher(Inputs):
     def _pool_topic(self, pool: str) -> None:
         name = assignment_topic(self.prefix, pool)
         if name not in self.pool_topics:
-            ensure_topic(self.bootstrap, name, self.dispatch_settings.assignment_partitions)
+            isr = self.topics.min_insync_replicas
+            ensure_topic(
+                self.bootstrap, name, self.dispatch_settings.assignment_partitions,
+                {} if isr is None else {"min.insync.replicas": str(isr)},
+                replication_factor=self.topics.replication_factor,
+            )  # fmt: skip
             self.pool_topics.add(name)
 
     def _update_gauges(self) -> None:

@@ -53,6 +53,9 @@ class Topics:
     retry_tiers: tuple[int, ...] = (5, 30, 300, 3600)
     assignment_partitions: int = 64  # ADR 5: one partition per worker id hash
     requeue_after_s: float | None = None  # the reconciler's bound (ADR 15); None: no floor
+    # ADR 20: replicas and min.insync.replicas to create with and require; None: the cluster's.
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
     def ready_topic(self) -> Topic:
         """Created keeping a week (or two floors, if more); refused below the floor of
@@ -125,6 +128,13 @@ class Topics:
         return self.retry_tiers[-1]
 
     def all(self) -> list[Topic]:
+        if self.min_insync_replicas is None:
+            return self._all()
+        isr = {"min.insync.replicas": str(self.min_insync_replicas)}
+        return [Topic(t.name, t.partitions, {**t.config, **isr}, t.min_retention_ms)
+                for t in self._all()]  # fmt: skip
+
+    def _all(self) -> list[Topic]:
         n = self.partitions
         return [
             Topic(self.commands, n, {}),
@@ -156,6 +166,8 @@ def topics_for(settings: Settings) -> Topics:
         tuple(settings.runtime.retry_tiers),
         settings.dispatch.assignment_partitions,
         settings.runtime.requeue_after_s,
+        settings.kafka.replication_factor,
+        settings.kafka.min_insync_replicas,
     )
 
 
@@ -169,9 +181,10 @@ def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.
             f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
         ) from exc
     wanted = [t for t in topics.all() if t.name not in existing]
-    created = _create(admin, wanted, timeout_s) if wanted else []
+    rf = topics.replication_factor
+    created = _create(admin, wanted, timeout_s, rf) if wanted else []
     # What we just created has our shape; anything else was made by someone else's settings.
-    verify(admin, [t for t in topics.all() if t.name not in created], timeout_s)
+    verify(admin, [t for t in topics.all() if t.name not in created], timeout_s, rf)
     return created
 
 
@@ -179,10 +192,14 @@ def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.
 CHECKED = ("cleanup.policy", "retention.ms")
 
 
-def verify(admin: AdminClient, expected: list[Topic], timeout_s: float = 30.0) -> None:
-    """Refuse topics whose partition count, cleanup policy or retention differ from ``expected``
-    (an existing topic is never changed: repartitioning would move workflows between
-    partitions, so the operator decides)."""
+def verify(
+    admin: AdminClient, expected: list[Topic], timeout_s: float = 30.0,
+    replication_factor: int | None = None,
+) -> None:  # fmt: skip
+    """Refuse topics whose partition count, cleanup policy or retention differ from ``expected``,
+    or with fewer replicas or a lower min.insync.replicas than these settings require (an
+    existing topic is never changed: repartitioning would move workflows between partitions,
+    and re-replicating is a cluster operation, so the operator decides)."""
     if not expected:
         return
     deadline = time.monotonic() + timeout_s
@@ -217,12 +234,31 @@ def verify(admin: AdminClient, expected: list[Topic], timeout_s: float = 30.0) -
                 got = None if entry is None else entry.value
                 wrong.append(f"{t.name} has {key}={got}, es-sched needs {want}")
         wrong += _short_retention(t, configs.get(t.name, {}))
+        wrong += _under_replicated(t, meta, configs.get(t.name, {}), replication_factor)
     if wrong:
         raise ConfigError(
             "the Kafka topics do not match these settings (ES_SCHED_KAFKA_PARTITIONS, "
             "ES_SCHED_KAFKA_TOPIC_PREFIX, ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS, "
-            "ES_SCHED_RUN_REQUEUE_AFTER_S): " + "; ".join(wrong)
+            "ES_SCHED_RUN_REQUEUE_AFTER_S, ES_SCHED_KAFKA_REPLICATION_FACTOR, "
+            "ES_SCHED_KAFKA_MIN_INSYNC_REPLICAS): " + "; ".join(wrong)
         )
+
+
+def _under_replicated(t: Topic, meta: Any, config: Any, rf: int | None) -> list[str]:
+    """Fewer replicas (in any partition) or a lower min.insync.replicas than required: an
+    acknowledged write would survive fewer broker losses than the operator asked for. The
+    replicas assigned count, not the in-sync ones: a broker down for a while is no misconfig."""
+    wrong = []
+    if rf is not None and meta is not None and meta.partitions:
+        have = min(len(p.replicas) for p in meta.partitions.values())
+        if have < rf:
+            wrong.append(f"{t.name} has {have} replicas, es-sched needs {rf}")
+    want = t.config.get("min.insync.replicas")
+    entry = config.get("min.insync.replicas")
+    got = int(entry.value) if entry is not None and entry.value is not None else None
+    if want is not None and (got is None or got < int(want)):
+        wrong.append(f"{t.name} has min.insync.replicas={got}, es-sched needs {want}")
+    return wrong
 
 
 def _short_retention(t: Topic, config: Any) -> list[str]:
@@ -245,10 +281,13 @@ def _short_retention(t: Topic, config: Any) -> list[str]:
     return wrong
 
 
-def _create(admin: AdminClient, wanted: list[Topic], timeout_s: float) -> list[str]:
+def _create(
+    admin: AdminClient, wanted: list[Topic], timeout_s: float, replication_factor: int | None
+) -> list[str]:
+    rf = -1 if replication_factor is None else replication_factor  # -1: the broker's default
     futures = admin.create_topics(
         [
-            NewTopic(t.name, num_partitions=t.partitions, replication_factor=-1, config=t.config)
+            NewTopic(t.name, num_partitions=t.partitions, replication_factor=rf, config=t.config)
             for t in wanted
         ],
         request_timeout=timeout_s,
@@ -270,6 +309,7 @@ def ensure_topic(
     partitions: int,
     config: dict[str, str] | None = None,
     timeout_s: float = 30.0,
+    replication_factor: int | None = None,
 ) -> bool:
     """Create one topic if it is missing (e.g. a pool's assignments topic); True if created."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
@@ -280,7 +320,8 @@ def ensure_topic(
         raise InfrastructureError(
             f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
         ) from exc
-    topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})
+    rf = -1 if replication_factor is None else replication_factor
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config or {})
     future = admin.create_topics([topic], request_timeout=timeout_s)[name]
     try:
         future.result(timeout=timeout_s)

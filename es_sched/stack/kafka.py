@@ -1,15 +1,23 @@
-"""Apache Kafka 4.1 as one combined broker+controller KRaft node, assembled from Maven Central.
+"""Apache Kafka 4.1 as combined broker+controller KRaft nodes, assembled from Maven Central.
 
-Transactions work on this single node because every internal topic (consumer offsets,
-transaction state, share-coordinator state) is created with replication factor 1 and min ISR 1.
-Storage is formatted once, on the first start of a state folder.
+One node by default (``make demo``): transactions work on it because every internal topic
+(consumer offsets, transaction state, share-coordinator state) is created with replication
+factor 1 and min ISR 1. ``stack up --kafka-brokers 3`` runs three such nodes, all of them
+controller voters (ADR 20): replication factor 3 and ``min.insync.replicas=2`` for every topic
+by default, so one node may die with nothing acknowledged lost and nothing stopping, and a
+second death stops writes instead of losing them. Node ``i`` listens on the bootstrap port
+``+ 2(i-1)`` and the controller port ``+ 2(i-1)``; node 1 keeps the single node's folders
+(``kafka/``, ``logs/kafka.log``, ``pids/kafka.pid``), node i uses ``kafka-i``. Storage is
+formatted once, on the first start of a state folder, with one cluster id for all nodes.
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
+from pathlib import Path
 
+from es_sched.settings import Settings
 from es_sched.stack import probes, process
 from es_sched.stack.base import (
     Endpoint,
@@ -21,14 +29,20 @@ from es_sched.stack.base import (
 from es_sched.stack.probes import Probe
 
 
-def server_properties(port: int, controller_port: int, log_dir: str) -> str:
+def server_properties(
+    port: int, controller_port: int, log_dir: str, node: int = 1, nodes: int = 1
+) -> str:
+    """Node ``node`` of ``nodes``; ``port`` and ``controller_port`` are node 1's."""
+    me, ctl = port + 2 * (node - 1), controller_port + 2 * (node - 1)
+    voters = ",".join(f"{i}@127.0.0.1:{controller_port + 2 * (i - 1)}" for i in range(1, nodes + 1))
+    rf, isr = min(3, nodes), 2 if nodes >= 3 else 1
     return "\n".join(
         [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            f"node.id={node}",
+            f"controller.quorum.voters={voters}",
+            f"listeners=PLAINTEXT://127.0.0.1:{me},CONTROLLER://127.0.0.1:{ctl}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{me}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -36,11 +50,14 @@ def server_properties(port: int, controller_port: int, log_dir: str) -> str:
             "num.partitions=1",
             # es-sched creates every topic it uses at start-up; a typo must fail, not create.
             "auto.create.topics.enable=false",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            # Every topic, es-sched's and Kafka's own, survives the loss of one node of three.
+            f"default.replication.factor={rf}",
+            f"min.insync.replicas={isr}",
+            f"offsets.topic.replication.factor={rf}",
+            f"transaction.state.log.replication.factor={rf}",
+            f"transaction.state.log.min.isr={isr}",
+            f"share.coordinator.state.topic.replication.factor={rf}",
+            f"share.coordinator.state.topic.min.isr={isr}",
             "group.initial.rebalance.delay.ms=0",
             "",
         ]
@@ -60,17 +77,27 @@ def new_cluster_id() -> str:
 
 
 class LocalKafka(LocalService):
-    name = "kafka"
+    """Node ``node`` of a local cluster of ``nodes`` (one by default)."""
+
+    def __init__(self, settings: Settings, node: int = 1, nodes: int = 1) -> None:
+        self.node, self.nodes = node, nodes
+        self.name = "kafka" if node == 1 else f"kafka-{node}"
+        super().__init__(settings)
 
     @property
     def endpoint(self) -> Endpoint:
         first = self.settings.kafka.bootstrap_servers.split(",")[0].strip()
         host, _, port = first.rpartition(":")
-        return Endpoint(host, int(port))
+        return Endpoint(host, int(port) + 2 * (self.node - 1))
 
     @property
     def display_endpoint(self) -> str:
-        return self.settings.kafka.bootstrap_servers
+        return self.settings.kafka.bootstrap_servers if self.node == 1 else str(self.endpoint)
+
+    @property
+    def cluster_id_file(self) -> Path:
+        """Node 1's folder keeps the id every node of the cluster is formatted with."""
+        return self.state_dir / "kafka" / "cluster-id"
 
     @property
     def marker(self) -> str:
@@ -84,17 +111,16 @@ class LocalKafka(LocalService):
         data = self.home / "data"
         data.mkdir(parents=True, exist_ok=True)
         props = self.home / "server.properties"
-        props.write_text(
-            server_properties(
-                self.endpoint.port, self.settings.stack.kafka_controller_port, str(data)
-            )
-        )
+        first_port = self.endpoint.port - 2 * (self.node - 1)
+        controller = self.settings.stack.kafka_controller_port
+        text = server_properties(first_port, controller, str(data), self.node, self.nodes)
+        props.write_text(text)
         log4j = self.home / "log4j2.properties"
         log4j.write_text(resource_text("kafka-log4j2.properties"))
         heap = self.settings.stack.kafka_heap
         jvm_log = f"-Dlog4j2.configurationFile={log4j}"
         if not (data / "meta.properties").exists():
-            cluster_id = new_cluster_id()
+            cluster_id = self._cluster_id()
             fmt = java_command(
                 "256m", lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
                 "-c", str(props), "--ignore-formatted",
@@ -107,5 +133,12 @@ class LocalKafka(LocalService):
         self.owned.record(pid)
         return pid
 
+    def _cluster_id(self) -> str:
+        if not self.cluster_id_file.exists():
+            self.cluster_id_file.parent.mkdir(parents=True, exist_ok=True)
+            self.cluster_id_file.write_text(new_cluster_id() + "\n")
+        return self.cluster_id_file.read_text().strip()
+
     def probe(self) -> Probe:
-        return probes.kafka(self.settings.kafka.bootstrap_servers)
+        """This node answers, and its metadata lists every node of the cluster."""
+        return probes.kafka(str(self.endpoint), brokers=self.nodes)

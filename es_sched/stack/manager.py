@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -42,6 +43,11 @@ class ServiceStatus:
     memory_mb: float | None = None
     log: str | None = None
 
+    @property
+    def key(self) -> str:
+        """The role, or the node's name for Kafka nodes past the first (``kafka-2``...)."""
+        return self.service if self.role == "kafka" else self.role
+
     def as_json(self) -> dict[str, object]:
         return asdict(self)
 
@@ -51,15 +57,41 @@ def _quiet(_role: str, _message: str) -> None:
 
 
 class Stack:
-    def __init__(self, settings: Settings, only: Iterable[Role] = ROLES) -> None:
+    def __init__(
+        self, settings: Settings, only: Iterable[Role] = ROLES, kafka_brokers: int | None = None
+    ) -> None:
         self.settings = settings
         self.roles = tuple(only)
-        self.local: dict[Role, LocalService] = {
-            "kafka": LocalKafka(settings),
-            "postgres": LocalPostgres(settings),
-            "search": LocalOpenSearch(settings),
-        }
         self.mode_file = settings.stack.resolved_state_dir / "stack-mode"
+        self.brokers_file = settings.stack.resolved_state_dir / "kafka-brokers"
+        n = self._brokers(kafka_brokers)
+        kafka_nodes = [LocalKafka(settings, i, n) for i in range(1, n + 1)]
+        self.nodes: dict[Role, list[LocalService]] = {
+            "kafka": list(kafka_nodes),
+            "postgres": [LocalPostgres(settings)],
+            "search": [LocalOpenSearch(settings)],
+        }
+
+    def _brokers(self, wanted: int | None) -> int:
+        """The size of the local Kafka: the one this state folder was formatted as (recorded by
+        ``up``), else ``wanted`` (``--kafka-brokers``), else the setting. A formatted cluster
+        is never resized: its nodes know their controller quorum (ADR 20)."""
+        recorded = None
+        if self.brokers_file.exists():
+            recorded = int(self.brokers_file.read_text().strip())
+        elif (self.settings.stack.resolved_state_dir / "kafka" / "data").exists():
+            recorded = 1  # a single node formatted before the size was recorded
+        size = wanted or recorded or self.settings.stack.kafka_brokers
+        if recorded is not None and size != recorded:
+            raise StackError(
+                f"the local Kafka in {self.settings.stack.resolved_state_dir} was formatted with "
+                f"{recorded} broker(s), not {size}; `es-sched stack down` and remove its kafka* "
+                "folders to change the size"
+            )
+        return size
+
+    def _services(self) -> list[tuple[Role, LocalService]]:
+        return [(role, svc) for role in self.roles for svc in self.nodes[role]]
 
     # -- mode ---------------------------------------------------------------------------------
     def mode(self) -> Literal["local", "docker"]:
@@ -83,18 +115,19 @@ class Stack:
             report("stack", "docker compose up (engine found)")
             compose.up(self.settings)
             return self.status()
-        pending: dict[Role, float] = {}
-        to_start: list[Role] = []
-        for role in self.roles:
-            svc = self.local[role]
+        if "kafka" in self.roles:
+            self.brokers_file.write_text(f"{len(self.nodes['kafka'])}\n")
+        pending: dict[LocalService, float] = {}
+        to_start: list[LocalService] = []
+        for role, svc in self._services():
             if not svc.endpoint.is_local:
                 report(role, f"external endpoint {svc.display_endpoint}: not managed here")
             elif svc.owned.pid() is not None:
-                pending[role] = time.monotonic()
+                pending[svc] = time.monotonic()
             elif not probes.port_open(svc.endpoint.host, svc.endpoint.port):
-                report(role, "installing")
+                report(svc.name, "installing")
                 svc.install()
-                to_start.append(role)
+                to_start.append(svc)
             elif svc.probe().healthy:
                 report(role, f"a healthy service already answers on {svc.endpoint}: using it")
             else:
@@ -102,19 +135,19 @@ class Stack:
                     f"{svc.endpoint} is taken by a process es-sched did not start and that does "
                     f"not answer as {svc.name}; free the port or change the endpoint setting"
                 )
-        for role in to_start:
-            pid = self.local[role].start()
-            report(role, f"started pid {pid}, waiting for readiness")
-            pending[role] = time.monotonic()
-        started = set(to_start)
-        self._wait_ready(pending, started, report)
+        for svc in to_start:  # all nodes of a cluster start before any can be ready (quorum)
+            pid = svc.start()
+            report(svc.name, f"started pid {pid}, waiting for readiness")
+            pending[svc] = time.monotonic()
+        self._wait_ready(pending, set(to_start), report)
         return self.status()
 
-    def _wait_ready(self, pending: dict[Role, float], started: set[Role], report: Report) -> None:
+    def _wait_ready(
+        self, pending: dict[LocalService, float], started: set[LocalService], report: Report
+    ) -> None:
         deadline = time.monotonic() + self.settings.stack.ready_timeout_s
         while pending:
-            for role in list(pending):
-                svc = self.local[role]
+            for svc in list(pending):
                 if svc.owned.pid() is None:
                     raise StackError(
                         f"{svc.name} exited during start-up; log {svc.log_file}:\n"
@@ -127,11 +160,11 @@ class Stack:
                     probe = svc.probe()
                     if not probe.healthy:
                         raise StackError(f"{svc.name} is up but clients fail: {probe.detail}")
-                took = time.monotonic() - pending.pop(role)
-                report(role, f"ready in {took:.1f}s" if role in started else "already running")
+                took = time.monotonic() - pending.pop(svc)
+                report(svc.name, f"ready in {took:.1f}s" if svc in started else "already running")
             if pending and time.monotonic() > deadline:
-                names = ", ".join(self.local[r].name for r in pending)
-                logs = "; ".join(str(self.local[r].log_file) for r in pending)
+                names = ", ".join(svc.name for svc in pending)
+                logs = "; ".join(str(svc.log_file) for svc in pending)
                 raise StackError(
                     f"{names} not ready after {self.settings.stack.ready_timeout_s:.0f}s "
                     f"(ES_SCHED_STACK_READY_TIMEOUT_S); see {logs}"
@@ -145,10 +178,13 @@ class Stack:
             compose.down(self.settings)
             report("stack", "docker compose down")
         else:
-            for role in self.roles:
-                svc = self.local[role]
-                pid = svc.stop()
-                report(role, f"stopped pid {pid}" if pid else "not running (nothing of ours)")
+            # All at once: the last node of a cluster, stopped alone, has no controller quorum
+            # left to finish its controlled shutdown and would wait out the stop timeout.
+            services = [svc for _role, svc in self._services()]
+            with ThreadPoolExecutor(max_workers=max(1, len(services))) as pool:
+                pids = list(pool.map(lambda svc: svc.stop(), services))
+            for svc, pid in zip(services, pids, strict=True):
+                report(svc.name, f"stopped pid {pid}" if pid else "not running (nothing of ours)")
         if set(self.roles) == set(ROLES):
             self.mode_file.unlink(missing_ok=True)
 
@@ -156,8 +192,7 @@ class Stack:
     def status(self) -> list[ServiceStatus]:
         docker = self.mode_file.exists() and self.mode() == "docker"
         result = []
-        for role in self.roles:
-            svc = self.local[role]
+        for role, svc in self._services():
             probe = svc.probe()
             pid = None if docker else svc.owned.pid()
             managed: Managed

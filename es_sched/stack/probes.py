@@ -25,7 +25,8 @@ class Probe:
     detail: str
 
 
-def kafka(bootstrap_servers: str, timeout_s: float = 3.0) -> Probe:
+def kafka(bootstrap_servers: str, timeout_s: float = 3.0, brokers: int = 1) -> Probe:
+    """Healthy when the metadata lists at least ``brokers`` brokers (a cluster's every node)."""
     admin = AdminClient(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -38,8 +39,8 @@ def kafka(bootstrap_servers: str, timeout_s: float = 3.0) -> Probe:
         meta = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         return Probe(False, f"metadata request failed: {exc.args[0]}")
-    if not meta.brokers:
-        return Probe(False, "metadata lists no broker")
+    if len(meta.brokers) < max(1, brokers):
+        return Probe(False, f"metadata lists {len(meta.brokers)} of {brokers} broker(s)")
     return Probe(True, f"{len(meta.brokers)} broker(s)")
 
 

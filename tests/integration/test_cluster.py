@@ -1,0 +1,185 @@
+"""A three-node Kafka loses one node under load, then a second: work goes on, then writes block
+with nothing acknowledged lost, and after both return every workflow completes.
+
+The cluster is the operator's: ``es-sched stack up --kafka-brokers 3`` on private ports and a
+private state folder (private_cluster.py), every es-sched topic with replication factor 3 and
+``min.insync.replicas=2`` (required by ES_SCHED_KAFKA_REPLICATION_FACTOR / MIN_INSYNC_REPLICAS).
+``es-sched run`` (decider, timers, retry relay, dispatcher) and one ``es-sched worker --noop``
+run against it with 150 media workflows in flight (20 more are submitted during the outage);
+none of them is restarted.
+
+What proves each fault fired: after the first kill -9 the node's pid is gone, the metadata
+lists 2 brokers and every events partition's ISR has shrunk to the two live nodes with a live
+leader. After the second kill -9 the controller quorum (3 voters) and the ISR minimum are both
+lost: a user's submission made then is not acknowledged until the nodes are back (its flush
+returns only after ``stack up`` restarted them). The end is checked on the log: exactly the
+acknowledged workflows exist, each with one ``workflow.started``, seq 1..n, no event twice.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # not re-exported for mypy
+from confluent_kafka.admin._resource import ResourceType
+
+from es_sched.commands import CommandClient, Submitted
+from tests.integration.private_cluster import NODES, PrivateCluster
+from tests.integration.runtime_harness import (
+    MEDIA,
+    Env,
+    Role,
+    assert_log_invariants,
+    completed,
+    media_inputs,
+    read_events,
+)
+from tests.support.wait import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+WORKFLOWS, LATE = 150, 20
+TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
+ROLES = ["run", *(a for r in ("decider", "timers", "retry", "dispatcher") for a in ("--role", r))]
+WORKER = ["worker", "--noop", "--types", TYPES, "--concurrency", "8", "--heartbeat-s", "1"]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[PrivateCluster]:
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.skip("a private cluster needs java and mvn (the local stack's Kafka build)")
+    c = PrivateCluster(tmp_path / "state")
+    try:
+        _err, took = c.up("--kafka-brokers", "3")
+        print(f"\n[cluster] stack up --kafka-brokers 3: {took:.1f}s")
+        yield c
+    finally:
+        c.down()
+
+
+def tasks_completed(env: Env) -> int:
+    return sum(e.type == "task.completed" for v in read_events(env).values() for e in v)
+
+
+def shrunk_to_survivors(cluster: PrivateCluster, topic: str, dead: int) -> bool:
+    """2 brokers listed, and every partition led by a live node with ``dead`` out of its ISR."""
+    try:
+        meta = cluster.metadata()
+    except KafkaException:
+        return False
+    parts = meta.topics[topic].partitions.values()
+    return len(meta.brokers) == 2 and all(
+        p.leader not in (-1, dead) and dead not in p.isrs and len(p.isrs) == 2 for p in parts
+    )
+
+
+def replicated(cluster: PrivateCluster, env: Env) -> bool:
+    """Every es-sched topic listed with 3 replicas in sync and min.insync.replicas=2 (a topic
+    created a moment ago may not be in every node's metadata yet)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    meta = admin.list_topics(timeout=10).topics
+    names = [t.name for t in env.topics.all()]
+    if any(
+        name not in meta
+        or {(len(p.replicas), len(p.isrs)) for p in meta[name].partitions.values()} != {(3, 3)}
+        for name in names
+    ):
+        return False
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    return all(
+        f.result(timeout=10)["min.insync.replicas"].value == "2"
+        for f in admin.describe_configs(resources).values()
+    )
+
+
+@pytest.mark.timeout(600)  # three JVMs start and two restart; the work itself is ~2 min
+def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_is_lost(
+    cluster: PrivateCluster,
+) -> None:
+    doc = cluster.status()
+    assert [(doc[n]["healthy"], doc[n]["detail"]) for n in NODES] == [(True, "3 broker(s)")] * 3
+    env = Env(
+        bootstrap=cluster.bootstrap,
+        extra={
+            "ES_SCHED_DISPATCH_HEARTBEAT_S": "10",  # leases of 4 x 10 s outlast the outage
+            "ES_SCHED_KAFKA_REPLICATION_FACTOR": "3",
+            "ES_SCHED_KAFKA_MIN_INSYNC_REPLICAS": "2",
+        },
+    )
+    env.create()
+    wait_until(lambda: replicated(cluster, env), 30, "every topic: 3 replicas, min ISR 2")
+    env.push_files(*MEDIA)
+    roles, worker = Role(env, "roles", ROLES), Role(env, "worker", WORKER)
+    late: list[Submitted] = []
+    try:
+        roles.wait_log("dispatcher started", 90)
+        worker.wait_log("started", 90)
+        submitted = {s.workflow_id for s in env.submit("media_pipeline", media_inputs(WORKFLOWS))}
+        wait_until(lambda: tasks_completed(env) >= 100, 120, "100 tasks to complete")
+
+        # -- one node of three: leaders move, the ISR shrinks, work goes on -----------------
+        killed_at = time.monotonic()
+        first = cluster.kill("kafka")  # node 1
+        assert completed(env) < WORKFLOWS, "the kill must hit workflows in flight"
+        wait_until(lambda: shrunk_to_survivors(cluster, env.topics.events, 1), 60,
+                   "2 brokers listed and node 1 out of every events ISR")  # fmt: skip
+        election_s = time.monotonic() - killed_at
+        tasks_then = tasks_completed(env)
+        wait_until(lambda: tasks_completed(env) >= tasks_then + 60, 120,
+                   "60 more tasks completed on two nodes")  # fmt: skip
+
+        # -- two nodes of three: no quorum, no ISR minimum: writes wait ---------------------
+        # The second victim is the node that does not lead the definitions topic, so a user's
+        # client still reads its definitions and gets as far as producing its commands.
+        leader = cluster.metadata().topics[env.topics.definitions].partitions[0].leader
+        second = NODES[({2, 3} - {leader}).pop() - 1]
+        client = CommandClient(env.settings, flush_timeout_s=600)
+        client.ensure_topics()
+        second_at = time.monotonic()
+        cluster.kill(second)
+        acked_at: list[float] = []
+
+        def submit_late() -> None:
+            late.extend(client.submit_many("media_pipeline", media_inputs(LATE, "late")))
+            acked_at.append(time.monotonic())
+
+        thread = threading.Thread(target=submit_late, daemon=True)
+        thread.start()
+
+        def waiting() -> bool:  # the client's producer holds every late record unacknowledged
+            p = client._producer
+            return p is not None and len(p) == LATE
+
+        wait_until(waiting, 60, "the late commands produced and waiting for acknowledgement")
+        assert not acked_at, "a write was acknowledged with one node of three"
+
+        restart_at = time.monotonic()
+        err, restart_s = cluster.up()  # starts exactly the two missing nodes
+        assert err.count("started pid") == 2, err
+        thread.join(600)
+        assert acked_at and acked_at[0] > restart_at, "acknowledged only once the nodes are back"
+        blocked_s = acked_at[0] - second_at
+        client.close()
+        ids = submitted | {s.workflow_id for s in late}
+        wait_until(lambda: completed(env) == WORKFLOWS + LATE, 300, "every workflow completed")
+        done_s = time.monotonic() - restart_at
+        assert roles.proc.poll() is None and worker.proc.poll() is None, "nothing else restarted"
+    finally:
+        for r in (worker, roles):
+            r.stop()
+    print(
+        f"[cluster] killed node 1 (pid {first}): ISR shrunk, leaders moved in {election_s:.1f}s;"
+        f" killed {second}: a submission blocked {blocked_s:.1f}s (restart took"
+        f" {restart_s:.1f}s); all {len(ids)} completed {done_s:.1f}s after the restart"
+    )
+    log = roles.log.read_text(errors="replace")
+    assert roles.proc.returncode == 0, f"SIGTERM stops the roles cleanly:\n{log[-3000:]}"
+    assert "role decider failed" not in log and "role dispatcher failed" not in log
+    assert_log_invariants(env, ids)
+    assert len(ids) == WORKFLOWS + LATE  # every acknowledged StartWorkflow has its workflow
