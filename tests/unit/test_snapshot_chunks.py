@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from es_sched.errors import SchemaError
@@ -15,7 +17,7 @@ KAFKA_DEFAULT_MAX = 1_000_000  # librdkafka's message.max.bytes; the broker's is
 TOPICS = Topics("t", 4)
 
 
-def replayed(*batches: list[tuple[str, bytes | None]]) -> Assembler:
+def replayed(*batches: Sequence[tuple[str, bytes | None]]) -> Assembler:
     found = Assembler()
     for batch in batches:
         for key, value in batch:
