@@ -7,7 +7,7 @@ today's main the decider cannot write its snapshot and the workflow never comple
 changelog holds a chunked snapshot: a head naming its chunk records. Every record of the
 changelog and ready topics stays under the limit, and no event but the fork's own (compressed
 by the producer: the broker checks the compressed batch). 2,000 branches keep this test under
-a minute; ``ES_SCHED_TEST_FANOUT_BRANCHES=10000`` runs 10,000 (74 s), ``bench/fanout.py``
+a minute; ``ES_SCHED_TEST_FANOUT_BRANCHES=10000`` runs 10,000 (40-75 s), ``bench/fanout.py``
 times the core at 1k, 5k and 10k.
 """
 
