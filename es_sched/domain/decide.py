@@ -40,7 +40,7 @@ from es_sched.domain.events import (
     WorkflowRetried,
     WorkflowStarted,
 )
-from es_sched.domain.evolve import evolve
+from es_sched.domain.evolve import advance, evolve
 from es_sched.domain.ids import IdSource, event_id
 from es_sched.domain.refusals import refusal
 from es_sched.domain.scheduling import again
@@ -79,6 +79,7 @@ class _Recorder:
     correlation_id: str
     now: datetime
     events: list[Event] = field(default_factory=list)
+    owned: bool = False  # ``state`` is this decision's own copy (not the caller's)
 
     def emit(self, payload: Payload) -> None:
         seq = (self.state.seq if self.state is not None else 0) + 1
@@ -91,7 +92,10 @@ class _Recorder:
             self.correlation_id,
             payload,
         )
-        self.state = evolve(self.state, event)
+        # One copy of the caller's state per decision, then changed in place: copying the task
+        # map per event made scheduling a fork of N branches cost O(N^2).
+        self.state = advance(self.state, event) if self.owned else evolve(self.state, event)
+        self.owned = True
         self.events.append(event)
 
 

@@ -37,6 +37,7 @@ from es_sched.domain.events import (
     WorkflowStartRequested,
 )
 from es_sched.domain.expressions import resolve
+from es_sched.domain.fanout import Fan
 from es_sched.domain.scheduling import again, schedule
 from es_sched.domain.state import (
     CANCELED,
@@ -55,6 +56,7 @@ from es_sched.domain.state import (
 )
 
 RETRYABLE_TYPES = frozenset({"SIMPLE", "CALLBACK", "SUB_WORKFLOW"})
+FULL_WALK = False  # True: ignore the fan-out index (domain.fanout); tests compare both walks
 
 
 class Outcome(Enum):
@@ -108,6 +110,9 @@ class Walker:
             if task.type == "FORK_JOIN":
                 return self.walk_branches(task.fork_tasks, suffix, iteration)
             if task.type == "FORK_JOIN_DYNAMIC":
+                fan = None if FULL_WALK else self.st.fans.get(inst.task_id)
+                if fan is not None:
+                    return self.walk_fan(fan, iteration)
                 refs = inst.output.get("forkedTasks") or []
                 return self.walk_branches([(self.st.dynamic[r],) for r in refs], suffix, iteration)
             return Outcome.DONE
@@ -127,6 +132,21 @@ class Walker:
             if self.walk_list(branch, suffix, iteration) is Outcome.FAILED:
                 return Outcome.FAILED
         return Outcome.DONE  # the JOIN after the fork waits for whatever is still running
+
+    def walk_fan(self, fan: Fan, iteration: int) -> Outcome:
+        """``walk_branches`` over an indexed dynamic fork: only the branches that are not
+        quiet (not yet scheduled, or ended unsuccessfully); a running one only makes the walk
+        busy, a succeeded one changes nothing, and once there is an action every later branch
+        would only say "running" (``walk_list``)."""
+        for position in fan.walk_positions():
+            if self.actions:
+                break
+            branch = (self.st.dynamic[fan.refs[position]],)
+            if self.walk_list(branch, "", iteration) is Outcome.FAILED:
+                return Outcome.FAILED
+        if self.actions or fan.open:
+            self.busy = True
+        return Outcome.DONE
 
     # -- failures and retries -----------------------------------------------------------------
     def retry_or_none(self, task: WorkflowTask, inst: TaskState) -> bool:
@@ -183,8 +203,25 @@ class Walker:
                 return [b[-1].ref for b in before.fork_tasks if b]
         return []
 
+    def joined_fan(self, task: WorkflowTask, suffix: str) -> Fan | None:
+        """The index of the dynamic fork this JOIN waits for, when it waits for all of it."""
+        if FULL_WALK or task.join_on or suffix:
+            return None
+        loc = self.st.definition.index.get(task.ref)
+        if loc is None or loc.position == 0:
+            return None
+        before = loc.siblings[loc.position - 1]
+        fork = self.st.instance(before.ref)
+        if before.type != "FORK_JOIN_DYNAMIC" or fork is None:
+            return None
+        return self.st.fans.get(fork.task_id)
+
     def join(self, task: WorkflowTask, inst: TaskState, suffix: str) -> Outcome:
         """Done when every joined task succeeded; output ``{ref: output}`` without empty ones."""
+        fan = self.joined_fan(task, suffix)
+        if fan is not None and fan.ok < len(fan.refs):
+            self.busy = True
+            return Outcome.RUNNING
         outputs: dict[str, Any] = {}
         with_errors = False
         for ref in self.join_refs(task):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, assert_never, cast
 
+from es_sched.domain import fanout
 from es_sched.domain import state as s
 from es_sched.domain.definitions import (
     DefinitionError,
@@ -90,10 +91,13 @@ def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
 
 
 def _task(st: s.WorkflowState, task_id: str, **changes: Any) -> None:
-    task = st.tasks[task_id].clone()  # copy-on-write: the previous state keeps its task
+    old = st.tasks[task_id]
+    task = old.clone()  # copy-on-write: the previous state keeps its task
     for key, value in changes.items():
         setattr(task, key, value)
     st.tasks[task_id] = task  # type: ignore[index]
+    if st.fan_of and st.latest.get(task.ref) == task_id:
+        fanout.changed(st, task.ref, old, task)
 
 
 def _end_task(st: s.WorkflowState, task_id: str, event: Event, status: str, **changes: Any) -> None:
@@ -125,9 +129,12 @@ def _scheduled(st: s.WorkflowState, event: Event, p: TaskScheduled) -> None:
         _task(st, previous, retried=True, retry_due_at=None)
     st.tasks[p.task_id] = task  # type: ignore[index]
     st.latest[p.ref] = p.task_id  # type: ignore[index]
+    if st.fan_of:
+        fanout.changed(st, p.ref, st.tasks[previous] if previous is not None else None, task)
     if p.dynamic_tasks:
         problems: list[str] = []
         parsed = parse_tasks(p.dynamic_tasks, problems, f"task {p.ref!r} dynamic tasks")
+        fanout.dropped(st, (t.ref for t in parsed))
         st.dynamic = {**st.dynamic, **{t.ref: t for t in parsed}}
 
 
@@ -179,6 +186,8 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
             _task(st, p.task_id, progress=p.percent, last_progress_at=event.occurred_at)
         case TaskCompleted():
             _end_task(st, p.task_id, event, s.T_COMPLETED, output=p.output)
+            if "forkedTasks" in p.output and fanout.is_dynamic_fork(st, st.tasks[p.task_id]):
+                fanout.forked(st, st.tasks[p.task_id])
         case TaskCompletedWithErrors():
             output = p.output if p.output is not None else st.tasks[p.task_id].output
             _end_task(st, p.task_id, event, s.T_COMPLETED_WITH_ERRORS, output=output)

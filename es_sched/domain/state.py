@@ -13,9 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from es_sched.domain.definitions import WORKER_TYPES, TaskDef, WorkflowDef, WorkflowTask
+from es_sched.domain.layered import layered
+
+if TYPE_CHECKING:
+    from es_sched.domain.fanout import Fan
 
 JSON = dict[str, Any]
 
@@ -101,17 +105,22 @@ class WorkflowState:
     dynamic: Mapping[str, WorkflowTask] = field(default_factory=dict)  # dynamic-fork tasks
     subworkflow_definitions: tuple[JSON, ...] = ()
     recent_inputs: tuple[str, ...] = ()
+    # Derived, never serialised: the dynamic forks' branch index, kept by evolve and rebuilt
+    # for a state built otherwise (``fanout.rebuild``: a restored snapshot).
+    fans: Mapping[str, Fan] = field(default_factory=dict, compare=False, repr=False)
+    fan_of: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def terminal(self) -> bool:
         return self.status in WORKFLOW_TERMINAL
 
     def clone(self) -> WorkflowState:
-        """A copy to apply events to: containers copied, task objects shared until changed."""
+        """A copy to apply events to: task objects shared until changed, and the task maps
+        layered (``domain.layered``), so a copy costs O(recent changes), not O(tasks)."""
         new = object.__new__(WorkflowState)
         new.__dict__.update(self.__dict__)
-        new.tasks = dict(self.tasks)
-        new.latest = dict(self.latest)
+        new.tasks = layered(self.tasks)
+        new.latest = layered(self.latest)
         return new
 
     def instance(self, ref: str) -> TaskState | None:

@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from es_sched.errors import InfrastructureError
 
 QUIET = {"log_level": 3}
+PRODUCE_MAX_BYTES = 8 * 1024 * 1024  # one record, uncompressed (the broker checks compressed)
 
 
 def producer_config(
@@ -38,6 +39,10 @@ def producer_config(
         "partitioner": "murmur2_random",
         "linger.ms": 5,
         "compression.type": "lz4",
+        # The broker's 1 MB limit is on the compressed batch; librdkafka checks each record
+        # before compression against this. A 10,000-branch fork's task.scheduled event is
+        # 1.3 MB of JSON and about 60 KB compressed (ADR 19).
+        "message.max.bytes": PRODUCE_MAX_BYTES,
         **QUIET,
     }
     if transactional_id is not None:

@@ -60,10 +60,11 @@ from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
-from es_sched.runtime.outbox import Record, outbound, refused, snapshot
+from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
 from es_sched.serialization import decode_input
 from es_sched.serialization.changelog import Changelog
+from es_sched.serialization.chunks import chunk_count
 from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.decider")
@@ -97,6 +98,7 @@ class Decider:
         self.retirement = Retirement(
             self.topics, self.run_settings.retain_finished_s, self.run_settings.batch_max_records
         )
+        self.chunks: dict[str, int] = {}  # chunk records of each large snapshot (ADR 19)
         self.batches = 0
         self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0,
                       "requeues": 0, "refusals": 0, "retired": 0}  # fmt: skip
@@ -182,6 +184,7 @@ class Decider:
         for st in found.states():
             self.states[st.workflow_id] = st
             self.partition_of[st.workflow_id] = number
+            self.chunks[st.workflow_id] = chunk_count(found.latest.get(st.workflow_id))
             self.retirement.watch(st)
         for gone in found.ended.values():
             self.retirement.ended.add(number, gone)
@@ -199,6 +202,7 @@ class Decider:
         for wf in [wf for wf, p in self.partition_of.items() if p in numbers]:
             self.states.pop(wf, None)
             self.partition_of.pop(wf, None)
+            self.chunks.pop(wf, None)
         self.retirement.ended.drop(numbers)
         for number in numbers:
             self.bundles_on.pop(number, None)
@@ -221,11 +225,18 @@ class Decider:
             offsets[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
             records += self.handle(msg, staged, staged_partition)
         bundles = {p: set(self.bundles_on.get(p, ())) for p in set(staged_partition.values())}
+        chunks: dict[str, int] = {}
         for wf, st in staged.items():
             part = staged_partition[wf]
-            records += snapshot(self.topics, st, part, bundles[part])
+            written, chunks[wf] = snapshot(
+                self.topics, st, part, bundles[part], self.chunks.get(wf, 0)
+            )
+            records += written
         retiring, picked = self.retirement.pick(now, self.states, staged, self.partition_of)
         records += retiring
+        for part, gone in picked:  # a retired large snapshot: its chunks go too
+            wf = gone.workflow_id
+            records += chunk_tombstones(self.topics, wf, part, 0, self.chunks.get(wf, 0))
         if not records and not offsets:
             return None
 
@@ -235,10 +246,13 @@ class Decider:
                 if st.terminal and (before is None or not before.terminal):
                     self.retirement.watch(st)
             self.states.update(staged)
+            self.chunks.update(chunks)
             self.partition_of.update(staged_partition)
             for part, held in bundles.items():
                 self.bundles_on.setdefault(part, set()).update(held)
             self.retirement.forget(picked, self.states, self.partition_of)
+            for _, gone in picked:
+                self.chunks.pop(gone.workflow_id, None)
             self.stats["retired"] += len(picked)
             self.batches += 1
             self.stats["batches"] = self.batches

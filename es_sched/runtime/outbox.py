@@ -39,6 +39,7 @@ from es_sched.domain.timers import Timer
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_event, encode_input
 from es_sched.serialization.changelog import definition_key
+from es_sched.serialization.chunks import chunk_key, split
 from es_sched.serialization.records import Retry, encode_ready, encode_retry, encode_timer
 from es_sched.serialization.snapshots import definition_record, encode_state
 
@@ -125,13 +126,31 @@ def refused(topics: Topics, events: list[Event]) -> list[Record]:
     return [Record(topics.events, e.workflow_id, encode_event(e)) for e in events]
 
 
-def snapshot(topics: Topics, st: WorkflowState, partition: int, bundles: set[str]) -> list[Record]:
+def snapshot(
+    topics: Topics, st: WorkflowState, partition: int, bundles: set[str], previous_chunks: int = 0
+) -> tuple[list[Record], int]:
     """The changelog records of ``st``: its definition bundle when ``bundles`` (the hashes the
-    partition holds, updated here) lacks it, then the snapshot that names it."""
+    partition holds, updated here) lacks it, then the snapshot that names it, as one record or,
+    when large, as chunks and a head (``serialization.chunks``, ADR 19); and how many chunk
+    records it took. Chunks a larger earlier snapshot left beyond them get tombstones."""
     digest, raw = definition_record(st)
     out = []
     if digest not in bundles:
         bundles.add(digest)
         out.append(Record(topics.changelog, definition_key(digest), raw, partition=partition))
-    out.append(Record(topics.changelog, st.workflow_id, encode_state(st), partition=partition))
-    return out
+    parts = split(st.workflow_id, encode_state(st))
+    chunks = len(parts) - 1 if len(parts) > 1 else 0
+    out += [Record(topics.changelog, key, value, partition=partition) for key, value in parts]
+    out += chunk_tombstones(topics, st.workflow_id, partition, chunks, previous_chunks)
+    return out, chunks
+
+
+def chunk_tombstones(
+    topics: Topics, workflow_id: str, partition: int, keep: int, previous: int
+) -> list[Record]:
+    """Tombstones for chunk records ``keep``+1..``previous`` of a workflow's snapshot (all of
+    them, ``keep=0``, when its state is retired)."""
+    return [
+        Record(topics.changelog, chunk_key(workflow_id, i), None, partition=partition)
+        for i in range(keep + 1, previous + 1)
+    ]

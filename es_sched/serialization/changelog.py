@@ -8,7 +8,9 @@ with that partition explicitly), under one of three keys (ADR 18):
 - ``DEFINITION_KEY_PREFIX + <sha256>``: a definition bundle, written once per partition before
   the first snapshot that names it;
 - ``ENDED_KEY_PREFIX + <workflow id>``: the ended marker of a retired workflow (status and last
-  seq), written in the same transaction as its tombstone; compaction keeps it, small.
+  seq), written in the same transaction as its tombstone; compaction keeps it, small;
+- ``<workflow id>#snapshot-chunk-<i>``: a part of a snapshot too large for one record, whose
+  ``<workflow id>`` record is then a head naming its chunks (``chunks``, ADR 19).
 
 ``Changelog`` folds one partition's records in offset order and decodes the states only at the
 end (``states()``), after every bundle has been read: compaction keeps the latest copy of a
@@ -25,6 +27,7 @@ import orjson
 from es_sched.domain.retention import ENDED_STATUSES, Ended
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import SchemaError
+from es_sched.serialization.chunks import joined
 from es_sched.serialization.snapshots import (
     DEFINITION_KEY_PREFIX,
     Bundle,
@@ -90,6 +93,6 @@ class Changelog:
 
     def states(self) -> Iterator[WorkflowState]:
         """The live states: each key's latest snapshot, decoded against the bundles read."""
-        for wf, raw in self.latest.items():
+        for wf, raw, _ in joined(self.latest):  # a large one: its chunks put together (ADR 19)
             if wf not in self.ended:  # retired: the marker is the newer word
                 yield decode_state(raw, self.bundles)

@@ -32,6 +32,7 @@ from es_sched.domain.definitions import (
     parse_tasks,
     parse_workflow_cached,
 )
+from es_sched.domain.fanout import rebuild
 from es_sched.domain.state import TaskState, WorkflowState
 from es_sched.errors import SchemaError
 
@@ -171,7 +172,7 @@ def state_to_dict(st: WorkflowState) -> dict[str, Any]:
         "parent_workflow_id": st.parent_workflow_id,
         "parent_task_id": st.parent_task_id,
         "tasks": [task.__dict__ for task in st.tasks.values()],  # plain dataclasses, all JSON
-        "latest": st.latest,
+        "latest": dict(st.latest),  # a layered map (domain.layered) to a plain object
         "dynamic": [_fragment(t.raw) for t in st.dynamic.values()],
         "recent_inputs": list(st.recent_inputs),
     }
@@ -226,6 +227,7 @@ def encode_state(st: WorkflowState) -> bytes:
 
 def decode_state(raw: bytes, definitions: Mapping[str, Bundle] | None = None) -> WorkflowState:
     try:
-        return state_from_dict(orjson.loads(raw), definitions)
+        # the fan-out index is derived, not stored (domain.fanout)
+        return rebuild(state_from_dict(orjson.loads(raw), definitions))
     except (ValueError, KeyError, TypeError) as exc:
         raise SchemaError(f"unreadable decider snapshot: {exc}") from None
