@@ -16,7 +16,11 @@ are in flight. Each round, on fresh topics and processes, kills in turn:
 and "back to full throughput" = the end of the first one-second bin after the kill (and, for
 the decider and dispatcher, after the first new event) in which ``task.completed`` events reach
 90 % of the rate of the 10 s before the kill. Times are from the kill, on this host's clock.
-The restarted processes' logs give the breakdown (process start, group join, changelog restore).
+The restarted processes' logs give the breakdown, in seconds from the kill: ``started`` (the
+role's first log line: Python start), ``assigned`` (the dispatcher's partitions assigned; for
+the decider its first partition restored, i.e. the group rebalance plus that one restore) and
+the decider's ``changelog_restore_s`` (all partitions). The workflows the feed started are all
+checked completed at the end of a round (``submitted``/``completed``).
 The figures are medians of ``--rounds`` rounds (default 3); every round is kept in the JSON,
 with the load average (the host's 2 cores may be shared).
 
