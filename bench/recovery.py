@@ -1,0 +1,403 @@
+"""Time to recover: kill -9 of the decider, the dispatcher and a worker at half load.
+
+A private single-node Kafka (ports 19150/19151, a temporary state folder, started as
+tests/integration/private_kafka.py does) runs one ``es-sched run --role X`` process per role
+(decider, timers, retry relay, dispatcher) and two ``es-sched worker --noop`` workers. A feeder
+starts small workflows (task, WAIT 5 s, task, task) at ``--rate`` per second, so a few hundred
+are in flight. Each round, on fresh topics and processes, kills in turn:
+
+- the decider (a supervisor restarts it at once, same instance id): first new event = the first
+  event produced after the kill visible to a ``read_committed`` reader;
+- the dispatcher (restarted at once): first new dispatch = the first assignment record produced
+  after the kill, read from the assignments topic;
+- one worker (not restarted): first new event = the first of the tasks leased to it that another
+  worker completed (its lease expired, the task was leased again at the next epoch);
+
+and "back to full throughput" = the end of the first one-second bin after the kill (and, for
+the decider and dispatcher, after the first new event) in which ``task.completed`` events reach
+90 % of the rate of the 10 s before the kill. Times are from the kill, on this host's clock.
+The restarted processes' logs give the breakdown, in seconds from the kill: ``started`` (the
+role's first log line: Python start), ``assigned`` (the dispatcher's partitions assigned; for
+the decider its first partition restored, i.e. the group rebalance plus that one restore) and
+the decider's ``changelog_restore_s`` (all partitions). The workflows the feed started are all
+checked completed at the end of a round (``submitted``/``completed``).
+The figures are medians of ``--rounds`` rounds (default 3); every round is kept in the JSON,
+with the load average (the host's 2 cores may be shared).
+
+Needs java and mvn (the local stack's Kafka build), not the shared stack.
+Prints a table, writes bench/results/recovery.json.
+Rerun: `.venv/bin/python bench/recovery.py [--rounds 3 --rate 40]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from es_sched.domain import commands as c  # noqa: E402
+from es_sched.domain.ids import workflow_id_for_command  # noqa: E402
+from es_sched.kafka.clients import consumer, producer  # noqa: E402
+from es_sched.serialization import encode_input, wire  # noqa: E402
+from tests.integration.private_kafka import PrivateKafka  # noqa: E402
+from tests.integration.runtime_harness import Env, Role  # noqa: E402
+
+PORT, CONTROLLER_PORT = 19150, 19151
+PARTITIONS = 4
+FLOW = {
+    "name": "recovery_flow",
+    "version": 1,
+    "tasks": [
+        {"name": "rec.step", "taskReferenceName": "a"},
+        {"name": "pause", "taskReferenceName": "pause", "type": "WAIT",
+         "inputParameters": {"duration": "5s"}},
+        {"name": "rec.step", "taskReferenceName": "b"},
+        {"name": "rec.step", "taskReferenceName": "c"},
+    ],
+}  # fmt: skip
+TASKDEFS = [{"name": "rec.step", "retryCount": 0, "responseTimeoutSeconds": 3600}]
+FAULTS = ("decider", "dispatcher", "worker")
+BASELINE_S, BIN_S, FULL = 10.0, 1.0, 0.9
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+class Tail:
+    """Every record of one topic from the start, with its arrival time (read_committed) and its
+    producer timestamp, decoded by ``decode``."""
+
+    def __init__(self, env: Env, topic: str, parts: int, decode: Callable[[bytes], Any]) -> None:
+        self.rows: list[tuple[float, float, Any]] = []  # (arrival, create time, record)
+        self.completed_at: list[float] = []  # arrival of each task.completed, in order
+        self.kinds: dict[str, int] = {}  # event type -> how many
+        self.stop = threading.Event()
+        self.args = (env.bootstrap, topic, parts, decode)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        bootstrap, topic, parts, decode = self.args
+        cons = consumer(bootstrap, None)
+        cons.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+        while not self.stop.is_set():
+            for msg in cons.consume(1000, 0.1):
+                if msg.error() is None and msg.value():
+                    now, record = time.time(), decode(msg.value() or b"")
+                    self.rows.append((now, msg.timestamp()[1] / 1000, record))
+                    if isinstance(record, dict):
+                        self.kinds[record["type"]] = self.kinds.get(record["type"], 0) + 1
+                        if record["type"] == "task.completed":
+                            self.completed_at.append(now)
+        cons.close()
+
+
+def feed(env: Env, rate: float, stop: threading.Event, sent: list[str]) -> None:
+    """StartWorkflow commands at ``rate`` per second until ``stop``."""
+    out = producer(env.bootstrap)
+    t0, n = time.time(), 0
+    while not stop.is_set():
+        while time.time() < t0 + n / rate:
+            time.sleep(0.002)
+        cid = f"{env.prefix}-{n}"
+        cmd = c.StartWorkflow(
+            cid, workflow_id_for_command(cid), name="recovery_flow", input={"n": n}
+        )
+        out.produce(env.topics.commands, key=cmd.workflow_id.encode(), value=encode_input(cmd))
+        out.poll(0)
+        sent.append(cmd.workflow_id)
+        n += 1
+    out.flush(30)
+
+
+def log_times(role: Role, patterns: dict[str, str]) -> dict[str, float]:
+    """The first log line matching each pattern: its wall-clock time (the log's asctime)."""
+    found: dict[str, float] = {}
+    for line in role.text().splitlines():
+        m = LOG_TIME.match(line)
+        for name, pattern in patterns.items():
+            if m and name not in found and re.search(pattern, line):
+                found[name] = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return found
+
+
+def restored_s(role: Role) -> float:
+    """Seconds the restarted decider spent restoring changelog partitions (its own figures)."""
+    return sum(
+        float(s) for s in re.findall(r"restored partition \d+: .* in ([\d.]+)s", role.text())
+    )
+
+
+class Round:
+    def __init__(self, broker: PrivateKafka, rate: float) -> None:
+        self.env = Env(bootstrap=broker.bootstrap, partitions=PARTITIONS)
+        self.env.create()
+        self.env.push(FLOW, TASKDEFS)
+        self.rate = rate
+        self.offered = 3 * rate  # worker tasks per second the feed asks for
+        self.procs = {r: Role(self.env, r) for r in ("decider", "timers", "retry", "dispatcher")}
+        worker = ["worker", "--noop", "--types", "rec.step", "--concurrency", "64",
+                  "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
+        for w in ("w0", "w1"):
+            self.procs[w] = Role(self.env, w, [*worker, "--worker-id", w])
+        for role in self.procs.values():
+            role.wait_log("started", 120)
+        topics = self.env.topics
+        self.events = Tail(self.env, topics.events, PARTITIONS, json.loads)
+        parts = int(self.env.vars["ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS"])
+        self.assigned = Tail(self.env, topics.assignments, parts, wire.decode)
+        self.stop_feed, self.sent = threading.Event(), list[str]()
+        self.feeder = threading.Thread(target=feed, args=(self.env, rate, self.stop_feed,
+                                                          self.sent), daemon=True)  # fmt: skip
+        self.feeder.start()
+
+    def completions(self, since: float, until: float) -> int:
+        done = self.events.completed_at
+        return bisect.bisect_left(done, until) - bisect.bisect_left(done, since)
+
+    def in_flight(self) -> int:
+        kinds = self.events.kinds
+        return kinds.get("workflow.started", 0) - kinds.get("workflow.completed", 0)
+
+    def baseline(self, now: float) -> float:
+        bins = [self.completions(now - BASELINE_S + i, now - BASELINE_S + i + 1)
+                for i in range(int(BASELINE_S))]  # fmt: skip
+        return float(statistics.median(bins)) / BIN_S
+
+    def back_to_full(self, kill: float, after: float, until: float) -> float | None:
+        """Seconds from the kill to the end of the first bin, ending after ``after``, in which
+        task completions reach FULL x the offered load."""
+        k = 0
+        while kill + (k + 1) * BIN_S <= until:
+            start = kill + k * BIN_S
+            if start + BIN_S > after and self.completions(start, start + BIN_S) >= (
+                FULL * self.offered * BIN_S
+            ):
+                return start + BIN_S - kill
+            k += 1
+        return None
+
+    def first_new_event(self, kill: float) -> float | None:
+        return min((at for at, ts, _ in self.events.rows if ts > kill), default=None)
+
+    def first_new_dispatch(self, kill: float) -> float | None:
+        return min((at for at, ts, _ in self.assigned.rows if ts > kill), default=None)
+
+    def first_relet_completed(self, kill: float, dead: str) -> tuple[float | None, int, float]:
+        """The first completion, elsewhere, of a task leased to ``dead``; how many of its tasks
+        were leased again; when the last of those completed."""
+        held = {a.task_id for _, _, a in self.assigned.rows if a.worker_id == dead}
+        relet = {a.task_id for _, ts, a in self.assigned.rows
+                 if ts > kill and a.worker_id != dead and a.task_id in held}  # fmt: skip
+        done = [
+            at
+            for at, _, doc in self.events.rows
+            if doc["type"] == "task.completed" and doc["payload"]["task_id"] in relet
+        ]
+        return (min(done) if done else None), len(relet), (max(done) if done else 0.0)
+
+    def first(self, name: str, kill: float) -> tuple[float | None, int, float]:
+        if name == "decider":
+            return self.first_new_event(kill), 0, 0.0
+        if name == "dispatcher":
+            return self.first_new_dispatch(kill), 0, 0.0
+        return self.first_relet_completed(kill, "w1")
+
+    def fault(self, name: str, console: Console) -> dict[str, Any]:
+        before = time.time()
+        base, flying, load = self.baseline(before), self.in_flight(), os.getloadavg()
+        target = "w1" if name == "worker" else name
+        kill = time.time()
+        self.procs[target].kill()
+        kill_done = time.time()
+        if name != "worker":  # a supervisor restarts it at once, with the same settings
+            self.procs[name] = Role(self.env, name)
+        deadline, caught_up = kill + 150, None
+        while time.time() < deadline:
+            time.sleep(0.5)
+            first, relet, last_relet = self.first(name, kill)
+            if first is not None and caught_up is None and self.in_flight() <= 1.1 * flying:
+                caught_up = time.time() - kill  # the backlog the outage left is worked off
+            after = kill if name == "worker" else (first or kill)
+            full = self.back_to_full(kill, after, time.time() - 1)
+            settled = first is not None and full is not None and caught_up is not None
+            if settled and (name != "worker" or relet == self._relet_done(kill)):
+                break
+        first, relet, last_relet = self.first(name, kill)
+        after = kill if name == "worker" else (first or kill)
+        full = self.back_to_full(kill, after, time.time() - 1)
+        bins = [self.completions(kill + i, kill + i + 1) for i in range(int(time.time() - kill))]
+        row: dict[str, Any] = {
+            "fault": name,
+            "workflows_in_flight": flying,
+            "task_completions_per_s_before": base,
+            "first_new_event_s": round(first - kill, 2) if first else None,
+            "back_to_full_throughput_s": round(full, 2) if full is not None else None,
+            "backlog_worked_off_s": round(caught_up, 2) if caught_up is not None else None,
+            "peak_task_completions_per_s_after": max(bins, default=0),
+            "kill_wait_s": round(kill_done - kill, 2),
+            "loadavg_at_kill": [round(x, 2) for x in load],
+        }
+        if name == "worker":
+            row["tasks_leased_again"] = relet
+            row["last_relet_completed_s"] = round(last_relet - kill, 2) if last_relet else None
+        else:
+            new = self.procs[name]
+            marks = {"started": f"{name} .*started", "assigned": "restored partition|assigned \\["}
+            t = log_times(new, marks)
+            row["log"] = {k: round(v - kill, 2) for k, v in t.items()}
+            if name == "decider":
+                row["log"]["changelog_restore_s"] = round(restored_s(new), 2)
+                dispatched = min(
+                    (
+                        at
+                        for at, ts, doc in self.events.rows
+                        if ts > kill and doc["type"] == "task.dispatched"
+                    ),
+                    default=None,
+                )
+                row["first_task_dispatched_event_s"] = (
+                    round(dispatched - kill, 2) if dispatched else None
+                )  # fmt: skip
+        console.print(row)
+        return row
+
+    def _relet_done(self, kill: float) -> int:
+        """How many of the dead worker's re-leased tasks have completed."""
+        held = {a.task_id for _, _, a in self.assigned.rows if a.worker_id == "w1"}
+        relet = {a.task_id for _, ts, a in self.assigned.rows
+                 if ts > kill and a.worker_id != "w1" and a.task_id in held}  # fmt: skip
+        return sum(doc["type"] == "task.completed" and doc["payload"]["task_id"] in relet
+                   for _, ts, doc in self.events.rows if ts > kill)  # fmt: skip
+
+    def close(self) -> dict[str, Any]:
+        self.stop_feed.set()
+        self.feeder.join(30)
+        want = set(self.sent)
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            done = {doc["workflow_id"] for _, _, doc in self.events.rows
+                    if doc["type"] == "workflow.completed"}  # fmt: skip
+            if want <= done:
+                break
+            time.sleep(1)
+        for role in self.procs.values():
+            role.stop()
+        for tail in (self.events, self.assigned):
+            tail.stop.set()
+            tail.thread.join(10)
+        return {"submitted": len(want), "completed": len(want & done)}
+
+
+def one_round(broker: PrivateKafka, opts: argparse.Namespace, console: Console) -> dict[str, Any]:
+    rnd = Round(broker, opts.rate)
+    try:
+        time.sleep(opts.warmup)  # the WAIT fills up: rate x 5 s workflows in flight
+        faults = []
+        for name in FAULTS:
+            faults.append(rnd.fault(name, console))
+            time.sleep(opts.settle)  # steady again before the next baseline
+    finally:
+        end = rnd.close()
+    return {"faults": faults, **end, "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=40, help="workflows started per second")
+    parser.add_argument("--warmup", type=float, default=20)
+    parser.add_argument("--settle", type=float, default=12, help="seconds between faults")
+    opts = parser.parse_args()
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        raise SystemExit("a private broker needs java and mvn (the local stack's Kafka build)")
+    console = Console()
+    state = Path(tempfile.mkdtemp(prefix="es-sched-recovery-"))
+    broker = PrivateKafka(state / "kafka", PORT, CONTROLLER_PORT)
+    rounds = []
+    try:
+        console.print(f"private broker up in {broker.start():.1f}s at {broker.bootstrap}")
+        for i in range(opts.rounds):
+            console.print(f"round {i + 1}/{opts.rounds}, load average {os.getloadavg()}")
+            rounds.append(one_round(broker, opts, console))
+    finally:
+        broker.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+    def figures(fault: str, key: str) -> list[float | None]:
+        return [next(f[key] for f in r["faults"] if f["fault"] == fault) for r in rounds]
+
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(statistics.median(known), 2) if known else None
+
+    table = Table(title=f"es-sched time to recover, median of {len(rounds)} rounds "
+                        f"({opts.rate:g} workflows/s, private broker)")  # fmt: skip
+    table.add_column("fault (kill -9)")
+    table.add_column("first new event (s)", justify="right")
+    table.add_column("back to full throughput (s)", justify="right")
+    labels = {"decider": "decider (restarted) -> first event",
+              "dispatcher": "dispatcher (restarted) -> first dispatch",
+              "worker": "worker (not restarted) -> its task done elsewhere"}  # fmt: skip
+    medians: dict[str, Any] = {}
+    for fault in FAULTS:
+        first, full = (
+            figures(fault, "first_new_event_s"),
+            figures(fault, "back_to_full_throughput_s"),
+        )
+        medians[fault] = {
+            "first_new_event_s": median(first),
+            "back_to_full_throughput_s": median(full),
+        }
+        table.add_row(labels[fault],
+                      f"{median(first)} ({', '.join(str(v) for v in first)})",
+                      f"{median(full)} ({', '.join(str(v) for v in full)})")  # fmt: skip
+    console.print(table)
+    result = {
+        "benchmark": "recovery",
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "broker": "private single node (KRaft), 19150/19151",
+        },
+        "load": {
+            "workflows_per_second": opts.rate,
+            "definition": FLOW,
+            "workers": "2 x noop, concurrency 64",
+            "partitions": PARTITIONS,
+        },
+        "settings": {
+            "group_session_timeout_ms": 10_000,
+            "group_heartbeat_interval_ms": 2_000,
+            "dispatch_heartbeat_s": 5.0,
+            "lease_k": 4,
+            "suspect_after_s": 15.0,
+            "transaction_timeout_ms": 30_000,
+        },
+        "rounds": len(rounds),
+        "median": medians,
+        "per_round": rounds,
+        "target": {"decider_kill_to_first_dispatch_s": 2.0},
+    }
+    (ROOT / "bench" / "results" / "recovery.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
