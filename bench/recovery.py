@@ -20,13 +20,11 @@ The restarted processes' logs give the breakdown, in seconds from the kill: ``st
 role's first log line: Python start), ``assigned`` (the dispatcher's partitions assigned; for
 the decider its first partition restored, i.e. the group rebalance plus that one restore) and
 the decider's ``changelog_restore_s`` (all partitions). The workflows the feed started are all
-checked completed at the end of a round (``submitted``/``completed``).
-The figures are medians of ``--rounds`` rounds (default 3); every round is kept in the JSON,
-with the load average (the host's 2 cores may be shared).
+checked completed at the end of a round (``submitted``/``completed``). Figures are medians of
+``--rounds`` rounds (default 3); every round and the load average are kept in the JSON.
 
-Needs java and mvn (the local stack's Kafka build), not the shared stack.
-Prints a table, writes bench/results/recovery.json.
-Rerun: `.venv/bin/python bench/recovery.py [--rounds 3 --rate 40]`
+Needs java and mvn (the local stack's Kafka build), not the shared stack; prints a table, writes
+bench/results/recovery.json. Rerun: `.venv/bin/python bench/recovery.py [--rounds 3 --rate 40]`
 """
 
 from __future__ import annotations
