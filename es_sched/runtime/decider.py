@@ -164,7 +164,9 @@ class Decider:
 
     # -- partitions ------------------------------------------------------------------------
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
-        self._restore({tp.partition for tp in partitions})
+        numbers = {tp.partition for tp in partitions}
+        log.info("assigned partitions %s", sorted(numbers))
+        self._restore(numbers)
 
     def _restore(self, numbers: set[int]) -> None:
         """The partitions' states from their changelog partitions, read together by one
