@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,7 @@ from tests.integration.runtime_harness import (
     Role,
     Worker,
     assert_log_invariants,
+    complete_all,
     completed,
     media_inputs,
     read_events,
@@ -62,20 +65,29 @@ def test_a_decider_restarted_under_its_instance_gets_its_partitions_back_without
     env.create()
     env.push_files(*MEDIA)
     n = 300
-    with Worker(env), roles(env, "decider", ES_SCHED_RUN_INSTANCE="a") as (survivor,):
+    gate = threading.Event()  # the worker holds every task until the restarted b is checked
+
+    def gated(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        gate.wait(300)
+        return complete_all(task)
+
+    with Worker(env, gated), roles(env, "decider", ES_SCHED_RUN_INSTANCE="a") as (survivor,):
         victim = Role(env, "decider", ES_SCHED_RUN_INSTANCE="b")
         try:
             # b joined: the range assignor gives each of the two members two partitions
             wait_until(lambda: len(restored(victim)) == 2, 90, "b restored two partitions")
             held = restored(victim)
             ids = {s.workflow_id for s in env.submit("media_pipeline", media_inputs(n))}
-            wait_until(lambda: completed(env) >= 20, 120, "20 workflows completed")
+            wait_until(lambda: len(read_events(env)) >= n, 120, "every workflow started")
             victim.kill()
         finally:
             victim.stop()
+            if victim.proc.returncode != -signal.SIGKILL:
+                gate.set()
         # What proves the fault fired: the process ended by SIGKILL while holding partitions.
         assert victim.proc.returncode == -signal.SIGKILL
         flying = in_flight(env)
+        assert flying > 0, "nothing was in flight at the kill: the fault proved nothing"
         before = len(survivor.text())
         back = Role(env, "decider", ES_SCHED_RUN_INSTANCE="b")
         try:
@@ -86,8 +98,10 @@ def test_a_decider_restarted_under_its_instance_gets_its_partitions_back_without
             )
             assert "restored partition" not in since_kill, since_kill[-2000:]
             assert restored(back) == held, "the restarted member got another assignment"
-            wait_until(lambda: completed(env) >= n, 240, f"{n} workflows completed")
+            gate.set()
+            wait_until(lambda: completed(env) >= n, 300, f"{n} workflows completed")
         finally:
+            gate.set()
             back.stop()
     assert_log_invariants(env, ids)
     record(
