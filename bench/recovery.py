@@ -13,18 +13,24 @@ are in flight. Each round, on fresh topics and processes, kills in turn:
 - one worker (not restarted): first new event = the first of the tasks leased to it that another
   worker completed (its lease expired, the task was leased again at the next epoch);
 
-and "back to full throughput" = the end of the first one-second bin after the kill (and, for
+Each round runs twice, interleaved, on fresh topics: with static group membership off (the old
+behaviour: the restarted decider waits for the group to drop the dead member) and on (ADR 21:
+``group.instance.id`` = the instance's transactional id, the restarted member takes over at
+once); ``--modes`` picks them. The changelog restore is the same in both (one consumer for all
+partitions since ADR 21).
+
+"Back to full throughput" = the end of the first one-second bin after the kill (and, for
 the decider and dispatcher, after the first new event) in which ``task.completed`` events reach
 90 % of the rate of the 10 s before the kill. Times are from the kill, on this host's clock.
 The restarted processes' logs give the breakdown, in seconds from the kill: ``started`` (the
-role's first log line: Python start), ``assigned`` (the dispatcher's partitions assigned; for
-the decider its first partition restored, i.e. the group rebalance plus that one restore) and
-the decider's ``changelog_restore_s`` (all partitions). The workflows the feed started are all
+role's first log line: Python start), ``assigned`` (partitions assigned by the group) and, for
+the decider, ``restored`` (its changelog read) and ``changelog_restore_s`` (the read's own
+figure). The workflows the feed started are all
 checked completed at the end of a round (``submitted``/``completed``). Figures are medians of
 ``--rounds`` rounds (default 3); every round and the load average are kept in the JSON.
 
 Needs java and mvn (the local stack's Kafka build), not the shared stack; prints a table, writes
-bench/results/recovery.json. Rerun: `.venv/bin/python bench/recovery.py [--rounds 3 --rate 40]`
+bench/results/recovery.json. Rerun: `.venv/bin/python bench/recovery.py [--rounds 3 --rate 80]`
 """
 
 from __future__ import annotations
@@ -139,16 +145,21 @@ def log_times(role: Role, patterns: dict[str, str]) -> dict[str, float]:
 def restored_s(role: Role) -> float:
     """Seconds the restarted decider spent restoring changelog partitions (its own figures)."""
     return sum(
-        float(s) for s in re.findall(r"restored partition \d+: .* in ([\d.]+)s", role.text())
+        float(s)
+        for s in re.findall(r"restored \d+ partitions: \d+ records in ([\d.]+)s", role.text())
     )
 
 
 class Round:
-    def __init__(self, broker: PrivateKafka, rate: float) -> None:
-        self.env = Env(bootstrap=broker.bootstrap, partitions=PARTITIONS)
+    def __init__(self, broker: PrivateKafka, rate: float, static: bool, max_wait: float) -> None:
+        self.env = Env(
+            bootstrap=broker.bootstrap,
+            partitions=PARTITIONS,
+            extra={"ES_SCHED_RUN_STATIC_MEMBERSHIP": str(static).lower()},
+        )
         self.env.create()
         self.env.push(FLOW, TASKDEFS)
-        self.rate = rate
+        self.rate, self.max_wait = rate, max_wait
         self.offered = 3 * rate  # worker tasks per second the feed asks for
         self.procs = {r: Role(self.env, r) for r in ("decider", "timers", "retry", "dispatcher")}
         worker = ["worker", "--noop", "--types", "rec.step", "--concurrency", "64",
@@ -227,7 +238,7 @@ class Round:
         kill_done = time.time()
         if name != "worker":  # a supervisor restarts it at once, with the same settings
             self.procs[name] = Role(self.env, name)
-        deadline, caught_up = kill + 150, None
+        deadline, caught_up = kill + self.max_wait, None
         while time.time() < deadline:
             time.sleep(0.5)
             first, relet, last_relet = self.first(name, kill)
@@ -258,7 +269,11 @@ class Round:
             row["last_relet_completed_s"] = round(last_relet - kill, 2) if last_relet else None
         else:
             new = self.procs[name]
-            marks = {"started": f"{name} .*started", "assigned": "restored partition|assigned \\["}
+            marks = {
+                "started": f"{name} .*started",
+                "assigned": "assigned (partitions )?\\[",
+                "restored": "restored \\d+ partitions",
+            }
             t = log_times(new, marks)
             row["log"] = {k: round(v - kill, 2) for k, v in t.items()}
             if name == "decider":
@@ -304,17 +319,20 @@ class Round:
         return {"submitted": len(want), "completed": len(want & done)}
 
 
-def one_round(broker: PrivateKafka, opts: argparse.Namespace, console: Console) -> dict[str, Any]:
-    rnd = Round(broker, opts.rate)
+def one_round(
+    broker: PrivateKafka, opts: argparse.Namespace, console: Console, static: bool
+) -> dict[str, Any]:
+    rnd = Round(broker, opts.rate, static, opts.max_wait)
     try:
         time.sleep(opts.warmup)  # the WAIT fills up: rate x 5 s workflows in flight
         faults = []
-        for name in FAULTS:
+        for name in opts.faults:
             faults.append(rnd.fault(name, console))
             time.sleep(opts.settle)  # steady again before the next baseline
     finally:
         end = rnd.close()
-    return {"faults": faults, **end, "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+    return {"static_membership": static, "faults": faults, **end,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
 
 
 def main() -> None:
@@ -323,50 +341,73 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=40, help="workflows started per second")
     parser.add_argument("--warmup", type=float, default=20)
     parser.add_argument("--settle", type=float, default=12, help="seconds between faults")
+    parser.add_argument("--modes", default="off,on", help="static membership, interleaved")
+    parser.add_argument("--faults", default=",".join(FAULTS), help="which kills, in order")
+    parser.add_argument("--max-wait", type=float, default=150,
+                        help="seconds after a kill to wait for recovery (a loaded host may never "
+                             "work off the backlog: that figure is then null)")  # fmt: skip
     opts = parser.parse_args()
+    opts.faults = [f.strip() for f in opts.faults.split(",")]
+    if not set(opts.faults) <= set(FAULTS):
+        raise SystemExit(f"--faults: choose from {', '.join(FAULTS)}")
     if shutil.which("java") is None or shutil.which("mvn") is None:
         raise SystemExit("a private broker needs java and mvn (the local stack's Kafka build)")
     console = Console()
     state = Path(tempfile.mkdtemp(prefix="es-sched-recovery-"))
     broker = PrivateKafka(state / "kafka", PORT, CONTROLLER_PORT)
-    rounds = []
+    modes = [m.strip() for m in opts.modes.split(",")]
+    rounds: list[dict[str, Any]] = []
     try:
         console.print(f"private broker up in {broker.start():.1f}s at {broker.bootstrap}")
         for i in range(opts.rounds):
-            console.print(f"round {i + 1}/{opts.rounds}, load average {os.getloadavg()}")
-            rounds.append(one_round(broker, opts, console))
+            for mode in modes:
+                console.print(f"round {i + 1}/{opts.rounds}, static membership {mode}, "
+                              f"load average {os.getloadavg()}")  # fmt: skip
+                rounds.append(one_round(broker, opts, console, mode == "on"))
     finally:
         broker.stop()
         shutil.rmtree(state, ignore_errors=True)
 
-    def figures(fault: str, key: str) -> list[float | None]:
-        return [next(f[key] for f in r["faults"] if f["fault"] == fault) for r in rounds]
+    def figures(fault: str, key: str, mode: str) -> list[float | None]:
+        chosen = [r for r in rounds if r["static_membership"] == (mode == "on")]
+        return [next(f[key] for f in r["faults"] if f["fault"] == fault) for r in chosen]
+
+    def log_figures(fault: str, key: str, mode: str) -> list[float | None]:
+        chosen = [r for r in rounds if r["static_membership"] == (mode == "on")]
+        return [next(f.get("log", {}).get(key) for f in r["faults"] if f["fault"] == fault)
+                for r in chosen]  # fmt: skip
 
     def median(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return round(statistics.median(known), 2) if known else None
 
-    table = Table(title=f"es-sched time to recover, median of {len(rounds)} rounds "
+    table = Table(title=f"es-sched time to recover, median of {opts.rounds} rounds "
                         f"({opts.rate:g} workflows/s, private broker)")  # fmt: skip
     table.add_column("fault (kill -9)")
+    table.add_column("static membership")
     table.add_column("first new event (s)", justify="right")
     table.add_column("back to full throughput (s)", justify="right")
     labels = {"decider": "decider (restarted) -> first event",
               "dispatcher": "dispatcher (restarted) -> first dispatch",
               "worker": "worker (not restarted) -> its task done elsewhere"}  # fmt: skip
     medians: dict[str, Any] = {}
-    for fault in FAULTS:
-        first, full = (
-            figures(fault, "first_new_event_s"),
-            figures(fault, "back_to_full_throughput_s"),
-        )
-        medians[fault] = {
-            "first_new_event_s": median(first),
-            "back_to_full_throughput_s": median(full),
-        }
-        table.add_row(labels[fault],
-                      f"{median(first)} ({', '.join(str(v) for v in first)})",
-                      f"{median(full)} ({', '.join(str(v) for v in full)})")  # fmt: skip
+    for mode in modes:
+        medians[mode] = {}
+        for fault in opts.faults:
+            first = figures(fault, "first_new_event_s", mode)
+            full = figures(fault, "back_to_full_throughput_s", mode)
+            medians[mode][fault] = {
+                "first_new_event_s": median(first),
+                "back_to_full_throughput_s": median(full),
+            }
+            if fault == "decider":  # the restarted decider's timeline, from the kill
+                medians[mode][fault]["log"] = {
+                    key: median(log_figures(fault, key, mode))
+                    for key in ("started", "assigned", "restored", "changelog_restore_s")
+                }
+            table.add_row(labels[fault], mode,
+                          f"{median(first)} ({', '.join(str(v) for v in first)})",
+                          f"{median(full)} ({', '.join(str(v) for v in full)})")  # fmt: skip
     console.print(table)
     result = {
         "benchmark": "recovery",
@@ -388,13 +429,29 @@ def main() -> None:
             "lease_k": 4,
             "suspect_after_s": 15.0,
             "transaction_timeout_ms": 30_000,
+            "static_membership": "per round (ES_SCHED_RUN_STATIC_MEMBERSHIP), see per_round",
         },
-        "rounds": len(rounds),
+        "modes": modes,
+        "rounds": opts.rounds,
         "median": medians,
         "per_round": rounds,
         "target": {"decider_kill_to_first_dispatch_s": 2.0},
     }
-    (ROOT / "bench" / "results" / "recovery.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = ROOT / "bench" / "results" / "recovery.json"
+    result["not_rerun"] = not_rerun(out, [f for f in FAULTS if f not in opts.faults])
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def not_rerun(out: Path, faults: list[str]) -> dict[str, Any]:
+    """The previous file's medians of the faults this run left out, kept with their date."""
+    earlier = json.loads(out.read_text()) if out.exists() and faults else {}
+    kept = dict(earlier.get("not_rerun", {}).get("median", {}))
+    for fault in faults:
+        old = earlier.get("median", {}).get(fault)  # a run before --modes: keyed by fault
+        if old is not None:
+            kept[fault] = old
+    kept = {f: v for f, v in kept.items() if f in faults}
+    return {"note": "earlier runs' medians, before ADR 21", "median": kept} if kept else {}
 
 
 if __name__ == "__main__":

@@ -169,6 +169,12 @@ class RuntimeSettings(BaseSettings):
     # retry, a late report, a duplicate command answered as before), then the decider forgets
     # it: its changelog snapshot is tombstoned and a small ended marker answers late inputs.
     retain_finished_s: float = Field(default=86_400.0, ge=0)
+    # Static group membership (ADR 21): the decider, timers and retry relay join their consumer
+    # groups as ``group.instance.id`` = their transactional id, so a process restarted under
+    # the same instance gets its partitions back at once, without a rebalance; a stopped one
+    # keeps them (idle) until it returns or its session ends. Off: dynamic members, which
+    # hand their partitions over on a stop and are waited for a whole session after a crash.
+    static_membership: bool = True
 
     @field_validator("retry_tiers_s")
     @classmethod

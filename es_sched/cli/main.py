@@ -21,10 +21,11 @@ from es_sched.cli.commands import register as register_commands
 from es_sched.cli.config import register as register_config
 from es_sched.cli.defs import defs
 from es_sched.cli.demo.command import demo_command
+from es_sched.cli.entry import invoke
 from es_sched.cli.read import register as register_read
 from es_sched.cli.run import run
 from es_sched.cli.worker import worker
-from es_sched.errors import ConfigError, EsSchedError
+from es_sched.errors import ConfigError
 from es_sched.settings import Settings, load_settings
 from es_sched.stack import ROLES, Role, ServiceStatus, Stack
 
@@ -145,14 +146,4 @@ cli.add_command(worker)
 
 
 def main() -> None:
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        err.print("aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except EsSchedError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        sys.exit(1)
+    invoke(cli)

@@ -6,8 +6,10 @@
   configuration as a dict.
 - ``consumer()``: ``read_committed``, no auto-commit, no offset store: offsets are committed by
   the transaction (decider, relays) or explicitly after the work is durable.
-- ``read_partition()``: read one partition from the beginning to its current end (changelog
-  restore, compacted topics).
+- ``read_partition()``: read one partition from the beginning to its current end (compacted
+  topics); ``read_partitions()`` reads several of one topic together, with one consumer (the
+  decider's changelog restore: ADR 21).
+- ``static_member()``: the consumer settings of static group membership (KIP-345, ADR 21).
 - ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
   it and hands it to the roles; it is the seam where a test passes clients that misbehave on
   purpose (a producer that pauses inside an open transaction or raises a chosen
@@ -17,7 +19,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,54 +106,90 @@ def watermarks(c: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tupl
             time.sleep(0.2)
 
 
+def static_member(instance_id: str, enabled: bool) -> dict[str, Any]:
+    """Consumer settings for static group membership (KIP-345, ADR 21), or none when disabled.
+
+    A static member rejoining under the same ``group.instance.id`` takes over its predecessor's
+    membership and assignment without a rebalance, so a restarted process does not wait out the
+    dead one's session. It also never sends LeaveGroup: a closed static member keeps its
+    partitions until it comes back or ``session.timeout.ms`` passes. A second live process with
+    the same id fences the first (FENCED_INSTANCE_ID: ``failures.instance_fenced``).
+    """
+    return {"group.instance.id": instance_id} if enabled else {}
+
+
 def read_partition(
     bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
 ) -> Iterator[Message]:
-    """Every committed record of one partition, from its start to its end when reading began.
+    """Every committed record of one partition, from its start to its end when reading began."""
+    return read_partitions(bootstrap, topic, [partition], timeout_s)
+
+
+def read_partitions(
+    bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 60.0
+) -> Iterator[Message]:
+    """Every committed record of these partitions of ``topic``, each from its start to its end
+    when reading began; partitions interleave, each one's records stay in offset order.
+
+    One probe and one reader for all the partitions: the cost of a client (bootstrap, metadata,
+    the first fetch: about a quarter of a second each on a busy host) is paid once, not per
+    partition, and the broker serves the partitions in the same fetches (ADR 21).
 
     ``read_committed`` stops at the last stable offset, which trails the high watermark until
     the markers of a just-committed transaction are written (asynchronously, after
-    ``commit_transaction`` returns). So the end is reached only when the consumer's position is
-    at the high watermark taken at the start; an end-of-partition event short of it means
+    ``commit_transaction`` returns). So a partition is done only when the consumer's position
+    is at the high watermark taken at the start; an end-of-partition event short of it means
     "wait for the markers", never "done".
     """
-    tp = TopicPartition(topic, partition)
+    wanted = [TopicPartition(topic, p) for p in sorted(set(partitions))]
     # The end must be the log's end. A read_committed client's watermark query answers the
     # last stable offset instead, which stays behind a transaction whose commit markers are
     # not written yet: a decider restoring right after its own commit would then read nothing
     # of that commit (found by the rebalance test). So ask as a read_uncommitted client.
     probe = consumer(bootstrap, None, **{"isolation.level": "read_uncommitted"})
     try:
-        low, high = watermarks(probe, tp, timeout_s)
+        bounds = {tp.partition: watermarks(probe, tp, timeout_s) for tp in wanted}
     finally:
         probe.close()
+    ends = {p: high for p, (low, high) in bounds.items() if high > low}
+    if not ends:
+        return
     c = consumer(bootstrap, None, **{"enable.partition.eof": True})
     try:
-        if high <= low:
-            return
-        c.assign([TopicPartition(topic, partition, low)])
+        c.assign([TopicPartition(topic, p, bounds[p][0]) for p in ends])
         deadline = time.monotonic() + timeout_s
-        while True:
-            msg = c.poll(0.5)
-            if msg is not None:
-                err = msg.error()
-                if err is None:
-                    deadline = time.monotonic() + timeout_s
-                    yield msg
+        while ends:
+            got = False
+            for msg in c.consume(500, 0.5):
+                err, p = msg.error(), msg.partition() or 0
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise InfrastructureError(f"reading {topic}[{p}]: {err}")
                     continue
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise InfrastructureError(f"reading {topic}[{partition}]: {err}")
-            position = c.position([tp])[0].offset
-            if position >= high:
-                return
-            if time.monotonic() > deadline:
-                raise InfrastructureError(
-                    f"reading {topic}[{partition}] stalled at {position}/{high}"
-                )
+                offset = msg.offset() or 0
+                if p in ends and offset < ends[p]:  # past the end: not this read's
+                    got = True
+                    yield msg
+                    if offset + 1 >= ends[p]:
+                        _done(c, topic, ends, p)
+            if got:
+                deadline = time.monotonic() + timeout_s
+                continue
+            for tp in c.position([TopicPartition(topic, p) for p in ends]):
+                if tp.offset >= ends[tp.partition]:
+                    _done(c, topic, ends, tp.partition)
+            if ends and time.monotonic() > deadline:
+                raise InfrastructureError(f"reading {topic}{sorted(ends)} stalled")
     except KafkaException as exc:
-        raise InfrastructureError(f"reading {topic}[{partition}]: {exc}") from exc
+        raise InfrastructureError(f"reading {topic}{sorted(ends)}: {exc}") from exc
     finally:
         c.close()
+
+
+def _done(c: Consumer, topic: str, ends: dict[int, int], partition: int) -> None:
+    """A partition read to its end: no more fetches for it."""
+    del ends[partition]
+    c.pause([TopicPartition(topic, partition)])
 
 
 def check_delivery(err: KafkaError | None, msg: Message) -> None:

@@ -19,6 +19,8 @@ Consumer group calls (``rejoins``): a synchronous offset commit of a member that
 group (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS``) or that cannot
 reach the coordinator fails without harm: the consumer rejoins by itself (the rebalance
 callbacks run inside a later poll) and the uncommitted records are delivered again.
+A static member (ADR 21) fenced by another process with its ``group.instance.id``
+(``instance_fenced``) is an operator error, as a fenced producer is: the role stops.
 ``retrying`` repeats a consumer call (``committed``) through a broker outage, checking a stop
 flag between tries, so a role never dies of a broker restart; ``seek_to_committed`` uses it to
 rewind a consumer to its group's committed offsets.
@@ -86,6 +88,26 @@ REJOIN = frozenset({
 def rejoins(err: KafkaError) -> bool:
     """True if a failed consumer-group call (commit, committed) may simply be tried later."""
     return not err.fatal() and (err.code() in REJOIN or err.retriable())
+
+
+def instance_fenced(err: KafkaError) -> bool:
+    """True if a consumer error says another consumer joined the group with our
+    ``group.instance.id`` (FENCED_INSTANCE_ID).
+
+    librdkafka turns the broker's FENCED_INSTANCE_ID into a consumer fatal error, which
+    confluent-kafka hands back as an error event of code ``_FATAL`` whose ``fatal()`` is False
+    and whose original code survives only in the text ("Static consumer fenced by other
+    consumer with same group.instance.id", librdkafka 2.16); ``rd_kafka_fatal_error`` is not
+    exposed for consumers. Hence the text check next to the code check.
+    """
+    if err.code() == KafkaError.FENCED_INSTANCE_ID:
+        return True
+    return err.code() == KafkaError._FATAL and "group.instance.id" in (err.str() or "")
+
+
+def consumer_fatal(err: KafkaError) -> bool:
+    """A consumer error after which the consumer is unusable (it must not be polled on)."""
+    return err.fatal() or err.code() == KafkaError._FATAL
 
 
 class Stopped(EsSchedError):

@@ -6,7 +6,9 @@ the transactional producer (``transactional.id`` = the role's id, one per runnin
 
 Each iteration: ``consume`` up to ``max_records`` from the role's group consumer (consumer errors
 are not records: ``_PARTITION_EOF`` is dropped, a fatal error raises ``InfrastructureError``, the
-rest is logged), ``role.step(records)``, and when it returns a ``Batch``, ONE transaction:
+rest is logged; a static member fenced by another process with its ``group.instance.id``, which
+is the transactional id (ADR 21), stops the role as a fenced producer does),
+``role.step(records)``, and when it returns a ``Batch``, ONE transaction:
 begin, produce every record, ``send_offsets_to_transaction`` with the consumer's group metadata
 (KIP-447: the group coordinator fences a zombie of an older generation), commit. Offsets are
 committed only there, then ``batch.on_commit()`` keeps the role's staged state. ``role.tick()``
@@ -55,7 +57,16 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.bounded import BoundedCaller, Wedged
 from es_sched.kafka.dead_letters import Headers
-from es_sched.kafka.failures import GroupConsumer, Kind, Stopped, classify, error_of, wait
+from es_sched.kafka.failures import (
+    GroupConsumer,
+    Kind,
+    Stopped,
+    classify,
+    consumer_fatal,
+    error_of,
+    instance_fenced,
+    wait,
+)
 from es_sched.metrics import Registry
 
 log = logging.getLogger(__name__)
@@ -194,7 +205,9 @@ class TransactionalLoop:
             err = msg.error()
             if err is None:
                 out.append(msg)
-            elif err.fatal():
+            elif instance_fenced(err):
+                raise self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
+            elif consumer_fatal(err):
                 raise InfrastructureError(f"{self.role} consumer: {err}")
             elif err.code() != KafkaError._PARTITION_EOF:
                 self._consumer_error(err)
@@ -331,8 +344,8 @@ class TransactionalLoop:
     def _fenced(self, reason: str) -> InfrastructureError:
         return InfrastructureError(
             f"{self.role} stops: transactional.id {self.txn_id!r} was fenced, another process "
-            f"initialised it after this one (ES_SCHED_RUN_INSTANCE must be unique among running "
-            f"processes); {reason}"
+            f"took it (or its group.instance.id) after this one (ES_SCHED_RUN_INSTANCE must be "
+            f"unique among running processes); {reason}"
         )
 
     def _open(self, stop: threading.Event, first: bool) -> None:

@@ -23,9 +23,13 @@ its workflow id goes to ``dead-letters`` with its origin; a decoded input that c
 is answered by an event (``command.rejected`` in a history, or ``workflow.rejected`` outside
 any history for a workflow id that has none: ADR 11), never a dead letter.
 
-State: restored per partition from the compacted changelog on assignment (the restore rate is
-logged; a broker outage during it is waited out), dropped on revocation. Duplicate inputs are
-no-ops (``decide`` remembers input ids). Bounded (ADR 18): a workflow ended
+State: restored from the compacted changelog on assignment, every assigned partition in one
+read (the restore rate is logged; a broker outage during it is waited out), dropped on
+revocation. Static group membership (ADR 21, ``ES_SCHED_RUN_STATIC_MEMBERSHIP``): the group
+member is ``group.instance.id`` = the transactional id, so a decider restarted under the same
+instance gets its partitions back without a rebalance; a stopped one keeps them until it returns
+or its 10 s session ends, and a second live process with its instance fences it (it stops).
+Duplicate inputs are no-ops (``decide`` remembers input ids). Bounded (ADR 18): a workflow ended
 ``ES_SCHED_RUN_RETAIN_FINISHED_S`` ago is forgotten in a batch's transaction (a tombstone and an
 ended marker, ``runtime.retirement``), and a late input for it is answered from the marker
 (``domain.retention.answer_ended``), never by a restore. Snapshots name their definition bundle
@@ -53,7 +57,7 @@ from es_sched.domain.retention import answer_ended
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
-from es_sched.kafka.clients import KafkaClients, read_partition
+from es_sched.kafka.clients import KafkaClients, read_partitions, static_member
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
@@ -128,9 +132,11 @@ class Decider:
         self.consumer: Consumer = self.clients.consumer(
             self.group,
             # range: partition p of both input topics goes to one member (one changelog p).
-            # A short session lets the group notice a killed decider in seconds.
+            # A short session lets the group notice a killed decider in seconds; a static
+            # member restarted under the same instance does not wait for it at all (ADR 21).
             **{"partition.assignment.strategy": "range", "session.timeout.ms": 10_000,
                "heartbeat.interval.ms": 2_000},
+            **static_member(self.txn_id, self.run_settings.static_membership),
         )  # fmt: skip
         self.consumer.subscribe(
             [self.topics.commands, self.topics.task_results],
@@ -158,29 +164,46 @@ class Decider:
 
     # -- partitions ------------------------------------------------------------------------
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
-        self._restore({tp.partition for tp in partitions})
+        numbers = {tp.partition for tp in partitions}
+        log.info("assigned partitions %s", sorted(numbers))
+        self._restore(numbers)
 
     def _restore(self, numbers: set[int]) -> None:
-        """Each partition's states from its changelog; a broker outage is waited out (a role
-        must not die of a broker restart), ``Stopped`` ends the wait when the role stops."""
-        for number in sorted(numbers):
-            while True:
-                try:
-                    self._restore_partition(number)
-                    break
-                except InfrastructureError as exc:
-                    log.warning("restoring partition %d: %s; trying again", number, exc)
-                    wait(self._stop, RESTORE_RETRY_S)
+        """The partitions' states from their changelog partitions, read together by one
+        consumer (ADR 21); a broker outage is waited out (a role must not die of a broker
+        restart), ``Stopped`` ends the wait when the role stops."""
+        if not numbers:
+            return
+        while True:
+            try:
+                self._restore_partitions(numbers)
+                return
+            except InfrastructureError as exc:
+                log.warning("restoring partitions %s: %s; trying again", sorted(numbers), exc)
+                wait(self._stop, RESTORE_RETRY_S)
 
-    def _restore_partition(self, number: int) -> None:
-        self._drop({number})  # a retry starts from a clean slate
-        started, found = time.monotonic(), Changelog()
-        for msg in read_partition(self.bootstrap, self.topics.changelog, number):
+    def _restore_partitions(self, numbers: set[int]) -> None:
+        self._drop(numbers)  # a retry starts from a clean slate
+        started = time.monotonic()
+        found = {number: Changelog() for number in numbers}
+        for msg in read_partitions(self.bootstrap, self.topics.changelog, numbers):
             key, value = (msg.key() or b""), msg.value()
-            found.feed(
+            found[msg.partition() or 0].feed(
                 key.decode() if isinstance(key, bytes) else key,
                 value.encode() if isinstance(value, str) else value,
             )
+        took = time.monotonic() - started
+        records = sum(read.records for read in found.values())
+        for number in sorted(numbers):  # each line gets its records' share of the read's time
+            share = took * found[number].records / records if records else took / len(numbers)
+            self._keep_restored(number, found[number], share)
+        log.info(
+            "restored %d partitions: %d records in %.2fs (%.0f records/s)",
+            len(numbers), records, took, records / took if took > 0 else 0.0,
+        )  # fmt: skip
+
+    def _keep_restored(self, number: int, found: Changelog, took: float) -> None:
+        """One partition's changelog, read, into memory."""
         for st in found.states():
             self.states[st.workflow_id] = st
             self.partition_of[st.workflow_id] = number
@@ -189,7 +212,6 @@ class Decider:
         for gone in found.ended.values():
             self.retirement.ended.add(number, gone)
         self.bundles_on[number] = set(found.bundles)
-        took = time.monotonic() - started
         live = len(found.latest) - sum(wf in found.ended for wf in found.latest)
         log.info(
             "restored partition %d: %d records, %d live states, %d ended markers in %.2fs "

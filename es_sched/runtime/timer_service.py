@@ -48,7 +48,7 @@ from es_sched.domain.commands import FireTimer
 from es_sched.domain.timers import Timer, timer_input
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
-from es_sched.kafka.clients import KafkaClients
+from es_sched.kafka.clients import KafkaClients, static_member
 from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.failures import wait
 from es_sched.kafka.topics import topics_for
@@ -179,6 +179,7 @@ class TimerService:
         prefix = settings.kafka.topic_prefix
         self._group = f"{prefix}-timers"
         self._txn_id = f"{prefix}-timers-{settings.runtime.instance}"
+        self._member = static_member(self._txn_id, settings.runtime.static_membership)
         self._clock = clock
         self.heap = TimerHeap()
         self._poison: dict[str, tuple[Message, SchemaError]] = {}
@@ -196,7 +197,7 @@ class TimerService:
         """Fire timers until ``stop`` is set; raises ``InfrastructureError`` if fenced or Kafka
         fails for good."""
         self._stop = stop
-        self._cons = cons = self._clients.consumer(self._group)
+        self._cons = cons = self._clients.consumer(self._group, **self._member)
         revoke = self._on_revoke
         cons.subscribe([self._topics.timers], self._on_assign, revoke, on_lost=revoke)
         try:

@@ -111,7 +111,9 @@ def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
 
 
 def test_a_rebalance_under_load_loses_and_doubles_nothing() -> None:
-    env = media_env()
+    # Dynamic members, so that the SIGTERM below hands b's partitions to a at once: a static
+    # member (ADR 21) keeps them through its restart (tests/integration/test_decider_failover.py).
+    env = media_env(ES_SCHED_RUN_STATIC_MEMBERSHIP="false")
     with Worker(env), roles(env, "decider", ES_SCHED_RUN_INSTANCE="a"):
         with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b") as (second,):
             env.submit("media_pipeline", media_inputs(300))

@@ -51,8 +51,9 @@ def test_a_second_process_with_the_same_instance_fences_the_first_which_stops() 
     with Worker(env), roles(env, "decider", **same) as (first,):
         first.wait_log("restored partition 3", 60)
         with roles(env, "decider", **same) as (second,):
-            # The second's init_transactions bumped the epoch of "<prefix>-decider-same";
-            # its joining split the partitions, so both get some of the workflows.
+            # The second's init_transactions bumped the epoch of "<prefix>-decider-same", and
+            # (static membership, ADR 21) its joining under the same group.instance.id fenced
+            # the first's consumer: whichever the first notices first, it stops.
             second.wait_log("restored partition", 60)
             ids = start(env, 40)
             first.proc.wait(60)

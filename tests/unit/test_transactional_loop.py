@@ -408,6 +408,24 @@ def test_consumer_errors_are_not_records_and_only_a_fatal_one_stops_the_role() -
         run_loop(FakeClients(), consumer=FakeConsumer([[broken]]))
 
 
+def test_a_static_member_fenced_by_its_instance_id_stops_the_role_naming_the_instance() -> None:
+    """What librdkafka 2.16 hands a consumer whose ``group.instance.id`` another consumer took
+    (seen on the broker): code ``_FATAL`` with ``fatal()`` False, the cause only in the text.
+    Before ADR 21 the loop logged it as a passing error and polled a dead consumer on."""
+    text = (
+        "Fatal error: Broker: Static consumer fenced by other consumer with same "
+        "group.instance.id: Fatal consumer error: Broker: Static consumer fenced by other "
+        "consumer with same group.instance.id"
+    )
+    fenced = Message(error=KafkaError(KafkaError._FATAL, text))
+    with pytest.raises(InfrastructureError, match="ES_SCHED_RUN_INSTANCE must be unique") as got:
+        run_loop(FakeClients(), consumer=FakeConsumer([[fenced]]))
+    assert "group.instance.id" in str(got.value) and "was fenced" in str(got.value)
+    other = Message(error=KafkaError(KafkaError._FATAL, "Fatal consumer error: something else"))
+    with pytest.raises(InfrastructureError, match="something else"):
+        run_loop(FakeClients(), consumer=FakeConsumer([[other]]))
+
+
 def test_rewinding_waits_out_the_broker_and_seeks_to_the_committed_offsets() -> None:
     cons = FakeConsumer()
     cons.committed_errors = [KafkaError(KafkaError._TRANSPORT), KafkaError(KafkaError._TIMED_OUT)]
