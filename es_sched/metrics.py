@@ -18,6 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, TypeVar
 
+from confluent_kafka import KafkaException
+
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
 
@@ -191,11 +193,14 @@ class LagGauge:
         lag: dict[str, int] = {}
         for tp in consumer.position(consumer.assignment()):
             lag.setdefault(tp.topic, 0)
-            marks = (
-                consumer.get_watermark_offsets(tp, cached=True)
-                if cached
-                else consumer.get_watermark_offsets(tp, timeout=1.0)
-            )
+            try:
+                marks = (
+                    consumer.get_watermark_offsets(tp, cached=True)
+                    if cached
+                    else consumer.get_watermark_offsets(tp, timeout=1.0)
+                )
+            except KafkaException:  # the broker is away: a metric never stops its role
+                continue
             if marks is not None and tp.offset >= 0 and marks[1] > tp.offset:
                 lag[tp.topic] += int(marks[1]) - tp.offset
         for topic, n in lag.items():

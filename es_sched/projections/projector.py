@@ -34,6 +34,7 @@ from es_sched.domain.events import Event
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients, watermarks
 from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.failures import Stopped, retrying
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
 from es_sched.projections import views
@@ -67,6 +68,7 @@ class Projector:
         self.partition_of: dict[str, int] = {}
         self.next_offset: dict[int, int] = {}  # the store's checkpoints, kept current
         self.started = threading.Event()
+        self._stop = threading.Event()  # run() shares the role's
         r = registry or Registry()
         labels = {"projection": store.name}
         self.labels = labels
@@ -87,6 +89,7 @@ class Projector:
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         ensure_topics(self.bootstrap, self.topics)
         self.producer = self.clients.producer()
         self.consumer: Consumer = self.clients.consumer(
@@ -101,6 +104,8 @@ class Projector:
                 if msgs:
                     self.project(msgs, stop)
                 self._export(self.lag.update(self.consumer))
+        except Stopped:  # stopped while a rebalance callback waited for the broker
+            log.info("projector %s: stopped while waiting for Kafka", self.store.name)
         finally:
             self.consumer.close()
             self.producer.flush(10)
@@ -145,7 +150,11 @@ class Projector:
         nothing (a fresh group) or ahead of them (a store rebuilt or restored)."""
         parts = [tp.partition for tp in partitions]
         stored = self.retry(lambda: self.store.checkpoints(self.topic, parts), None, poll=False)
-        committed = {tp.partition: tp.offset for tp in cons.committed(partitions, timeout=30)}
+        # Retried through a broker outage (a raise here would escape consume() and stop the
+        # role); only the stop flag ends the wait.
+        committed = {tp.partition: tp.offset for tp in retrying(
+            lambda: cons.committed(partitions, timeout=10), "reading committed offsets", self._stop
+        )}  # fmt: skip
         for tp in partitions:
             checkpoint = stored.get(tp.partition)
             self.next_offset[tp.partition] = checkpoint or 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import deque
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from es_sched.serialization import encode_input, wire
 log = logging.getLogger(__name__)
 HANDED_BACK = "worker shutting down; handed back"
 MAX_REASON = 1900  # the decider's schema allows 2000 characters
+ENDS_RENEW_S = 3.0  # the least time between two replacements of the "end" client
 OFFSET_UNSET = -1001  # librdkafka's OFFSET_INVALID: the group has no committed position
 _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not elected yet
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -184,10 +186,12 @@ class AssignmentReader:
         self.topic, self.worker_id, self.group = topic, worker_id, group
         self.partition = -1
         self.paused = False
+        self._bootstrap = bootstrap
         self._consumer = consumer(bootstrap, group)
         # Asks where the partition ends. Not the reading client: the broker answers requests
         # of one connection in order, so its query would wait out the fetch long-poll.
         self._ends = consumer(bootstrap, None)
+        self._ends_renew_at = 0.0
         self._committed = OFFSET_UNSET
         self._next = OFFSET_UNSET  # the offset after the last record read
 
@@ -255,8 +259,25 @@ class AssignmentReader:
             _, high = self._ends.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
         except KafkaException as exc:
             log.warning("end of %s[%d] unknown: %s", self.topic, self.partition, exc)
+            if time.monotonic() >= self._ends_renew_at:
+                self._new_ends()
             return None
         return int(high)
+
+    def _new_ends(self) -> None:
+        """Replace the client that asks where the partition ends, after a failed query.
+
+        It only ever sends ListOffsets to the leader its metadata names, and nothing else it
+        does refreshes that metadata (no fetch, no produce; the periodic refresh is 5 min):
+        once a broker that led the partition is gone (kill -9 of one node of three) it would
+        ask the dead node forever, and the worker, which starts no task before it has read up
+        to that end, would stall for good. That was the three-node test's 1-in-6 failure. A
+        new client bootstraps and looks the leader up afresh; at most every ENDS_RENEW_S, so a
+        whole-cluster outage does not churn clients.
+        """
+        old, self._ends = self._ends, consumer(self._bootstrap, None)
+        self._ends_renew_at = time.monotonic() + ENDS_RENEW_S
+        old.close()
 
     def position(self) -> int:
         """The next offset to read (past any transaction markers the client skipped)."""
