@@ -1,0 +1,191 @@
+"""Process faults on the whole system under load (issue 13 item 4): every role its own process
+(``tests.integration.fault_harness``), 1,000+ workflows in flight at each fault, counted from
+the log at the moment the fault fired.
+
+One system, the faults in turn:
+
+1. kill -9 of the decider, the timer service, the retry relay, the dispatcher and each
+   projector, each restarted at once as a supervisor would. What proves the kill: the process
+   ended by SIGKILL, and it was doing work (that role's output in the seconds before). Recovery:
+   restart -> the role's first new output (an event; a timer fire; a retry fire; an assignment
+   record; the projector's checkpoint moving).
+2. kill -9 of a worker that is not restarted. Proof: tasks leased to it were unfinished at the
+   kill; each was leased again to another worker and finished. Recovery: kill -> the first of
+   them leased to another worker.
+3. A zombie decider: a second decider (another instance id) shares the partitions; the first is
+   SIGSTOPped past the 10 s session timeout, the second takes all partitions, then SIGCONT. Proof:
+   the second restored the zombie's partitions while it was stopped, and the zombie's log shows
+   its transaction aborted for the lost group generation (KIP-447) before it rejoined.
+4. A third decider started with the zombie's instance id fences it at once: the fenced process
+   stops saying so. Proof: its log line and its exit.
+5. PostgreSQL and the search engine stopped for the projectors (their forwarders taken down):
+   both projectors report the store down and a growing lag while workflows keep completing,
+   then resume. Proof: ``es_sched_projector_store_up`` 0 and the consumer lag scraped from
+   both; I4 at the end shows nothing was lost or regressed.
+
+The test ends when every workflow completed, with the audit checker's invariants over the log
+(I1-I3, I5) and over both read models (I4), and records one row per fault.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from tests.integration.fault_harness import ROLES, System, system
+from tests.integration.runtime_harness import assert_log_invariants
+from tests.support import fault_report
+from tests.support.net import metric, scrape
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.integration
+AT_LEAST = 1000
+
+
+def restored(log: str) -> set[int]:
+    return {int(n) for n in re.findall(r"restored partition (\d+):", log)}
+
+
+def kill_and_restart(s: System, name: str) -> tuple[int, str, str]:
+    """kill -9 of ``name`` with 1,000+ in flight, a restart; (in flight, proof, recovery)."""
+    s.top_up(AT_LEAST)
+    probe = s.output_probe(name)
+    before = time.time()
+    wait_until(lambda: probe(before) is not None, 120, f"{name} at work before its kill")
+    in_flight = s.kill(name)
+    killed = time.time()
+    s.start(name)
+    restarted = time.time()
+    took = s.recovered(name, restarted)
+    proof = f"pid {s.roles[name].proc.pid} restarted; killed by SIGKILL while producing output"
+    return (
+        in_flight,
+        proof,
+        f"first new output {took:.1f} s after the restart "
+        f"({took + restarted - killed:.1f} s after the kill)",
+    )
+
+
+def outage(s: System) -> tuple[str, int, str, str]:
+    """Both stores stopped for the projectors (their forwarders down) while workflows run."""
+    s.top_up(AT_LEAST)
+    ended_before = len(s.events.ended)
+    for proxy in s.proxies.values():
+        proxy.down()
+    in_flight = s.events.in_flight()
+    try:
+        for name, projection in (("projector-pg", "pg"), ("projector-search", "search")):
+            port = s.metrics_port[name]
+            wait_until(lambda p=port, j=projection: metric(  # type: ignore[misc]
+                scrape(p), "es_sched_projector_store_up", projection=j) == 0,
+                120, f"{name} to see its store down")  # fmt: skip
+        # Nothing else stopped: workflows keep finishing while both stores are down.
+        wait_until(lambda: len(s.events.ended) >= ended_before + 100, 180,
+                   "100 workflows to finish during the outage")  # fmt: skip
+        lags = {name: metric(scrape(s.metrics_port[name]), "es_sched_consumer_lag_records",
+                             role=name) for name in s.proxies}  # fmt: skip
+        assert all((lag or 0) > 0 for lag in lags.values()), lags
+        finished = len(s.events.ended) - ended_before
+    finally:
+        for proxy in s.proxies.values():
+            proxy.up()
+    back = time.time()
+    took = {name: s.recovered(name, back) for name in s.proxies}
+    return (
+        "PostgreSQL and the search engine stopped (for the projectors)", in_flight,
+        f"both projectors reported store_up 0 and lag {lags}; "
+        f"{finished} workflows completed meanwhile",
+        "projection resumed " + ", ".join(f"{n.removeprefix('projector-')} {t:.1f} s"
+                                           for n, t in took.items()) + " after the stores' return",
+    )  # fmt: skip
+
+
+def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
+    rows: list[tuple[str, int, str, str]] = []
+    with system(workers=3) as s:
+        s.submit(AT_LEAST + 150)
+        for name in ROLES:
+            in_flight, proof, recovery = kill_and_restart(s, name)
+            assert in_flight >= AT_LEAST
+            rows.append((f"kill -9 {name} (restarted)", in_flight, proof, recovery))
+
+        # A worker, not restarted: what it held is taken back and done by another.
+        s.top_up(AT_LEAST)
+        wait_until(lambda: len(s.events.held_by("w0")) >= 3, 120, "w0 holding leases")
+        held = s.events.held_by("w0")
+        in_flight = s.kill("w0")
+        killed = time.time()
+        wait_until(lambda: not (held & s.events.held_by("w0")), 180,
+                   "the dead worker's tasks leased to another")  # fmt: skip
+        taken = [(t, w) for t, task, w in s.events.redispatched if task in held and t > killed]
+        assert taken and all(w != "w0" for _, w in taken), taken
+        wait_until(lambda: held <= s.events.finished, 180, "the taken-back tasks finished")
+        rows.append((
+            "kill -9 worker (not restarted)", in_flight,
+            f"{len(held)} tasks leased to it unfinished at the kill; all leased again to "
+            f"{sorted({w for _, w in taken})} and finished",
+            f"first taken back {min(t for t, _ in taken) - killed:.1f} s after the kill",
+        ))  # fmt: skip
+
+        # A zombie decider: a second instance shares the partitions, the first is stopped.
+        zombie = s.roles["decider"]
+        mark = len(zombie.text())
+        other = s.start("decider-b", "decider", ES_SCHED_RUN_INSTANCE="b")
+        s.top_up(AT_LEAST)
+        since = lambda: zombie.text()[mark:]  # noqa: E731
+        wait_until(lambda: restored(other.text()) | restored(since()) == set(range(4)), 120,
+                   "the two deciders to share the partitions")  # fmt: skip
+        mine = restored(since())
+        assert mine and mine != set(range(4)), mine
+        mark, other_mark = len(zombie.text()), len(other.text())
+        zombie.proc.send_signal(signal.SIGSTOP)
+        stopped = time.time()
+        in_flight = s.events.in_flight()
+        try:
+            wait_until(lambda: mine <= restored(other.text()[other_mark:]), 120,
+                       "decider b to take the zombie's partitions")  # fmt: skip
+            took_over = time.time() - stopped
+        finally:
+            zombie.proc.send_signal(signal.SIGCONT)
+        woke = time.time()
+        wait_until(lambda: "restored partition" in since(), 120,
+                   lambda: f"the zombie to rejoin: {since()[-3000:]}")  # fmt: skip
+        fenced = [line for line in since().splitlines() if "transaction aborted" in line]
+        assert fenced, since()[-3000:]
+        rows.append((
+            "zombie decider (SIGSTOP past the session timeout, SIGCONT)", in_flight,
+            f"decider b restored the zombie's partitions {sorted(mine)} "
+            f"{took_over:.1f} s after the SIGSTOP; the zombie, continued: "
+            + fenced[0].split(": ", 1)[-1][:200],
+            f"zombie rejoined {time.time() - woke:.1f} s after SIGCONT",
+        ))  # fmt: skip
+
+        # A twin: a third decider with the zombie's instance id fences it at once.
+        s.top_up(AT_LEAST)
+        in_flight = s.events.in_flight()
+        started = time.time()
+        s.start("decider-twin", "decider")  # the default instance id, the zombie's
+        zombie.proc.wait(120)
+        fenced_after = time.time() - started
+        text = zombie.text()
+        assert zombie.proc.returncode != 0
+        assert f"transactional.id '{s.env.prefix}-decider-0' was fenced" in text
+        assert "ES_SCHED_RUN_INSTANCE must be unique" in text
+        rows.append((
+            "second decider process with the same instance id", in_flight,
+            "the first logged its transactional.id fenced and exited "
+            f"{zombie.proc.returncode}",
+            f"first stopped {fenced_after:.1f} s after the twin started",
+        ))  # fmt: skip
+
+        wait_until(s.all_ended, 420, lambda: f"every workflow to end "
+                   f"({len(s.submitted - s.events.ended)} open)")  # fmt: skip
+        assert_log_invariants(s.env, s.submitted, read_models=True)
+        total = len(s.submitted)
+    for fault, in_flight, proof, recovery in rows:
+        fault_report.record(fault_report.Row(
+            fault, in_flight, proof, f"I1-I5 clean ({total:,} workflows)", recovery,
+        ))  # fmt: skip
