@@ -228,12 +228,13 @@ class System:
         self.submitted |= {s.workflow_id for s in self.env.submit("fault_flow", inputs)}
 
     def top_up(self, at_least: int = 1000, margin: int = 150) -> int:
-        """Submit enough to have ``at_least + margin`` in flight; wait for ``at_least``."""
+        """Submit enough to have ``at_least + margin`` in flight; wait for ``at_least`` and a
+        little more (a fault fired right after still finds ``at_least``)."""
         with self.events.lock:
             open_ = len(self.submitted - self.events.ended)
         if at_least + margin > open_:
             self.submit(at_least + margin - open_)
-        wait_until(lambda: self.events.in_flight() >= at_least, 180,
+        wait_until(lambda: self.events.in_flight() >= at_least + 20, 180,
                    lambda: f"{at_least} in flight (have {self.events.in_flight()})")  # fmt: skip
         return self.events.in_flight()
 

@@ -12,12 +12,14 @@ One system, the faults in turn:
 2. kill -9 of a worker that is not restarted. Proof: tasks leased to it were unfinished at the
    kill; each was leased again to another worker and finished. Recovery: kill -> the first of
    them leased to another worker.
-3. A zombie decider: a second decider (another instance id) shares the partitions; the first is
-   SIGSTOPped past the 10 s session timeout, the second takes all partitions, then SIGCONT. Proof:
-   the second restored the zombie's partitions while it was stopped, and the zombie's log shows
-   its transaction aborted for the lost group generation (KIP-447) before it rejoined.
-4. A third decider started with the zombie's instance id fences it at once: the fenced process
-   stops saying so. Proof: its log line and its exit.
+3. A zombie decider: a second decider (another instance id) shares the partitions. It runs
+   with ``tests.integration.faulty_role``'s pause inside an open transaction (its records
+   flushed, uncommitted): the test SIGSTOPs it there, past the 10 s session timeout, until the
+   first decider took its partitions, then SIGCONT. Proof: the other decider restored the
+   zombie's partitions while it was stopped, and the zombie's log shows that transaction
+   aborted (its offsets refused for the group generation it lost: KIP-447) before it rejoined.
+4. A decider started with the first decider's instance id fences it at once: the fenced
+   process stops saying so. Proof: its log line and its exit.
 5. PostgreSQL and the search engine stopped for the projectors (their forwarders taken down):
    both projectors report the store down and a growing lag while workflows keep completing,
    then resume. Proof: ``es_sched_projector_store_up`` 0 and the consumer lag scraped from
@@ -36,7 +38,8 @@ import time
 import pytest
 
 from tests.integration.fault_harness import ROLES, System, system
-from tests.integration.runtime_harness import assert_log_invariants
+from tests.integration.faulty_role import MODULE
+from tests.integration.runtime_harness import Role, assert_log_invariants
 from tests.support import fault_report
 from tests.support.net import metric, scrape
 from tests.support.wait import wait_until
@@ -49,24 +52,45 @@ def restored(log: str) -> set[int]:
     return {int(n) for n in re.findall(r"restored partition (\d+):", log)}
 
 
+def owned(log: str) -> set[int]:
+    """The partitions a decider's log says it holds now."""
+    have: set[int] = set()
+    for line in log.splitlines():
+        if m := re.search(r"restored partition (\d+):", line):
+            have.add(int(m[1]))
+        elif m := re.search(r"revoked partitions \[([\d, ]*)\]", line):
+            have -= {int(n) for n in m[1].split(",") if n.strip()}
+    return have
+
+
 def kill_and_restart(s: System, name: str) -> tuple[int, str, str]:
     """kill -9 of ``name`` with 1,000+ in flight, a restart; (in flight, proof, recovery)."""
-    s.top_up(AT_LEAST)
     probe = s.output_probe(name)
     before = time.time()
     wait_until(lambda: probe(before) is not None, 120, f"{name} at work before its kill")
+    s.top_up(AT_LEAST)
+    pid = s.roles[name].proc.pid
     in_flight = s.kill(name)
     killed = time.time()
     s.start(name)
     restarted = time.time()
     took = s.recovered(name, restarted)
-    proof = f"pid {s.roles[name].proc.pid} restarted; killed by SIGKILL while producing output"
+    proof = f"pid {pid}, at work, ended by SIGKILL; restarted as pid {s.roles[name].proc.pid}"
     return (
         in_flight,
         proof,
         f"first new output {took:.1f} s after the restart "
         f"({took + restarted - killed:.1f} s after the kill)",
     )
+
+
+class Rows(list[tuple[str, int, str, str]]):
+    """The faults' rows, printed as they come (the figures of a run that fails later)."""
+
+    def append(self, row: tuple[str, int, str, str]) -> None:
+        print(f"fault row: {row}")
+        assert row[1] >= AT_LEAST, f"only {row[1]} workflows in flight at {row[0]}"
+        super().append(row)
 
 
 def outage(s: System) -> tuple[str, int, str, str]:
@@ -104,18 +128,18 @@ def outage(s: System) -> tuple[str, int, str, str]:
 
 
 def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
-    rows: list[tuple[str, int, str, str]] = []
+    rows = Rows()
     with system(workers=3) as s:
         s.submit(AT_LEAST + 150)
         for name in ROLES:
             in_flight, proof, recovery = kill_and_restart(s, name)
-            assert in_flight >= AT_LEAST
             rows.append((f"kill -9 {name} (restarted)", in_flight, proof, recovery))
 
         # A worker, not restarted: what it held is taken back and done by another.
-        s.top_up(AT_LEAST)
         wait_until(lambda: len(s.events.held_by("w0")) >= 3, 120, "w0 holding leases")
+        s.top_up(AT_LEAST)
         held = s.events.held_by("w0")
+        assert held
         in_flight = s.kill("w0")
         killed = time.time()
         wait_until(lambda: not (held & s.events.held_by("w0")), 180,
@@ -130,36 +154,41 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
             f"first taken back {min(t for t, _ in taken) - killed:.1f} s after the kill",
         ))  # fmt: skip
 
-        # A zombie decider: a second instance shares the partitions, the first is stopped.
-        zombie = s.roles["decider"]
-        mark = len(zombie.text())
-        other = s.start("decider-b", "decider", ES_SCHED_RUN_INSTANCE="b")
-        s.top_up(AT_LEAST)
-        since = lambda: zombie.text()[mark:]  # noqa: E731
-        wait_until(lambda: restored(other.text()) | restored(since()) == set(range(4)), 120,
-                   "the two deciders to share the partitions")  # fmt: skip
-        mine = restored(since())
-        assert mine and mine != set(range(4)), mine
-        mark, other_mark = len(zombie.text()), len(other.text())
+        # A zombie decider: a second decider (instance "z") shares the partitions; it is
+        # stopped inside an open transaction, past the session timeout.
+        main = s.roles["decider"]
+        s.top_up(AT_LEAST, margin=400)  # the zombie's 30th transaction is seconds away
+        zombie = s.roles["decider-z"] = Role(
+            s.env, "decider-z", ["--role", "decider", "--pause-after-txns", "30",
+                                 "--pause-s", "10"],
+            module=MODULE, ES_SCHED_RUN_INSTANCE="z",
+        )  # fmt: skip
+        zombie.wait_log("fault: transaction open with records flushed", 180)
         zombie.proc.send_signal(signal.SIGSTOP)
         stopped = time.time()
         in_flight = s.events.in_flight()
+        mine, mark, main_mark = owned(zombie.text()), len(zombie.text()), len(main.text())
+        assert mine and mine != set(range(4)), mine
         try:
-            wait_until(lambda: mine <= restored(other.text()[other_mark:]), 120,
-                       "decider b to take the zombie's partitions")  # fmt: skip
+            wait_until(lambda: mine <= restored(main.text()[main_mark:]), 120,
+                       "the other decider to take the zombie's partitions")  # fmt: skip
             took_over = time.time() - stopped
         finally:
             zombie.proc.send_signal(signal.SIGCONT)
         woke = time.time()
-        wait_until(lambda: "restored partition" in since(), 120,
-                   lambda: f"the zombie to rejoin: {since()[-3000:]}")  # fmt: skip
-        fenced = [line for line in since().splitlines() if "transaction aborted" in line]
-        assert fenced, since()[-3000:]
+
+        def since() -> str:
+            return zombie.text()[mark:]
+
+        wait_until(lambda: "restored partition" in since().partition("transaction aborted")[2],
+                   120, lambda: f"the zombie fenced, then back: {since()[-3000:]}")  # fmt: skip
+        [aborted, *_] = [line for line in since().splitlines() if "transaction aborted" in line]
         rows.append((
-            "zombie decider (SIGSTOP past the session timeout, SIGCONT)", in_flight,
-            f"decider b restored the zombie's partitions {sorted(mine)} "
+            "zombie decider (SIGSTOP in an open transaction past the session timeout, SIGCONT)",
+            in_flight,
+            f"the other decider restored the zombie's partitions {sorted(mine)} "
             f"{took_over:.1f} s after the SIGSTOP; the zombie, continued: "
-            + fenced[0].split(": ", 1)[-1][:200],
+            + aborted.split(": ", 1)[-1][:200],
             f"zombie rejoined {time.time() - woke:.1f} s after SIGCONT",
         ))  # fmt: skip
 
@@ -167,17 +196,17 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         s.top_up(AT_LEAST)
         in_flight = s.events.in_flight()
         started = time.time()
-        s.start("decider-twin", "decider")  # the default instance id, the zombie's
-        zombie.proc.wait(120)
+        s.start("decider-twin", "decider")  # the default instance id, the first decider's
+        main.proc.wait(120)
         fenced_after = time.time() - started
-        text = zombie.text()
-        assert zombie.proc.returncode != 0
+        text = main.text()
+        assert main.proc.returncode != 0
         assert f"transactional.id '{s.env.prefix}-decider-0' was fenced" in text
         assert "ES_SCHED_RUN_INSTANCE must be unique" in text
         rows.append((
             "second decider process with the same instance id", in_flight,
             "the first logged its transactional.id fenced and exited "
-            f"{zombie.proc.returncode}",
+            f"{main.proc.returncode}",
             f"first stopped {fenced_after:.1f} s after the twin started",
         ))  # fmt: skip
 
