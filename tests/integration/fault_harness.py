@@ -12,7 +12,7 @@ without stopping the stores other tests share; each projector serves its metrics
 
 What the test reads, it reads from the log: ``EventTail`` follows the events topic (which
 workflows started and ended, which worker each task was leased to) and ``FireTail`` the timer
-and retry fires on the commands topic, each record with the time it arrived, so the number in
+and retry fires on the commands topic, each record with the time it was written, so the number in
 flight at a fault and the time to the first new output of a restarted role are facts of the
 log, not guesses.
 """
@@ -65,7 +65,8 @@ TERMINAL = ("workflow.completed", "workflow.ended")
 
 
 class _Tail:
-    """Every record of ``topic`` from offset 0 (read_committed), decoded by ``on``, in a thread."""
+    """Every record of ``topic`` from offset 0 (read_committed), decoded by ``on`` with its
+    create time (this host's clock: its producer runs here), in a thread."""
 
     def __init__(self, env: Env, topic: str) -> None:
         self.env, self.topic = env, topic
@@ -81,8 +82,8 @@ class _Tail:
             while not self.stop.is_set():
                 for msg in cons.consume(1000, 0.1):
                     if msg.error() is None and msg.value():
-                        with self.lock:
-                            self.on(time.time(), msg.value() or b"")
+                        with self.lock:  # when its producer wrote it (not when read here)
+                            self.on(msg.timestamp()[1] / 1000, msg.value() or b"")
         finally:
             cons.close()
 
@@ -102,13 +103,13 @@ class EventTail(_Tail):
         self.ended: set[str] = set()
         self.holder: dict[str, str] = {}  # task id -> worker of its latest lease
         self.finished: set[str] = set()  # task ids completed or failed
-        self.redispatched: list[tuple[float, str, str]] = []  # (arrival, task id, worker)
-        self.arrivals: list[float] = []
+        self.redispatched: list[tuple[float, str, str]] = []  # (written, task id, worker)
+        self.written: list[float] = []
         super().__init__(env, env.topics.events)
 
     def on(self, now: float, value: bytes) -> None:
         event = decode_event(value)
-        self.arrivals.append(now)
+        self.written.append(now)
         p = event.payload
         if event.type == "workflow.started":
             self.started.add(event.workflow_id)
@@ -127,7 +128,7 @@ class EventTail(_Tail):
 
     def first_after(self, at: float) -> float | None:
         with self.lock:
-            return next((t for t in self.arrivals if t > at), None)
+            return next((t for t in self.written if t > at), None)
 
     def held_by(self, worker: str) -> set[str]:
         """Tasks whose latest lease is ``worker``'s and that have not finished."""
@@ -136,10 +137,10 @@ class EventTail(_Tail):
 
 
 class FireTail(_Tail):
-    """Timer fires on the commands topic (``timer.fired``), by kind, with their arrival."""
+    """Timer fires on the commands topic (``timer.fired``), by kind, with their create time."""
 
     def __init__(self, env: Env) -> None:
-        self.fires: list[tuple[float, str]] = []  # (arrival, kind)
+        self.fires: list[tuple[float, str]] = []  # (written, kind)
         super().__init__(env, env.topics.commands)
 
     def on(self, now: float, value: bytes) -> None:

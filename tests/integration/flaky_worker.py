@@ -1,5 +1,5 @@
 """A worker process for the fault tests: ``fault.step`` takes ``FLAKY_WORKER_STEP_S`` (default
-0.2 s, so a killed worker holds leases) and echoes its input; ``fault.flaky`` fails its first
+0.5 s, so a killed worker holds leases) and echoes its input; ``fault.flaky`` fails its first
 attempt when its input says ``fail`` (non-terminally: the task's retry delay sends it through
 the retry relay) and echoes on later ones. Everything else is what ``es-sched worker --noop``
 does; the failing first attempt is the one thing the no-op worker cannot do.
@@ -23,7 +23,7 @@ from es_sched.workers import TaskContext, TaskFailure, Worker, discover
 
 def main() -> None:
     logging.basicConfig(level="INFO", format="%(asctime)s %(name)s: %(message)s")
-    pause = float(os.environ.get("FLAKY_WORKER_STEP_S", "0.2"))
+    pause = float(os.environ.get("FLAKY_WORKER_STEP_S", "0.5"))
     # No-op tasks use nothing: declare room for many at once, as bench/e2e.py's workers do.
     capacity = replace(discover(), cpu=128.0, memory_mb=262144)
     worker = Worker(pool="default", version="1.0", worker_id=sys.argv[1], concurrency=32,

@@ -136,10 +136,9 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
             rows.append((f"kill -9 {name} (restarted)", in_flight, proof, recovery))
 
         # A worker, not restarted: what it held is taken back and done by another.
-        wait_until(lambda: len(s.events.held_by("w0")) >= 3, 120, "w0 holding leases")
         s.top_up(AT_LEAST)
+        wait_until(lambda: len(s.events.held_by("w0")) >= 3, 120, "w0 holding leases")
         held = s.events.held_by("w0")
-        assert held
         in_flight = s.kill("w0")
         killed = time.time()
         wait_until(lambda: not (held & s.events.held_by("w0")), 180,
@@ -149,8 +148,8 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         wait_until(lambda: held <= s.events.finished, 180, "the taken-back tasks finished")
         rows.append((
             "kill -9 worker (not restarted)", in_flight,
-            f"{len(held)} tasks leased to it unfinished at the kill; all leased again to "
-            f"{sorted({w for _, w in taken})} and finished",
+            f"{len(held)} tasks leased to it unfinished at the kill; {len(taken)} leased "
+            f"again to {sorted({w for _, w in taken})}, all finished",
             f"first taken back {min(t for t, _ in taken) - killed:.1f} s after the kill",
         ))  # fmt: skip
 
