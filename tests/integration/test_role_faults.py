@@ -200,7 +200,7 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
             f"zombie rejoined {time.time() - woke:.1f} s after SIGCONT",
         ))  # fmt: skip
 
-        # A twin: a third decider with the zombie's instance id fences it at once.
+        # A twin: a decider started with the first decider's instance id fences it at once.
         s.top_up(AT_LEAST)
         in_flight = s.events.in_flight()
         started = time.time()
@@ -217,6 +217,8 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
             f"{main.proc.returncode}",
             f"first stopped {fenced_after:.1f} s after the twin started",
         ))  # fmt: skip
+
+        rows.append(outage(s))
 
         wait_until(s.all_ended, 420, lambda: f"every workflow to end "
                    f"({len(s.submitted - s.events.ended)} open)")  # fmt: skip
