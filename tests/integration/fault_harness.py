@@ -229,14 +229,20 @@ class System:
         self.submitted |= {s.workflow_id for s in self.env.submit("fault_flow", inputs)}
 
     def top_up(self, at_least: int = 1000, margin: int = 150) -> int:
-        """Submit enough to have ``at_least + margin`` in flight; wait for ``at_least`` and a
-        little more (a fault fired right after still finds ``at_least``)."""
-        with self.events.lock:
-            open_ = len(self.submitted - self.events.ended)
-        if at_least + margin > open_:
-            self.submit(at_least + margin - open_)
-        wait_until(lambda: self.events.in_flight() >= at_least + 20, 180,
-                   lambda: f"{at_least} in flight (have {self.events.in_flight()})")  # fmt: skip
+        """Keep ``at_least + margin`` workflows submitted and not ended (submitting again as
+        they end) until ``at_least`` and a little more are in flight: a fault fired right
+        after still finds ``at_least``. A single submission is not enough on a slow machine:
+        workflows end while the new ones wait to start."""
+
+        def enough() -> bool:
+            with self.events.lock:
+                open_ = len(self.submitted - self.events.ended)
+            if open_ < at_least + margin:
+                self.submit(at_least + margin - open_)
+            return self.events.in_flight() >= at_least + 20
+
+        wait_until(enough, 180, lambda: f"{at_least} in flight (have "
+                   f"{self.events.in_flight()})", every_s=0.5)  # fmt: skip
         return self.events.in_flight()
 
     def all_ended(self) -> bool:
