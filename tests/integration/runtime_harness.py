@@ -37,6 +37,7 @@ from es_sched.domain.refusals import is_refusal
 from es_sched.domain.state import WORKFLOW_TERMINAL
 from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
+from es_sched.projections.replay import projected
 from es_sched.serialization import decode_event, encode_input
 from es_sched.serialization.records import decode_ready
 from es_sched.settings import Settings
@@ -44,7 +45,7 @@ from tests.support import ROOT
 from tests.support.cli import es_sched
 from tests.support.kafka import read_to_end
 from tests.support.settings import BOOTSTRAP, private_vars, settings_with, unique_name
-from tests.support.wait import wait_for_log
+from tests.support.wait import wait_for_log, wait_until
 
 MEDIA = (ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_taskdefs.json")
 
@@ -254,13 +255,19 @@ def count_records(env: Env, topic: str, isolation: str) -> int:
     return len(read_to_end(topic, isolation, bootstrap=env.bootstrap))
 
 
-def assert_log_invariants(env: Env, ids: set[str], status: str = "COMPLETED") -> None:
+def assert_log_invariants(
+    env: Env, ids: set[str], status: str = "COMPLETED", read_models: bool = False
+) -> None:
     """The invariants every fault test ends on, checked by ``es-sched audit check``'s own
     rules (``es_sched.audit``: I1 no lost work, I2 seq 1..n once each, I3 one accepted outcome
     per attempt from the live lease, I5 decide over the recorded inputs gives the recorded
     events), the system declared idle when ``status`` is terminal; and what the test expects:
     exactly the workflows ``ids`` have a history (none lost, none invented), each folded to
-    ``status``. Refusals outside any history (ADR 11) are no workflow's history."""
+    ``status``. Refusals outside any history (ADR 11) are no workflow's history.
+
+    ``read_models``: projectors ran, so I4 too: once both read models have projected the whole
+    log, ``es-sched audit check`` compares every workflow of PostgreSQL and of the search
+    engine with the fold of the log, and finds them all equal."""
     report = check(read_log(env.settings), WORKFLOW_TERMINAL.__contains__(status),
                    bootstrap.script_engine())  # fmt: skip
     assert report.ok, "\n".join(v.line() for v in report.violations[:20])
@@ -268,6 +275,37 @@ def assert_log_invariants(env: Env, ids: set[str], status: str = "COMPLETED") ->
     assert have == ids, f"missing {sorted(ids - have)[:5]}, extra {sorted(have - ids)[:5]}"
     wrong = {wf: st.status for wf, st in report.states.items() if st.status != status}
     assert not wrong, f"not {status}: {dict(list(wrong.items())[:5])}"
+    if read_models:
+        assert_read_models(env, len(ids))
+
+
+def read_models_caught_up(env: Env) -> bool:
+    """Both read models reflect every event of the log (their checkpoints reach its end)."""
+    ends: dict[int, int] = {}
+    for m in read_to_end(env.topics.events, "read_committed", bootstrap=env.bootstrap):
+        ends[m.partition() or 0] = max(ends.get(m.partition() or 0, 0), (m.offset() or 0) + 1)
+    for target in ("pg", "search"):
+        store = bootstrap.store(env.settings, target)
+        try:
+            have = projected(store, env.topics.events, sorted(ends)) or {}
+        finally:
+            store.close()
+        if any(have.get(p, 0) < end for p, end in ends.items()):
+            return False
+    return bool(ends)
+
+
+def assert_read_models(env: Env, workflows: int, timeout_s: float = 300) -> None:
+    """I4 by ``es-sched audit check --idle``, as an operator runs it, once both read models
+    caught up: no violation, and all ``workflows`` compared in PostgreSQL and in search."""
+    wait_until(lambda: read_models_caught_up(env), timeout_s, "both read models caught up")
+    done = es_sched("audit", "check", "--prefix", env.prefix, "--idle", "--json", env=env.vars,
+                    timeout_s=600)  # fmt: skip
+    assert done.stdout, done.stderr
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["violations"][:20]) == (0, []), report["counts"]
+    compared = (report["counts"]["I4_compared_pg"], report["counts"]["I4_compared_search"])
+    assert compared == (workflows, workflows), report["counts"]
 
 
 def histories(env: Env) -> dict[str, list[Event]]:
