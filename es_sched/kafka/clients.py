@@ -9,7 +9,7 @@
 - ``read_partition()``: read one partition from the beginning to its current end (compacted
   topics); ``read_partitions()`` reads several of one topic together, with one consumer (the
   decider's changelog restore: ADR 21).
-- ``static_member()``: the consumer settings of static group membership (KIP-345, ADR 21).
+- static group membership (KIP-345, ADR 21) and its fencing rule live in ``kafka/static.py``.
 - ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
   it and hands it to the roles; it is the seam where a test passes clients that misbehave on
   purpose (a producer that pauses inside an open transaction or raises a chosen
@@ -106,18 +106,6 @@ def watermarks(c: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tupl
             time.sleep(0.2)
 
 
-def static_member(instance_id: str, enabled: bool) -> dict[str, Any]:
-    """Consumer settings for static group membership (KIP-345, ADR 21), or none when disabled.
-
-    A static member rejoining under the same ``group.instance.id`` takes over its predecessor's
-    membership and assignment without a rebalance, so a restarted process does not wait out the
-    dead one's session. It also never sends LeaveGroup: a closed static member keeps its
-    partitions until it comes back or ``session.timeout.ms`` passes. A second live process with
-    the same id fences the first (FENCED_INSTANCE_ID: ``failures.instance_fenced``).
-    """
-    return {"group.instance.id": instance_id} if enabled else {}
-
-
 def read_partition(
     bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
 ) -> Iterator[Message]:
@@ -149,6 +137,8 @@ def read_partitions(
     probe = consumer(bootstrap, None, **{"isolation.level": "read_uncommitted"})
     try:
         bounds = {tp.partition: watermarks(probe, tp, timeout_s) for tp in wanted}
+    except KafkaException as exc:  # InfrastructureError: the callers wait out an outage
+        raise InfrastructureError(f"reading the ends of {topic}: {exc}") from exc
     finally:
         probe.close()
     ends = {p: high for p, (low, high) in bounds.items() if high > low}

@@ -67,6 +67,7 @@ from es_sched.kafka.failures import (
     instance_fenced,
     wait,
 )
+from es_sched.kafka.static import InstanceFenced
 from es_sched.metrics import Registry
 
 log = logging.getLogger(__name__)
@@ -205,8 +206,9 @@ class TransactionalLoop:
             err = msg.error()
             if err is None:
                 out.append(msg)
-            elif instance_fenced(err):
-                raise self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
+            elif instance_fenced(err):  # a twin or a self-fence: kafka/static.py tells them apart
+                fenced = self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
+                raise InstanceFenced(str(fenced))
             elif consumer_fatal(err):
                 raise InfrastructureError(f"{self.role} consumer: {err}")
             elif err.code() != KafkaError._PARTITION_EOF:

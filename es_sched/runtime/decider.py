@@ -57,10 +57,11 @@ from es_sched.domain.retention import answer_ended
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
-from es_sched.kafka.clients import KafkaClients, read_partitions, static_member
+from es_sched.kafka.clients import KafkaClients, read_partitions
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
+from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
@@ -96,6 +97,9 @@ class Decider:
         self.clients = clients or KafkaClients(self.bootstrap)
         self.group = f"{settings.kafka.topic_prefix}-decider"
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
+        self.member = StaticMember(
+            self.bootstrap, self.group, self.txn_id, settings.runtime.static_membership
+        )
         self.states: dict[str, WorkflowState] = {}
         self.partition_of: dict[str, int] = {}
         self.bundles_on: dict[int, set[str]] = {}  # definition bundles each partition holds
@@ -129,6 +133,14 @@ class Decider:
         ensure_topics(self.bootstrap, self.topics)
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()
+        try:
+            rejoining(stop, self.member, lambda: self._session(stop), self._drop_all)
+        finally:
+            self.registry.close()
+            log.info("decider %s stopped: %s", self.txn_id, self.stats)
+
+    def _session(self, stop: threading.Event) -> None:
+        """One group membership: a consumer subscribed, the loop until stopped (or fenced)."""
         self.consumer: Consumer = self.clients.consumer(
             self.group,
             # range: partition p of both input topics goes to one member (one changelog p).
@@ -136,7 +148,7 @@ class Decider:
             # member restarted under the same instance does not wait for it at all (ADR 21).
             **{"partition.assignment.strategy": "range", "session.timeout.ms": 10_000,
                "heartbeat.interval.ms": 2_000},
-            **static_member(self.txn_id, self.run_settings.static_membership),
+            **self.member.config(),
         )  # fmt: skip
         self.consumer.subscribe(
             [self.topics.commands, self.topics.task_results],
@@ -152,8 +164,9 @@ class Decider:
             )  # fmt: skip
         finally:
             self.consumer.close()
-            self.registry.close()
-            log.info("decider %s stopped: %s", self.txn_id, self.stats)
+
+    def _drop_all(self) -> None:
+        self._drop(set(range(self.topics.partitions)))
 
     def tick(self) -> None:
         if self.lag.update(self.consumer):  # once a second

@@ -35,8 +35,9 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from es_sched.domain.commands import FireTimer
 from es_sched.domain.timers import retry_input
 from es_sched.errors import SchemaError
-from es_sched.kafka.clients import KafkaClients, static_member
+from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import topics_for
 from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
@@ -179,7 +180,10 @@ class RetryRelay:
         self._tiers = [self._topics.retry(t) for t in self._topics.retry_tiers]
         prefix = settings.kafka.topic_prefix
         self._group, self._txn_id = f"{prefix}-retry", f"{prefix}-retry-{settings.runtime.instance}"
-        self._member = static_member(self._txn_id, settings.runtime.static_membership)
+        self._member = StaticMember(
+            settings.kafka.bootstrap_servers, self._group, self._txn_id,
+            settings.runtime.static_membership,
+        )  # fmt: skip
         self._clock = clock
         self._monotonic = monotonic
         self.bucket = TokenBucket(settings.runtime.retry_release_per_s, monotonic)
@@ -201,13 +205,20 @@ class RetryRelay:
     def run(self, stop: threading.Event) -> None:
         """Relay retries until ``stop`` is set; raises ``InfrastructureError`` if fenced or
         Kafka fails for good."""
-        self._cons = cons = self._clients.consumer(self._group, **self._member)
+        rejoining(stop, self._member, lambda: self._session(stop), self._drop_all)
+
+    def _session(self, stop: threading.Event) -> None:
+        self._cons = cons = self._clients.consumer(self._group, **self._member.config())
         cons.subscribe(self._tiers, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         try:
             self._loop.run(stop, cons, self, MAX_DRAIN, TICK_S)
             self._report(cons, final=True)
         finally:
             cons.close()
+
+    def _drop_all(self) -> None:
+        every = [TopicPartition(t, p) for t in self._tiers for p in range(self._topics.partitions)]
+        self._on_revoke(self._cons, every)
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in partitions]

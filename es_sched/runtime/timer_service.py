@@ -48,9 +48,10 @@ from es_sched.domain.commands import FireTimer
 from es_sched.domain.timers import Timer, timer_input
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
-from es_sched.kafka.clients import KafkaClients, static_member
+from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.failures import wait
+from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import topics_for
 from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
@@ -179,7 +180,9 @@ class TimerService:
         prefix = settings.kafka.topic_prefix
         self._group = f"{prefix}-timers"
         self._txn_id = f"{prefix}-timers-{settings.runtime.instance}"
-        self._member = static_member(self._txn_id, settings.runtime.static_membership)
+        self._member = StaticMember(
+            self._bootstrap, self._group, self._txn_id, settings.runtime.static_membership
+        )
         self._clock = clock
         self.heap = TimerHeap()
         self._poison: dict[str, tuple[Message, SchemaError]] = {}
@@ -197,13 +200,20 @@ class TimerService:
         """Fire timers until ``stop`` is set; raises ``InfrastructureError`` if fenced or Kafka
         fails for good."""
         self._stop = stop
-        self._cons = cons = self._clients.consumer(self._group, **self._member)
+        rejoining(stop, self._member, lambda: self._session(stop), self._drop_all)
+
+    def _session(self, stop: threading.Event) -> None:
+        self._cons = cons = self._clients.consumer(self._group, **self._member.config())
         revoke = self._on_revoke
         cons.subscribe([self._topics.timers], self._on_assign, revoke, on_lost=revoke)
         try:
             self._loop.run(stop, cons, self, MAX_DRAIN, TICK_S)
         finally:
             cons.close()
+
+    def _drop_all(self) -> None:
+        every = range(self._topics.partitions)
+        self._on_revoke(self._cons, [TopicPartition(self._topics.timers, p) for p in every])
 
     def tick(self) -> None:
         if self.lag.update(self._cons):

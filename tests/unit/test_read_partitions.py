@@ -1,0 +1,38 @@
+"""kafka/clients.read_partitions: a broker outage is an ``InfrastructureError`` the callers (the
+decider's and timers' restore, the dispatcher's lease journal) wait out, never a bare
+``KafkaException`` that stops the role (seen: the dispatcher stopped on ``_UNKNOWN_PARTITION``
+from the ends query when its partitions came back after a broker SIGSTOP)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from es_sched.errors import InfrastructureError
+from es_sched.kafka import clients
+
+
+class Unreachable:
+    closed = False
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "Unknown partition"))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_ends_query_failing_is_an_infrastructure_error_and_closes_the_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    probe = Unreachable()
+
+    def consumer(*_: Any, **__: Any) -> Unreachable:
+        return probe
+
+    monkeypatch.setattr(clients, "consumer", consumer)
+    with pytest.raises(InfrastructureError, match=r"reading the ends of t.leases: .*Unknown"):
+        list(clients.read_partitions("b:1", "t.leases", [0, 1], timeout_s=0.3))
+    assert probe.closed
