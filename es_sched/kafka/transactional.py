@@ -67,7 +67,7 @@ from es_sched.kafka.failures import (
     instance_fenced,
     wait,
 )
-from es_sched.kafka.static import InstanceFenced
+from es_sched.kafka.static import TROUBLE_WINDOW_S, InstanceFenced
 from es_sched.metrics import Registry
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,7 @@ class TransactionalLoop:
         self._producer: TxnProducer | None = None
         self._caller: BoundedCaller | None = None
         self._errors_at, self._errors_quiet = 0.0, 0
+        self._trouble_at = -math.inf  # the last consumer error or failed transaction
         r = registry or Registry()
         self.m_commits = r.counter("es_sched_txn_commits_total", "Transactions committed.")
         self.m_aborts = r.counter("es_sched_txn_aborts_total", "Transactions aborted or lost.")
@@ -208,7 +209,8 @@ class TransactionalLoop:
                 out.append(msg)
             elif instance_fenced(err):  # a twin or a self-fence: kafka/static.py tells them apart
                 fenced = self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
-                raise InstanceFenced(str(fenced))
+                quiet_s = time.monotonic() - self._trouble_at
+                raise InstanceFenced(str(fenced), after_trouble=quiet_s < TROUBLE_WINDOW_S)
             elif consumer_fatal(err):
                 raise InfrastructureError(f"{self.role} consumer: {err}")
             elif err.code() != KafkaError._PARTITION_EOF:
@@ -218,7 +220,7 @@ class TransactionalLoop:
     def _consumer_error(self, err: KafkaError) -> None:
         # While the broker is down the consumer reports the same transport errors many times a
         # second; one line per ERROR_LOG_EVERY_S says as much.
-        now = time.monotonic()
+        now = self._trouble_at = time.monotonic()
         if now - self._errors_at < ERROR_LOG_EVERY_S:
             self._errors_quiet += 1
             return
@@ -313,6 +315,7 @@ class TransactionalLoop:
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self, failed: _Failed, stop: threading.Event, role: TransactionalRole) -> None:
+        self._trouble_at = time.monotonic()
         if failed.kind is Kind.FENCED:
             raise self._fenced(failed.reason) from None
         self.m_aborts.inc(role=self.role)

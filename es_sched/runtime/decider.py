@@ -97,9 +97,7 @@ class Decider:
         self.clients = clients or KafkaClients(self.bootstrap)
         self.group = f"{settings.kafka.topic_prefix}-decider"
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
-        self.member = StaticMember(
-            self.bootstrap, self.group, self.txn_id, settings.runtime.static_membership
-        )
+        self.member = StaticMember(self.group, self.txn_id, settings.runtime.static_membership)
         self.states: dict[str, WorkflowState] = {}
         self.partition_of: dict[str, int] = {}
         self.bundles_on: dict[int, set[str]] = {}  # definition bundles each partition holds

@@ -180,10 +180,7 @@ class RetryRelay:
         self._tiers = [self._topics.retry(t) for t in self._topics.retry_tiers]
         prefix = settings.kafka.topic_prefix
         self._group, self._txn_id = f"{prefix}-retry", f"{prefix}-retry-{settings.runtime.instance}"
-        self._member = StaticMember(
-            settings.kafka.bootstrap_servers, self._group, self._txn_id,
-            settings.runtime.static_membership,
-        )  # fmt: skip
+        self._member = StaticMember(self._group, self._txn_id, settings.runtime.static_membership)
         self._clock = clock
         self._monotonic = monotonic
         self.bucket = TokenBucket(settings.runtime.retry_release_per_s, monotonic)

@@ -180,9 +180,7 @@ class TimerService:
         prefix = settings.kafka.topic_prefix
         self._group = f"{prefix}-timers"
         self._txn_id = f"{prefix}-timers-{settings.runtime.instance}"
-        self._member = StaticMember(
-            self._bootstrap, self._group, self._txn_id, settings.runtime.static_membership
-        )
+        self._member = StaticMember(self._group, self._txn_id, settings.runtime.static_membership)
         self._clock = clock
         self.heap = TimerHeap()
         self._poison: dict[str, tuple[Message, SchemaError]] = {}

@@ -1,5 +1,5 @@
 """kafka/static.py: a static member fenced off its instance id stops for a twin and rejoins
-after a self-fence (a broker restart, confluent-kafka-go #494)."""
+after a self-fence (right after Kafka errors: a broker restart, confluent-kafka-go #494)."""
 
 from __future__ import annotations
 
@@ -7,64 +7,71 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import KafkaError, Message
 
 from es_sched.kafka.static import MAX_REJOINS, InstanceFenced, StaticMember, rejoining
+from tests.unit.test_transactional_loop import FakeClients, FakeConsumer, run_loop
+
+MEMBER = StaticMember("g", "p-decider-0", enabled=True)
+FENCED_TEXT = (
+    "Fatal error: Broker: Static consumer fenced by other consumer with same group.instance.id"
+)
 
 
-class Member(StaticMember):
-    def __init__(self, holders: list[str | None]) -> None:
-        super().__init__("127.0.0.1:1", "g", "p-decider-0", enabled=True)
-        self.holders, self.asked = holders, 0
-
-    def twin(self) -> str | None:
-        self.asked += 1
-        return self.holders.pop(0)
-
-
-def sessions(fences: int) -> tuple[list[int], Callable[[], None]]:
+def sessions(fences: int, after_trouble: bool) -> tuple[list[int], Callable[[], None]]:
     ran: list[int] = []
 
     def session() -> None:
         ran.append(len(ran))
         if len(ran) <= fences:
-            raise InstanceFenced("decider stops: transactional.id 'p-decider-0' was fenced")
+            raise InstanceFenced("transactional.id 'p-decider-0' was fenced", after_trouble)
 
     return ran, session
 
 
-def test_a_self_fence_drops_every_partition_and_runs_the_session_again() -> None:
-    member, dropped = Member([None]), []
-    ran, session = sessions(fences=1)
-    rejoining(threading.Event(), member, session, lambda: dropped.append(True))
-    assert (len(ran), dropped, member.asked) == (2, [True], 1)
+def test_a_fence_right_after_kafka_errors_drops_every_partition_and_rejoins() -> None:
+    dropped: list[bool] = []
+    ran, session = sessions(fences=1, after_trouble=True)
+    rejoining(threading.Event(), MEMBER, session, lambda: dropped.append(True))
+    assert (len(ran), dropped) == (2, [True])
 
 
-def test_a_twin_holding_the_instance_id_stops_the_role_naming_it() -> None:
-    member, dropped = Member(["p-decider-0/4242/abcdef@/10.0.0.2"]), []
-    _, session = sessions(fences=1)
-    with pytest.raises(InstanceFenced, match=r"was fenced .*held now by p-decider-0/4242"):
-        rejoining(threading.Event(), member, session, lambda: dropped.append(True))
+def test_a_fence_out_of_a_quiet_sky_is_a_twin_and_stops_the_role() -> None:
+    dropped: list[bool] = []
+    _, session = sessions(fences=1, after_trouble=False)
+    with pytest.raises(InstanceFenced, match="was fenced"):
+        rejoining(threading.Event(), MEMBER, session, lambda: dropped.append(True))
     assert dropped == []
 
 
 def test_a_fence_that_keeps_coming_back_stops_the_role() -> None:
-    member = Member([None] * (MAX_REJOINS + 1))
-    ran, session = sessions(fences=MAX_REJOINS + 1)
+    ran, session = sessions(fences=MAX_REJOINS + 1, after_trouble=True)
     with pytest.raises(InstanceFenced):
-        rejoining(threading.Event(), member, session, lambda: None)
+        rejoining(threading.Event(), MEMBER, session, lambda: None)
     assert len(ran) == MAX_REJOINS + 1
 
 
 def test_a_fence_while_stopping_just_ends_the_role() -> None:
-    stop, member = threading.Event(), Member([])
+    stop = threading.Event()
     stop.set()
-    _, session = sessions(fences=1)
-    rejoining(stop, member, session, lambda: None)
-    assert member.asked == 0
+    ran, session = sessions(fences=1, after_trouble=True)
+    rejoining(stop, MEMBER, session, lambda: None)
+    assert len(ran) == 1
+
+
+def test_the_loop_marks_a_fence_after_consumer_errors_as_after_trouble() -> None:
+    fenced = Message(error=KafkaError(KafkaError._FATAL, FENCED_TEXT))
+    with pytest.raises(InstanceFenced) as quiet:
+        run_loop(FakeClients(), consumer=FakeConsumer([[fenced]]))
+    assert not quiet.value.after_trouble
+    down = Message(error=KafkaError(KafkaError._TRANSPORT))
+    with pytest.raises(InstanceFenced) as troubled:
+        run_loop(FakeClients(), consumer=FakeConsumer([[down, fenced]]))
+    assert troubled.value.after_trouble
 
 
 def test_the_consumer_settings_name_the_instance_and_a_client_id_of_this_process() -> None:
-    on = StaticMember("b:1", "g", "p-timers-0", enabled=True).config()
+    on = StaticMember("g", "p-timers-0", enabled=True).config()
     assert on["group.instance.id"] == "p-timers-0"
     assert on["client.id"].startswith("p-timers-0/")
-    assert StaticMember("b:1", "g", "p-timers-0", enabled=False).config() == {}
+    assert StaticMember("g", "p-timers-0", enabled=False).config() == {}
