@@ -21,9 +21,9 @@ transaction; a twin arrives out of a quiet sky. So ``InstanceFenced.after_troubl
 the loop saw trouble within ``TROUBLE_WINDOW_S``: without it the role stops, with it
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
 transactional producer, as a restarted process would), at most ``MAX_REJOINS`` times in a row.
-A twin that starts during an outage is still stopped, one step later: it has run
-``init_transactions`` with our transactional id, so our next transaction is fenced (the
-producer is the backstop; it stops the role for good).
+A twin started within that window of an outage is the one that stops: the rejoining process
+initialises the transactional id again (fencing the twin's producer) and its consumer fences the
+twin's, which reaches the twin out of a quiet sky. Either way one process keeps the instance.
 """
 
 from __future__ import annotations
