@@ -130,6 +130,15 @@ class EventTail(_Tail):
         with self.lock:
             return next((t for t in self.written if t > at), None)
 
+    def last_written(self) -> float:
+        """Create time of the last record read (0 before any)."""
+        with self.lock:
+            return self.written[-1] if self.written else 0.0
+
+    def fresh(self, within_s: float) -> bool:
+        """The tail has read a record written within ``within_s`` of now."""
+        return time.time() - self.last_written() < within_s
+
     def held_by(self, worker: str) -> set[str]:
         """Tasks whose latest lease is ``worker``'s and that have not finished."""
         with self.lock:

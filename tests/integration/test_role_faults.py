@@ -132,6 +132,7 @@ def outage(s: System) -> tuple[str, int, str, str]:
     )  # fmt: skip
 
 
+@pytest.mark.timeout(1500)  # ~12 faults in turn, then 2,500+ workflows drained and audited
 def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
     rows = Rows()
     with system(workers=3) as s:
@@ -142,10 +143,17 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
 
         # A worker, not restarted: what it held is taken back and done by another.
         s.top_up(AT_LEAST)
-        wait_until(lambda: len(s.events.held_by("w0")) >= 3, 120, "w0 holding leases")
-        held = s.events.held_by("w0")
+        # The tail must be fresh when w0 is seen holding leases: a lagging one names tasks w0
+        # finished seconds ago (one run failed so: nothing of its "held" was ever taken back).
+        wait_until(lambda: len(s.events.held_by("w0")) >= 3 and s.events.fresh(2.0), 120,
+                   "w0 holding leases, seen by a tail within 2 s of the log end")  # fmt: skip
         in_flight = s.kill("w0")
         killed = time.time()
+        # What w0 held when it died: the log as of a record written 2 s after the kill, so the
+        # reports it sent just before dying have landed and count as finished.
+        wait_until(lambda: s.events.last_written() > killed + 2.0, 120, "the log past the kill")
+        held = s.events.held_by("w0")
+        assert held, "w0 held nothing when it was killed: no take-back to prove"
         wait_until(lambda: not (held & s.events.held_by("w0")), 180,
                    "the dead worker's tasks leased to another")  # fmt: skip
         taken = [(t, w) for t, task, w in s.events.redispatched if task in held and t > killed]
