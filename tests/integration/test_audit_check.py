@@ -23,7 +23,6 @@ from es_sched.domain.events import Event, TaskCompleted
 from es_sched.domain.ids import event_id
 from es_sched.kafka.clients import producer
 from es_sched.projections.postgres.store import engine_for
-from es_sched.projections.replay import projected
 from es_sched.serialization import encode_event, encode_input
 from tests.integration.projection_harness import dropped_schemas
 from tests.integration.runtime_harness import (
@@ -34,6 +33,7 @@ from tests.integration.runtime_harness import (
     completed,
     media_inputs,
     read_events,
+    read_models_caught_up,
     roles,
 )  # fmt: skip
 from tests.support.cli import es_sched
@@ -114,22 +114,6 @@ def test_a_clean_run_passes_and_planted_corruptions_fail(monkeypatch: pytest.Mon
     assert any(f"{env.topics.task_results}[" in o for v in fencing for o in v["offsets"])
 
 
-def _caught_up(env: Env) -> bool:
-    """Both read models reflect every event of the log (their checkpoints reach its end)."""
-    ends: dict[int, int] = {}
-    for m in read_to_end(env.topics.events, "read_committed", bootstrap=env.bootstrap):
-        ends[m.partition() or 0] = max(ends.get(m.partition() or 0, 0), (m.offset() or 0) + 1)
-    for target in ("pg", "search"):
-        store = bootstrap.store(env.settings, target)
-        try:
-            have = projected(store, env.topics.events, sorted(ends)) or {}
-        finally:
-            store.close()
-        if any(have.get(p, 0) < end for p, end in ends.items()):
-            return False
-    return bool(ends)
-
-
 def test_read_models_are_compared_when_caught_up_and_a_wrong_row_is_named() -> None:
     env = Env()
     env.create()
@@ -138,7 +122,7 @@ def test_read_models_are_compared_when_caught_up_and_a_wrong_row_is_named() -> N
         with roles(env, "decider", "projector-pg", "projector-search"), Worker(env):
             env.submit("media_pipeline", media_inputs(6))
             wait_until(lambda: completed(env) >= 6, 180, "6 workflows completed")
-            wait_until(lambda: _caught_up(env), 120, "both read models caught up")
+            wait_until(lambda: read_models_caught_up(env), 120, "both read models caught up")
         code, report = audit(env, "--idle")
         assert (code, report["violations"]) == (0, []), report
         assert report["counts"]["I4_compared_pg"] == report["counts"]["I4_compared_search"] == 6
