@@ -23,12 +23,16 @@ from es_sched.metrics import Registry
 from es_sched.settings import Settings
 
 if TYPE_CHECKING:
+    from es_sched.api.services import Services as ApiServices
     from es_sched.commands.client import CommandClient
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
     from es_sched.projections.store import Store
 
 ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
+# Run only when named (``es-sched run --role api``): the HTTP API listens on a port, which a
+# development ``es-sched run`` of every role must not take by surprise.
+OPTIONAL_ROLES = ("api",)
 
 
 class Role(Protocol):
@@ -115,6 +119,38 @@ def _projector_search(settings: Settings, registry: Registry, clients: KafkaClie
     return ProjectorRole(settings, search_store(settings), registry, clients)
 
 
+def api_services(settings: Settings) -> ApiServices:
+    """What the HTTP API's routes use (ADR 23); each client is built on first use."""
+    from es_sched.api.services import Lazy, Services  # noqa: PLC0415
+
+    return Services(
+        settings=settings,
+        pg=Lazy(lambda: pg_store(settings)),
+        search=Lazy(lambda: search_store(settings)),
+        commands=Lazy(lambda: command_client(settings)),
+    )
+
+
+def with_api_host(settings: Settings, host: str) -> Settings:
+    """``settings`` listening on ``host`` instead, validated again (auth off needs loopback)."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    try:
+        api = settings.api.model_validate({**settings.api.model_dump(), "host": host})
+    except ValidationError as exc:
+        raise ConfigError(f"invalid --host {host!r}: {exc.errors()[0]['msg']}") from None
+    return replace(settings, api=api)
+
+
+def _api(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
+    from es_sched.api.app import create_app  # noqa: PLC0415
+    from es_sched.api.server import ApiServer  # noqa: PLC0415
+
+    return ApiServer(settings.api, create_app(api_services(settings)))
+
+
 _BUILDERS: dict[str, Callable[[Settings, Registry, KafkaClients], Role]] = {
     "decider": _decider,
     "timers": _timers,
@@ -122,6 +158,7 @@ _BUILDERS: dict[str, Callable[[Settings, Registry, KafkaClients], Role]] = {
     "dispatcher": _dispatcher,
     "projector-pg": _projector_pg,
     "projector-search": _projector_search,
+    "api": _api,
 }
 
 
@@ -135,5 +172,6 @@ def role(
     ``clients`` (default: from the settings) makes its Kafka producers and group consumers."""
     builder = _BUILDERS.get(name)
     if builder is None:
-        raise ConfigError(f"unknown role {name!r}; choose from {', '.join(ROLES)}")
+        known = ", ".join(ROLES + OPTIONAL_ROLES)
+        raise ConfigError(f"unknown role {name!r}; choose from {known}")
     return builder(settings, registry or Registry(), clients or kafka_clients(settings))

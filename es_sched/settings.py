@@ -8,6 +8,7 @@ environment.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -227,6 +228,41 @@ class MediaSettings(BaseSettings):
         return self.output_dir.expanduser().resolve()
 
 
+class ApiSettings(BaseSettings):
+    """``ES_SCHED_API_*``: the HTTP API and console (``es-sched api``, role ``api``; ADR 23)."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_API_", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    # ``off`` serves every route without credentials, allowed only on a loopback host (demo).
+    auth: Literal["on", "off"] = "on"
+    # HS256 key of the tokens ``POST /api/token`` issues; every API process of one deployment
+    # shares it. Empty: a random key per process (tokens die with it; fine for one process).
+    jwt_secret: str = Field(default="", repr=False)
+    token_ttl_s: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
+    # The gateway worker: how many tasks the API process leases for HTTP workers at once.
+    gateway_capacity: int = Field(default=64, ge=1, le=100_000)
+    long_poll_max_ms: int = Field(default=30_000, ge=0, le=300_000)
+    read_your_writes_timeout_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _auth_off_on_loopback_only(self) -> ApiSettings:
+        if self.auth == "off" and not is_loopback(self.host):
+            raise ValueError(f"auth=off is allowed on a loopback host only, not {self.host!r}")
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or an address in 127.0.0.0/8 or ::1 (never a name that could resolve out)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
@@ -236,6 +272,7 @@ class Settings:
     runtime: RuntimeSettings
     dispatch: DispatchSettings
     media: MediaSettings = field(default_factory=MediaSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -263,4 +300,5 @@ def load_settings() -> Settings:
         runtime=_load(RuntimeSettings),
         dispatch=_load(DispatchSettings),
         media=_load(MediaSettings),
+        api=_load(ApiSettings),
     )

@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from es_sched.cli.api import api
 from es_sched.cli.audit import register as register_audit
 from es_sched.cli.commands import register as register_commands
 from es_sched.cli.config import register as register_config
@@ -137,6 +138,7 @@ def stack_status(only: str | None, as_json: bool) -> None:
 
 cli.add_command(defs)
 cli.add_command(run)
+cli.add_command(api)
 register_commands(cli, defs)
 register_config(cli)
 register_read(cli)

@@ -1,7 +1,8 @@
 """``es-sched run``: the long-running roles, one process each or all in one.
 
-``--role decider|timers|retry|dispatcher|projector-pg|projector-search`` runs one role
-(repeatable); without ``--role`` all of them run in threads of one process (development).
+``--role decider|timers|retry|dispatcher|projector-pg|projector-search|api`` runs one role
+(repeatable); without ``--role`` all of them but ``api`` (the HTTP API) run in threads of one
+process (development).
 ``--metrics-port`` (or ``ES_SCHED_RUN_METRICS_PORT``) serves every role's metrics of this
 process on one Prometheus endpoint. SIGINT/SIGTERM stop the roles cleanly: the current
 transaction finishes, the consumer leaves its group. A role that has not returned
@@ -20,7 +21,7 @@ from types import FrameType
 import click
 
 from es_sched import bootstrap
-from es_sched.bootstrap import ROLES, Role
+from es_sched.bootstrap import OPTIONAL_ROLES, ROLES, Role
 from es_sched.errors import EsSchedError
 from es_sched.metrics import Registry, serve
 from es_sched.settings import load_settings
@@ -30,7 +31,10 @@ STOP_GRACE_S = 30.0
 
 @click.command("run")
 @click.option(
-    "--role", type=click.Choice(ROLES), multiple=True, help="Role(s) to run (default: all)."
+    "--role",
+    type=click.Choice(ROLES + OPTIONAL_ROLES),
+    multiple=True,
+    help="Role(s) to run (default: all but api).",
 )
 @click.option(
     "--metrics-port",

@@ -1,7 +1,15 @@
-"""Queries over the PostgreSQL read models, for the CLI and the console."""
+"""Queries over the PostgreSQL read models, for the CLI, the HTTP API and the console.
+
+``WorkflowFilter`` is the one shape every workflow list asks in: the CLI's ``query`` options,
+Conductor's search query (parsed in ``es_sched.api``), the console's filter form. Its free text
+is resolved by the caller against the search store into ``ids`` first (PostgreSQL keeps no
+text index over inputs and outputs).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +38,85 @@ def rejections(engine: Engine, workflow_id: str) -> list[Row]:
     query = select(REJECTIONS).where(r.workflow_id == workflow_id)
     with available("rejections"), engine.connect() as conn:
         return [dict(x) for x in conn.execute(query.order_by(r.kafka_offset)).mappings()]
+
+
+SORTABLE = frozenset(
+    {"created_at", "updated_at", "ended_at", "name", "status", "priority", "workflow_id"}
+)
+
+
+@dataclass(frozen=True)
+class WorkflowFilter:
+    """Conjunction of conditions on workflow rows; an empty tuple or None means any."""
+
+    names: tuple[str, ...] = ()
+    versions: tuple[int, ...] = ()
+    statuses: tuple[str, ...] = ()
+    tenants: tuple[str, ...] = ()
+    correlation_ids: tuple[str, ...] = ()
+    ids: tuple[str, ...] | None = None  # None: any id; (): no row (free text matched nothing)
+    parent_workflow_id: str | None = None
+    created_from: datetime | None = None  # inclusive
+    created_to: datetime | None = None  # exclusive
+    updated_from: datetime | None = None
+    updated_to: datetime | None = None
+
+
+def apply_filter(query: Select[Any], f: WorkflowFilter) -> Select[Any]:
+    c = WORKFLOWS.c
+    for column, values in (
+        (c.name, f.names),
+        (c.def_version, f.versions),
+        (c.status, f.statuses),
+        (c.tenant, f.tenants),
+        (c.correlation_id, f.correlation_ids),
+    ):
+        if values:
+            query = query.where(column.in_(values))
+    if f.ids is not None:
+        query = query.where(c.workflow_id.in_(f.ids))
+    if f.parent_workflow_id is not None:
+        query = query.where(c.parent_workflow_id == f.parent_workflow_id)
+    for column, low, high in (
+        (c.created_at, f.created_from, f.created_to),
+        (c.updated_at, f.updated_from, f.updated_to),
+    ):
+        if low is not None:
+            query = query.where(column >= low)
+        if high is not None:
+            query = query.where(column < high)
+    return query
+
+
+def search_workflows(
+    engine: Engine,
+    f: WorkflowFilter,
+    start: int = 0,
+    size: int = 100,
+    sort: Sequence[tuple[str, bool]] = (("created_at", True),),
+) -> tuple[int, list[Row]]:
+    """One page of rows matching ``f`` and their total; ``sort`` is (column, descending) pairs
+    over ``SORTABLE`` (ties broken by workflow id, so pages never overlap)."""
+    c = WORKFLOWS.c
+    order = []
+    for column, descending in sort:
+        if column not in SORTABLE:
+            raise ValueError(f"cannot sort by {column!r}; choose from {sorted(SORTABLE)}")
+        order.append(c[column].desc() if descending else c[column].asc())
+    order.append(c.workflow_id.asc())
+    rows_query = apply_filter(select(WORKFLOWS), f).order_by(*order).offset(start).limit(size)
+    total_query = apply_filter(select(func.count()).select_from(WORKFLOWS), f)
+    with available("search"), engine.connect() as conn:
+        total = int(conn.execute(total_query).scalar_one())
+        rows = [dict(r) for r in conn.execute(rows_query).mappings()]
+    return total, rows
+
+
+def status_counts(engine: Engine, f: WorkflowFilter) -> dict[str, int]:
+    """Rows matching ``f`` per status."""
+    query = apply_filter(select(WORKFLOWS.c.status, func.count()), f).group_by(WORKFLOWS.c.status)
+    with available("count"), engine.connect() as conn:
+        return {str(s): int(n) for s, n in conn.execute(query)}
 
 
 def _filtered(

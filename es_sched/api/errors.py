@@ -1,0 +1,124 @@
+"""Errors as Conductor's clients expect them: ``{status, code, message, validationErrors}``.
+
+Conductor's ``ErrorResponse`` (``com.netflix.conductor.common.validation.ErrorResponse``) is
+what its SDKs and UI parse from any 4xx/5xx; ``code`` is the textual kind (``NOT_FOUND``,
+``INVALID_INPUT``, ``CONFLICT``, ...). Every refusal carries a reason a person can act on; a
+request that fails validation lists each field in ``validationErrors`` (``{path, message,
+invalidValue}``). Nothing below leaks a traceback; an unexpected error is logged with its
+request and answered 500 with the error's class name.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from es_sched.errors import ConfigError, EsSchedError, InfrastructureError, SchemaError
+
+log = logging.getLogger(__name__)
+
+CODES = {
+    400: "INVALID_INPUT",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "INVALID_INPUT",
+    429: "TOO_MANY_REQUESTS",
+    500: "INTERNAL_ERROR",
+    503: "BACKEND_ERROR",
+    504: "TIMEOUT",
+}
+
+
+class ApiError(EsSchedError):
+    """A refusal with its HTTP status; ``validation`` lists field problems, if any."""
+
+    def __init__(
+        self, status: int, message: str, validation: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.validation = validation or []
+
+
+def body(status: int, message: str, validation: list[dict[str, Any]] | None = None) -> JSON:
+    return {
+        "status": status,
+        "code": CODES.get(status, "ERROR"),
+        "message": message,
+        "validationErrors": validation or [],
+    }
+
+
+JSON = dict[str, Any]
+
+
+def _answer(status: int, message: str, validation: list[JSON] | None = None) -> JSONResponse:
+    return JSONResponse(body(status, message, validation), status_code=status)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into Conductor's error body."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return _answer(exc.status, exc.message, exc.validation)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        response = _answer(exc.status_code, str(exc.detail))
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {
+                "path": ".".join(str(p) for p in err.get("loc", ())),
+                "message": str(err.get("msg", "invalid")),
+                "invalidValue": _printable(err.get("input")),
+            }
+            for err in exc.errors()
+        ]
+        summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+        return _answer(400, f"invalid request: {summary}", problems)
+
+    @app.exception_handler(SchemaError)
+    async def _schema(_request: Request, exc: SchemaError) -> JSONResponse:
+        return _answer(400, str(exc))
+
+    @app.exception_handler(ConfigError)
+    async def _config(_request: Request, exc: ConfigError) -> JSONResponse:
+        return _answer(400, str(exc))
+
+    @app.exception_handler(InfrastructureError)
+    async def _backend(request: Request, exc: InfrastructureError) -> JSONResponse:
+        log.warning("%s %s: backend unavailable: %s", request.method, request.url.path, exc)
+        return _answer(503, f"a backend is unavailable: {exc}")
+
+    @app.exception_handler(EsSchedError)
+    async def _ours(_request: Request, exc: EsSchedError) -> JSONResponse:
+        return _answer(400, str(exc))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return _answer(500, f"internal error ({type(exc).__name__}); see the API's log")
+
+
+def _printable(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,1 @@
+"""See the package docstring of ``es_sched.api``."""

@@ -1,0 +1,47 @@
+"""The application's frame: Conductor's error body on every refusal, auth off only on loopback."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from es_sched import bootstrap
+from es_sched.api.app import create_app
+from es_sched.errors import ConfigError
+from es_sched.settings import ApiSettings, load_settings
+
+
+def test_unknown_route_answers_conductors_error_body() -> None:
+    client = TestClient(create_app(bootstrap.api_services(load_settings())))
+    response = client.get("/api/no-such-resource")
+    assert response.status_code == 404
+    body = response.json()
+    assert body["status"] == 404
+    assert body["code"] == "NOT_FOUND"
+    assert body["message"]
+    assert body["validationErrors"] == []
+
+
+def test_openapi_document_is_served() -> None:
+    client = TestClient(create_app(bootstrap.api_services(load_settings())))
+    doc = client.get("/openapi.json").json()
+    assert doc["info"]["title"] == "es-sched"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "api.example.com"])
+def test_auth_off_is_refused_off_loopback(host: str) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        ApiSettings(auth="off", host=host)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.8.0.1"])
+def test_auth_off_is_allowed_on_loopback(host: str) -> None:
+    assert ApiSettings(auth="off", host=host).auth == "off"
+
+
+def test_cli_host_override_is_validated_again() -> None:
+    settings = load_settings()
+    off = bootstrap.with_api_host(settings, "127.0.0.1")
+    off = type(off)(**{**off.__dict__, "api": ApiSettings(auth="off")})
+    with pytest.raises(ConfigError, match="loopback"):
+        bootstrap.with_api_host(off, "0.0.0.0")
