@@ -16,6 +16,7 @@ from typing import Any
 from pydantic_settings import BaseSettings
 
 from es_sched.settings import (
+    ApiSettings,
     DispatchSettings,
     KafkaSettings,
     MediaSettings,
@@ -34,6 +35,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "runtime": RuntimeSettings,
     "dispatch": DispatchSettings,
     "media": MediaSettings,
+    "api": ApiSettings,
 }
 BOOTSTRAP = KafkaSettings().bootstrap_servers
 HANDED_OUT: set[str] = set()  # every name unique_name gave this process (topic cleanup)

@@ -28,7 +28,7 @@ def test_openapi_document_is_served() -> None:
     assert doc["info"]["title"] == "es-sched"
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "api.example.com"])
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "api.example.com"])  # noqa: S104
 def test_auth_off_is_refused_off_loopback(host: str) -> None:
     with pytest.raises(ValueError, match="loopback"):
         ApiSettings(auth="off", host=host)
@@ -44,4 +44,4 @@ def test_cli_host_override_is_validated_again() -> None:
     off = bootstrap.with_api_host(settings, "127.0.0.1")
     off = type(off)(**{**off.__dict__, "api": ApiSettings(auth="off")})
     with pytest.raises(ConfigError, match="loopback"):
-        bootstrap.with_api_host(off, "0.0.0.0")
+        bootstrap.with_api_host(off, "0.0.0.0")  # noqa: S104

@@ -1,0 +1,50 @@
+"""The HTTP API as a user runs it: ``es-sched api --port P`` as a child process with a test's
+private topics, schema and indices (``Env``), next to the roles that feed its read models.
+
+``api(env)`` yields an ``Api`` whose ``url`` answers once ``/openapi.json`` does; ``http`` is an
+httpx client on it. Auth is off unless the test passes ``ES_SCHED_API_AUTH=on`` (the auth tests
+do); off is allowed because the server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from tests.integration.runtime_harness import Env, Role
+from tests.support.net import free_port
+from tests.support.wait import wait_until
+
+
+@dataclass
+class Api:
+    role: Role
+    url: str
+    http: httpx.Client
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def api(env: Env, **extra_env: str) -> Iterator[Api]:
+    port = free_port()
+    role = Role(
+        env, "api", argv=["api", "--port", str(port)],
+        **{"ES_SCHED_API_AUTH": "off", **extra_env},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(url) or role.proc.poll() is not None, 60, f"the API on {url}")
+        assert role.proc.poll() is None, f"es-sched api exited:\n{role.text()}"
+        with httpx.Client(base_url=url, timeout=60) as client:
+            yield Api(role, url, client)
+    finally:
+        role.stop()
