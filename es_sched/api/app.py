@@ -10,10 +10,12 @@ from fastapi.responses import RedirectResponse
 
 from es_sched import __version__
 from es_sched.api import errors, tokens
-from es_sched.api.conductor import metadata, tasks, workflows
+from es_sched.api.conductor import metadata, rerun, tasks, workflows
 from es_sched.api.native import routes as native
 from es_sched.api.services import Services
+from es_sched.api.ui import ops
 from es_sched.api.ui import routes as ui
+from es_sched.api.ui.render import static
 
 
 def create_app(svc: Services) -> FastAPI:
@@ -35,8 +37,9 @@ def create_app(svc: Services) -> FastAPI:
     )
     app.state.services = svc
     errors.install(app)
-    for module in (tokens, workflows, metadata, tasks, native, ui):
+    for module in (tokens, workflows, rerun, metadata, tasks, native, ui, ops):
         app.include_router(module.router)
+    app.mount("/ui/static", static, name="static")
 
     @app.get("/", include_in_schema=False)
     def _root() -> RedirectResponse:
