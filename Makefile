@@ -24,9 +24,10 @@ stack-down: $(STAMP)
 stack-status: $(STAMP)
 	$(BIN)/es-sched stack status
 
-# The main job: real videos through the whole pipeline (see README, "make demo").
+# The main job: real videos through the whole pipeline (see README, "make demo"); it prints the
+# console's URL. `make demo DEMO_ARGS=--keep` leaves the roles, workers and console running.
 demo: stack-up
-	$(BIN)/es-sched demo
+	$(BIN)/es-sched demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

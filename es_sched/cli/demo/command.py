@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -100,9 +101,13 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
     outputs, logs = base / "out" / run, base / "logs" / run
     logs.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_hex(16)
+    port = _console_port()
     env = {"ES_SCHED_KAFKA_TOPIC_PREFIX": PREFIX, "ES_SCHED_PG_SCHEMA_NAME": SCHEMA,
            "ES_SCHED_MEDIA_OUTPUT_DIR": str(outputs), "ES_SCHED_MEDIA_CALLBACK_SECRET": secret,
-           "ES_SCHED_DISPATCH_HEARTBEAT_S": "2"}  # fmt: skip
+           "ES_SCHED_DISPATCH_HEARTBEAT_S": "2",
+           # the console for this run: loopback only, so it may go without keys (ADR 25)
+           "ES_SCHED_API_HOST": "127.0.0.1", "ES_SCHED_API_PORT": str(port),
+           "ES_SCHED_API_AUTH": "off"}  # fmt: skip
     os.environ.update(env)
     settings = load_settings()
     with out.status("bringing the stack up (first time: installs Kafka, OpenSearch, PostgreSQL)"):
@@ -115,12 +120,17 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
     url = receiver.start()
     procs = demo.Processes(env, logs)
     procs.start("roles", "run")
+    procs.start("api", "api")
     for n in (1, 2):
         procs.start(f"media-{n}", "worker", "--media", "--worker-id", f"demo-media-{n}-{run}",
                     "--concurrency", "2")  # fmt: skip
     try:
         for name in ("roles", "media-1", "media-2"):
             procs.wait_log(name, "started", 180)
+        procs.wait_log("api", "API on", 60)
+        out.print(
+            f"console: [bold]http://127.0.0.1:{port}/ui/[/] (this run's workflows as they go)"
+        )
         summary = _drive(settings, clips, url, run, receiver, timeout_s)
     finally:
         if not keep:
@@ -128,11 +138,30 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
         receiver.stop()
     out.print()
     _print_summary(summary, clips, outputs, logs)
+    if not keep:
+        out.print(
+            f"the console (http://127.0.0.1:{port}/ui/) stopped with the run; `--keep` leaves it up"
+        )
     if keep:
         pids = " ".join(str(p.pid) for _, p in procs.children)
-        out.print(f"roles and workers left running (--keep): stop them with `kill {pids}`")
+        out.print(f"console: [bold]http://127.0.0.1:{port}/ui/[/] (left running, --keep)")
+        out.print(f"roles, workers and console left running: stop them with `kill {pids}`")
     ok = summary["completed"] == len(clips) - 1 and summary["broken_failed"]
     sys.exit(0 if ok and summary["verified"] == summary["renditions"] else 1)
+
+
+def _console_port() -> int:
+    """``ES_SCHED_API_PORT`` (8080) when it is free, else any free loopback port: a demo left
+    running with ``--keep`` must not stop the next one from showing its console."""
+    wanted = load_settings().api.port
+    for port in (wanted, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise click.ClickException("no free port for the console")
 
 
 def _drive(
