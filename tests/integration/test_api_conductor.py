@@ -14,6 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from conductor.client.configuration.configuration import Configuration
+from conductor.client.http.models import StartWorkflowRequest, TaskDef, WorkflowDef, WorkflowTask
+from conductor.client.http.rest import ApiException
+from conductor.client.orkes_clients import OrkesClients
 
 from tests.integration.api_harness import Api, api
 from tests.integration.runtime_harness import Env, Worker, roles
@@ -201,3 +205,75 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         assert list(retried_bulk["bulkErrorResults"]) == [f"nope-{tag}"]
         terminated = found_ids(http, query="workflowType=api.gate AND status=TERMINATED")
         assert terminated >= set(gate)
+
+
+def test_the_conductor_python_sdk_drives_the_api_unchanged() -> None:
+    """conductor-python 2.0.0, as a Conductor user runs it: its own models and clients."""
+    tag = uuid.uuid4().hex[:10]
+    with stack() as (_env, server):
+        clients = OrkesClients(Configuration(server_api_url=server.url + "/api"))
+        metadata, workflows = clients.get_metadata_client(), clients.get_workflow_client()
+        metadata.register_task_def(TaskDef(name="sdk.step", retry_count=0, timeout_seconds=60,
+                                           response_timeout_seconds=30))  # fmt: skip
+        step = WorkflowTask(name="sdk.step", task_reference_name="step", type="SIMPLE",
+                            input_parameters={"n": "${workflow.input.n}"})  # fmt: skip
+        wait = WorkflowTask(name="gate", task_reference_name="gate", type="WAIT")
+        for name, tasks in (("sdk.flow", [step]), ("sdk.gate", [wait, step])):
+            metadata.register_workflow_def(
+                WorkflowDef(name=name, version=1, tasks=tasks, schema_version=2,
+                            timeout_seconds=600, timeout_policy="TIME_OUT_WF"),
+                overwrite=True,
+            )  # fmt: skip
+        got_def = metadata.get_workflow_def("sdk.flow", version=1)
+        print("SDK get_workflow_def:", got_def.name, got_def.version,
+              [t.task_reference_name for t in got_def.tasks])  # fmt: skip
+        assert got_def.tasks[0].task_reference_name == "step"
+        print("SDK get_task_def:", metadata.get_task_def("sdk.step"))
+
+        flow_id = workflows.start_workflow(StartWorkflowRequest(
+            name="sdk.flow", version=1, input={"n": 1}, correlation_id=f"sdk-{tag}"))  # fmt: skip
+        by_name = workflows.start_workflow_by_name("sdk.flow", {"n": 2}, version=1,
+                                                   correlationId=f"sdk-{tag}")  # fmt: skip
+        gate_id = workflows.start_workflow_by_name("sdk.gate", {"n": 3})
+        print("SDK start_workflow ->", repr(flow_id), repr(by_name), repr(gate_id))
+        assert isinstance(flow_id, str) and len(flow_id) == 36
+
+        def status(workflow_id: str) -> str | None:
+            try:
+                return str(workflows.get_workflow(workflow_id, include_tasks=True).status)
+            except ApiException:
+                return None  # not in the read model yet: 404
+
+        for wf, want in ((flow_id, "COMPLETED"), (by_name, "COMPLETED"), (gate_id, "RUNNING")):
+            wait_until(lambda wf=wf, want=want: status(wf) == want, 60, f"{wf} {want}")
+        done = workflows.get_workflow(flow_id, include_tasks=True)
+        print("SDK get_workflow:", done.workflow_id, done.workflow_name, done.status,
+              done.correlation_id, [(t.reference_task_name, t.status, t.output_data)
+                                    for t in done.tasks])  # fmt: skip
+        assert done.tasks[0].output_data == {"done": "step"}
+
+        def hits() -> set[str]:
+            found = workflows.search(start=0, size=10, query=f"correlationId = sdk-{tag}")
+            return {r.workflow_id for r in found.results}
+
+        wait_until(lambda: hits() == {flow_id, by_name}, 60, "both SDK workflows in search")
+        page = workflows.search(
+            start=0,
+            size=10,
+            free_text="*",
+            query=f"correlationId = sdk-{tag} AND status = COMPLETED",
+        )
+        # 2.0.0 reads the answer as Orkes' ScrollableSearchResult (results, queryId): it
+        # ignores Conductor's totalHits, which the API still sends.
+        print("SDK search:", [(r.workflow_id, r.workflow_type, r.status, r.start_time)
+                              for r in page.results])  # fmt: skip
+        assert {r.workflow_id for r in page.results} == {flow_id, by_name}
+
+        workflows.terminate_workflow(gate_id, reason="sdk test")
+        wait_until(lambda: status(gate_id) == "TERMINATED", 60, f"{gate_id} TERMINATED")
+        ended = workflows.get_workflow(gate_id, include_tasks=True)
+        print("SDK after terminate:", ended.status, ended.reason_for_incompletion)
+        with pytest.raises(ApiException) as missing:
+            workflows.get_workflow(f"nope-{tag}")
+        print("SDK on a missing workflow:", missing.value.status, missing.value.body)
+        assert missing.value.status == 404
