@@ -244,8 +244,11 @@ def test_the_conductor_python_sdk_drives_the_api_unchanged() -> None:
             except ApiException:
                 return None  # not in the read model yet: 404
 
+        def reached(workflow_id: str, want: str) -> None:
+            wait_until(lambda: status(workflow_id) == want, 60, f"{workflow_id} {want}")
+
         for wf, want in ((flow_id, "COMPLETED"), (by_name, "COMPLETED"), (gate_id, "RUNNING")):
-            wait_until(lambda wf=wf, want=want: status(wf) == want, 60, f"{wf} {want}")
+            reached(wf, want)
         done = workflows.get_workflow(flow_id, include_tasks=True)
         print("SDK get_workflow:", done.workflow_id, done.workflow_name, done.status,
               done.correlation_id, [(t.reference_task_name, t.status, t.output_data)
@@ -270,7 +273,7 @@ def test_the_conductor_python_sdk_drives_the_api_unchanged() -> None:
         assert {r.workflow_id for r in page.results} == {flow_id, by_name}
 
         workflows.terminate_workflow(gate_id, reason="sdk test")
-        wait_until(lambda: status(gate_id) == "TERMINATED", 60, f"{gate_id} TERMINATED")
+        reached(gate_id, "TERMINATED")
         ended = workflows.get_workflow(gate_id, include_tasks=True)
         print("SDK after terminate:", ended.status, ended.reason_for_incompletion)
         with pytest.raises(ApiException) as missing:
