@@ -170,9 +170,11 @@ def _bulk(
         raise ApiError(400, f"a bulk request takes at most 1000 workflow ids, not {len(ids)}")
     out = models.BulkResponse()
     client = svc.commands.get()
-    for workflow_id in dict.fromkeys(ids):
-        row, _ = queries.workflow(svc.engine, workflow_id)
-        problem = _precheck(action, row, workflow_id)
+    unique = tuple(dict.fromkeys(ids))
+    _, rows = queries.search_workflows(svc.engine, queries.WorkflowFilter(ids=unique), 0, 1000)
+    by_id = {r["workflow_id"]: r for r in rows}
+    for workflow_id in unique:
+        problem = _precheck(action, by_id.get(workflow_id), workflow_id)
         if problem is not None:
             out.bulkErrorResults[workflow_id] = problem
             continue
