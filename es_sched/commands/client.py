@@ -24,6 +24,7 @@ awaited workflows are skipped unread.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -89,6 +90,8 @@ class CommandClient:
         self._topics_ready = False
         self._errors: list[str] = []
         self._delivered: dict[bytes, tuple[int, int]] = {}  # command key -> (partition, offset)
+        # The registry's consumer and dicts are not thread-safe; the API calls from many threads.
+        self._registry_lock = threading.Lock()
 
     @classmethod
     def from_env(cls) -> CommandClient:
@@ -115,8 +118,8 @@ class CommandClient:
         if command_ids is not None and len(command_ids) != len(inputs):
             raise ValueError("command_ids must have one id per input")
         self.ensure_topics()
-        registry = self._registry_caught_up()
-        resolved = resolve(registry, name, version)
+        with self._registry_lock:
+            resolved = resolve(self._registry_caught_up(), name, version)
         records: list[tuple[str, bytes]] = []
         submitted: list[Submitted] = []
         for i, workflow_input in enumerate(inputs):
@@ -202,7 +205,10 @@ class CommandClient:
     # -- definitions ------------------------------------------------------------------------
     def push_definitions(self, paths: Iterable[Path]) -> list[str]:
         """Register workflow definitions and TaskDefs; all or nothing. Returns the keys written."""
-        docs = files.load(paths)
+        return self.push_documents(files.load(paths))
+
+    def push_documents(self, docs: files.Documents) -> list[str]:
+        """``push_definitions`` for documents already in memory (the HTTP API's bodies)."""
         problems = definition_problems(docs, self._catalog)
         if problems:
             raise DefinitionError(problems)
@@ -322,6 +328,14 @@ class CommandClient:
         if not self._topics_ready:
             ensure_topics(self._bootstrap, self.topics)
             self._topics_ready = True
+
+    def definitions(self) -> tuple[dict[tuple[str, int], JSON], dict[str, JSON]]:
+        """Copies of the registered workflow definitions ((name, version) -> doc) and TaskDefs
+        (name -> doc), caught up with the definitions topic as it is now."""
+        self.ensure_topics()
+        with self._registry_lock:
+            registry = self._registry_caught_up()
+            return dict(registry.workflows), dict(registry.taskdefs)
 
     def _registry_caught_up(self) -> DefinitionRegistry:
         if self._registry is None:

@@ -1,7 +1,320 @@
-"""Conductor's workflow resource under ``/api/workflow`` (issue 14 item 1)."""
+"""Conductor's workflow resource under ``/api/workflow`` (issue 14 item 1; ADR 23).
+
+Writes are commands through ``CommandClient``; the answer means "accepted by Kafka", the
+decider's verdict is in the log and the read models (a refusal is an event, not an HTTP
+error). Reads come from the PostgreSQL read model, free text from the search store, and every
+answer names the events offsets it reflects in ``X-Es-Sched-Reflects`` (``partition:offset``
+of the events topic, comma-separated; the rows reflect at least these), since the body must
+stay Conductor's. A write answers the command's read-your-writes token in
+``X-Es-Sched-Token`` (``/api/v1``'s ``?after=``).
+
+Actions on a workflow the read model does not have answer 404 (with the reason if its start
+was refused outside any history); pause, resume and terminate of an ended one answer 409. A
+workflow started a moment ago may not be in the read model yet: these answers say which
+offsets they reflect. Bulk actions report such ids in ``bulkErrorResults`` and send the rest.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi.responses import PlainTextResponse
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.conductor import models
+from es_sched.api.conductor.query import QueryError, parse_query, parse_sort
+from es_sched.api.errors import ApiError
+from es_sched.api.services import Services, services
+from es_sched.commands.client import Submitted
+from es_sched.commands.prepare import UnknownDefinition
+from es_sched.kafka.topics import topics_for
+from es_sched.projections.postgres import queries
+from es_sched.projections.views import Row
 
 router = APIRouter(prefix="/api", tags=["workflow"])
+
+REFLECTS = "X-Es-Sched-Reflects"
+AFTER_HEADER = "X-Es-Sched-Token"
+ENDED = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"})
+FREE_TEXT_LIMIT = 10_000  # ids a free-text search may resolve to (the engines' result window)
+MAX_PRIORITY = 8  # es-sched's priorities: 0 (highest) to 8
+TEXT: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}}
+}
+SVC = Depends(services)
+OPERATOR = require("operator")
+VIEWER = require("viewer")
+
+
+def reflects(svc: Services) -> str:
+    """The events offsets the PostgreSQL rows reflect, as ``partition:offset,...``."""
+    offsets = queries.reflected(svc.engine).get(topics_for(svc.settings).events, {})
+    return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
+
+
+def _accepted(svc: Services, sent: Submitted, response: Response) -> None:
+    token = svc.commands.get().token(sent.workflow_id)
+    if token is not None:
+        response.headers[AFTER_HEADER] = token
+
+
+# -- starting -------------------------------------------------------------------------------
+def _start(
+    svc: Services, name: str, input: dict[str, Any], version: int | None,
+    correlation_id: str | None, priority: int | None, command_id: str | None = None,
+) -> Submitted:  # fmt: skip
+    if priority is not None and not 0 <= priority <= MAX_PRIORITY:
+        raise ApiError(
+            400, f"priority {priority} is out of range: es-sched's are 0 (highest) to "
+            f"{MAX_PRIORITY}",
+        )  # fmt: skip
+    try:
+        return svc.commands.get().submit(
+            name, input, version=version, priority=4 if priority is None else priority,
+            correlation_id=correlation_id, command_id=command_id,
+        )  # fmt: skip
+    except UnknownDefinition as exc:
+        raise ApiError(404, str(exc)) from None
+
+
+def _plain(svc: Services, sent: Submitted) -> PlainTextResponse:
+    response = PlainTextResponse(sent.workflow_id)
+    _accepted(svc, sent, response)
+    return response
+
+
+@router.post("/workflow", response_class=PlainTextResponse, responses=TEXT)
+def start_workflow(
+    request: models.StartWorkflowRequest, svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> PlainTextResponse:  # fmt: skip
+    """Start a workflow (Conductor's ``StartWorkflowRequest``); answers its id as text."""
+    unsupported = [
+        (request.taskToDomain, "taskToDomain: es-sched has no task domains"),
+        (request.workflowDef, "workflowDef: register the definition with "
+         "POST /api/metadata/workflow, then start it by name"),
+        (request.externalInputPayloadStoragePath, "externalInputPayloadStoragePath: es-sched "
+         "keeps no external payload storage"),
+    ]  # fmt: skip
+    problems = [reason for value, reason in unsupported if value]
+    if problems:
+        raise ApiError(400, "; ".join(problems))
+    command_id = None
+    if request.idempotencyKey:
+        if request.idempotencyStrategy not in (None, "RETURN_EXISTING"):
+            raise ApiError(
+                400, f"idempotencyStrategy {request.idempotencyStrategy}: es-sched supports "
+                "RETURN_EXISTING only (the same key answers the same workflow id)",
+            )  # fmt: skip
+        command_id = f"conductor:{request.name}:{request.idempotencyKey}"[:200]
+    sent = _start(svc, request.name, request.input, request.version, request.correlationId,
+                  request.priority, command_id)  # fmt: skip
+    return _plain(svc, sent)
+
+
+# -- searching (before /workflow/{id}, which would take "search" for an id) ------------------
+@router.get("/workflow/search", response_model=models.SearchResultWorkflowSummary)
+def search(
+    response: Response,
+    start: Annotated[int, Query(ge=0)] = 0,
+    size: Annotated[int, Query(ge=0, le=1000)] = 100,
+    sort: str | None = None,
+    freeText: str = "*",
+    query: str | None = None,
+    svc: Services = SVC,
+    _who: Principal = VIEWER,
+) -> models.SearchResultWorkflowSummary:
+    try:
+        f = parse_query(query)
+        order = parse_sort(sort)
+    except QueryError as exc:
+        raise ApiError(400, str(exc)) from None
+    text = freeText.strip()
+    if text and text != "*":
+        hits = svc.search.get().search_text(text, limit=FREE_TEXT_LIMIT)
+        found = tuple(dict.fromkeys(str(h["workflow_id"]) for h in hits))
+        ids = found if f.ids is None else tuple(i for i in f.ids if i in found)
+        f = replace(f, ids=ids)
+    response.headers[REFLECTS] = reflects(svc)
+    total, rows = queries.search_workflows(svc.engine, f, start, size, order)
+    return models.SearchResultWorkflowSummary(
+        totalHits=total, results=[models.summary(r) for r in rows]
+    )
+
+
+# -- bulk (before /workflow/{id}/..., which would take "bulk" for an id) ---------------------
+BULK: dict[str, Callable[..., Submitted]] = {
+    "pause": lambda c, wf_id: c.pause(wf_id),
+    "resume": lambda c, wf_id: c.resume(wf_id),
+    "retry": lambda c, wf_id: c.retry(wf_id),
+    "terminate": lambda c, wf_id, reason: c.terminate(wf_id, reason=reason),
+}
+
+
+def _precheck(action: str, row: Row | None, workflow_id: str) -> str | None:
+    """Why the read model says ``action`` cannot apply, or None (the decider decides)."""
+    if row is None:
+        return f"no workflow {workflow_id} in the read model"
+    if action in ("pause", "resume", "terminate") and row["status"] in ENDED:
+        return f"workflow {workflow_id} has already ended ({models.workflow_status(row['status'])})"
+    return None
+
+
+def _bulk(
+    svc: Services, action: str, ids: list[str], reason: str | None = None
+) -> models.BulkResponse:
+    if len(ids) > 1000:
+        raise ApiError(400, f"a bulk request takes at most 1000 workflow ids, not {len(ids)}")
+    out = models.BulkResponse()
+    client = svc.commands.get()
+    unique = tuple(dict.fromkeys(ids))
+    _, rows = queries.search_workflows(svc.engine, queries.WorkflowFilter(ids=unique), 0, 1000)
+    by_id = {r["workflow_id"]: r for r in rows}
+    for workflow_id in unique:
+        problem = _precheck(action, by_id.get(workflow_id), workflow_id)
+        if problem is not None:
+            out.bulkErrorResults[workflow_id] = problem
+            continue
+        if action == "terminate":
+            BULK[action](client, workflow_id, reason or "terminated in bulk")
+        else:
+            BULK[action](client, workflow_id)
+        out.bulkSuccessfulResults.append(workflow_id)
+    return out
+
+
+IDS = Annotated[list[str], Body(description="workflow ids")]
+
+
+@router.put("/workflow/bulk/pause", response_model=models.BulkResponse)
+def bulk_pause(
+    response: Response, ids: IDS, svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> models.BulkResponse:  # fmt: skip
+    response.headers[REFLECTS] = reflects(svc)
+    return _bulk(svc, "pause", ids)
+
+
+@router.put("/workflow/bulk/resume", response_model=models.BulkResponse)
+def bulk_resume(
+    response: Response, ids: IDS, svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> models.BulkResponse:  # fmt: skip
+    response.headers[REFLECTS] = reflects(svc)
+    return _bulk(svc, "resume", ids)
+
+
+@router.post("/workflow/bulk/retry", response_model=models.BulkResponse)
+def bulk_retry(
+    response: Response, ids: IDS, svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> models.BulkResponse:  # fmt: skip
+    response.headers[REFLECTS] = reflects(svc)
+    return _bulk(svc, "retry", ids)
+
+
+@router.post("/workflow/bulk/terminate", response_model=models.BulkResponse)
+def bulk_terminate(
+    response: Response, ids: IDS, reason: str | None = None, svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> models.BulkResponse:  # fmt: skip
+    response.headers[REFLECTS] = reflects(svc)
+    return _bulk(svc, "terminate", ids, reason)
+
+
+# -- one workflow -----------------------------------------------------------------------------
+@router.post("/workflow/{name}", response_class=PlainTextResponse, responses=TEXT)
+def start_workflow_by_name(
+    name: str,
+    input: Annotated[dict[str, Any] | None, Body()] = None,
+    version: int | None = None,
+    correlationId: str | None = None,
+    priority: int | None = None,
+    svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> PlainTextResponse:
+    """Start ``name`` with the body as its input; answers the workflow id as text."""
+    return _plain(svc, _start(svc, name, input or {}, version, correlationId, priority))
+
+
+def _absent(svc: Services, workflow_id: str) -> ApiError:
+    refused = queries.rejections(svc.engine, workflow_id)
+    if refused:
+        last = refused[-1]
+        return ApiError(
+            404, f"workflow {workflow_id} has no history: its {last['command_type']} was "
+            f"refused: {last['reason']}",
+        )  # fmt: skip
+    return ApiError(404, f"No such workflow found by id: {workflow_id}")
+
+
+@router.get("/workflow/{workflowId}", response_model=models.Workflow)
+def get_workflow(
+    workflowId: str,
+    response: Response,
+    includeTasks: bool = True,
+    svc: Services = SVC,
+    _who: Principal = VIEWER,
+) -> models.Workflow:
+    offsets = reflects(svc)  # read first: the rows then reflect at least these offsets
+    row, tasks = queries.workflow(svc.engine, workflowId)
+    if row is None:
+        raise _absent(svc, workflowId)
+    response.headers[REFLECTS] = offsets
+    return models.workflow(row, tasks, includeTasks)
+
+
+def _act(svc: Services, action: str, workflow_id: str, response: Response, **kw: Any) -> None:
+    response.headers[REFLECTS] = reflects(svc)
+    row, _ = queries.workflow(svc.engine, workflow_id)
+    if row is None:
+        raise _absent(svc, workflow_id)
+    problem = _precheck(action, row, workflow_id)
+    if problem is not None:
+        raise ApiError(409, problem)
+    _accepted(svc, BULK[action](svc.commands.get(), workflow_id, *kw.values()), response)
+
+
+@router.delete("/workflow/{workflowId}")
+def terminate(
+    workflowId: str,
+    response: Response,
+    reason: str | None = None,
+    triggerFailureWorkflow: bool = False,
+    svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> None:
+    if triggerFailureWorkflow:
+        raise ApiError(400, "triggerFailureWorkflow: es-sched does not start a failure "
+                       "workflow on terminate")  # fmt: skip
+    _act(svc, "terminate", workflowId, response, reason=reason or "terminated")
+
+
+@router.put("/workflow/{workflowId}/pause")
+def pause(
+    workflowId: str,
+    response: Response, svc: Services = SVC, _who: Principal = OPERATOR,
+) -> None:  # fmt: skip
+    _act(svc, "pause", workflowId, response)
+
+
+@router.put("/workflow/{workflowId}/resume")
+def resume(
+    workflowId: str,
+    response: Response, svc: Services = SVC, _who: Principal = OPERATOR,
+) -> None:  # fmt: skip
+    _act(svc, "resume", workflowId, response)
+
+
+@router.post("/workflow/{workflowId}/retry")
+def retry(
+    workflowId: str,
+    response: Response,
+    resumeSubworkflowTasks: bool = False,
+    svc: Services = SVC,
+    _who: Principal = OPERATOR,
+) -> None:
+    _act(svc, "retry", workflowId, response)
