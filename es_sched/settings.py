@@ -249,6 +249,13 @@ class ApiSettings(BaseSettings):
     # again: a revoked key's tokens stop working within this many seconds (ADR 25).
     key_cache_s: float = Field(default=5.0, ge=0, le=300)
 
+    @field_validator("jwt_secret")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if value and len(value.encode()) < 32:
+            raise ValueError("a JWT secret needs at least 32 bytes (RFC 7518 3.2), or empty")
+        return value
+
     @model_validator(mode="after")
     def _auth_off_on_loopback_only(self) -> ApiSettings:
         if self.auth == "off" and not is_loopback(self.host):

@@ -86,7 +86,10 @@ class Authenticator:
             raise Unauthenticated("INVALID_CREDENTIALS", "unknown or revoked key, or wrong secret")
         now = int(self._clock())
         self._keys.get().touch(key_id, _utc(now))
-        claims = {"sub": key.key_id, "role": key.role, "iat": now, "exp": now + self._ttl_s}
+        claims = {
+            "sub": key.key_id, "role": key.role, "iat": now, "exp": now + self._ttl_s,
+            "jti": secrets.token_hex(8),  # two tokens of one key in one second still differ
+        }  # fmt: skip
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
 
     def principal(self, token: str) -> Principal:
@@ -118,6 +121,10 @@ class Authenticator:
         with self._lock:
             self._seen[key_id] = (now, key)
         return key
+
+    @property
+    def keys(self) -> Keys:
+        return self._keys.get()
 
     def close(self) -> None:
         if self._keys.built:

@@ -1,4 +1,5 @@
-"""Conductor's token protocol, ``POST /api/token`` (issue 14 item 3, ADR 25).
+"""Conductor's token protocol, ``POST /api/token``, and the admin's view of the keys
+(``/api/v1/keys``; issue 14 item 3, ADR 25).
 
 The conductor-python SDK, given ``AuthenticationSettings(key_id, key_secret)``, posts
 ``{"keyId", "keySecret"}`` here, reads ``{"token"}`` and sends it as ``X-Authorization`` on
@@ -11,14 +12,19 @@ server runs without authentication" (as Conductor OSS does).
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from es_sched.api.auth import Principal, authenticated, authenticator
+from es_sched.api.auth import Principal, authenticated, authenticator, require
 from es_sched.api.errors import ApiError
+from es_sched.api.keys import utcnow
 from es_sched.api.services import Services, services
 
 router = APIRouter(prefix="/api", tags=["token"])
+log = logging.getLogger(__name__)
 
 
 class GenerateTokenRequest(BaseModel):
@@ -34,14 +40,16 @@ class Token(BaseModel):
     token: str
 
 
-UNAUTHORIZED = {
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"description": "Wrong credentials: `{error: INVALID_CREDENTIALS, message}`"},
     404: {"description": "Authentication is off on this server"},
 }
-CALLER = {401: {"description": "No valid token: `{error: INVALID_TOKEN|EXPIRED_TOKEN, message}`"}}
+CALLER: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No valid token: `{error: INVALID_TOKEN|EXPIRED_TOKEN, message}`"}
+}
 
 
-@router.post("/token", response_model=Token, responses=UNAUTHORIZED)  # type: ignore[arg-type]
+@router.post("/token", response_model=Token, responses=UNAUTHORIZED)
 def generate_token(
     request: GenerateTokenRequest,
     svc: Services = Depends(services),  # noqa: B008
@@ -65,7 +73,51 @@ class UserInfo(BaseModel):
     applicationUser: bool = True
 
 
-@router.get("/token/userInfo", response_model=UserInfo, responses=CALLER)  # type: ignore[arg-type]
+@router.get("/token/userInfo", response_model=UserInfo, responses=CALLER)
 def user_info(principal: Principal = authenticated()) -> UserInfo:  # noqa: B008
     """Who the token speaks for (any role): the SDKs' ``TokenResourceApi.get_user_info``."""
     return UserInfo(id=principal.name, name=principal.name, roles=[Role(name=principal.role)])
+
+
+class ApiKey(BaseModel):
+    """A key as ``GET /api/v1/keys`` lists it: never its secret or hash."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_id: str
+    name: str
+    role: str
+    created_at: str
+    created_by: str
+    revoked_at: str | None
+    last_used_at: str | None
+
+
+ADMIN: dict[int | str, dict[str, Any]] = {
+    **CALLER,
+    403: {"description": "The key's role is not admin"},
+}
+
+
+@router.get("/v1/keys", response_model=list[ApiKey], tags=["native"], responses=ADMIN)
+def list_keys(
+    _admin: Principal = require("admin"),  # noqa: B008
+    svc: Services = Depends(services),  # noqa: B008
+) -> list[ApiKey]:
+    """Every API key, revoked ones included (creating one is the CLI's: it shows the secret)."""
+    return [ApiKey(**key.as_row()) for key in authenticator(svc).keys.all()]
+
+
+@router.delete(
+    "/v1/keys/{key_id}", tags=["native"], responses={**ADMIN, 404: {"description": "No such key"}}
+)
+def revoke_key(
+    key_id: str,
+    admin: Principal = require("admin"),  # noqa: B008
+    svc: Services = Depends(services),  # noqa: B008
+) -> dict[str, str]:
+    """Revoke a key: no new tokens; its tokens stop within ``ES_SCHED_API_KEY_CACHE_S``."""
+    if not authenticator(svc).keys.revoke(key_id, utcnow()):
+        raise ApiError(404, f"no API key {key_id!r}")
+    log.info("API key %s revoked by %s", key_id, admin.name)
+    return {"revoked": key_id}

@@ -11,6 +11,7 @@ import pytest
 from es_sched.api.auth import Unauthenticated
 from es_sched.api.keys import hash_secret, new_key, secret_matches
 from es_sched.api.roles import ROLES, grants
+from es_sched.settings import ApiSettings
 from tests.unit.api.auth_support import SECRET, Clock, MemoryKeys, authenticator, key
 
 
@@ -129,3 +130,9 @@ def test_without_a_configured_secret_each_process_has_its_own() -> None:
     key_id, secret = key(keys, "viewer", clock)
     with pytest.raises(Unauthenticated):
         other.principal(one.issue(key_id, secret))
+
+
+def test_a_short_jwt_secret_is_refused() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        ApiSettings(jwt_secret="short")
+    assert ApiSettings(jwt_secret="").jwt_secret == ""

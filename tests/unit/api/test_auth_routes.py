@@ -141,3 +141,19 @@ def test_login_never_redirects_off_the_console(setup, next_) -> None:  # type: i
     key_id, secret = key(keys, "viewer", clock)
     answer = client.post("/ui/login", data={"keyId": key_id, "keySecret": secret, "next": next_})
     assert answer.headers["location"] == "/ui/"
+
+
+def test_admins_list_and_revoke_keys_others_may_not(setup) -> None:  # type: ignore[no-untyped-def]
+    client, keys, clock = setup
+    admin = {"X-Authorization": token(client, *key(keys, "admin", clock))}
+    operator = {"X-Authorization": token(client, *key(keys, "operator", clock))}
+    victim, _ = key(keys, "viewer", clock)
+    assert client.get("/api/v1/keys", headers=operator).status_code == 403
+    assert client.delete(f"/api/v1/keys/{victim}", headers=operator).status_code == 403
+    listed = client.get("/api/v1/keys", headers=admin).json()
+    assert {row["key_id"] for row in listed} == set(keys.keys)
+    assert all("secret_hash" not in row for row in listed)
+    assert client.delete(f"/api/v1/keys/{victim}", headers=admin).json() == {"revoked": victim}
+    assert keys.keys[victim].revoked_at is not None
+    missing = client.delete("/api/v1/keys/nope", headers=admin)
+    assert (missing.status_code, missing.json()["code"]) == (404, "NOT_FOUND")
