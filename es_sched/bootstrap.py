@@ -23,6 +23,7 @@ from es_sched.metrics import Registry
 from es_sched.settings import Settings
 
 if TYPE_CHECKING:
+    from es_sched.api.keys import Keys, PgKeys
     from es_sched.api.services import Services as ApiServices
     from es_sched.commands.client import CommandClient
     from es_sched.projections.postgres.store import PgStore
@@ -121,14 +122,31 @@ def _projector_search(settings: Settings, registry: Registry, clients: KafkaClie
 
 def api_services(settings: Settings) -> ApiServices:
     """What the HTTP API's routes use (ADR 23); each client is built on first use."""
+    from es_sched.api.auth import Authenticator  # noqa: PLC0415
     from es_sched.api.services import Lazy, Services  # noqa: PLC0415
 
+    keys: Lazy[Keys] = Lazy(lambda: key_store(settings))
     return Services(
         settings=settings,
         pg=Lazy(lambda: pg_store(settings)),
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
+        extras={"auth": Authenticator(settings.api, keys)},
     )
+
+
+def key_store(settings: Settings) -> PgKeys:
+    """The API keys, in ``<ES_SCHED_PG_SCHEMA_NAME>_auth`` (ADR 25): a rebuild of the read
+    model replaces its schema, the keys must outlive that."""
+    from sqlalchemy import create_engine  # noqa: PLC0415
+
+    from es_sched.api.keys import PgKeys  # noqa: PLC0415
+
+    engine = create_engine(
+        settings.postgres.url, pool_pre_ping=True, pool_size=2,
+        connect_args={"connect_timeout": 5},
+    )  # fmt: skip
+    return PgKeys(engine, f"{settings.postgres.schema_name}_auth")
 
 
 def with_api_host(settings: Settings, host: str) -> Settings:

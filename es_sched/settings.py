@@ -245,6 +245,16 @@ class ApiSettings(BaseSettings):
     gateway_capacity: int = Field(default=64, ge=1, le=100_000)
     long_poll_max_ms: int = Field(default=30_000, ge=0, le=300_000)
     read_your_writes_timeout_s: float = Field(default=10.0, gt=0)
+    # How long an API process trusts what it read of a key (role, revoked) before reading it
+    # again: a revoked key's tokens stop working within this many seconds (ADR 25).
+    key_cache_s: float = Field(default=5.0, ge=0, le=300)
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if value and len(value.encode()) < 32:
+            raise ValueError("a JWT secret needs at least 32 bytes (RFC 7518 3.2), or empty")
+        return value
 
     @model_validator(mode="after")
     def _auth_off_on_loopback_only(self) -> ApiSettings:

@@ -13,7 +13,7 @@ from es_sched.api import errors, tokens
 from es_sched.api.conductor import metadata, rerun, tasks, workflows
 from es_sched.api.native import routes as native
 from es_sched.api.services import Services
-from es_sched.api.ui import ops
+from es_sched.api.ui import login, ops
 from es_sched.api.ui import routes as ui
 from es_sched.api.ui.render import static
 
@@ -37,7 +37,7 @@ def create_app(svc: Services) -> FastAPI:
     )
     app.state.services = svc
     errors.install(app)
-    for module in (tokens, workflows, rerun, metadata, tasks, native, ui, ops):
+    for module in (tokens, workflows, rerun, metadata, tasks, native, ui, ops, login):
         app.include_router(module.router)
     app.mount("/ui/static", static, name="static")
 

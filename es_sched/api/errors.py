@@ -43,12 +43,17 @@ class ApiError(EsSchedError):
     """A refusal with its HTTP status; ``validation`` lists field problems, if any."""
 
     def __init__(
-        self, status: int, message: str, validation: list[dict[str, Any]] | None = None
+        self,
+        status: int,
+        message: str,
+        validation: list[dict[str, Any]] | None = None,
+        error: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.validation = validation or []
+        self.error = error  # the token protocol's word on a 401 (ADR 25), added to the body
 
 
 def body(status: int, message: str, validation: list[dict[str, Any]] | None = None) -> JSON:
@@ -72,6 +77,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        if exc.error is not None:
+            extra = {"error": exc.error}
+            return JSONResponse({**body(exc.status, exc.message), **extra}, exc.status)
         return _answer(exc.status, exc.message, exc.validation)
 
     @app.exception_handler(StarletteHTTPException)
