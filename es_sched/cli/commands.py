@@ -13,6 +13,7 @@ it is written, exit 1; no answer in time -> exit 3.
 
 from __future__ import annotations
 
+import getpass
 import json
 import sys
 from collections.abc import Callable
@@ -40,6 +41,15 @@ def _client() -> CommandClient:
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/] {exc}")
         sys.exit(2)
+
+
+def actor() -> str:
+    """Who is acting from this shell: ``cli:<OS user>``, recorded on the events a command
+    causes (an operator action carries who did it)."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (a bare container)
+        return "cli:unknown"
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:
@@ -100,7 +110,7 @@ def submit(
     with _client() as client:
         start = client.start_watermarks() if wait_s is not None else None
         submitted = client.submit_many(
-            name, inputs, version, priority, command_ids=ids, sources=sources
+            name, inputs, version, priority, command_ids=ids, sources=sources, actor=actor()
         )
         tokens = {s.workflow_id: client.token(s.workflow_id) for s in submitted}
         if wait_s is None:
@@ -184,7 +194,7 @@ def cancel(
 ) -> None:  # fmt: skip
     """Cancel a running workflow (its CALLBACK tasks still run)."""
     with _client() as client:
-        send = partial(client.cancel, wf_id, reason, expected_version, command_id)
+        send = partial(client.cancel, wf_id, reason, expected_version, command_id, actor=actor())
         _act(client, "cancel", wait_s, send)
 
 
@@ -200,7 +210,7 @@ def terminate(
 ) -> None:  # fmt: skip
     """Terminate a running workflow."""
     with _client() as client:
-        send = partial(client.terminate, wf_id, reason, expected_version, command_id)
+        send = partial(client.terminate, wf_id, reason, expected_version, command_id, actor=actor())
         _act(client, "terminate", wait_s, send)
 
 
@@ -214,8 +224,9 @@ def _simple(verb: str, doc: str) -> click.Command:
         wf_id: str, expected_version: int | None, command_id: str | None, wait_s: float | None
     ) -> None:
         with _client() as client:
-            method: Callable[[str, int | None, str | None], Submitted] = getattr(client, verb)
-            _act(client, verb, wait_s, partial(method, wf_id, expected_version, command_id))
+            method: Callable[..., Submitted] = getattr(client, verb)
+            send = partial(method, wf_id, expected_version, command_id, actor=actor())
+            _act(client, verb, wait_s, send)
 
     return command
 
@@ -242,7 +253,10 @@ def signal(
     """Complete (or fail) a waiting WAIT task of a workflow."""
     output = _json_object(output_json, "--output")
     with _client() as client:
-        send = partial(client.signal, wf_id, output, ref, status, expected_version, command_id)
+        send = partial(
+            client.signal, wf_id, output, ref, status, expected_version, command_id,
+            actor=actor(),
+        )  # fmt: skip
         _act(client, "signal", wait_s, send)
 
 

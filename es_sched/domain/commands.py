@@ -2,8 +2,9 @@
 
 Commands are imperative (``StartWorkflow``) and carry a client-chosen ``command_id`` used for
 idempotency and an optional ``expected_version`` (the workflow's last seq) for optimistic
-concurrency. Runtime inputs (dispatcher, workers, timers, child workflows) carry an
-``input_id`` for the same purpose. ``INPUT_TYPES`` is the registry of stable type strings.
+concurrency, and an optional ``actor`` (who asked). Runtime inputs (dispatcher, workers,
+timers, child workflows) carry an ``input_id`` for the same purpose. ``INPUT_TYPES`` is the
+registry of stable type strings.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class Input:
 @dataclass(frozen=True)
 class Command(Input):
     expected_version: int | None = None
+    # Who asked (an operator action carries who did it, DESIGN.md section 8): recorded by the
+    # decider on the envelope of every event the command causes, refusals included.
+    actor: str | None = None
 
 
 # -- commands -------------------------------------------------------------------------------

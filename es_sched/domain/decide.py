@@ -3,11 +3,11 @@
 An input is first checked (idempotency, expected version, lease fencing), turned into its
 primary events, and then ``engine.step`` runs until the workflow must wait for the next input.
 Every returned event already carries its envelope (seq, deterministic event id, causation and
-correlation ids). Expected refusals become ``command.rejected`` / ``task.completion_rejected``
-events in the workflow's history; an input for a workflow that has no history (a StartWorkflow
-that cannot start, anything else for an unknown id) returns one ``workflow.rejected`` event
-outside any history and no state (``domain.refusals``). Nothing an input says raises. A
-redelivered input returns no event at all.
+correlation ids, and the command's ``actor``). Expected refusals become ``command.rejected``
+/ ``task.completion_rejected`` events in the workflow's history; an input for a workflow that
+has no history (a StartWorkflow that cannot start, anything else for an unknown id) returns
+one ``workflow.rejected`` event outside any history and no state (``domain.refusals``). Nothing an
+input says raises. A redelivered input returns no event at all.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class _Recorder:
     now: datetime
     events: list[Event] = field(default_factory=list)
     owned: bool = False  # ``state`` is this decision's own copy (not the caller's)
+    actor: str | None = None  # the command's actor, on every event it causes
 
     def emit(self, payload: Payload) -> None:
         seq = (self.state.seq if self.state is not None else 0) + 1
@@ -91,6 +92,7 @@ class _Recorder:
             self.causation_id,
             self.correlation_id,
             payload,
+            self.actor,
         )
         # One copy of the caller's state per decision, then changed in place: copying the task
         # map per event made scheduling a fork of N branches cost O(N^2).
@@ -125,12 +127,14 @@ def decide_with_state(
             return [refused], None  # outside any history: no state to keep
         assert isinstance(inp, c.StartWorkflow)  # refusal() refuses every other input
         correlation = inp.correlation_id or inp.workflow_id
-        rec = _Recorder(None, inp.workflow_id, inp.input_id, correlation, now)
+        rec = _Recorder(None, inp.workflow_id, inp.input_id, correlation, now, actor=inp.actor)
         rec.emit(_start(inp))
     else:
         if inp.input_id in state.recent_inputs:
             return [], state  # a redelivered input: already applied
-        rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now)
+        actor = inp.actor if isinstance(inp, c.Command) else None
+        rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now,
+                        actor=actor)  # fmt: skip
         for payload in _primary(state, inp, ctx):
             rec.emit(payload)
     if not all(isinstance(e.payload, NO_PROGRESS) for e in rec.events):

@@ -1,9 +1,10 @@
 """Events: every change of workflow or task state, past tense, frozen, with a full envelope.
 
 ``Event`` is the envelope (``event_id``, ``workflow_id``, ``seq``, ``occurred_at``,
-``causation_id``, ``correlation_id``) around one payload class per stable type string
-(``"task.completed"``). ``EVENT_TYPES`` is the one registry of those strings; the serialization
-package maps it to JSON Schemas in ``schemas/events/`` and never stores Python import paths.
+``causation_id``, ``correlation_id``, optional ``actor``) around one payload class per stable
+type string (``"task.completed"``). ``EVENT_TYPES`` is the one registry of those strings; the
+serialization package maps it to JSON Schemas in ``schemas/events/`` and never stores Python
+import paths.
 """
 
 from __future__ import annotations
@@ -291,6 +292,11 @@ class Event:
     causation_id: str
     correlation_id: str
     payload: Payload
+    # Who caused it: the ``actor`` of the command it answers (``cli:alice``, an API key's
+    # name), kept on every event that command caused, refusals included; None for runtime
+    # inputs and for events written before actors existed. Envelope, not payload: it says
+    # who asked, whatever the event type, and leaves every payload schema as it was.
+    actor: str | None = None
 
     @property
     def type(self) -> str:
