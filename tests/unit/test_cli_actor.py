@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ def test_control_commands_send_the_os_user_as_actor(
 ) -> None:
     fake = FakeClient()
     monkeypatch.setattr(commands, "_client", lambda: fake)
-    monkeypatch.setattr(commands.getpass, "getuser", lambda: "alice")
+    monkeypatch.setattr(getpass, "getuser", lambda: "alice")
     command = getattr(commands, argv[0])
     result = CliRunner().invoke(command, argv[1:])
     assert result.exit_code == 0, result.output
@@ -50,5 +51,5 @@ def test_without_a_user_name_the_actor_is_still_named(monkeypatch: pytest.Monkey
     def no_user() -> str:
         raise KeyError("uid not found")
 
-    monkeypatch.setattr(commands.getpass, "getuser", no_user)
+    monkeypatch.setattr(getpass, "getuser", no_user)
     assert commands.actor() == "cli:unknown"
