@@ -92,6 +92,35 @@ class SignalWorkflow(Command):
 
 
 @dataclass(frozen=True)
+class RestartWorkflow(Command):
+    """Start a workflow in a terminal state again from its beginning, same id (Conductor's
+    restart). ``input`` None keeps the input it started with; ``definition`` None keeps its
+    definition, else the client resolved the latest registered one (``useLatestDefinitions``)
+    and sends it with its TaskDefs and pinned sub-workflows, as a StartWorkflow does: the
+    decider never looks a definition up."""
+
+    TYPE = "workflow.restart"
+    input: JSON | None = None
+    definition: JSON | None = None
+    taskdefs: list[JSON] = field(default_factory=list)
+    subworkflow_definitions: list[JSON] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RerunWorkflow(Command):
+    """Run a workflow in a terminal state again from one of its tasks (Conductor's rerun):
+    ``task`` (a task id or reference name) and every task scheduled after it are reset and
+    run again, the task with ``task_input`` when given; ``workflow_input`` replaces the
+    workflow's input. Without ``task`` it is a restart with ``workflow_input``. The exact
+    rules (forks, loops, sub-workflows) are ``domain.rerun``'s (ADR 27)."""
+
+    TYPE = "workflow.rerun"
+    task: str | None = None
+    task_input: JSON | None = None
+    workflow_input: JSON | None = None
+
+
+@dataclass(frozen=True)
 class RegisterDefinition(Command):
     """Registers a workflow definition (and TaskDefs); keyed by definition name, not workflow."""
 
@@ -190,6 +219,6 @@ INPUT_TYPES: dict[str, type[Input]] = {
         StartWorkflow, CancelWorkflow, TerminateWorkflow, RetryWorkflow, PauseWorkflow,
         ResumeWorkflow, SignalWorkflow, RegisterDefinition, DispatchTask, ExpireLease,
         ReportStarted, ReportProgress, ReportCompleted, ReportFailed, FireTimer,
-        ChildWorkflowEnded, ReportCancelled,
+        ChildWorkflowEnded, ReportCancelled, RestartWorkflow, RerunWorkflow,
     )
 }  # fmt: skip

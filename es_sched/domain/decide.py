@@ -36,6 +36,7 @@ from es_sched.domain.events import (
     TaskTimedOut,
     WorkflowEnding,
     WorkflowPaused,
+    WorkflowRerun,
     WorkflowResumed,
     WorkflowRetried,
     WorkflowStarted,
@@ -43,6 +44,7 @@ from es_sched.domain.events import (
 from es_sched.domain.evolve import advance, evolve
 from es_sched.domain.ids import IdSource, event_id
 from es_sched.domain.refusals import refusal
+from es_sched.domain.rerun import rerun, rerun_root, restart
 from es_sched.domain.scheduling import again
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import (
@@ -137,6 +139,10 @@ def decide_with_state(
                         actor=actor)  # fmt: skip
         for payload in _primary(state, inp, ctx):
             rec.emit(payload)
+        if isinstance(inp, c.RerunWorkflow) and isinstance(rec.events[-1].payload, WorkflowRerun):
+            assert rec.state is not None
+            for payload in rerun_root(rec.state, rec.events[-1].payload, inp, ctx):
+                rec.emit(payload)
     if not all(isinstance(e.payload, NO_PROGRESS) for e in rec.events):
         _cascade(rec, ctx)
     return rec.events, rec.state
@@ -206,6 +212,10 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                 )
             redo = [t for t in _latest(st) if t.status in TASK_UNSUCCESSFUL and not t.callback]
             return [WorkflowRetried(st.status), *[p for t in redo for p in again(st, t, ctx)]]
+        case c.RestartWorkflow():
+            return restart(st, inp)
+        case c.RerunWorkflow():
+            return rerun(st, inp)
         case c.SignalWorkflow():
             waiting = [
                 t
