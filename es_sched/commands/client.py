@@ -193,6 +193,38 @@ class CommandClient:
             ref=ref, status=status, output=output,
         )  # fmt: skip
 
+    def restart(
+        self, wf_id: str, latest_of: str | None = None, input: JSON | None = None,
+        expected_version: int | None = None, command_id: str | None = None,
+        *, actor: str | None = None,
+    ) -> Submitted:  # fmt: skip
+        """Restart a workflow in a terminal state from its beginning; ``latest_of`` (its
+        definition's name) runs it with the latest registered version of that definition,
+        resolved here and embedded as a start embeds it (Conductor's ``useLatestDefinitions``)."""
+        pinned: dict[str, Any] = {}
+        if latest_of is not None:
+            self.ensure_topics()
+            resolved = resolve(self._registry_caught_up(), latest_of, None)
+            pinned = {
+                "definition": resolved.definition, "taskdefs": resolved.taskdefs,
+                "subworkflow_definitions": resolved.subworkflow_definitions,
+            }  # fmt: skip
+        return self._send(
+            c.RestartWorkflow, wf_id, expected_version, command_id, actor, input=input, **pinned
+        )
+
+    def rerun(
+        self, wf_id: str, task: str | None = None, task_input: JSON | None = None,
+        workflow_input: JSON | None = None, expected_version: int | None = None,
+        command_id: str | None = None, *, actor: str | None = None,
+    ) -> Submitted:  # fmt: skip
+        """Rerun a workflow in a terminal state from ``task`` (a task id or reference name);
+        without one, restart it with ``workflow_input`` (Conductor's rerun)."""
+        return self._send(
+            c.RerunWorkflow, wf_id, expected_version, command_id, actor,
+            task=task, task_input=task_input, workflow_input=workflow_input,
+        )  # fmt: skip
+
     def _send(
         self, cls: type[c.Command], wf_id: str, expected_version: int | None,
         command_id: str | None, actor: str | None = None, **fields: Any,
