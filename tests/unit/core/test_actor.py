@@ -17,7 +17,7 @@ from es_sched.serialization import (
     encode_input,
     event_to_dict,
 )
-from tests.support.golden import NAMES, lines
+from tests.support.golden import NAMES, history, lines
 from tests.unit.core.harness import SCRIPTS, T0, Driver, task, workflow
 
 DEFINITION = workflow(task("probe", "media.probe"), task("encode", "media.encode"))
@@ -60,15 +60,27 @@ def test_an_event_without_actor_has_no_actor_key_on_the_wire() -> None:
     assert "actor" not in doc and "actor" not in event_to_dict(d.events[0])
 
 
+BEFORE_ACTORS = ("media_1080_v1", "media_480", "media_transcode_exhausted")
+
+
 def test_a_logged_event_without_actor_still_decodes() -> None:
-    """The golden histories were recorded before actors existed: no line names one, each
+    """These golden histories were recorded before actors existed: no line names one, each
     decodes with actor None and encodes back with the same envelope keys (no ``actor``)."""
-    for name in NAMES:
+    assert set(BEFORE_ACTORS) <= set(NAMES)
+    for name in BEFORE_ACTORS:
         for line in lines(name):
             assert "actor" not in json.loads(line)
             event = decode_event(line)
             assert event.actor is None
             assert json.loads(encode_event(event)).keys() == json.loads(line).keys()
+
+
+def test_the_golden_rerun_names_its_operator_on_the_events_it_caused() -> None:
+    events = history("media_transcode_rerun")
+    caused = [e for e in events if e.causation_id == "rerun-ops-1"]
+    assert caused[0].type == "workflow.rerun_started"
+    assert {e.actor for e in caused} == {"cli:ops"}
+    assert all(e.actor is None for e in events if e.causation_id != "rerun-ops-1")
 
 
 def test_a_command_written_before_actor_existed_still_decodes() -> None:
