@@ -98,6 +98,18 @@ class Simulation:
         root = self.wf_ids()
         self.workflows[root] = _Workflow()
         self.queue.append((root, self._start(root, dict(definition), dict(workflow_input))))
+        self._drain()
+        return self.report(root, detail)
+
+    def act(self, command: c.Command, detail: bool = False) -> dict[str, Any]:
+        """Send an operator's command (a restart, a rerun, a retry...) to a simulated workflow
+        and run until nothing more can happen, as ``run`` does; the script answers the tasks
+        it schedules where entries are left, the rest complete at once."""
+        self.queue.append((command.workflow_id, command))
+        self._drain()
+        return self.report(command.workflow_id, detail)
+
+    def _drain(self) -> None:
         steps = 0
         while steps < MAX_STEPS:
             steps += 1
@@ -106,7 +118,6 @@ class Simulation:
                 self._apply(wf_id, inp)
             elif not self._signal_waiting() and not self._fire_next_timer():
                 break
-        return self.report(root, detail)
 
     def _start(
         self, wf_id: str, definition: dict[str, Any], inp: dict[str, Any], **extra: Any

@@ -1,18 +1,19 @@
-"""``es-sched submit|cancel|terminate|retry|pause|resume|signal`` and ``es-sched defs push``.
+"""``es-sched submit|cancel|terminate|retry|pause|resume|signal|restart|rerun``, ``defs push``.
 
 Thin wrappers around ``es_sched.commands.CommandClient``: every command is validated before it
 is produced, and errors are ``EsSchedError``s that ``es_sched.cli.main.main`` prints as one
 line with exit status 1. ``register(cli, defs)`` attaches the commands to the CLI groups.
 
-Control commands (cancel, terminate, retry, pause, resume, signal) print what was sent; with
-``--wait SECONDS`` they then read the decider's answer from the events topic (the events caused
-by the command id): accepted -> the events, exit 0; refused (``command.rejected``, or
-``workflow.rejected`` for an unknown workflow) -> ``rejected: <reason>`` on stderr as soon as
-it is written, exit 1; no answer in time -> exit 3.
+Control commands (cancel, terminate, retry, pause, resume, signal, restart, rerun) print what
+was sent; with ``--wait SECONDS`` they then read the decider's answer from the events topic
+(the events caused by the command id): accepted -> the events, exit 0; refused
+(``command.rejected``, or ``workflow.rejected`` for an unknown workflow) -> ``rejected:
+<reason>`` on stderr as soon as it is written, exit 1; no answer in time -> exit 3.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import sys
 from collections.abc import Callable
@@ -40,6 +41,15 @@ def _client() -> CommandClient:
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/] {exc}")
         sys.exit(2)
+
+
+def actor() -> str:
+    """Who is acting from this shell: ``cli:<OS user>``, recorded on the events a command
+    causes (an operator action carries who did it)."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (a bare container)
+        return "cli:unknown"
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:
@@ -100,7 +110,7 @@ def submit(
     with _client() as client:
         start = client.start_watermarks() if wait_s is not None else None
         submitted = client.submit_many(
-            name, inputs, version, priority, command_ids=ids, sources=sources
+            name, inputs, version, priority, command_ids=ids, sources=sources, actor=actor()
         )
         tokens = {s.workflow_id: client.token(s.workflow_id) for s in submitted}
         if wait_s is None:
@@ -184,7 +194,7 @@ def cancel(
 ) -> None:  # fmt: skip
     """Cancel a running workflow (its CALLBACK tasks still run)."""
     with _client() as client:
-        send = partial(client.cancel, wf_id, reason, expected_version, command_id)
+        send = partial(client.cancel, wf_id, reason, expected_version, command_id, actor=actor())
         _act(client, "cancel", wait_s, send)
 
 
@@ -200,7 +210,7 @@ def terminate(
 ) -> None:  # fmt: skip
     """Terminate a running workflow."""
     with _client() as client:
-        send = partial(client.terminate, wf_id, reason, expected_version, command_id)
+        send = partial(client.terminate, wf_id, reason, expected_version, command_id, actor=actor())
         _act(client, "terminate", wait_s, send)
 
 
@@ -214,8 +224,9 @@ def _simple(verb: str, doc: str) -> click.Command:
         wf_id: str, expected_version: int | None, command_id: str | None, wait_s: float | None
     ) -> None:
         with _client() as client:
-            method: Callable[[str, int | None, str | None], Submitted] = getattr(client, verb)
-            _act(client, verb, wait_s, partial(method, wf_id, expected_version, command_id))
+            method: Callable[..., Submitted] = getattr(client, verb)
+            send = partial(method, wf_id, expected_version, command_id, actor=actor())
+            _act(client, verb, wait_s, send)
 
     return command
 
@@ -242,8 +253,61 @@ def signal(
     """Complete (or fail) a waiting WAIT task of a workflow."""
     output = _json_object(output_json, "--output")
     with _client() as client:
-        send = partial(client.signal, wf_id, output, ref, status, expected_version, command_id)
+        send = partial(
+            client.signal, wf_id, output, ref, status, expected_version, command_id,
+            actor=actor(),
+        )  # fmt: skip
         _act(client, "signal", wait_s, send)
+
+
+@click.command("restart")
+@WF_ID
+@click.option(
+    "--latest-definition",
+    "latest_of",
+    metavar="NAME",
+    help="Run with the latest registered version of definition NAME (the workflow's own).",
+)
+@click.option("--input", "input_json", help="A new workflow input (default: the same input).")
+@EXPECTED
+@COMMAND_ID
+@WAIT
+def restart(
+    wf_id: str, latest_of: str | None, input_json: str | None, expected_version: int | None,
+    command_id: str | None, wait_s: float | None,
+) -> None:  # fmt: skip
+    """Restart a workflow in a terminal state from its beginning (same id, same input)."""
+    new_input = _json_object(input_json, "--input") if input_json is not None else None
+    with _client() as client:
+        send = partial(
+            client.restart, wf_id, latest_of, new_input, expected_version, command_id,
+            actor=actor(),
+        )  # fmt: skip
+        _act(client, "restart", wait_s, send)
+
+
+@click.command("rerun")
+@WF_ID
+@click.option("--from-task", "task", metavar="REF", help="Task reference name or task id.")
+@click.option("--task-input", "task_json", help="JSON object merged over the task's input.")
+@click.option("--input", "input_json", help="A new workflow input (default: the same input).")
+@EXPECTED
+@COMMAND_ID
+@WAIT
+def rerun(
+    wf_id: str, task: str | None, task_json: str | None, input_json: str | None,
+    expected_version: int | None, command_id: str | None, wait_s: float | None,
+) -> None:  # fmt: skip
+    """Rerun a workflow in a terminal state from a task: it and every task after it run again
+    (without --from-task: a restart)."""
+    task_input = _json_object(task_json, "--task-input") if task_json is not None else None
+    new_input = _json_object(input_json, "--input") if input_json is not None else None
+    with _client() as client:
+        send = partial(
+            client.rerun, wf_id, task, task_input, new_input, expected_version, command_id,
+            actor=actor(),
+        )  # fmt: skip
+        _act(client, "rerun", wait_s, send)
 
 
 @click.command("push")
@@ -264,6 +328,6 @@ def push(paths: tuple[Path, ...]) -> None:
 
 def register(cli: click.Group, defs: click.Group) -> None:
     """Attach the command side to the ``es-sched`` group and ``push`` to ``es-sched defs``."""
-    for command in (submit, cancel, terminate, retry, pause, resume, signal):
+    for command in (submit, cancel, terminate, retry, pause, resume, signal, restart, rerun):
         cli.add_command(command)
     defs.add_command(push)

@@ -2,8 +2,9 @@
 
 Commands are imperative (``StartWorkflow``) and carry a client-chosen ``command_id`` used for
 idempotency and an optional ``expected_version`` (the workflow's last seq) for optimistic
-concurrency. Runtime inputs (dispatcher, workers, timers, child workflows) carry an
-``input_id`` for the same purpose. ``INPUT_TYPES`` is the registry of stable type strings.
+concurrency, and an optional ``actor`` (who asked). Runtime inputs (dispatcher, workers,
+timers, child workflows) carry an ``input_id`` for the same purpose. ``INPUT_TYPES`` is the
+registry of stable type strings.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class Input:
 @dataclass(frozen=True)
 class Command(Input):
     expected_version: int | None = None
+    # Who asked (an operator action carries who did it, DESIGN.md section 8): recorded by the
+    # decider on the envelope of every event the command causes, refusals included.
+    actor: str | None = None
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -85,6 +89,35 @@ class SignalWorkflow(Command):
     ref: str | None = None
     status: str = "COMPLETED"  # or FAILED
     output: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RestartWorkflow(Command):
+    """Start a workflow in a terminal state again from its beginning, same id (Conductor's
+    restart). ``input`` None keeps the input it started with; ``definition`` None keeps its
+    definition, else the client resolved the latest registered one (``useLatestDefinitions``)
+    and sends it with its TaskDefs and pinned sub-workflows, as a StartWorkflow does: the
+    decider never looks a definition up."""
+
+    TYPE = "workflow.restart"
+    input: JSON | None = None
+    definition: JSON | None = None
+    taskdefs: list[JSON] = field(default_factory=list)
+    subworkflow_definitions: list[JSON] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RerunWorkflow(Command):
+    """Run a workflow in a terminal state again from one of its tasks (Conductor's rerun):
+    ``task`` (a task id or reference name) and every task scheduled after it are reset and
+    run again, the task with ``task_input`` when given; ``workflow_input`` replaces the
+    workflow's input. Without ``task`` it is a restart with ``workflow_input``. The exact
+    rules (forks, loops, sub-workflows) are ``domain.rerun``'s (ADR 27)."""
+
+    TYPE = "workflow.rerun"
+    task: str | None = None
+    task_input: JSON | None = None
+    workflow_input: JSON | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +219,6 @@ INPUT_TYPES: dict[str, type[Input]] = {
         StartWorkflow, CancelWorkflow, TerminateWorkflow, RetryWorkflow, PauseWorkflow,
         ResumeWorkflow, SignalWorkflow, RegisterDefinition, DispatchTask, ExpireLease,
         ReportStarted, ReportProgress, ReportCompleted, ReportFailed, FireTimer,
-        ChildWorkflowEnded, ReportCancelled,
+        ChildWorkflowEnded, ReportCancelled, RestartWorkflow, RerunWorkflow,
     )
 }  # fmt: skip

@@ -3,11 +3,11 @@
 An input is first checked (idempotency, expected version, lease fencing), turned into its
 primary events, and then ``engine.step`` runs until the workflow must wait for the next input.
 Every returned event already carries its envelope (seq, deterministic event id, causation and
-correlation ids). Expected refusals become ``command.rejected`` / ``task.completion_rejected``
-events in the workflow's history; an input for a workflow that has no history (a StartWorkflow
-that cannot start, anything else for an unknown id) returns one ``workflow.rejected`` event
-outside any history and no state (``domain.refusals``). Nothing an input says raises. A
-redelivered input returns no event at all.
+correlation ids, and the command's ``actor``). Expected refusals become ``command.rejected``
+/ ``task.completion_rejected`` events in the workflow's history; an input for a workflow that
+has no history (a StartWorkflow that cannot start, anything else for an unknown id) returns
+one ``workflow.rejected`` event outside any history and no state (``domain.refusals``). Nothing an
+input says raises. A redelivered input returns no event at all.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from es_sched.domain.events import (
     TaskTimedOut,
     WorkflowEnding,
     WorkflowPaused,
+    WorkflowRerun,
     WorkflowResumed,
     WorkflowRetried,
     WorkflowStarted,
@@ -43,6 +44,7 @@ from es_sched.domain.events import (
 from es_sched.domain.evolve import advance, evolve
 from es_sched.domain.ids import IdSource, event_id
 from es_sched.domain.refusals import refusal
+from es_sched.domain.rerun import rerun, rerun_root, restart
 from es_sched.domain.scheduling import again
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import (
@@ -80,6 +82,7 @@ class _Recorder:
     now: datetime
     events: list[Event] = field(default_factory=list)
     owned: bool = False  # ``state`` is this decision's own copy (not the caller's)
+    actor: str | None = None  # the command's actor, on every event it causes
 
     def emit(self, payload: Payload) -> None:
         seq = (self.state.seq if self.state is not None else 0) + 1
@@ -91,6 +94,7 @@ class _Recorder:
             self.causation_id,
             self.correlation_id,
             payload,
+            self.actor,
         )
         # One copy of the caller's state per decision, then changed in place: copying the task
         # map per event made scheduling a fork of N branches cost O(N^2).
@@ -125,14 +129,20 @@ def decide_with_state(
             return [refused], None  # outside any history: no state to keep
         assert isinstance(inp, c.StartWorkflow)  # refusal() refuses every other input
         correlation = inp.correlation_id or inp.workflow_id
-        rec = _Recorder(None, inp.workflow_id, inp.input_id, correlation, now)
+        rec = _Recorder(None, inp.workflow_id, inp.input_id, correlation, now, actor=inp.actor)
         rec.emit(_start(inp))
     else:
         if inp.input_id in state.recent_inputs:
             return [], state  # a redelivered input: already applied
-        rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now)
+        actor = inp.actor if isinstance(inp, c.Command) else None
+        rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now,
+                        actor=actor)  # fmt: skip
         for payload in _primary(state, inp, ctx):
             rec.emit(payload)
+        if isinstance(inp, c.RerunWorkflow) and isinstance(rec.events[-1].payload, WorkflowRerun):
+            assert rec.state is not None
+            for payload in rerun_root(rec.state, rec.events[-1].payload, inp, ctx):
+                rec.emit(payload)
     if not all(isinstance(e.payload, NO_PROGRESS) for e in rec.events):
         _cascade(rec, ctx)
     return rec.events, rec.state
@@ -202,6 +212,10 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                 )
             redo = [t for t in _latest(st) if t.status in TASK_UNSUCCESSFUL and not t.callback]
             return [WorkflowRetried(st.status), *[p for t in redo for p in again(st, t, ctx)]]
+        case c.RestartWorkflow():
+            return restart(st, inp)
+        case c.RerunWorkflow():
+            return rerun(st, inp)
         case c.SignalWorkflow():
             waiting = [
                 t

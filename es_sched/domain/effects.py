@@ -61,6 +61,8 @@ from es_sched.domain.events import (
     WorkflowEnding,
     WorkflowPaused,
     WorkflowRejected,
+    WorkflowRerun,
+    WorkflowRestarted,
     WorkflowResumed,
     WorkflowRetried,
     WorkflowStarted,
@@ -225,7 +227,7 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
             | WorkflowRetried() | VariablesSet() | CommandRejected() | TaskDispatched()
             | TaskStarted() | TaskProgressed() | TaskCompleted() | TaskCompletedWithErrors()
             | TaskFailed() | TaskTimedOut() | LoopIterated() | CompletionRejected()
-            | TaskCancelConfirmed()
+            | TaskCancelConfirmed() | WorkflowRestarted() | WorkflowRerun()
         ):  # fmt: skip
             return []  # nothing leaves the workflow (its timers come from timers_for)
         case WorkflowRejected():

@@ -1,9 +1,10 @@
 """Events: every change of workflow or task state, past tense, frozen, with a full envelope.
 
 ``Event`` is the envelope (``event_id``, ``workflow_id``, ``seq``, ``occurred_at``,
-``causation_id``, ``correlation_id``) around one payload class per stable type string
-(``"task.completed"``). ``EVENT_TYPES`` is the one registry of those strings; the serialization
-package maps it to JSON Schemas in ``schemas/events/`` and never stores Python import paths.
+``causation_id``, ``correlation_id``, optional ``actor``) around one payload class per stable
+type string (``"task.completed"``). ``EVENT_TYPES`` is the one registry of those strings; the
+serialization package maps it to JSON Schemas in ``schemas/events/`` and never stores Python
+import paths.
 """
 
 from __future__ import annotations
@@ -269,6 +270,35 @@ class TaskCancelConfirmed(Payload):
     reason: str
 
 
+@dataclass(frozen=True)
+class WorkflowRestarted(Payload):
+    """A workflow in a terminal state starts again from its beginning (same id). Every newest
+    task instance (``reset``) stops being current and keeps its history; the tasks run again
+    as new instances with new ids. ``input`` is the input it runs with now; ``definition``
+    (with its TaskDefs and sub-workflows) is set when the restart uses another definition."""
+
+    TYPE = "workflow.restarted"
+    from_status: str
+    input: JSON
+    reset: list[str]  # task ids of the instances that are no longer current
+    definition: JSON | None = None
+    taskdefs: list[JSON] = field(default_factory=list)
+    subworkflow_definitions: list[JSON] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkflowRerun(Payload):
+    """A workflow in a terminal state runs again from ``task_id``'s reference: that instance
+    and the ones in ``reset`` (every instance scheduled after it, and the JOINs and loops
+    around it, ``domain.rerun``) stop being current; they run again as new instances."""
+
+    TYPE = "workflow.rerun_started"
+    from_status: str
+    task_id: str  # the instance the rerun starts from (itself in ``reset``)
+    input: JSON  # the workflow's input from now on
+    reset: list[str]
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -278,6 +308,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         TaskCompletedWithErrors, TaskFailed,
         TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
         CompletionRejected, TaskRequeued, WorkflowRejected, TaskCancelConfirmed,
+        WorkflowRestarted, WorkflowRerun,
     )
 }  # fmt: skip
 
@@ -291,6 +322,11 @@ class Event:
     causation_id: str
     correlation_id: str
     payload: Payload
+    # Who caused it: the ``actor`` of the command it answers (``cli:alice``, an API key's
+    # name), kept on every event that command caused, refusals included; None for runtime
+    # inputs and for events written before actors existed. Envelope, not payload: it says
+    # who asked, whatever the event type, and leaves every payload schema as it was.
+    actor: str | None = None
 
     @property
     def type(self) -> str:

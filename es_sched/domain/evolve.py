@@ -15,6 +15,7 @@ from es_sched.domain import fanout
 from es_sched.domain import state as s
 from es_sched.domain.definitions import (
     DefinitionError,
+    TaskDef,
     parse_task_def,
     parse_tasks,
     parse_workflow_cached,
@@ -43,6 +44,8 @@ from es_sched.domain.events import (
     WorkflowEnding,
     WorkflowPaused,
     WorkflowRejected,
+    WorkflowRerun,
+    WorkflowRestarted,
     WorkflowResumed,
     WorkflowRetried,
     WorkflowStarted,
@@ -57,19 +60,24 @@ AnyPayload = (
     | TaskScheduled | TaskDispatched | TaskStarted | TaskProgressed | TaskCompleted
     | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled | TaskRetryScheduled
     | LeaseExpired | LoopIterated | CompletionRejected | TaskRequeued | WorkflowRejected
-    | TaskCancelConfirmed
+    | TaskCancelConfirmed | WorkflowRestarted | WorkflowRerun
 )  # fmt: skip
+
+
+def _taskdefs(docs: list[Any]) -> dict[str, TaskDef]:
+    taskdefs = {}
+    for doc in docs:
+        td, _ = parse_task_def(doc)
+        if td is not None:
+            taskdefs[td.name] = td
+    return taskdefs
 
 
 def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
     definition, problems = parse_workflow_cached(p.definition)
     if definition is None or problems:
         raise DefinitionError(problems)
-    taskdefs = {}
-    for doc in p.taskdefs:
-        td, _ = parse_task_def(doc)
-        if td is not None:
-            taskdefs[td.name] = td
+    taskdefs = _taskdefs(p.taskdefs)
     return s.WorkflowState(
         workflow_id=event.workflow_id,
         definition=definition,
@@ -136,6 +144,28 @@ def _scheduled(st: s.WorkflowState, event: Event, p: TaskScheduled) -> None:
         parsed = parse_tasks(p.dynamic_tasks, problems, f"task {p.ref!r} dynamic tasks")
         fanout.dropped(st, (t.ref for t in parsed))
         st.dynamic = {**st.dynamic, **{t.ref: t for t in parsed}}
+
+
+def _reset(st: s.WorkflowState, event: Event, p: WorkflowRestarted | WorkflowRerun) -> None:
+    """Restart or rerun (``domain.rerun``): the listed instances keep their history but stop
+    being current, so the walk schedules their references again as new instances."""
+    for task_id in p.reset:
+        _task(st, task_id, retried=True, retry_due_at=None)
+    gone = set(p.reset)
+    st.latest = {ref: tid for ref, tid in st.latest.items() if tid not in gone}
+    st.status, st.ending, st.reason, st.ended_at = s.RUNNING, None, "", None
+    st.input, st.output = dict(p.input), {}
+    if isinstance(p, WorkflowRestarted):
+        if p.definition is not None:
+            definition, problems = parse_workflow_cached(p.definition)
+            if definition is None or problems:
+                raise DefinitionError(problems)
+            st.definition = definition
+            st.taskdefs = _taskdefs(p.taskdefs)
+            st.subworkflow_definitions = tuple(p.subworkflow_definitions)
+        st.variables = dict(st.definition.raw.get("variables") or {})
+        st.created_at, st.dynamic = event.occurred_at, {}
+    fanout.rebuild(st)
 
 
 def _apply(st: s.WorkflowState, event: Event) -> None:
@@ -206,6 +236,8 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
             _task(st, p.task_id, iteration=p.iteration, output=p.output)
         case TaskRequeued():
             pass  # the task waits as it did: only its ready record is written again
+        case WorkflowRestarted() | WorkflowRerun():
+            _reset(st, event, p)
         case _:
             assert_never(p)
     st.seq, st.updated_at = event.seq, event.occurred_at

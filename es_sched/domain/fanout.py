@@ -135,7 +135,10 @@ def rebuild(st: WorkflowState) -> WorkflowState:
     dynamic fork, in task order, as ``evolve`` would have indexed it."""
     st.fans, st.fan_of = {}, {}
     for task in st.tasks.values():
-        forked_tasks = task.status in TASK_SUCCESS and "forkedTasks" in task.output
+        # A succeeded instance that is no longer current was reset by a restart or rerun.
+        forked_tasks = (
+            task.status in TASK_SUCCESS and "forkedTasks" in task.output and not task.retried
+        )
         if forked_tasks and is_dynamic_fork(st, task):
             dropped(st, (str(r) for r in task.output["forkedTasks"]))  # as at its scheduling
             forked(st, task)

@@ -78,4 +78,5 @@ def _event(inp: c.Input, now: datetime, reason: str, problems: list[str] | None 
         inp.input_id,
         correlation,
         payload,
+        inp.actor if isinstance(inp, c.Command) else None,
     )

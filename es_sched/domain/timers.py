@@ -26,6 +26,7 @@ from es_sched.domain.events import (
     TaskProgressed,
     TaskScheduled,
     TaskStarted,
+    WorkflowRestarted,
     WorkflowStarted,
 )
 from es_sched.domain.ids import timer_id
@@ -48,7 +49,7 @@ def _timer(wf: str, kind: str, task_id: str | None, due: datetime) -> Timer:
 
 def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
     p, wf, at = event.payload, event.workflow_id, event.occurred_at
-    if isinstance(p, WorkflowStarted):
+    if isinstance(p, WorkflowStarted | WorkflowRestarted):  # a restart runs the clock again
         limit = state.definition.timeout_seconds
         return [_timer(wf, "workflow_timeout", None, after(at, limit))] if limit > 0 else []
     if isinstance(p, TaskScheduled) and p.wait_until is not None:

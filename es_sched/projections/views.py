@@ -141,6 +141,17 @@ def _workflow_changes(event: e.Event, p: e.Payload) -> Row | None:
             return {"status": "RUNNING"}
         case e.WorkflowRetried():
             return {"status": "RUNNING", "ending": None, "reason": "", "ended_at": None}
+        case e.WorkflowRestarted() | e.WorkflowRerun():
+            again: Row = {"status": "RUNNING", "ending": None, "reason": "", "ended_at": None,
+                          "output": {},
+                          "input": bounded(p.input, event.workflow_id, event.seq,
+                                           "payload.input")}  # fmt: skip
+            if isinstance(p, e.WorkflowRestarted):
+                again["created_at"] = event.occurred_at  # a restart runs the clock again
+                if p.definition is not None:
+                    again["name"] = str(p.definition.get("name", ""))
+                    again["def_version"] = int(p.definition.get("version") or 1)
+            return again
     return None
 
 
@@ -197,6 +208,8 @@ class Rows:
             self.tasks[task_id] = row
             if not row["retried"]:
                 self.by_ref[row["ref"]] = task_id
+            elif self.by_ref.get(row["ref"]) == task_id:  # reset by a restart or rerun
+                del self.by_ref[row["ref"]]
 
 
 def apply(rows: Rows | None, event: e.Event) -> Change:
@@ -215,6 +228,10 @@ def apply(rows: Rows | None, event: e.Event) -> Change:
     wf = {**rows.workflow, **(_workflow_changes(event, p) or {})}
     wf["version"], wf["updated_at"] = event.seq, event.occurred_at
     change = Change(workflow=wf)
+    if isinstance(p, e.WorkflowRestarted | e.WorkflowRerun):
+        for reset in p.reset:  # no longer current: rows stay, as the reset instances' history
+            change.tasks[reset] = {**rows.tasks[reset], "retried": True, "version": event.seq}
+        return change
     if isinstance(p, e.TaskScheduled):
         previous_id = rows.by_ref.get(p.ref)
         if previous_id is not None and previous_id != p.task_id:

@@ -3,7 +3,10 @@
 Wire form of an event (the envelope of ../shared/DESIGN.md section 1)::
 
     {"event_id", "workflow_id", "seq", "type", "schema_version", "occurred_at",
-     "causation_id", "correlation_id", "payload": {...}}
+     "causation_id", "correlation_id", "payload": {...}, "actor"?}
+
+(``actor``, who caused it, is optional and absent when unknown, so events written before it
+existed decode unchanged and need no upcaster)
 
 and of an input: ``{"type", "schema_version", "input_id", "workflow_id", ...fields}``, where a
 command may name its id ``command_id`` instead (it is read as ``input_id``). Timestamps are ISO 8601
@@ -97,7 +100,7 @@ def _build(cls: type[Any], data: dict[str, Any], what: str) -> Any:
 
 # -- events ---------------------------------------------------------------------------------
 def event_to_dict(event: Event) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "event_id": event.event_id,
         "workflow_id": event.workflow_id,
         "seq": event.seq,
@@ -108,6 +111,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         "correlation_id": event.correlation_id,
         "payload": _fields_to_dict(event.payload),
     }
+    if event.actor is not None:  # absent, not null: events without one stay byte for byte
+        doc["actor"] = event.actor
+    return doc
 
 
 def event_from_dict(doc: Any, catalog: SchemaCatalog | None = None, validate: bool = True) -> Event:
@@ -130,6 +136,7 @@ def event_from_dict(doc: Any, catalog: SchemaCatalog | None = None, validate: bo
             causation_id=doc["causation_id"],
             correlation_id=doc["correlation_id"],
             payload=payload,
+            actor=doc.get("actor"),
         )
     except (KeyError, TypeError) as exc:  # only reachable without validation
         raise SchemaError(f"{etype}: malformed event ({type(exc).__name__}: {exc})") from None
@@ -139,7 +146,7 @@ def encode_event(event: Event) -> bytes:
     """The same document as ``event_to_dict``, built for speed: orjson writes the payload's
     fields and datetimes (RFC 3339, "Z") directly. Events come from validated, finite inputs,
     so orjson's NaN-as-null can never apply."""
-    doc = {
+    doc: dict[str, Any] = {
         "event_id": event.event_id,
         "workflow_id": event.workflow_id,
         "seq": event.seq,
@@ -150,6 +157,8 @@ def encode_event(event: Event) -> bytes:
         "correlation_id": event.correlation_id,
         "payload": event.payload.__dict__,
     }
+    if event.actor is not None:
+        doc["actor"] = event.actor
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
 
@@ -171,7 +180,10 @@ def decode_logged_event(raw: bytes) -> Event:
 
 # -- inputs ---------------------------------------------------------------------------------
 def input_to_dict(inp: Input) -> dict[str, Any]:
-    return {"type": inp.TYPE, "schema_version": inp.SCHEMA_VERSION, **_fields_to_dict(inp)}
+    doc = {"type": inp.TYPE, "schema_version": inp.SCHEMA_VERSION, **_fields_to_dict(inp)}
+    if doc.get("actor", "") is None:  # absent, not null: a decider older than actors reads it
+        del doc["actor"]
+    return doc
 
 
 def input_from_dict(doc: Any, catalog: SchemaCatalog | None = None) -> Input:

@@ -327,6 +327,6 @@ def test_register_attaches_the_commands() -> None:
     cli, defs = click.Group("cli"), click.Group("defs")
     register(cli, defs)
     assert set(cli.commands) == {
-        "submit", "cancel", "terminate", "retry", "pause", "resume", "signal"
+        "submit", "cancel", "terminate", "retry", "pause", "resume", "signal", "restart", "rerun",
     }  # fmt: skip
     assert set(defs.commands) == {"push"}

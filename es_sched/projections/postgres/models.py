@@ -106,6 +106,7 @@ class ArchivedEvent(Base):
     payload: Mapped[JSON]
     kafka_partition: Mapped[int] = mapped_column(Integer)
     kafka_offset: Mapped[int] = mapped_column(BigInteger)
+    actor: Mapped[str | None]  # who caused it (the envelope's optional actor, ADR 27)
 
 
 class Rejection(Base):
@@ -123,6 +124,7 @@ class Rejection(Base):
     payload: Mapped[JSON]  # the event's payload (name, version, every problem)
     kafka_partition: Mapped[int] = mapped_column(Integer)
     kafka_offset: Mapped[int] = mapped_column(BigInteger)
+    actor: Mapped[str | None]
 
 
 class Checkpoint(Base):

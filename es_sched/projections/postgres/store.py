@@ -84,7 +84,7 @@ def available(what: str) -> Iterator[None]:
 JSON_FIELDS = frozenset({"input", "output", "resources", "payload"})
 ARCHIVE_FIELDS = (
     "workflow_id", "seq", "event_id", "type", "occurred_at", "causation_id", "correlation_id",
-    "kafka_partition", "kafka_offset",
+    "kafka_partition", "kafka_offset", "actor",
 )  # fmt: skip
 KEYS = {"workflows": "workflow_id", "tasks": "task_id", "events": "workflow_id, seq"}
 
@@ -230,6 +230,7 @@ def _refusal(a: Archived) -> Row:
         "payload": orjson.loads(a.raw)["payload"],
         "kafka_partition": a.partition,
         "kafka_offset": a.offset,
+        "actor": a.event.actor,
     }
 
 
@@ -245,4 +246,5 @@ def _archived(event: Any, raw: bytes, partition: int, offset: int) -> Row:
         "payload": raw.decode(),  # the whole event; PostgreSQL keeps its payload
         "kafka_partition": partition,
         "kafka_offset": offset,
+        "actor": event.actor,
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from es_sched.domain import commands as c
 from es_sched.domain.state import WorkflowState
 from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.serialization import event_to_dict
@@ -41,6 +42,19 @@ CASES: dict[
             {"ref": "transcode_720p_only", "status": "FAILED", "reason": f"encoder crash {i}"}
             for i in range(4)
         ]
+    ),
+    # the exhausted run, then an operator reruns it from the failed transcode (ADR 27)
+    "media_transcode_rerun": _media(
+        [{"ref": "probe", "output": {"height": 720, "duration": 5.0}}]
+        + [
+            {"ref": "transcode_720p_only", "status": "FAILED", "reason": f"encoder crash {i}"}
+            for i in range(4)
+        ]
+    ),
+}
+AFTER: dict[str, c.Command] = {
+    "media_transcode_rerun": c.RerunWorkflow(
+        "rerun-ops-1", "wf-1", task="transcode_720p_only", actor="cli:ops"
     ),
 }
 
@@ -72,6 +86,8 @@ def record() -> None:
     for name, (definition, taskdefs, script, inp) in CASES.items():
         sim = Simulation([definition], taskdefs, script, scripts=QuickJsEngine())
         sim.run(definition, inp)
+        if name in AFTER:
+            sim.act(AFTER[name])
         wf = sim.workflows["wf-1"]
         assert wf.state is not None
         docs = [event_to_dict(e) for e in wf.events]
