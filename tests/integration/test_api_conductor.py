@@ -18,7 +18,10 @@ from conductor.client.configuration.configuration import Configuration
 from conductor.client.http.models import StartWorkflowRequest, TaskDef, WorkflowDef, WorkflowTask
 from conductor.client.http.rest import ApiException
 from conductor.client.orkes_clients import OrkesClients
+from sqlalchemy import select
 
+from es_sched import bootstrap
+from es_sched.projections.postgres.models import EVENTS
 from tests.integration.api_harness import Api, api
 from tests.integration.runtime_harness import Env, Worker, roles
 from tests.support.wait import wait_until
@@ -103,9 +106,17 @@ def push_definitions(http: httpx.Client) -> None:
     assert exists.status_code == 409
 
 
+def actors_of(env: Env, workflow_id: str, event_type: str) -> list[str | None]:
+    """The ``actor`` of each archived event of ``event_type`` of ``workflow_id``."""
+    e = EVENTS.c
+    query = select(e.actor).where(e.workflow_id == workflow_id, e.type == event_type)
+    with bootstrap.pg_store(env.settings).engine.connect() as conn:
+        return [row[0] for row in conn.execute(query.order_by(e.seq))]
+
+
 def test_conductor_workflow_resource_on_a_live_stack() -> None:
     tag = uuid.uuid4().hex[:10]
-    with stack() as (_env, server):
+    with stack() as (env, server):
         http = server.http
         push_definitions(http)
 
@@ -176,6 +187,9 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
             == 200  # fmt: skip
         wait_status(http, gate[0], "TERMINATED")
         assert http.get(f"/api/workflow/{gate[0]}").json()["reasonForIncompletion"]
+        # Who did it: the caller (anonymous with auth off) is on the events it caused (ADR 27).
+        assert actors_of(env, gate[0], "workflow.ending") == ["anonymous"]
+        assert actors_of(env, gate[0], "workflow.paused") == ["anonymous"]
         ended = http.put(f"/api/workflow/{ok_id}/pause")
         assert ended.status_code == 409
         assert "COMPLETED" in ended.json()["message"]

@@ -65,6 +65,7 @@ def _accepted(svc: Services, sent: Submitted, response: Response) -> None:
 def _start(
     svc: Services, name: str, input: dict[str, Any], version: int | None,
     correlation_id: str | None, priority: int | None, command_id: str | None = None,
+    *, actor: str,
 ) -> Submitted:  # fmt: skip
     if priority is not None and not 0 <= priority <= MAX_PRIORITY:
         raise ApiError(
@@ -74,7 +75,7 @@ def _start(
     try:
         return svc.commands.get().submit(
             name, input, version=version, priority=4 if priority is None else priority,
-            correlation_id=correlation_id, command_id=command_id,
+            correlation_id=correlation_id, command_id=command_id, actor=actor,
         )  # fmt: skip
     except UnknownDefinition as exc:
         raise ApiError(404, str(exc)) from None
@@ -89,7 +90,7 @@ def _plain(svc: Services, sent: Submitted) -> PlainTextResponse:
 @router.post("/workflow", response_class=PlainTextResponse, responses=TEXT)
 def start_workflow(
     request: models.StartWorkflowRequest, svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> PlainTextResponse:  # fmt: skip
     """Start a workflow (Conductor's ``StartWorkflowRequest``); answers its id as text."""
     unsupported = [
@@ -111,7 +112,7 @@ def start_workflow(
             )  # fmt: skip
         command_id = f"conductor:{request.name}:{request.idempotencyKey}"[:200]
     sent = _start(svc, request.name, request.input, request.version, request.correlationId,
-                  request.priority, command_id)  # fmt: skip
+                  request.priority, command_id, actor=who.name)  # fmt: skip
     return _plain(svc, sent)
 
 
@@ -147,10 +148,10 @@ def search(
 
 # -- bulk (before /workflow/{id}/..., which would take "bulk" for an id) ---------------------
 BULK: dict[str, Callable[..., Submitted]] = {
-    "pause": lambda c, wf_id: c.pause(wf_id),
-    "resume": lambda c, wf_id: c.resume(wf_id),
-    "retry": lambda c, wf_id: c.retry(wf_id),
-    "terminate": lambda c, wf_id, reason: c.terminate(wf_id, reason=reason),
+    "pause": lambda c, wf_id, actor: c.pause(wf_id, actor=actor),
+    "resume": lambda c, wf_id, actor: c.resume(wf_id, actor=actor),
+    "retry": lambda c, wf_id, actor: c.retry(wf_id, actor=actor),
+    "terminate": lambda c, wf_id, actor, reason: c.terminate(wf_id, reason=reason, actor=actor),
 }
 
 
@@ -164,7 +165,7 @@ def _precheck(action: str, row: Row | None, workflow_id: str) -> str | None:
 
 
 def _bulk(
-    svc: Services, action: str, ids: list[str], reason: str | None = None
+    svc: Services, who: Principal, action: str, ids: list[str], reason: str | None = None
 ) -> models.BulkResponse:
     if len(ids) > 1000:
         raise ApiError(400, f"a bulk request takes at most 1000 workflow ids, not {len(ids)}")
@@ -179,9 +180,9 @@ def _bulk(
             out.bulkErrorResults[workflow_id] = problem
             continue
         if action == "terminate":
-            BULK[action](client, workflow_id, reason or "terminated in bulk")
+            BULK[action](client, workflow_id, who.name, reason or "terminated in bulk")
         else:
-            BULK[action](client, workflow_id)
+            BULK[action](client, workflow_id, who.name)
         out.bulkSuccessfulResults.append(workflow_id)
     return out
 
@@ -192,37 +193,37 @@ IDS = Annotated[list[str], Body(description="workflow ids")]
 @router.put("/workflow/bulk/pause", response_model=models.BulkResponse)
 def bulk_pause(
     response: Response, ids: IDS, svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> models.BulkResponse:  # fmt: skip
     response.headers[REFLECTS] = reflects(svc)
-    return _bulk(svc, "pause", ids)
+    return _bulk(svc, who, "pause", ids)
 
 
 @router.put("/workflow/bulk/resume", response_model=models.BulkResponse)
 def bulk_resume(
     response: Response, ids: IDS, svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> models.BulkResponse:  # fmt: skip
     response.headers[REFLECTS] = reflects(svc)
-    return _bulk(svc, "resume", ids)
+    return _bulk(svc, who, "resume", ids)
 
 
 @router.post("/workflow/bulk/retry", response_model=models.BulkResponse)
 def bulk_retry(
     response: Response, ids: IDS, svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> models.BulkResponse:  # fmt: skip
     response.headers[REFLECTS] = reflects(svc)
-    return _bulk(svc, "retry", ids)
+    return _bulk(svc, who, "retry", ids)
 
 
 @router.post("/workflow/bulk/terminate", response_model=models.BulkResponse)
 def bulk_terminate(
     response: Response, ids: IDS, reason: str | None = None, svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> models.BulkResponse:  # fmt: skip
     response.headers[REFLECTS] = reflects(svc)
-    return _bulk(svc, "terminate", ids, reason)
+    return _bulk(svc, who, "terminate", ids, reason)
 
 
 # -- one workflow -----------------------------------------------------------------------------
@@ -234,10 +235,11 @@ def start_workflow_by_name(
     correlationId: str | None = None,
     priority: int | None = None,
     svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> PlainTextResponse:
     """Start ``name`` with the body as its input; answers the workflow id as text."""
-    return _plain(svc, _start(svc, name, input or {}, version, correlationId, priority))
+    sent = _start(svc, name, input or {}, version, correlationId, priority, actor=who.name)
+    return _plain(svc, sent)
 
 
 def _absent(svc: Services, workflow_id: str) -> ApiError:
@@ -267,7 +269,9 @@ def get_workflow(
     return models.workflow(row, tasks, includeTasks)
 
 
-def _act(svc: Services, action: str, workflow_id: str, response: Response, **kw: Any) -> None:
+def _act(
+    svc: Services, who: Principal, action: str, workflow_id: str, response: Response, **kw: Any
+) -> None:
     response.headers[REFLECTS] = reflects(svc)
     row, _ = queries.workflow(svc.engine, workflow_id)
     if row is None:
@@ -275,7 +279,8 @@ def _act(svc: Services, action: str, workflow_id: str, response: Response, **kw:
     problem = _precheck(action, row, workflow_id)
     if problem is not None:
         raise ApiError(409, problem)
-    _accepted(svc, BULK[action](svc.commands.get(), workflow_id, *kw.values()), response)
+    sent = BULK[action](svc.commands.get(), workflow_id, who.name, *kw.values())
+    _accepted(svc, sent, response)
 
 
 @router.delete("/workflow/{workflowId}")
@@ -285,28 +290,28 @@ def terminate(
     reason: str | None = None,
     triggerFailureWorkflow: bool = False,
     svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> None:
     if triggerFailureWorkflow:
         raise ApiError(400, "triggerFailureWorkflow: es-sched does not start a failure "
                        "workflow on terminate")  # fmt: skip
-    _act(svc, "terminate", workflowId, response, reason=reason or "terminated")
+    _act(svc, who, "terminate", workflowId, response, reason=reason or "terminated")
 
 
 @router.put("/workflow/{workflowId}/pause")
 def pause(
     workflowId: str,
-    response: Response, svc: Services = SVC, _who: Principal = OPERATOR,
+    response: Response, svc: Services = SVC, who: Principal = OPERATOR,
 ) -> None:  # fmt: skip
-    _act(svc, "pause", workflowId, response)
+    _act(svc, who, "pause", workflowId, response)
 
 
 @router.put("/workflow/{workflowId}/resume")
 def resume(
     workflowId: str,
-    response: Response, svc: Services = SVC, _who: Principal = OPERATOR,
+    response: Response, svc: Services = SVC, who: Principal = OPERATOR,
 ) -> None:  # fmt: skip
-    _act(svc, "resume", workflowId, response)
+    _act(svc, who, "resume", workflowId, response)
 
 
 @router.post("/workflow/{workflowId}/retry")
@@ -315,6 +320,6 @@ def retry(
     response: Response,
     resumeSubworkflowTasks: bool = False,
     svc: Services = SVC,
-    _who: Principal = OPERATOR,
+    who: Principal = OPERATOR,
 ) -> None:
-    _act(svc, "retry", workflowId, response)
+    _act(svc, who, "retry", workflowId, response)

@@ -3,8 +3,8 @@
 The archive keeps the envelope as the log has it; ``actor`` (the command's caller, ADR 27) is
 NULL for events without one (runtime inputs, and everything written before it existed).
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-30
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
