@@ -30,7 +30,7 @@ from es_sched.projections.views import Row
 
 router = APIRouter(prefix="/workflows")
 ACTIONS = ("retry", "terminate", "pause", "resume", "cancel", "rerun")
-WATCH_POLLS = 15  # live re-reads after an action (two seconds apart) even on a final status
+WATCH_POLLS = 30  # live re-reads after an action (two seconds apart) even on a final status
 SIGNAL_STATUSES = ("COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR")
 
 
