@@ -94,6 +94,7 @@ def _statuses(stack: Api, ids: list[str]) -> dict[str, str]:
 def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
     from playwright.sync_api import expect  # noqa: PLC0415 - only when the fixture did not skip
 
+    expect.set_options(timeout=TIMEOUT_MS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = Env()
     env.create()
@@ -153,6 +154,11 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
             expect(dag.locator('g.node.state-COMPLETED[data-ref="publish"]')).to_have_count(1)
             expect(dag.locator('g.node[data-ref="check"]')).to_have_attribute(
                 "data-state", "COMPLETED")  # fmt: skip
+            dag.locator('g.node[data-ref="check"]').click()
+            expect(page.locator("#panel details.attempt")).to_have_count(2)
+            page.get_by_text("all", exact=True).click()
+            expect(page.locator('#history table[data-failed="no"]')).to_contain_text(
+                "workflow.retried")  # fmt: skip
             page.screenshot(path=str(ARTIFACTS / "workflow.png"), full_page=True)
 
             page.goto(f"{stack.url}/ui/?name=console.review")
