@@ -227,3 +227,13 @@ def workflow_ids(engine: Engine, f: WorkflowFilter, limit: int) -> list[str]:
     query = apply_filter(select(c.workflow_id), f).order_by(c.created_at.desc(), c.workflow_id)
     with available("search"), engine.connect() as conn:
         return [str(i) for i in conn.execute(query.limit(limit)).scalars()]
+
+
+def newest_workflows(engine: Engine, f: WorkflowFilter, start: int, size: int) -> list[Row]:
+    """One page of rows matching ``f``, newest first, without counting them: the console
+    already has the total from ``status_counts`` (one scan of the matching rows, not two)."""
+    c = WORKFLOWS.c
+    query = apply_filter(select(WORKFLOWS), f).order_by(c.created_at.desc(), c.workflow_id.asc())
+    with available("search"), engine.connect() as conn:
+        rows = conn.execute(query.offset(start).limit(size)).mappings()
+        return [dict(r) for r in rows]

@@ -83,9 +83,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
     asked: dict[str, Any] = {}
     rows = [wf_row("w1"), wf_row("w2", "COMPLETED")]
 
-    def search_workflows(_e: Any, f: Any, start: int, size: int) -> Any:
+    def newest_workflows(_e: Any, f: Any, start: int, size: int) -> Any:
         asked["search"] = (f, start, size)
-        return len(rows), rows
+        return rows
 
     def status_counts(_e: Any, f: Any) -> dict[str, int]:
         asked.setdefault("counts", []).append(f)
@@ -97,7 +97,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
         return wf_row("w1"), [task_row("a", "FAILED"), task_row("a", "FAILED", 2)]
 
     for name, fake in {
-        "search_workflows": search_workflows, "status_counts": status_counts,
+        "newest_workflows": newest_workflows, "status_counts": status_counts,
         "workflow": workflow,
         "reflected": lambda _e: {topic: {0: 5, 1: 9}},
         "workflow_ids": lambda _e, f, limit: ["w1", "w2"],
@@ -136,6 +136,7 @@ def test_the_list_reads_the_filter_from_the_url_and_shows_counts_and_freshness(
     assert fakes.asked["text"] == "boom"
     assert 'href="/ui/workflows/w1"' in page.text and 'data-status="FAILED"' in page.text
     assert "offsets 0:5 1:9" in page.text
+    assert "of 1</span>" in page.text  # the total is the chosen statuses' count, not a 2nd scan
     assert "about 21 events behind the log" in page.text
 
 
