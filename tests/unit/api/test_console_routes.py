@@ -206,3 +206,13 @@ def test_actions_send_commands_and_ask_the_page_to_re_read(fakes: Fakes) -> None
 
 def test_lag_ignores_a_transaction_marker() -> None:
     assert freshness.lag_of({0: 10, 1: 4}, {0: 11, 1: 9}) == 5
+
+
+def test_with_auth_on_pages_send_to_the_login_and_actions_are_refused(fakes: Fakes) -> None:
+    svc = fakes.client.app.state.services  # type: ignore[attr-defined]
+    svc.settings = replace(svc.settings, api=ApiSettings(auth="on"))
+    page = fakes.client.get("/ui/?status=FAILED", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/ui/login?next=")
+    bulk = fakes.client.post("/ui/bulk", data={"action": "retry", "ids": ["w1"], "confirm": "yes"},
+                             headers={"HX-Request": "true"}, follow_redirects=False)  # fmt: skip
+    assert bulk.status_code == 401 and fakes.commands.sent == []
