@@ -131,6 +131,12 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
             expect(page.locator("table.workflows tbody tr").first).to_have_attribute(
                 "data-status", "FAILED")  # fmt: skip
             page.screenshot(path=str(ARTIFACTS / "list-failed.png"), full_page=True)
+            # A bulk action on everything the filter matches asks first, with the count.
+            page.locator('form#bulk select[name="action"]').select_option("terminate")
+            page.get_by_role("button", name="…all 1 matching the filter").click()
+            expect(page.locator("#confirm-box .bulk-count")).to_have_text("1")
+            page.get_by_role("button", name="No").click()
+            expect(page.locator("#confirm-box")).to_have_count(0)
 
             # Its page: the DAG with each task's state, the switch's taken branch.
             page.locator(f'a[href="/ui/workflows/{ids[0]}"]').click()
