@@ -248,6 +248,10 @@ class ApiSettings(BaseSettings):
     # How long an API process trusts what it read of a key (role, revoked) before reading it
     # again: a revoked key's tokens stop working within this many seconds (ADR 25).
     key_cache_s: float = Field(default=5.0, ge=0, le=300)
+    # The console: how long the events topic's ends are cached for the lag notice, and the
+    # most workflows one bulk action on "everything matching the filter" may touch.
+    console_lag_cache_s: float = Field(default=3.0, ge=0)
+    console_bulk_max: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @field_validator("jwt_secret")
     @classmethod

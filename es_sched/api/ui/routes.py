@@ -1,7 +1,105 @@
-"""The console under ``/ui`` (issue 14 item 4)."""
+"""The console under ``/ui`` (issue 14 item 4): the workflows list and its bulk actions; a
+workflow's page lives in ``es_sched.api.ui.workflow`` (included here).
+
+The list is two PostgreSQL reads whatever the table's size: one ``GROUP BY status`` for the
+counts (over the filter without its statuses, so each count is a link that narrows; the total
+is their sum, so the matching rows are scanned once) and one page of rows, newest first
+(``queries.newest_workflows``, on the ``created_at`` indexes); free text is resolved by the
+search store into ids first. No query per row.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+
+from es_sched.api.auth import Principal
+from es_sched.api.errors import ApiError
+from es_sched.api.services import Services, services
+from es_sched.api.ui import filters, workflow
+from es_sched.api.ui.common import OPERATOR, VIEWER, act, fragment, page
+from es_sched.projections.postgres import queries
+from es_sched.projections.postgres.queries import WorkflowFilter
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
+BULK_ACTIONS = ("retry", "terminate", "cancel")
+
+
+def _filter(svc: Services, q: filters.ListQuery) -> WorkflowFilter:
+    text = q.one("q")
+    ids = None
+    if text:
+        hits = svc.search.get().search_text(text, limit=filters.FREE_TEXT_MAX)
+        ids = tuple(dict.fromkeys(str(h["workflow_id"]) for h in hits if h.get("workflow_id")))
+    return filters.to_filter(q, ids)
+
+
+@router.get("/", response_class=HTMLResponse)
+def workflows_page(
+    request: Request,
+    svc: Services = Depends(services),  # noqa: B008
+    who: Principal = VIEWER,
+) -> HTMLResponse:
+    q = filters.parse(request.query_params)
+    f = _filter(svc, q)
+    counts = queries.status_counts(svc.engine, filters.without_status(f))
+    chosen = f.statuses or tuple(counts)
+    total = sum(n for s, n in counts.items() if s in chosen)
+    rows = queries.newest_workflows(svc.engine, f, q.start, q.size)
+    return page(
+        request, "workflows.html", svc, who, q=q, rows=rows, total=total, counts=counts,
+        statuses=filters.STATUSES, sizes=filters.PAGE_SIZES, actions=BULK_ACTIONS,
+    )  # fmt: skip
+
+
+async def _bulk_form(request: Request) -> tuple[str, str, list[str], filters.ListQuery]:
+    form = await request.form()
+    action = str(form.get("action") or "")
+    if action not in BULK_ACTIONS:
+        raise ApiError(400, f"action must be one of {list(BULK_ACTIONS)}, not {action!r}")
+    scope = str(form.get("scope") or "selected")
+    if scope not in ("selected", "filter"):
+        raise ApiError(400, f"scope must be 'selected' or 'filter', not {scope!r}")
+    ids = [str(i) for i in form.getlist("ids") if str(i)]
+    if scope == "selected" and not ids:
+        raise ApiError(400, "no workflow selected")
+    return action, scope, ids, filters.parse(form)
+
+
+@router.post("/bulk/preview", response_class=HTMLResponse)
+async def bulk_preview(
+    request: Request,
+    svc: Services = Depends(services),  # noqa: B008
+    who: Principal = OPERATOR,
+) -> HTMLResponse:
+    """The confirmation: what the action would touch, counted, before anything is sent."""
+    action, scope, ids, q = await _bulk_form(request)
+    if scope == "filter":
+        count = sum(queries.status_counts(svc.engine, _filter(svc, q)).values())
+    else:
+        count = len(ids)
+    cap = svc.settings.api.console_bulk_max
+    return fragment(
+        request, "_bulk_confirm.html", action=action, scope=scope, ids=ids, q=q,
+        count=min(count, cap), capped=count > cap, cap=cap,
+    )  # fmt: skip
+
+
+@router.post("/bulk", response_class=HTMLResponse)
+async def bulk(
+    request: Request,
+    svc: Services = Depends(services),  # noqa: B008
+    who: Principal = OPERATOR,
+) -> HTMLResponse:
+    """One command per workflow; each is accepted or refused by the decider on its own."""
+    action, scope, ids, q = await _bulk_form(request)
+    if str((await request.form()).get("confirm") or "") != "yes":
+        raise ApiError(400, "a bulk action needs confirm=yes (ask /ui/bulk/preview first)")
+    if scope == "filter":
+        ids = queries.workflow_ids(svc.engine, _filter(svc, q), svc.settings.api.console_bulk_max)
+    client = svc.commands.get()
+    sent = [act(client, action, wf_id, f"bulk {action} by {who.name}") for wf_id in ids]
+    return fragment(request, "_bulk_done.html", action=action, sent=sent)
+
+
+router.include_router(workflow.router)

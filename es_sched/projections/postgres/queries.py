@@ -15,7 +15,13 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, func, select
 
-from es_sched.projections.postgres.models import CHECKPOINTS, REJECTIONS, TASKS, WORKFLOWS
+from es_sched.projections.postgres.models import (
+    CHECKPOINTS,
+    EVENTS,
+    REJECTIONS,
+    TASKS,
+    WORKFLOWS,
+)
 from es_sched.projections.postgres.store import available
 from es_sched.projections.views import Row
 
@@ -175,3 +181,59 @@ def reflected(engine: Engine, projection: str = "pg") -> dict[str, dict[int, int
         for topic, part, offset in rows:
             out.setdefault(str(topic), {})[int(part)] = int(offset)
         return out
+
+
+# -- the console (issue 14 item 4) -----------------------------------------------------------
+# Events the console's history lists under "failed only": failures, refusals, lost leases.
+FAILED_EVENTS = frozenset(
+    {
+        "workflow.ending", "workflow.rejected", "command.rejected", "task.failed",
+        "task.timed_out", "task.completed_with_errors", "task.completion_rejected",
+        "task.lease_expired",
+    }
+)  # fmt: skip
+
+
+def history(
+    engine: Engine, workflow_id: str, failed_only: bool = False, limit: int = 2000
+) -> list[Row]:
+    """The workflow's archived events in order (its primary key's prefix: one index range)."""
+    e = EVENTS.c
+    query = select(EVENTS).where(e.workflow_id == workflow_id)
+    if failed_only:
+        query = query.where(e.type.in_(sorted(FAILED_EVENTS)))
+    with available("history"), engine.connect() as conn:
+        rows = conn.execute(query.order_by(e.seq).limit(limit)).mappings()
+        return [dict(r) for r in rows]
+
+
+def started_definition(engine: Engine, workflow_id: str) -> Row | None:
+    """The payload of the workflow's ``workflow.started`` event (the definition it runs)."""
+    e = EVENTS.c
+    query = (
+        select(e.payload)
+        .where(e.workflow_id == workflow_id, e.type == "workflow.started")
+        .order_by(e.seq)
+        .limit(1)
+    )
+    with available("history"), engine.connect() as conn:
+        payload = conn.execute(query).scalar_one_or_none()
+        return dict(payload) if payload is not None else None
+
+
+def workflow_ids(engine: Engine, f: WorkflowFilter, limit: int) -> list[str]:
+    """Ids of up to ``limit`` rows matching ``f`` (a bulk action on everything a filter shows)."""
+    c = WORKFLOWS.c
+    query = apply_filter(select(c.workflow_id), f).order_by(c.created_at.desc(), c.workflow_id)
+    with available("search"), engine.connect() as conn:
+        return [str(i) for i in conn.execute(query.limit(limit)).scalars()]
+
+
+def newest_workflows(engine: Engine, f: WorkflowFilter, start: int, size: int) -> list[Row]:
+    """One page of rows matching ``f``, newest first, without counting them: the console
+    already has the total from ``status_counts`` (one scan of the matching rows, not two)."""
+    c = WORKFLOWS.c
+    query = apply_filter(select(WORKFLOWS), f).order_by(c.created_at.desc(), c.workflow_id.asc())
+    with available("search"), engine.connect() as conn:
+        rows = conn.execute(query.offset(start).limit(size)).mappings()
+        return [dict(r) for r in rows]

@@ -1,0 +1,54 @@
+"""What every console page of the workflows part renders with: the frame's context (who is
+looking, what the rows reflect, whether they lag) and the command client's actions by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.errors import ApiError
+from es_sched.api.services import Services
+from es_sched.api.ui.freshness import freshness
+from es_sched.api.ui.render import templates
+from es_sched.commands import CommandClient, Submitted
+
+# The least roles (ADR 24): pages are for viewers, actions on workflows for operators.
+VIEWER = require("viewer")
+OPERATOR = require("operator")
+TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"})
+
+
+def page(
+    request: Request, name: str, svc: Services, who: Principal, **context: Any
+) -> HTMLResponse:
+    """A full page: ``name`` extends base.html and includes ``_fresh.html`` in its lag block."""
+    return templates.TemplateResponse(
+        request, name, {"fresh": freshness(svc), "who": who, "terminal": TERMINAL, **context}
+    )
+
+
+def fragment(request: Request, name: str, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {"terminal": TERMINAL, **context})
+
+
+def can_rerun() -> bool:
+    """Rerun from a task is the core's command, built separately: offered once it exists."""
+    return hasattr(CommandClient, "rerun")
+
+
+def act(client: CommandClient, action: str, workflow_id: str, reason: str) -> Submitted:
+    """Send one workflow action as a command; the decider's verdict lands in the log."""
+    if action == "retry":
+        return client.retry(workflow_id)
+    if action == "terminate":
+        return client.terminate(workflow_id, reason=reason or "terminated from the console")
+    if action == "cancel":
+        return client.cancel(workflow_id, reason=reason or "canceled from the console")
+    if action == "pause":
+        return client.pause(workflow_id)
+    if action == "resume":
+        return client.resume(workflow_id)
+    raise ApiError(400, f"unknown action {action!r}")

@@ -1,0 +1,218 @@
+"""The console's workflows pages over fake read models (no stack): what they read, what they
+render, what the actions send, and that bad input is a 4xx with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from es_sched.api.app import create_app
+from es_sched.api.services import Lazy, Services
+from es_sched.api.ui import freshness
+from es_sched.commands import Submitted
+from es_sched.kafka.topics import topics_for
+from es_sched.projections.postgres import queries
+from es_sched.settings import ApiSettings, load_settings
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+DEFINITION = {"name": "wf", "version": 1, "tasks": [
+    {"name": "a", "taskReferenceName": "a", "type": "SIMPLE"},
+    {"name": "b", "taskReferenceName": "b", "type": "SIMPLE"},
+]}  # fmt: skip
+
+
+def wf_row(wid: str, status: str = "FAILED") -> dict[str, Any]:
+    reason = "task a failed" if status == "FAILED" else ""
+    return {"workflow_id": wid, "name": "wf", "def_version": 1, "tenant": None, "priority": 4,
+            "status": status, "ending": None, "reason": reason, "correlation_id": "c1",
+            "parent_workflow_id": None, "input": {}, "output": {}, "created_at": T0,
+            "updated_at": T0, "ended_at": T0, "version": 7}  # fmt: skip
+
+
+def task_row(ref: str, status: str, attempt: int = 1) -> dict[str, Any]:
+    return {"task_id": f"{ref}-{attempt}", "workflow_id": "w1", "ref": ref, "name": ref,
+            "task_type": "SIMPLE", "attempt": attempt, "iteration": 0, "status": status,
+            "worker_id": "wk-1", "lease_epoch": 3, "reason": "", "resources": {},
+            "input": {"x": 1}, "output": {"logs": ["line one"]}, "progress": 0.5,
+            "scheduled_at": T0, "started_at": T0 + timedelta(seconds=1),
+            "ended_at": T0 + timedelta(seconds=2), "retried": False, "version": 1}  # fmt: skip
+
+
+@dataclass
+class FakeCommands:
+    sent: list[tuple[str, str]] = field(default_factory=list)
+
+    def _record(self, action: str, wf_id: str, **_: Any) -> Submitted:
+        self.sent.append((action, wf_id))
+        return Submitted(wf_id, f"cmd-{len(self.sent)}")
+
+    def retry(self, wf_id: str, **kw: Any) -> Submitted:
+        return self._record("retry", wf_id, **kw)
+
+    def terminate(self, wf_id: str, **kw: Any) -> Submitted:
+        return self._record("terminate", wf_id, **kw)
+
+    def cancel(self, wf_id: str, **kw: Any) -> Submitted:
+        return self._record("cancel", wf_id, **kw)
+
+    def pause(self, wf_id: str, **kw: Any) -> Submitted:
+        return self._record("pause", wf_id, **kw)
+
+    def resume(self, wf_id: str, **kw: Any) -> Submitted:
+        return self._record("resume", wf_id, **kw)
+
+    def signal(self, wf_id: str, output: Any, **kw: Any) -> Submitted:
+        return self._record(f"signal {kw.get('ref')} {output}", wf_id)
+
+
+@dataclass
+class Fakes:
+    client: TestClient
+    commands: FakeCommands
+    asked: dict[str, Any]
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
+    settings = replace(load_settings(), api=ApiSettings(auth="off"))
+    topic = topics_for(settings).events
+    asked: dict[str, Any] = {}
+    rows = [wf_row("w1"), wf_row("w2", "COMPLETED")]
+
+    def newest_workflows(_e: Any, f: Any, start: int, size: int) -> Any:
+        asked["search"] = (f, start, size)
+        return rows
+
+    def status_counts(_e: Any, f: Any) -> dict[str, int]:
+        asked.setdefault("counts", []).append(f)
+        return {"FAILED": 1, "COMPLETED": 1}
+
+    def workflow(_e: Any, wid: str) -> Any:
+        if wid != "w1":
+            return None, []
+        return wf_row("w1"), [task_row("a", "FAILED"), task_row("a", "FAILED", 2)]
+
+    for name, fake in {
+        "newest_workflows": newest_workflows, "status_counts": status_counts,
+        "workflow": workflow,
+        "reflected": lambda _e: {topic: {0: 5, 1: 9}},
+        "workflow_ids": lambda _e, f, limit: ["w1", "w2"],
+        "started_definition": lambda _e, wid: {"definition": DEFINITION},
+        "history": lambda _e, wid, failed_only=False: [
+            {"workflow_id": wid, "seq": 1, "type": "task.failed", "occurred_at": T0,
+             "payload": {"reason": "boom"}, "kafka_partition": 0, "kafka_offset": 4}],
+    }.items():  # fmt: skip
+        monkeypatch.setattr(queries, name, fake)
+    commands = FakeCommands()
+
+    class Search:
+        def search_text(self, text: str, limit: int) -> list[dict[str, Any]]:
+            asked["text"] = text
+            return [{"workflow_id": "w2", "kind": "task"}, {"workflow_id": "w2"}]
+
+    class Pg:
+        engine = None
+
+    svc = Services(settings, Lazy(Pg), Lazy(Search), Lazy(lambda: commands))  # type: ignore[arg-type, return-value]
+    svc.extras[freshness.EXTRA] = freshness.LogEnds(lambda: {0: 5, 1: 30}, 60, lambda: None)
+    return Fakes(TestClient(create_app(svc)), commands, asked)
+
+
+def test_the_list_reads_the_filter_from_the_url_and_shows_counts_and_freshness(
+    fakes: Fakes,
+) -> None:
+    page = fakes.client.get("/ui/?name=wf&status=FAILED&version=1&q=boom&size=25&start=25")
+    assert page.status_code == 200, page.text
+    f, start, size = fakes.asked["search"]
+    assert (f.names, f.statuses, f.versions, f.ids, start, size) == (
+        ("wf",), ("FAILED",), (1,), ("w2",), 25, 25)  # fmt: skip
+    # One count query, over the filter without its statuses (each count narrows to one).
+    [counted] = fakes.asked["counts"]
+    assert counted.statuses == () and counted.names == ("wf",)
+    assert fakes.asked["text"] == "boom"
+    assert 'href="/ui/workflows/w1"' in page.text and 'data-status="FAILED"' in page.text
+    assert "offsets 0:5 1:9" in page.text
+    assert "of 1</span>" in page.text  # the total is the chosen statuses' count, not a 2nd scan
+    assert "about 21 events behind the log" in page.text
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [("version=x", "version must be an integer"), ("from=yesterday", "from must be a date"),
+     ("status=NOPE", "unknown status"), ("size=7", "size must be one of")],
+)  # fmt: skip
+def test_bad_filters_are_a_400_naming_the_parameter(fakes: Fakes, query: str, reason: str) -> None:
+    answer = fakes.client.get(f"/ui/?{query}")
+    assert answer.status_code == 400 and reason in answer.json()["message"]
+
+
+def test_a_bulk_action_confirms_with_the_count_before_sending(fakes: Fakes) -> None:
+    form = {"action": "terminate", "scope": "filter", "status": "FAILED"}
+    preview = fakes.client.post("/ui/bulk/preview", data=form)
+    assert preview.status_code == 200
+    assert '<span class="bulk-count">2</span>' in preview.text and fakes.commands.sent == []
+    refused = fakes.client.post("/ui/bulk", data=form)
+    assert refused.status_code == 400 and fakes.commands.sent == []
+    done = fakes.client.post("/ui/bulk", data={**form, "confirm": "yes"})
+    assert done.status_code == 200 and "Sent 2 terminate commands" in done.text
+    assert fakes.commands.sent == [("terminate", "w1"), ("terminate", "w2")]
+
+
+def test_a_bulk_action_on_a_selection_sends_only_the_selection(fakes: Fakes) -> None:
+    data = {"action": "retry", "scope": "selected", "ids": ["w2"], "confirm": "yes"}
+    assert fakes.client.post("/ui/bulk", data=data).status_code == 200
+    assert fakes.commands.sent == [("retry", "w2")]
+    assert fakes.client.post("/ui/bulk", data={**data, "action": "explode"}).status_code == 400
+
+
+def test_a_workflow_page_draws_its_dag_and_timeline(fakes: Fakes) -> None:
+    page = fakes.client.get("/ui/workflows/w1")
+    assert page.status_code == 200, page.text
+    assert 'class="node state-FAILED type-SIMPLE"' in page.text
+    assert 'class="node state-NOT_STARTED type-SIMPLE"' in page.text
+    assert 'data-source="a" data-target="b"' in page.text
+    assert page.text.count('class="lane"') == 2  # two attempts of a
+    assert "Rerun from task" not in page.text or hasattr(FakeCommands, "rerun")
+    assert fakes.client.get("/ui/workflows/nope").status_code == 404
+
+
+def test_the_task_panel_shows_every_attempt_with_worker_lease_and_logs(fakes: Fakes) -> None:
+    panel = fakes.client.get("/ui/workflows/w1/tasks/a")
+    assert panel.status_code == 200
+    assert panel.text.count("<details") == 2 and "line one" in panel.text
+    assert "wk-1" in panel.text and "<dt>lease epoch</dt><dd>3</dd>" in panel.text
+
+
+def test_the_history_downloads_as_json(fakes: Fakes) -> None:
+    answer = fakes.client.get("/ui/workflows/w1/history.json?failed=true")
+    assert answer.headers["content-disposition"].endswith('w1-failed-events.json"')
+    assert answer.json()[0]["type"] == "task.failed"
+    assert "task.failed" in fakes.client.get("/ui/workflows/w1/history").text
+
+
+def test_actions_send_commands_and_ask_the_page_to_re_read(fakes: Fakes) -> None:
+    answer = fakes.client.post("/ui/workflows/w1/actions/retry")
+    assert answer.status_code == 200 and answer.headers["hx-trigger"] == "wf-changed"
+    fakes.client.post("/ui/workflows/w1/signal", data={"ref": "wait", "output": '{"ok": 1}'})
+    assert fakes.commands.sent == [("retry", "w1"), ("signal wait {'ok': 1}", "w1")]
+    bad = fakes.client.post("/ui/workflows/w1/signal", data={"output": "{nope"})
+    assert bad.status_code == 400 and "not JSON" in bad.json()["message"]
+    assert fakes.client.post("/ui/workflows/w1/actions/explode").status_code == 400
+
+
+def test_lag_ignores_a_transaction_marker() -> None:
+    assert freshness.lag_of({0: 10, 1: 4}, {0: 11, 1: 9}) == 5
+
+
+def test_with_auth_on_pages_send_to_the_login_and_actions_are_refused(fakes: Fakes) -> None:
+    svc = fakes.client.app.state.services  # type: ignore[attr-defined]
+    svc.settings = replace(svc.settings, api=ApiSettings(auth="on"))
+    page = fakes.client.get("/ui/?status=FAILED", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/ui/login?next=")
+    bulk = fakes.client.post("/ui/bulk", data={"action": "retry", "ids": ["w1"], "confirm": "yes"},
+                             headers={"HX-Request": "true"}, follow_redirects=False)  # fmt: skip
+    assert bulk.status_code == 401 and fakes.commands.sent == []
