@@ -34,21 +34,18 @@ def fragment(request: Request, name: str, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(request, name, {"terminal": TERMINAL, **context})
 
 
-def can_rerun() -> bool:
-    """Rerun from a task is the core's command, built separately: offered once it exists."""
-    return hasattr(CommandClient, "rerun")
-
-
-def act(client: CommandClient, action: str, workflow_id: str, reason: str) -> Submitted:
-    """Send one workflow action as a command; the decider's verdict lands in the log."""
+def act(client: CommandClient, action: str, workflow_id: str, reason: str, actor: str) -> Submitted:
+    """Send one workflow action as a command carrying who asked (``actor``, ADR 27); the
+    decider's verdict lands in the log."""
     if action == "retry":
-        return client.retry(workflow_id)
+        return client.retry(workflow_id, actor=actor)
     if action == "terminate":
-        return client.terminate(workflow_id, reason=reason or "terminated from the console")
+        why = reason or "terminated from the console"
+        return client.terminate(workflow_id, reason=why, actor=actor)
     if action == "cancel":
-        return client.cancel(workflow_id, reason=reason or "canceled from the console")
+        return client.cancel(workflow_id, reason=reason or "canceled from the console", actor=actor)
     if action == "pause":
-        return client.pause(workflow_id)
+        return client.pause(workflow_id, actor=actor)
     if action == "resume":
-        return client.resume(workflow_id)
+        return client.resume(workflow_id, actor=actor)
     raise ApiError(400, f"unknown action {action!r}")

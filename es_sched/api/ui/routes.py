@@ -98,7 +98,7 @@ async def bulk(
     if scope == "filter":
         ids = queries.workflow_ids(svc.engine, _filter(svc, q), svc.settings.api.console_bulk_max)
     client = svc.commands.get()
-    sent = [act(client, action, wf_id, f"bulk {action} by {who.name}") for wf_id in ids]
+    sent = [act(client, action, wf_id, f"bulk {action} by {who.name}", who.name) for wf_id in ids]
     return fragment(request, "_bulk_done.html", action=action, sent=sent)
 
 

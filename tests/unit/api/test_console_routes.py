@@ -45,10 +45,15 @@ def task_row(ref: str, status: str, attempt: int = 1) -> dict[str, Any]:
 @dataclass
 class FakeCommands:
     sent: list[tuple[str, str]] = field(default_factory=list)
+    actors: list[str | None] = field(default_factory=list)
 
-    def _record(self, action: str, wf_id: str, **_: Any) -> Submitted:
+    def _record(self, action: str, wf_id: str, **kw: Any) -> Submitted:
         self.sent.append((action, wf_id))
+        self.actors.append(kw.get("actor"))
         return Submitted(wf_id, f"cmd-{len(self.sent)}")
+
+    def rerun(self, wf_id: str, task: str | None = None, **kw: Any) -> Submitted:
+        return self._record(f"rerun {task}", wf_id, **kw)
 
     def retry(self, wf_id: str, **kw: Any) -> Submitted:
         return self._record("retry", wf_id, **kw)
@@ -66,7 +71,7 @@ class FakeCommands:
         return self._record("resume", wf_id, **kw)
 
     def signal(self, wf_id: str, output: Any, **kw: Any) -> Submitted:
-        return self._record(f"signal {kw.get('ref')} {output}", wf_id)
+        return self._record(f"signal {kw.get('ref')} {output}", wf_id, **kw)
 
 
 @dataclass
@@ -166,6 +171,7 @@ def test_a_bulk_action_on_a_selection_sends_only_the_selection(fakes: Fakes) -> 
     data = {"action": "retry", "scope": "selected", "ids": ["w2"], "confirm": "yes"}
     assert fakes.client.post("/ui/bulk", data=data).status_code == 200
     assert fakes.commands.sent == [("retry", "w2")]
+    assert fakes.commands.actors == ["anonymous"]  # who asked travels with the command
     assert fakes.client.post("/ui/bulk", data={**data, "action": "explode"}).status_code == 400
 
 
@@ -176,7 +182,7 @@ def test_a_workflow_page_draws_its_dag_and_timeline(fakes: Fakes) -> None:
     assert 'class="node state-NOT_STARTED type-SIMPLE"' in page.text
     assert 'data-source="a" data-target="b"' in page.text
     assert page.text.count('class="lane"') == 2  # two attempts of a
-    assert "Rerun from task" not in page.text or hasattr(FakeCommands, "rerun")
+    assert "Rerun from task" in page.text
     assert fakes.client.get("/ui/workflows/nope").status_code == 404
 
 
@@ -202,6 +208,11 @@ def test_actions_send_commands_and_ask_the_page_to_re_read(fakes: Fakes) -> None
     bad = fakes.client.post("/ui/workflows/w1/signal", data={"output": "{nope"})
     assert bad.status_code == 400 and "not JSON" in bad.json()["message"]
     assert fakes.client.post("/ui/workflows/w1/actions/explode").status_code == 400
+    rerun = fakes.client.post("/ui/workflows/w1/actions/rerun", data={"task_id": "a"})
+    assert rerun.status_code == 200
+    assert fakes.commands.sent[-1] == ("rerun a", "w1")
+    assert fakes.client.post("/ui/workflows/w1/actions/rerun").status_code == 400  # no task
+    assert set(fakes.commands.actors) == {"anonymous"}
 
 
 def test_lag_ignores_a_transaction_marker() -> None:
