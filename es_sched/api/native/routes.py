@@ -10,7 +10,7 @@ here so ``app.py`` keeps one router per part.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
@@ -161,11 +161,9 @@ def queues_of(rows: list[Row], now: datetime | None = None) -> list[Queue]:
 
 
 def history_event(r: Row) -> HistoryEvent:
-    whole: Any = r["payload"]  # the whole event as logged; its payload is the event's own
-    payload = whole.get("payload", whole) if isinstance(whole, dict) else whole
     return HistoryEvent(
         seq=r["seq"], eventId=r["event_id"], type=r["type"], occurredAt=r["occurred_at"],
-        causationId=r["causation_id"], payload=payload, kafkaPartition=r["kafka_partition"],
+        causationId=r["causation_id"], payload=r["payload"], kafkaPartition=r["kafka_partition"],
         kafkaOffset=r["kafka_offset"],
     )  # fmt: skip
 

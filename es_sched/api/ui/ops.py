@@ -27,6 +27,7 @@ from es_sched.api.services import Services, services
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
 from es_sched.api.ui.render import templates
+from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -70,7 +71,8 @@ def definitions_page(
         if chosen is None:
             raise ApiError(404, f"no definition {name} version {v}")
     return _page(
-        request, "ops_definitions.html", who, versions=versions, chosen=chosen,
+        request, "ops_definitions.html", who, topic=topics_for(svc.settings).definitions,
+        versions=versions, chosen=chosen,
         svg=diagram(chosen) if chosen else None,
         text=json.dumps(chosen, indent=2, sort_keys=True) if chosen else None,
     )  # fmt: skip
@@ -91,7 +93,8 @@ def submit_form(
     chosen = found.get((name, version or max(versions))) if name and versions else None
     prefill = json.dumps(default_input(chosen), indent=2) if chosen else "{}"
     return _page(
-        request, "ops_submit.html", who, names=names, name=name, versions=versions,
+        request, "ops_submit.html", who, topic=topics_for(svc.settings).definitions,
+        names=names, name=name, versions=versions,
         version=chosen.get("version") if chosen else None, prefill=prefill,
     )  # fmt: skip
 
