@@ -12,10 +12,11 @@ from pydantic import ValidationError
 
 from es_sched import bootstrap
 from es_sched.api.app import create_app
-from es_sched.api.native.models import SubmitRequest
+from es_sched.api.native.models import Freshness, SubmitRequest
 from es_sched.api.native.routes import queues_of
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
+from es_sched.api.ui.render import templates
 from es_sched.settings import ApiSettings, load_settings
 
 
@@ -112,3 +113,14 @@ def test_media_view_collects_what_the_media_tasks_made() -> None:
     assert view.thumbnails == [{"ref": "thumb", "kind": "sprite", "uri": "file:///sprite.jpg"}]
     assert view.package is None and view.large == ["pkg"]
     assert view.asset is not None and view.asset["asset_id"] == "a1"
+
+
+def test_pages_show_what_they_reflect_and_a_lag_notice() -> None:
+    part = templates.env.get_template("ops_freshness.html")
+    behind = Freshness(topic="p.events", reflects={0: 5, 1: 7}, lag={0: 0, 1: 3}, lagging=True)
+    text = " ".join(part.render(fresh=behind).split())
+    assert "behind the log by 3 event(s) on partition 1" in text
+    assert "reflects p.events [0]@5 [1]@7" in text
+    caught_up = Freshness(topic="p.events", reflects={0: 5}, lag={0: 0}, lagging=False)
+    text = " ".join(part.render(fresh=caught_up).split())
+    assert "behind" not in text and "caught up with the log" in text
