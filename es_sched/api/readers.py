@@ -1,5 +1,5 @@
 """Kafka views the API reads on demand: the events topic's ends, the worker-status topic folded
-by worker, the definitions.
+by worker (definitions come from the command client's registry, ``CommandClient.definitions``).
 
 Each reader keeps one group-less consumer for the process (made on first use, kept in
 ``Services.extras`` so ``Services.close`` closes it) and is caught up on every call, under a
@@ -13,14 +13,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from confluent_kafka import TopicPartition
 
 from es_sched.api.services import Services
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import consumer, watermarks
-from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import topics_for
 from es_sched.serialization import wire
@@ -87,23 +86,6 @@ class WorkerBoard:
         self.tail.consumer.close()
 
 
-class Definitions:
-    """The definitions topic in memory (the registry the command client resolves with)."""
-
-    def __init__(self, svc: Services) -> None:
-        topics = topics_for(svc.settings)
-        self.registry = DefinitionRegistry(svc.settings.kafka.bootstrap_servers, topics.definitions)
-        self._lock = threading.Lock()
-
-    def workflows(self) -> dict[tuple[str, int], dict[str, Any]]:
-        with self._lock:
-            self.registry.catch_up(CATCH_UP_S)
-            return dict(self.registry.workflows)
-
-    def close(self) -> None:
-        self.registry.close()
-
-
 _MAKE_LOCK = threading.Lock()
 
 
@@ -117,10 +99,6 @@ def worker_board(svc: Services) -> WorkerBoard:
         return WorkerBoard(Tail(svc.settings.kafka.bootstrap_servers, topic, 0))
 
     return _part(svc, "worker-board", make)
-
-
-def definitions(svc: Services) -> Definitions:
-    return _part(svc, "definitions", lambda: Definitions(svc))
 
 
 def _part(svc: Services, name: str, make: Callable[[], T]) -> T:

@@ -22,7 +22,6 @@ from es_sched.api.errors import ApiError
 from es_sched.api.native.fresh import freshness_of, wait_after
 from es_sched.api.native.ops import get_workers
 from es_sched.api.native.routes import queues_of
-from es_sched.api.readers import definitions
 from es_sched.api.services import Services, services
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
@@ -60,7 +59,7 @@ def definitions_page(
     svc: Services = SVC,
     who: Principal = VIEWER,
 ) -> HTMLResponse:
-    found = definitions(svc).workflows()
+    found, _taskdefs = svc.commands.get().definitions()
     versions: dict[str, list[int]] = {}
     for n, v in sorted(found):
         versions.setdefault(n, []).append(v)
@@ -86,7 +85,7 @@ def submit_form(
     svc: Services = SVC,
     who: Principal = OPERATOR,
 ) -> HTMLResponse:
-    found = definitions(svc).workflows()
+    found, _taskdefs = svc.commands.get().definitions()
     names = sorted({n for n, _ in found})
     name = name if name in names else (names[0] if names else None)
     versions = sorted(v for n, v in found if n == name)

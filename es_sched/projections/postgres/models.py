@@ -91,7 +91,7 @@ class Task(Base):
     retried: Mapped[bool] = mapped_column(Boolean)
     version: Mapped[int] = mapped_column(BigInteger)
 
-    __table_args__ = (  # the backlog only (``queries.queues``; migration 0003)
+    __table_args__ = (  # the backlog only (``queries.queues``; migration 0004)
         Index(
             "ix_tasks_scheduled_type",
             "task_type",

@@ -3,8 +3,8 @@
 A partial index holds only the tasks that wait, so the queues view of ``GET /api/v1/queues``
 and the console costs in proportion to the backlog, not to every task ever run.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-30
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
