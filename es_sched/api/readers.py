@@ -11,6 +11,7 @@ age, and several API processes need nothing shared.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -22,9 +23,11 @@ from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import topics_for
+from es_sched.projections.freshness import last_record_end
 from es_sched.serialization import wire
 
 CATCH_UP_S = 5.0
+EXACT_WITHIN = 16
 T = TypeVar("T")
 
 
@@ -49,6 +52,21 @@ class EventEnds:
                 p: watermarks(self._consumer, TopicPartition(self.topic, p), CATCH_UP_S)[1]
                 for p in self._partitions
             }
+
+    def record_ends(self, ends: dict[int, int], reflects: dict[int, int]) -> dict[int, int]:
+        """``ends`` with each partition a projection is just behind moved back to the end of its
+        last record: a transaction's commit marker stands at the end of an idle partition, and
+        no projection's checkpoint counts it (``freshness.last_record_end``). Only partitions
+        within ``EXACT_WITHIN`` offsets are read; beyond that the gap is reported as it is."""
+        out = dict(ends)
+        with self._lock:
+            for p, end in ends.items():
+                at = reflects.get(p, 0)
+                if 0 < end - at <= EXACT_WITHIN:
+                    tp = TopicPartition(self.topic, p)
+                    deadline = time.monotonic() + CATCH_UP_S
+                    out[p] = max(at, last_record_end(self._consumer, tp, at, end, deadline))
+        return out
 
     def close(self) -> None:
         self._consumer.close()

@@ -76,6 +76,7 @@ def test_submit_then_read_after_the_token_sees_the_workflow(server: Api) -> None
     assert set(fresh["reflects"]) == set(fresh["lag"]) == {"0", "1"}
     partition = int(done["token"].split(":")[0])
     assert fresh["reflects"][str(partition)] > 0
+    assert fresh["lag"][str(partition)] == 0  # nothing else runs: the commit marker is no lag
     listed = server.http.get(
         "/api/v1/workflows",
         params={"name": "api.flow", "correlationId": "c-1", "after": done["token"]},

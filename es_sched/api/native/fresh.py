@@ -1,11 +1,13 @@
-"""How fresh an answer is, and read-your-writes (``?after=TOKEN``; ADR 23).
+"""How fresh an answer is, and read-your-writes (``?after=TOKEN``; ADR 23, ADR 28).
 
 ``reflects`` is the PostgreSQL projection's checkpoint per events partition (the rows reflect
-every event below it; ``queries.reflected``), ``lag`` the events between it and the partition's
-high watermark read just after. ``after`` waits with ``projections.freshness.wait_projected``,
-which blocks: the routes that call it are plain ``def`` routes, which FastAPI runs in its thread
-pool, so the event loop never waits on it; the wait is bounded by
-``ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S`` and answers 504 with the reason when it runs out.
+every event below it; ``queries.reflected``), ``lag`` the events between it and the end of the
+partition's last record, read just after (the high watermark less the commit marker a quiet
+partition ends with: ``EventEnds.record_ends``). ``after`` waits with
+``projections.freshness.wait_projected``, which blocks: the routes that call it are plain
+``def`` routes, which FastAPI runs in its thread pool, so the event loop never waits on it; the
+wait is bounded by ``ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S`` and answers 504 with the reason
+when it runs out.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def freshness_of(svc: Services) -> Freshness:
     """Read the checkpoints first, the ends after: the lag is never understated."""
     topic = event_ends(svc).topic
     reflects = queries.reflected(svc.engine).get(topic, {})
-    ends = event_ends(svc).ends()
+    ends = event_ends(svc).record_ends(event_ends(svc).ends(), reflects)
     lag = {p: max(0, end - reflects.get(p, 0)) for p, end in ends.items()}
     return Freshness(
         topic=topic,
