@@ -18,6 +18,8 @@ from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
 from es_sched.api.ui.render import templates
 from es_sched.settings import ApiSettings, load_settings
+from tests.unit.api.auth_support import Clock, MemoryKeys, key
+from tests.unit.api.auth_support import app as auth_app
 
 
 @pytest.fixture
@@ -124,3 +126,27 @@ def test_pages_show_what_they_reflect_and_a_lag_notice() -> None:
     caught_up = Freshness(topic="p.events", reflects={0: 5}, lag={0: 0}, lagging=False)
     text = " ".join(part.render(fresh=caught_up).split())
     assert "behind" not in text and "caught up with the log" in text
+
+
+@pytest.mark.parametrize(
+    ("role", "method", "path", "body"),
+    [
+        ("viewer", "POST", "/api/v1/workflows", {"name": "flow"}),
+        ("viewer", "POST", "/api/v1/workflows/wf-1/verify", None),
+        ("viewer", "GET", "/api/v1/config", None),
+        ("operator", "GET", "/api/v1/config/ban-version:1.0", None),
+        ("operator", "PUT", "/api/v1/config/ban-version:1.0", {}),
+        ("operator", "DELETE", "/api/v1/config/ban-version:1.0", None),
+        ("worker", "GET", "/api/v1/queues", None),
+    ],
+)
+def test_each_route_asks_for_its_role(role: str, method: str, path: str, body: object) -> None:
+    keys, clock = MemoryKeys(), Clock()
+    client = TestClient(auth_app(keys, clock))
+    answer = client.post(
+        "/api/token", json=dict(zip(("keyId", "keySecret"), key(keys, role, clock), strict=True))
+    )
+    jwt = answer.json()["token"]
+    refused = client.request(method, path, json=body, headers={"X-Authorization": jwt})
+    assert refused.status_code == 403, refused.text
+    assert role in refused.json()["message"]
