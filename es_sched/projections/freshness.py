@@ -6,7 +6,10 @@ transaction as the events they caused, so once the decider group's committed off
 partition is past the command, every event the command caused is committed on the events
 partition with the same number (both topics are keyed by workflow id with the same partition
 count), below that partition's high watermark read afterwards. The projection reflects the
-command once its checkpoint of that events partition reaches that watermark.
+command once its checkpoint of that events partition reaches the end of the last record below
+that watermark: the decider writes transactions, so the watermark usually stands one past a
+commit marker, which no consumer ever receives and no checkpoint counts (a projector's
+checkpoint is the offset after the last record it read, so it would wait for the next event).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from es_sched.errors import EsSchedError
 from es_sched.kafka.clients import consumer, watermarks
@@ -50,8 +53,9 @@ def events_position(settings: Settings, token: Token, timeout_s: float) -> int:
         while True:
             [tp] = probe.committed([TopicPartition(topics.commands, token.partition)], timeout=10)
             if tp.offset > token.offset:
-                _, high = watermarks(probe, TopicPartition(topics.events, token.partition))
-                return high
+                tp_events = TopicPartition(topics.events, token.partition)
+                low, high = watermarks(probe, tp_events)
+                return last_record_end(probe, tp_events, low, high, deadline)
             if time.monotonic() > deadline:
                 raise NotFreshYet(
                     f"the decider has not consumed command {token.partition}:{token.offset} "
@@ -60,6 +64,40 @@ def events_position(settings: Settings, token: Token, timeout_s: float) -> int:
             time.sleep(0.1)
     finally:
         probe.close()
+
+
+def last_record_end(
+    probe: Consumer, tp: TopicPartition, low: int, high: int, deadline: float
+) -> int:
+    """The offset after the last record (not control marker) below ``high``; ``low`` when none.
+
+    Reads backwards in growing windows: markers come one per transaction and partition, so the
+    first window almost always holds a record."""
+    window = 16
+    while True:
+        start = max(low, high - window)
+        probe.assign([TopicPartition(tp.topic, tp.partition, start)])
+        last = None
+        while True:
+            msg = probe.poll(0.5)
+            if msg is not None and msg.error() is None:
+                if (msg.offset() or 0) >= high:
+                    break
+                last = msg.offset() or 0
+                if last + 1 >= high:
+                    break
+                continue
+            position = probe.position([TopicPartition(tp.topic, tp.partition)])[0].offset
+            if position >= high or time.monotonic() > deadline:
+                break
+        probe.unassign()
+        if last is not None:
+            return last + 1
+        if start == low:
+            return low
+        if time.monotonic() > deadline:
+            return high  # the safe side: wait for the watermark itself
+        window *= 4
 
 
 def wait_projected(settings: Settings, store: Store, token: Token, timeout_s: float) -> int:

@@ -1,7 +1,172 @@
-"""The native API under ``/api/v1`` (issue 14 item 2)."""
+"""The native API under ``/api/v1`` (issue 14 item 2).
+
+Writes are commands through ``CommandClient`` and answer with the command's read-your-writes
+token; reads come from the PostgreSQL read model, wait for ``?after=TOKEN`` when given, and
+carry ``freshness`` (the offsets the rows reflect and the lag behind the log). The operations
+views (queues, workers, config) and the audit of one workflow are in sibling modules, included
+here so ``app.py`` keeps one router per part.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.errors import ApiError
+from es_sched.api.native import audit, config, ops
+from es_sched.api.native.fresh import freshness_of, wait_after
+from es_sched.api.native.models import (
+    History,
+    HistoryEvent,
+    Queue,
+    Queues,
+    SubmitRequest,
+    Submitted,
+    Task,
+    Workflow,
+    WorkflowAnswer,
+    WorkflowList,
+)
+from es_sched.api.services import Services, services
+from es_sched.projections.postgres import queries
+from es_sched.projections.views import Row
 
 router = APIRouter(prefix="/api/v1", tags=["native"])
+VIEWER = require("viewer")
+OPERATOR = require("operator")
+SVC = Depends(services)
+Many = Annotated[list[str] | None, Query()]  # repeat the parameter for several values
+
+
+@router.post("/workflows", status_code=202, response_model=Submitted)
+def submit(body: SubmitRequest, svc: Services = SVC, who: Principal = OPERATOR) -> Submitted:
+    """Start a workflow (accepted, not yet decided: read it back with ``?after=token``)."""
+    client = svc.commands.get()
+    done = client.submit(
+        body.name, body.input, body.version, body.priority, body.tenant,
+        command_id=body.idempotencyKey, correlation_id=body.correlationId, actor=who.name,
+    )  # fmt: skip
+    return Submitted(
+        workflowId=done.workflow_id, commandId=done.command_id, token=client.token(done.workflow_id)
+    )
+
+
+@router.get("/workflows/{workflow_id}", response_model=WorkflowAnswer)
+def get_workflow(
+    workflow_id: str,
+    after: str | None = Query(None, description="a submit's token: wait until it is reflected"),
+    tasks: bool = Query(True, description="include the task rows"),
+    svc: Services = SVC,
+    who: Principal = VIEWER,
+) -> WorkflowAnswer:
+    wait_after(svc, after)
+    fresh = freshness_of(svc)
+    row, task_rows = queries.workflow(svc.engine, workflow_id)
+    if row is None:
+        raise ApiError(
+            404, f"no workflow {workflow_id} in the read model (reflecting {fresh.reflects})"
+        )
+    return WorkflowAnswer(workflow=workflow_of(row, task_rows if tasks else None), freshness=fresh)
+
+
+@router.get("/workflows", response_model=WorkflowList)
+def list_workflows(
+    name: Many = None,
+    version: Annotated[list[int] | None, Query()] = None,
+    status: Many = None,
+    tenant: Many = None,
+    correlationId: Many = None,
+    start: int = Query(0, ge=0),
+    size: int = Query(100, ge=1, le=1000),
+    after: str | None = Query(None, description="a submit's token: wait until it is reflected"),
+    svc: Services = SVC,
+    who: Principal = VIEWER,
+) -> WorkflowList:
+    wait_after(svc, after)
+    fresh = freshness_of(svc)
+    f = queries.WorkflowFilter(
+        names=tuple(name or ()), versions=tuple(version or ()), statuses=tuple(status or ()),
+        tenants=tuple(tenant or ()), correlation_ids=tuple(correlationId or ()),
+    )  # fmt: skip
+    total, rows = queries.search_workflows(svc.engine, f, start, size)
+    return WorkflowList(
+        total=total, start=start, results=[workflow_of(r, None) for r in rows], freshness=fresh
+    )
+
+
+@router.get("/queues", response_model=Queues)
+def get_queues(svc: Services = SVC, who: Principal = VIEWER) -> Queues:
+    """Backlog per task type and priority (``queries.queues`` says what "queued" means)."""
+    fresh = freshness_of(svc)
+    return Queues(queues=queues_of(queries.queues(svc.engine)), freshness=fresh)
+
+
+@router.get("/workflows/{workflow_id}/history", response_model=History)
+def get_history(
+    workflow_id: str,
+    start: int = Query(0, ge=0, description="the first seq"),
+    size: int = Query(100, ge=1, le=1000),
+    svc: Services = SVC,
+    who: Principal = VIEWER,
+) -> History:
+    """The workflow's events as archived by the PostgreSQL projector, by seq, one page."""
+    fresh = freshness_of(svc)
+    rows = queries.history(svc.engine, workflow_id, start, size)
+    if not rows and start == 0:
+        raise ApiError(404, f"no events of workflow {workflow_id} in the archive")
+    events = [history_event(r) for r in rows]
+    following = events[-1].seq + 1 if len(events) == size else None
+    return History(
+        workflowId=workflow_id, start=start, nextStart=following, events=events, freshness=fresh
+    )
+
+
+def workflow_of(row: Row, tasks: list[Row] | None) -> Workflow:
+    return Workflow(
+        workflowId=row["workflow_id"], name=row["name"], version=row["def_version"],
+        status=row["status"], priority=row["priority"], tenant=row["tenant"],
+        correlationId=row["correlation_id"], parentWorkflowId=row["parent_workflow_id"],
+        reason=row["reason"], input=row["input"], output=row["output"],
+        createdAt=row["created_at"], updatedAt=row["updated_at"], endedAt=row["ended_at"],
+        seq=row["version"], tasks=None if tasks is None else [task_of(t) for t in tasks],
+    )  # fmt: skip
+
+
+def task_of(t: Row) -> Task:
+    return Task(
+        taskId=t["task_id"], ref=t["ref"], name=t["name"], taskType=t["task_type"],
+        status=t["status"], attempt=t["attempt"], iteration=t["iteration"],
+        workerId=t["worker_id"], reason=t["reason"], progress=t["progress"], input=t["input"],
+        output=t["output"], scheduledAt=t["scheduled_at"], startedAt=t["started_at"],
+        endedAt=t["ended_at"],
+    )  # fmt: skip
+
+
+def queues_of(rows: list[Row], now: datetime | None = None) -> list[Queue]:
+    now = now or datetime.now(UTC)
+    return [
+        Queue(
+            taskType=r["task_type"],
+            priority=r["priority"],
+            depth=r["depth"],
+            leased=r["leased"],
+            oldestScheduledAt=r["oldest"],
+            oldestAgeS=None if r["oldest"] is None else (now - r["oldest"]).total_seconds(),
+        )
+        for r in rows
+    ]
+
+
+def history_event(r: Row) -> HistoryEvent:
+    return HistoryEvent(
+        seq=r["seq"], eventId=r["event_id"], type=r["type"], occurredAt=r["occurred_at"],
+        causationId=r["causation_id"], payload=r["payload"], kafkaPartition=r["kafka_partition"],
+        kafkaOffset=r["kafka_offset"],
+    )  # fmt: skip
+
+
+for _part in (audit, config, ops):
+    router.include_router(_part.router)

@@ -1,7 +1,139 @@
-"""The console's operations pages: queues, workers, definitions, submit, media (issue 14 item 4)."""
+"""The console's operations pages: queues, workers, definitions, submit, media (issue 14 item 4).
+
+Each page is a server-rendered view of what the native API answers (``api.native``: the same
+queries, the same worker board, the same freshness), so the console and ``/api/v1`` cannot
+disagree; every page shows the offsets it reflects and a notice when the read model lags the
+log. Submitting goes through the ``CommandClient`` like ``POST /api/v1/workflows`` and
+redirects to the workflow's page with the command's token as ``?after=``, so that page shows
+the workflow the form just started.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.errors import ApiError
+from es_sched.api.native.fresh import freshness_of, wait_after
+from es_sched.api.native.ops import get_workers
+from es_sched.api.native.routes import queues_of
+from es_sched.api.services import Services, services
+from es_sched.api.ui.diagram import default_input, diagram
+from es_sched.api.ui.media import media_view
+from es_sched.api.ui.render import templates
+from es_sched.kafka.topics import topics_for
+from es_sched.projections.postgres import queries
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
+VIEWER = require("viewer")
+OPERATOR = require("operator")
+SVC = Depends(services)
+
+
+def _page(request: Request, template: str, who: Principal, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, template, {"who": who, **context})
+
+
+@router.get("/queues", response_class=HTMLResponse)
+def queues_page(request: Request, svc: Services = SVC, who: Principal = VIEWER) -> HTMLResponse:
+    fresh = freshness_of(svc)
+    rows = queues_of(queries.queues(svc.engine))
+    return _page(request, "ops_queues.html", who, queues=rows, fresh=fresh)
+
+
+@router.get("/workers", response_class=HTMLResponse)
+def workers_page(request: Request, svc: Services = SVC, who: Principal = VIEWER) -> HTMLResponse:
+    return _page(request, "ops_workers.html", who, fleet=get_workers(svc, who))
+
+
+@router.get("/definitions", response_class=HTMLResponse)
+def definitions_page(
+    request: Request,
+    name: str | None = None,
+    version: int | None = None,
+    svc: Services = SVC,
+    who: Principal = VIEWER,
+) -> HTMLResponse:
+    found, _taskdefs = svc.commands.get().definitions()
+    versions: dict[str, list[int]] = {}
+    for n, v in sorted(found):
+        versions.setdefault(n, []).append(v)
+    chosen = None
+    if name is not None:
+        v = version if version is not None else max(versions.get(name, [0]))
+        chosen = found.get((name, v))
+        if chosen is None:
+            raise ApiError(404, f"no definition {name} version {v}")
+    return _page(
+        request, "ops_definitions.html", who, topic=topics_for(svc.settings).definitions,
+        versions=versions, chosen=chosen,
+        svg=diagram(chosen) if chosen else None,
+        text=json.dumps(chosen, indent=2, sort_keys=True) if chosen else None,
+    )  # fmt: skip
+
+
+@router.get("/submit", response_class=HTMLResponse)
+def submit_form(
+    request: Request,
+    name: str | None = None,
+    version: int | None = None,
+    svc: Services = SVC,
+    who: Principal = OPERATOR,
+) -> HTMLResponse:
+    found, _taskdefs = svc.commands.get().definitions()
+    names = sorted({n for n, _ in found})
+    name = name if name in names else (names[0] if names else None)
+    versions = sorted(v for n, v in found if n == name)
+    chosen = found.get((name, version or max(versions))) if name and versions else None
+    prefill = json.dumps(default_input(chosen), indent=2) if chosen else "{}"
+    return _page(
+        request, "ops_submit.html", who, topic=topics_for(svc.settings).definitions,
+        names=names, name=name, versions=versions,
+        version=chosen.get("version") if chosen else None, prefill=prefill,
+    )  # fmt: skip
+
+
+@router.post("/submit")
+def submit(
+    name: Annotated[str, Form()],
+    input: Annotated[str, Form()] = "{}",
+    version: Annotated[int | None, Form()] = None,
+    priority: Annotated[int, Form(ge=0, le=9)] = 4,
+    svc: Services = SVC,
+    who: Principal = OPERATOR,
+) -> Response:
+    try:
+        document = json.loads(input)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"the input is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ApiError(400, "the input must be a JSON object")
+    client = svc.commands.get()
+    done = client.submit(name, document, version, priority, actor=who.name)
+    token = client.token(done.workflow_id) or ""
+    target = f"/ui/workflows/{done.workflow_id}" + (f"?after={token}" if token else "")
+    return RedirectResponse(target, status_code=303, headers={"X-Es-Sched-Token": token})
+
+
+@router.get("/media/{workflow_id}", response_class=HTMLResponse)
+def media_page(
+    request: Request,
+    workflow_id: str,
+    after: str | None = None,
+    svc: Services = SVC,
+    who: Principal = VIEWER,
+) -> HTMLResponse:
+    wait_after(svc, after)
+    fresh = freshness_of(svc)
+    row, tasks = queries.workflow(svc.engine, workflow_id)
+    if row is None:
+        raise ApiError(404, f"no workflow {workflow_id} in the read model")
+    return _page(
+        request, "ops_media.html", who, wf=row, media=media_view(tasks), fresh=fresh,
+        now=datetime.now(UTC),
+    )  # fmt: skip

@@ -22,6 +22,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -89,6 +90,15 @@ class Task(Base):
     ended_at: Mapped[datetime | None]
     retried: Mapped[bool] = mapped_column(Boolean)
     version: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (  # the backlog only (``queries.queues``; migration 0004)
+        Index(
+            "ix_tasks_scheduled_type",
+            "task_type",
+            "scheduled_at",
+            postgresql_where=text("status = 'SCHEDULED'"),
+        ),
+    )
 
 
 class ArchivedEvent(Base):

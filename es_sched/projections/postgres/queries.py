@@ -15,13 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, func, select
 
-from es_sched.projections.postgres.models import (
-    CHECKPOINTS,
-    EVENTS,
-    REJECTIONS,
-    TASKS,
-    WORKFLOWS,
-)
+from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, REJECTIONS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
 from es_sched.projections.views import Row
 
@@ -195,15 +189,17 @@ FAILED_EVENTS = frozenset(
 
 
 def history(
-    engine: Engine, workflow_id: str, failed_only: bool = False, limit: int = 2000
-) -> list[Row]:
-    """The workflow's archived events in order (its primary key's prefix: one index range)."""
+    engine: Engine, workflow_id: str, start: int = 0, size: int = 2000,
+    failed_only: bool = False,
+) -> list[Row]:  # fmt: skip
+    """One page of the workflow's archived events in order, from seq ``start`` (its primary
+    key's prefix: one index range); ``failed_only`` keeps ``FAILED_EVENTS``."""
     e = EVENTS.c
-    query = select(EVENTS).where(e.workflow_id == workflow_id)
+    query = select(EVENTS).where(e.workflow_id == workflow_id, e.seq >= start)
     if failed_only:
         query = query.where(e.type.in_(sorted(FAILED_EVENTS)))
     with available("history"), engine.connect() as conn:
-        rows = conn.execute(query.order_by(e.seq).limit(limit)).mappings()
+        rows = conn.execute(query.order_by(e.seq).limit(size)).mappings()
         return [dict(r) for r in rows]
 
 
@@ -237,3 +233,34 @@ def newest_workflows(engine: Engine, f: WorkflowFilter, start: int, size: int) -
     with available("search"), engine.connect() as conn:
         rows = conn.execute(query.offset(start).limit(size)).mappings()
         return [dict(r) for r in rows]
+
+
+def queues(engine: Engine) -> list[Row]:
+    """The backlog per task type and workflow priority, as the read model sees it.
+
+    "Queued" here is a task row in ``SCHEDULED`` that no lease holds (``worker_id`` is null):
+    the decider scheduled it (its ready record is on the ready topic) and no dispatcher has
+    placed it yet, or a lease on it expired. That is the dispatcher's in-memory queue plus
+    ready records it has not read yet, summed over every dispatcher, as of the events the rows
+    reflect; a task leased and not yet started (``SCHEDULED`` with a worker) is counted apart
+    as ``leased``. The priority is the workflow's (tasks carry their workflow's). Rows:
+    ``task_type, priority, depth, leased, oldest`` (the earliest ``scheduled_at`` of the
+    queued tasks, None when only leased ones wait).
+    """
+    t, w = TASKS.c, WORKFLOWS.c
+    unleased = t.worker_id.is_(None)
+    query = (
+        select(
+            t.task_type,
+            w.priority,
+            func.count().filter(unleased).label("depth"),
+            func.count().filter(t.worker_id.is_not(None)).label("leased"),
+            func.min(t.scheduled_at).filter(unleased).label("oldest"),
+        )
+        .select_from(TASKS.join(WORKFLOWS, w.workflow_id == t.workflow_id))
+        .where(t.status == "SCHEDULED")
+        .group_by(t.task_type, w.priority)
+        .order_by(t.task_type, w.priority)
+    )
+    with available("queues"), engine.connect() as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]

@@ -1,0 +1,178 @@
+"""The native API's request and response bodies (pydantic v2), so ``/openapi.json`` documents
+every field. Requests refuse unknown fields (``extra="forbid"``): a misspelt option is a 400
+naming it, never silently ignored. Field names are camelCase on the wire, like Conductor's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JSON = dict[str, Any]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitRequest(Strict):
+    name: str = Field(min_length=1, max_length=256)
+    version: int | None = Field(default=None, ge=1, description="None: the latest version")
+    input: JSON = Field(default_factory=dict)
+    priority: int = Field(default=4, ge=0, le=9, description="0 runs first")
+    tenant: str | None = Field(default=None, max_length=256)
+    correlationId: str | None = Field(default=None, max_length=256)
+    idempotencyKey: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="The command id: a resubmit with the same key answers the same workflow",
+    )
+
+
+class Freshness(BaseModel):
+    """Which events the answer reflects, and how far behind the log that is."""
+
+    topic: str
+    reflects: dict[int, int] = Field(description="partition -> next events offset reflected")
+    lag: dict[int, int] = Field(description="partition -> events not reflected yet")
+    lagging: bool
+
+
+class Submitted(BaseModel):
+    workflowId: str
+    commandId: str
+    token: str | None = Field(
+        description="PARTITION:OFFSET of the command; pass it as ?after= to read your write"
+    )
+
+
+class Task(BaseModel):
+    taskId: str
+    ref: str
+    name: str
+    taskType: str
+    status: str
+    attempt: int
+    iteration: int
+    workerId: str | None
+    reason: str
+    progress: float
+    input: Any
+    output: Any
+    scheduledAt: datetime
+    startedAt: datetime | None
+    endedAt: datetime | None
+
+
+class Workflow(BaseModel):
+    workflowId: str
+    name: str
+    version: int
+    status: str
+    priority: int
+    tenant: str | None
+    correlationId: str
+    parentWorkflowId: str | None
+    reason: str
+    input: Any
+    output: Any
+    createdAt: datetime
+    updatedAt: datetime
+    endedAt: datetime | None
+    seq: int = Field(description="seq of the last event the row reflects")
+    tasks: list[Task] | None = None
+
+
+class WorkflowAnswer(BaseModel):
+    workflow: Workflow
+    freshness: Freshness
+
+
+class WorkflowList(BaseModel):
+    total: int
+    start: int
+    results: list[Workflow]
+    freshness: Freshness
+
+
+class Queue(BaseModel):
+    taskType: str
+    priority: int
+    depth: int = Field(description="SCHEDULED tasks no lease holds")
+    leased: int = Field(description="SCHEDULED tasks leased to a worker, not started yet")
+    oldestScheduledAt: datetime | None
+    oldestAgeS: float | None
+
+
+class Queues(BaseModel):
+    queues: list[Queue]
+    freshness: Freshness
+
+
+class WorkerInfo(BaseModel):
+    workerId: str
+    pool: str
+    version: str
+    types: list[str]
+    capacity: JSON = Field(description="what the worker declared: cpu, memoryMb, gpus, slots")
+    used: JSON = Field(description="declared needs of the tasks it runs, summed")
+    running: list[str]
+    lastHeartbeat: datetime | None
+    health: str = Field(description="alive | suspect | dead, by the dispatcher's thresholds")
+    banned: bool = Field(description="its version is banned on the config topic")
+    blacklisted: bool | None = Field(
+        description="None: the dispatcher keeps its blacklist in memory and publishes it nowhere"
+    )
+
+
+class Workers(BaseModel):
+    workers: list[WorkerInfo]
+    topic: str
+    readUpTo: dict[int, int]
+
+
+class HistoryEvent(BaseModel):
+    seq: int
+    eventId: str
+    type: str
+    occurredAt: datetime
+    causationId: str
+    payload: Any
+    kafkaPartition: int
+    kafkaOffset: int
+
+
+class History(BaseModel):
+    workflowId: str
+    start: int
+    nextStart: int | None
+    events: list[HistoryEvent]
+    freshness: Freshness
+
+
+class Difference(BaseModel):
+    kind: str
+    id: str
+    field: str
+    log: Any
+    store: Any
+
+
+class Verified(BaseModel):
+    workflowId: str
+    equal: bool
+    events: int
+    differences: list[Difference]
+    freshness: Freshness
+
+
+class ConfigSettings(BaseModel):
+    settings: dict[str, JSON] = Field(description="config key -> value in force")
+
+
+class ConfigValue(BaseModel):
+    key: str
+    value: JSON | None

@@ -1,0 +1,80 @@
+"""``GET /api/v1/workers``: the fleet as the worker-status topic tells it.
+
+Each worker's latest ``WorkerStatus`` (``api.readers.WorkerBoard``: the compacted topic folded
+by worker, caught up on every call): what it declared it has (capacity), what the tasks it runs
+need (use), its version, pool, types and last heartbeat (the report's ``sent_at``). Health is
+the dispatcher's own rule (``Fleet.status`` with ``ES_SCHED_DISPATCH_SUSPECT_AFTER_S`` and
+``..._DEAD_AFTER_S``) applied to that heartbeat; ``banned`` is a ``ban-version`` record on the
+config topic. The dispatcher's blacklist (a worker failing most of its recent tasks, for a
+cool-down) lives in its memory and is published nowhere but its log, so ``blacklisted`` is
+``None`` ("unknown") rather than a guess.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Depends
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.native.models import WorkerInfo, Workers
+from es_sched.api.readers import worker_board
+from es_sched.api.services import Services, services
+from es_sched.dispatch.core.placement import Fleet
+from es_sched.dispatch.records import worker_view
+from es_sched.kafka import config_client
+from es_sched.kafka.topics import topics_for
+from es_sched.serialization import wire
+
+router = APIRouter()
+VIEWER = require("viewer")
+SVC = Depends(services)
+
+
+@router.get("/workers", response_model=Workers)
+def get_workers(
+    svc: Services = SVC,
+    who: Principal = VIEWER,
+) -> Workers:
+    board, read_up_to = worker_board(svc).snapshot()
+    banned = {
+        key.removeprefix("ban-version:")
+        for key in config_client.current(svc.settings)
+        if key.startswith("ban-version:")
+    }
+    now = datetime.now(UTC)
+    d = svc.settings.dispatch
+    fleet = Fleet(d.suspect_after_s, d.dead_after_s)
+    workers = [worker_info(s, fleet, now, banned) for _, s in sorted(board.items())]
+    return Workers(
+        workers=workers, topic=topics_for(svc.settings).worker_status, readUpTo=read_up_to
+    )
+
+
+def worker_info(s: wire.WorkerStatus, fleet: Fleet, now: datetime, banned: set[str]) -> WorkerInfo:
+    # dead_after 0: the view is seen when the report was sent, not when we read it
+    view = worker_view(s, now, 0.0) if s.sent_at else None
+    seen = view.last_seen if view is not None else None
+    health = fleet.status(view, now) if view is not None else "unknown"
+    return WorkerInfo(
+        workerId=s.worker_id,
+        pool=s.pool or "default",
+        version=s.version,
+        types=sorted(s.types),
+        capacity={
+            "cpu": s.cpu,
+            "memoryMb": s.memory_mb,
+            "slots": max(1, s.concurrency),
+            "gpus": [
+                {"index": g.index, "totalMb": g.total_mb, "freeMb": g.free_mb, "name": g.name}
+                for g in s.gpus
+            ],
+            "custom": dict(s.custom),
+        },
+        used=dict(s.used),
+        running=list(s.running),
+        lastHeartbeat=seen,
+        health=health,
+        banned=s.version in banned,
+        blacklisted=None,
+    )

@@ -1,0 +1,152 @@
+"""The native API's parts that need no stack: strict request bodies, the documented responses,
+the queue rows, the definition diagram and default input, the media view, a token's shape."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from es_sched import bootstrap
+from es_sched.api.app import create_app
+from es_sched.api.native.models import Freshness, SubmitRequest
+from es_sched.api.native.routes import queues_of
+from es_sched.api.ui.diagram import default_input, diagram
+from es_sched.api.ui.media import media_view
+from es_sched.api.ui.render import templates
+from es_sched.settings import ApiSettings, load_settings
+from tests.unit.api.auth_support import Clock, MemoryKeys, key
+from tests.unit.api.auth_support import app as auth_app
+
+
+@pytest.fixture
+def client() -> TestClient:
+    settings = replace(load_settings(), api=ApiSettings(auth="off"))
+    return TestClient(create_app(bootstrap.api_services(settings)))
+
+
+def test_a_submit_with_an_unknown_field_is_a_400_naming_it(client: TestClient) -> None:
+    answer = client.post("/api/v1/workflows", json={"name": "flow", "prio": 1})
+    assert answer.status_code == 400
+    assert answer.json()["validationErrors"][0]["path"] == "body.prio"
+
+
+def test_a_token_that_is_not_partition_offset_is_a_400(client: TestClient) -> None:
+    answer = client.get("/api/v1/workflows/wf-1", params={"after": "soon"})
+    assert answer.status_code == 400
+    assert "PARTITION:OFFSET" in answer.json()["message"]
+
+
+def test_submit_request_bounds() -> None:
+    with pytest.raises(ValidationError):
+        SubmitRequest(name="flow", priority=10)
+    assert SubmitRequest(name="flow").priority == 4
+
+
+def test_openapi_documents_the_native_responses(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    paths = doc["paths"]
+    for path in ("/api/v1/workflows", "/api/v1/workflows/{workflow_id}", "/api/v1/queues",
+                 "/api/v1/workers", "/api/v1/workflows/{workflow_id}/history",
+                 "/api/v1/workflows/{workflow_id}/verify", "/api/v1/config/{key}"):  # fmt: skip
+        assert path in paths, path
+    ok = paths["/api/v1/workflows/{workflow_id}"]["get"]["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/WorkflowAnswer")
+    schemas = doc["components"]["schemas"]
+    assert {"reflects", "lag"} <= set(schemas["Freshness"]["properties"])
+    assert schemas["SubmitRequest"]["additionalProperties"] is False
+
+
+def test_queue_rows_carry_the_oldest_age() -> None:
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    rows = [
+        {"task_type": "t", "priority": 1, "depth": 3, "leased": 1,
+         "oldest": now - timedelta(seconds=90)},
+        {"task_type": "t", "priority": 4, "depth": 0, "leased": 2, "oldest": None},
+    ]  # fmt: skip
+    first, second = queues_of(rows, now)
+    assert (first.depth, first.leased, first.oldestAgeS) == (3, 1, 90.0)
+    assert (second.depth, second.oldestAgeS) == (0, None)
+
+
+def test_the_diagram_has_a_box_per_task_and_branches_indented() -> None:
+    d = diagram({
+        "tasks": [
+            {"name": "probe", "taskReferenceName": "p", "type": "SIMPLE"},
+            {"name": "fork", "taskReferenceName": "f", "type": "FORK_JOIN",
+             "forkTasks": [[{"name": "a", "taskReferenceName": "a"}],
+                           [{"name": "b", "taskReferenceName": "b"}]]},
+        ]
+    })  # fmt: skip
+    labels = [(b.label, b.branch) for b in d.boxes]
+    assert labels == [
+        ("p: probe", False), ("f: fork", False), ("branch 1", True), ("a: a", False),
+        ("branch 2", True), ("b: b", False),
+    ]  # fmt: skip
+    assert d.boxes[3].x > d.boxes[1].x and d.height >= len(d.boxes) * 30
+
+
+def test_default_input_prefers_the_template_then_names_the_parameters() -> None:
+    assert default_input({"inputTemplate": {"a": 1}, "inputParameters": ["b"]}) == {"a": 1}
+    assert default_input({"inputParameters": ["src", "asset_id"]}) == {
+        "src": None,
+        "asset_id": None,
+    }
+    assert default_input({}) == {}
+
+
+def test_media_view_collects_what_the_media_tasks_made() -> None:
+    def task(ref: str, kind: str, output: object, status: str = "COMPLETED") -> dict[str, object]:
+        return {"ref": ref, "task_type": kind, "status": status, "output": output}
+
+    view = media_view([
+        task("probe", "media.probe", {"height": 1080, "width": 1920, "duration": 4.0}),
+        task("t720", "media.transcode", {"uri": "file:///720.mp4", "height": 720}),
+        task("t480", "media.transcode", {}, status="IN_PROGRESS"),
+        task("thumb", "media.thumbnail", {"sprite": {"uri": "file:///sprite.jpg"}}),
+        task("pkg", "media.package", {"$ref": "event", "workflow_id": "w", "seq": 9}),
+        task("asset", "media.write_asset", {"asset_id": "a1", "outputs": 5, "bytes": 10}),
+    ])  # fmt: skip
+    assert view.is_media
+    assert [r["uri"] for r in view.renditions] == ["file:///720.mp4"]
+    assert view.thumbnails == [{"ref": "thumb", "kind": "sprite", "uri": "file:///sprite.jpg"}]
+    assert view.package is None and view.large == ["pkg"]
+    assert view.asset is not None and view.asset["asset_id"] == "a1"
+
+
+def test_pages_show_what_they_reflect_and_a_lag_notice() -> None:
+    part = templates.env.get_template("ops_freshness.html")
+    behind = Freshness(topic="p.events", reflects={0: 5, 1: 7}, lag={0: 0, 1: 3}, lagging=True)
+    text = " ".join(part.render(fresh=behind).split())
+    assert "behind the log by 3 event(s) on partition 1" in text
+    assert "reflects p.events [0]@5 [1]@7" in text
+    caught_up = Freshness(topic="p.events", reflects={0: 5}, lag={0: 0}, lagging=False)
+    text = " ".join(part.render(fresh=caught_up).split())
+    assert "behind" not in text and "caught up with the log" in text
+
+
+@pytest.mark.parametrize(
+    ("role", "method", "path", "body"),
+    [
+        ("viewer", "POST", "/api/v1/workflows", {"name": "flow"}),
+        ("viewer", "POST", "/api/v1/workflows/wf-1/verify", None),
+        ("viewer", "GET", "/api/v1/config", None),
+        ("operator", "GET", "/api/v1/config/ban-version:1.0", None),
+        ("operator", "PUT", "/api/v1/config/ban-version:1.0", {}),
+        ("operator", "DELETE", "/api/v1/config/ban-version:1.0", None),
+        ("worker", "GET", "/api/v1/queues", None),
+    ],
+)
+def test_each_route_asks_for_its_role(role: str, method: str, path: str, body: object) -> None:
+    keys, clock = MemoryKeys(), Clock()
+    client = TestClient(auth_app(keys, clock))
+    answer = client.post(
+        "/api/token", json=dict(zip(("keyId", "keySecret"), key(keys, role, clock), strict=True))
+    )
+    jwt = answer.json()["token"]
+    refused = client.request(method, path, json=body, headers={"X-Authorization": jwt})
+    assert refused.status_code == 403, refused.text
+    assert role in refused.json()["message"]
