@@ -1,7 +1,244 @@
-"""Conductor's task resource under ``/api/tasks``: HTTP workers (issue 14 item 1)."""
+"""Conductor's task resource under ``/api/tasks``: HTTP workers (issue 14 item 1, ADR 24).
+
+Polls take tasks the API process's gateway worker holds (``es_sched.api.gateway``); updates
+become the reports a Kafka worker sends. Shapes are Conductor's (``TaskResource``, the
+conductor-python SDK): a batch poll answers a list (``[]`` when nothing came within
+``timeout`` ms, capped by ``ES_SCHED_API_LONG_POLL_MAX_MS``), a single poll one ``Task`` or
+204, ``POST /api/tasks`` the task id as text, ``update-v2`` the next task or 204. Conductor's
+task domains have no counterpart: ``domain`` is recorded in the poll data and matches all.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import time
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.errors import ApiError
+from es_sched.api.gateway import Gateway, gateway_of
+from es_sched.api.gateway.updates import STATUSES, Update, apply
+from es_sched.api.services import Services, services
+from es_sched.projections.postgres.models import TASKS, WORKFLOWS
+from es_sched.projections.postgres.store import available
+from es_sched.projections.store import StoreUnavailable
+from es_sched.serialization import wire
 
 router = APIRouter(prefix="/api/tasks", tags=["task"])
+JSON = dict[str, Any]
+INPUT_ID_HEADER = "X-Es-Sched-Input-Id"
+WORKER = require("worker")
+VIEWER = require("viewer")
+
+
+class TaskExecLog(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    log: str = ""
+
+
+class TaskResult(BaseModel):
+    """Conductor's ``TaskResult`` (fields it has and es-sched does not use are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    workflowInstanceId: str = Field(min_length=1)
+    taskId: str = Field(min_length=1)
+    status: str
+    outputData: JSON = Field(default_factory=dict)
+    reasonForIncompletion: str | None = None
+    callbackAfterSeconds: int = Field(default=0, ge=0)
+    extendLease: bool = False
+    logs: list[TaskExecLog] = Field(default_factory=list)
+    workerId: str | None = None
+
+
+def _ms(when: datetime | None = None) -> int:
+    return int((when or datetime.now(UTC)).timestamp() * 1000)
+
+
+def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
+    """Names from the read model, for ``workflowType``; empty when it cannot say (yet)."""
+    w = WORKFLOWS.c
+    try:
+        with available("workflow names"), svc.engine.connect() as conn:
+            rows = conn.execute(select(w.workflow_id, w.name).where(w.workflow_id.in_(ids)))
+            return {str(r[0]): str(r[1]) for r in rows}
+    except StoreUnavailable:
+        return {}
+
+
+def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
+    """A leased task as Conductor's ``Task`` (IN_PROGRESS: the poll started it)."""
+    now = _ms()
+    return {
+        "taskType": a.task_type, "taskDefName": a.task_type, "status": "IN_PROGRESS",
+        "inputData": a.input, "referenceTaskName": a.ref, "retryCount": a.attempt - 1,
+        "seq": 0, "correlationId": "", "pollCount": 1, "scheduledTime": now,
+        "startTime": now, "endTime": 0, "updateTime": now, "startDelayInSeconds": 0,
+        "retried": a.attempt > 1, "executed": False, "callbackFromWorker": True,
+        "responseTimeoutSeconds": 0, "workflowInstanceId": a.workflow_id,
+        "workflowType": workflow_type, "taskId": a.task_id, "reasonForIncompletion": "",
+        "callbackAfterSeconds": 0, "workerId": worker_id, "outputData": {},
+        "domain": None, "workflowPriority": a.priority, "iteration": 0,
+    }  # fmt: skip
+
+
+async def _take(
+    svc: Services, task_type: str, count: int, worker: str, domain: str, wait_ms: int
+) -> list[JSON]:
+    """Held tasks of ``task_type``, waiting up to ``wait_ms`` for the first to arrive."""
+    if count < 1:
+        raise ApiError(400, f"count must be at least 1, got {count}")
+    gw: Gateway = await run_in_threadpool(gateway_of, svc)
+    count = min(count, gw.capacity)
+    wait_s = min(max(wait_ms, 0), svc.settings.api.long_poll_max_ms) / 1000
+    deadline = time.monotonic() + wait_s
+    await run_in_threadpool(gw.store.polled, task_type, domain, worker)
+    loop, arrived = asyncio.get_running_loop(), asyncio.Event()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(arrived.set)
+
+    gw.wake_on_arrival(wake, on=True)
+    try:
+        while True:
+            arrived.clear()
+            took = await run_in_threadpool(gw.take, task_type, count, worker)
+            left = deadline - time.monotonic()
+            if took or left <= 0:
+                break
+            with suppress(TimeoutError):  # an arrival, or again within half the demand window
+                await asyncio.wait_for(arrived.wait(), min(left, gw.demand_s / 2))
+    finally:
+        gw.wake_on_arrival(wake, on=False)
+    if not took:
+        return []
+    names = await run_in_threadpool(_workflow_names, svc, [a.workflow_id for a in took])
+    return [task_json(a, worker, names.get(a.workflow_id, "")) for a in took]
+
+
+@router.get("/poll/batch/{taskType}", summary="Batch poll for tasks of a type (long poll)")
+async def batch_poll(
+    taskType: str,
+    workerid: str = "",
+    count: int = 1,
+    timeout: int = 100,
+    domain: str | None = None,
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = WORKER,
+) -> list[JSON]:
+    return await _take(svc, taskType, count, workerid, domain or "", timeout)
+
+
+@router.get("/poll/{taskType}", summary="Poll for one task of a type", response_model=None)
+async def poll(
+    taskType: str,
+    workerid: str = "",
+    domain: str | None = None,
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = WORKER,
+) -> JSON | Response:
+    found = await _take(svc, taskType, 1, workerid, domain or "", 0)
+    return found[0] if found else Response(status_code=204)
+
+
+def _update(svc: Services, result: TaskResult) -> tuple[int, str, str, str | None]:
+    if result.status not in STATUSES:
+        raise ApiError(400, f"status must be one of {', '.join(STATUSES)}, not {result.status!r}")
+    u = Update(
+        workflow_id=result.workflowInstanceId, task_id=result.taskId, status=result.status,
+        output=result.outputData, reason=result.reasonForIncompletion or "",
+        worker_id=result.workerId or "", logs=[x.log for x in result.logs if x.log],
+        callback_after_s=result.callbackAfterSeconds,
+    )  # fmt: skip
+    answer = apply(gateway_of(svc), u, lambda task_id: _attempt(svc, task_id))
+    return answer.status, answer.message, answer.input_id, answer.task_type
+
+
+def _attempt(svc: Services, task_id: str) -> int | None:
+    """The task's attempt as the read model has it, for a claim on a task no gateway leased."""
+    try:
+        with available("task attempt"), svc.engine.connect() as conn:
+            found = conn.execute(select(TASKS.c.attempt).where(TASKS.c.task_id == task_id))
+            value = found.scalar()
+            return int(value) if value is not None else None
+    except StoreUnavailable:
+        return None
+
+
+def _refused(status: int, message: str, input_id: str) -> HTTPException:
+    """Conductor's error body (``errors.install``), with the id of the claim the decider
+    refuses and records, so a caller can find the refusal in the log."""
+    return HTTPException(
+        status, f"{message}; sent for the record as input {input_id}",
+        headers={INPUT_ID_HEADER: input_id},
+    )  # fmt: skip
+
+
+@router.post("", summary="Update a task", response_class=PlainTextResponse)
+async def update(
+    result: TaskResult,
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = WORKER,
+) -> PlainTextResponse:
+    status, message, input_id, _type = await run_in_threadpool(_update, svc, result)
+    if status != 200:
+        raise _refused(status, message, input_id)
+    return PlainTextResponse(message, headers={INPUT_ID_HEADER: input_id})
+
+
+@router.post("/update-v2", summary="Update a task and poll the next one", response_model=None)
+async def update_v2(
+    result: TaskResult,
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = WORKER,
+) -> JSON | Response:
+    status, message, input_id, task_type = await run_in_threadpool(_update, svc, result)
+    if status != 200:
+        raise _refused(status, message, input_id)
+    if task_type is None or result.status == "IN_PROGRESS":
+        return Response(status_code=204)
+    found = await _take(svc, task_type, 1, result.workerId or "", "", 0)
+    return found[0] if found else Response(status_code=204)
+
+
+def _waiting(svc: Services, types: list[str]) -> dict[str, int]:
+    t = TASKS.c
+    query = (
+        select(t.name, func.count())
+        .where(t.name.in_(types), t.status == "SCHEDULED", t.worker_id.is_(None))
+        .group_by(t.name)
+    )
+    with available("queue sizes"), svc.engine.connect() as conn:
+        counts = {str(r[0]): int(r[1]) for r in conn.execute(query)}
+    return {name: counts.get(name, 0) for name in types}
+
+
+@router.get("/queue/sizes", summary="Tasks waiting for a lease, by type (read model)")
+def queue_sizes(
+    taskType: list[str] = Query(default_factory=list),  # noqa: B008
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = VIEWER,
+) -> dict[str, int]:
+    return _waiting(svc, taskType) if taskType else {}
+
+
+@router.get("/queue/polldata", summary="Who polled a task type, and when")
+def poll_data(
+    taskType: str,
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = VIEWER,
+) -> list[JSON]:
+    rows = gateway_of(svc).store.poll_data(taskType)
+    return [
+        {"queueName": r["task_type"], "domain": r["domain"] or None,
+         "workerId": r["worker_id"], "lastPollTime": _ms(r["last_poll_at"])}
+        for r in rows
+    ]  # fmt: skip
