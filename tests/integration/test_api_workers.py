@@ -169,27 +169,18 @@ def test_a_task_polled_on_one_api_process_is_completed_through_another() -> None
 
 
 def test_the_conductor_python_sdk_worker_completes_a_workflow(
-    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     from conductor.client.automator.task_handler import TaskHandler  # noqa: PLC0415
     from conductor.client.configuration.configuration import Configuration  # noqa: PLC0415
-    from conductor.client.worker.worker_task import worker_task  # noqa: PLC0415
 
     env = _env()
-
-    @worker_task(task_definition_name="http.a", poll_interval_millis=50)
-    def step_a(name: str = "") -> JSON:
-        return {"x": 42}
-
-    @worker_task(task_definition_name="http.b", poll_interval_millis=50)
-    def step_b(x: int = 0) -> JSON:
-        return {"done": True, "x": x}
-
-    caplog.set_level(logging.INFO)
     with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
         config = Configuration(server_api_url=f"{server.url}/api")
-        handler = TaskHandler(workers=[], configuration=config, scan_for_annotated_workers=True,
-                              import_modules=[])  # fmt: skip
+        handler = TaskHandler(
+            workers=[], configuration=config, scan_for_annotated_workers=True,
+            import_modules=["tests.integration.conductor_sdk_workers"],
+        )  # fmt: skip
         ids = [s.workflow_id for s in env.submit("http_chain", [{}, {}])]
         handler.start_processes()
         try:
@@ -198,12 +189,13 @@ def test_the_conductor_python_sdk_worker_completes_a_workflow(
             handler.stop_processes()
         statuses = {wf: final_status(events_of(env, wf)) for wf in ids}
         assert set(statuses.values()) == {"COMPLETED"}, statuses
-        worker_ids = {
-            e.payload.worker_id for wf in ids for e in events_of(env, wf)  # type: ignore[attr-defined]
-            if e.type == "task.started"
-        }
-        assert all(w.startswith("api-gateway-") for w in worker_ids), worker_ids
-    for line in caplog.messages:
-        print("SDK:", line)
+        history = [e for wf in ids for e in events_of(env, wf)]
+        started = {e.payload.worker_id for e in history if e.type == "task.started"}  # type: ignore[attr-defined]
+        assert all(w.startswith("api-gateway-") for w in started), started
+        b_inputs = [e for e in history if e.type == "task.completed"]
+        assert len(b_inputs) == 4
+    out, err = capfd.readouterr()
+    with capfd.disabled():
+        for line in (out + err).splitlines():
+            print("SDK:", line)
     assert_log_invariants(env, set(ids))
-
