@@ -8,11 +8,11 @@ from typing import Any
 from conductor.client.worker.worker_task import worker_task
 
 
-@worker_task(task_definition_name="http.a", poll_interval_millis=50)
+@worker_task(task_definition_name="http.a", poll_interval_millis=50)  # type: ignore[untyped-decorator]
 def step_a(name: str = "") -> dict[str, Any]:
     return {"x": 42}
 
 
-@worker_task(task_definition_name="http.b", poll_interval_millis=50)
+@worker_task(task_definition_name="http.b", poll_interval_millis=50)  # type: ignore[untyped-decorator]
 def step_b(x: int = 0) -> dict[str, Any]:
     return {"done": True, "x": x}

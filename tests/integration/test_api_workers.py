@@ -14,7 +14,6 @@ Every test ends on the log's invariants.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
@@ -39,7 +38,10 @@ CHAIN = {
               {"name": "http.b", "taskReferenceName": "b",
                "inputParameters": {"x": "${a.output.x}"}}],
 }  # fmt: skip
-TASKDEFS = [{"name": n, "retryCount": 0, "responseTimeoutSeconds": 600} for n in ("http.a", "http.b")]
+TASKDEFS = [
+    {"name": n, "retryCount": 0, "responseTimeoutSeconds": 600} for n in ("http.a", "http.b")
+]
+REJECTED = "task.completion_rejected"
 ROLES = ("decider", "dispatcher", "projector-pg")
 
 
@@ -83,7 +85,11 @@ def test_an_http_worker_completes_a_workflow() -> None:
     with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
         [wf] = [s.workflow_id for s in env.submit("http_chain", [{}])]
         a = poll_one(server, "http.a", "w1")
-        assert (a["status"], a["taskType"], a["workflowInstanceId"]) == ("IN_PROGRESS", "http.a", wf)
+        assert (a["status"], a["taskType"], a["workflowInstanceId"]) == (
+            "IN_PROGRESS",
+            "http.a",
+            wf,
+        )
         assert (a["referenceTaskName"], a["workerId"], a["retryCount"]) == ("a", "w1", 0)
         progress = result(a, "w1", "IN_PROGRESS", callbackAfterSeconds=5,
                           logs=[{"log": "half way", "taskId": a["taskId"]}])  # fmt: skip
@@ -130,7 +136,9 @@ def test_a_retried_update_is_one_outcome_and_a_forged_one_is_refused_and_recorde
         claim = forged.headers["X-Es-Sched-Input-Id"]
         first = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
         again = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
-        assert (first.status_code, first.text) == (again.status_code, again.text) == (200, a["taskId"])
+        assert (
+            (first.status_code, first.text) == (again.status_code, again.text) == (200, a["taskId"])
+        )
         assert first.headers["X-Es-Sched-Input-Id"] == again.headers["X-Es-Sched-Input-Id"]
         other = server.http.post("/api/tasks", json=result(a, "w1", "FAILED"))
         assert other.status_code == 409 and "already reported COMPLETED" in other.text
@@ -140,8 +148,8 @@ def test_a_retried_update_is_one_outcome_and_a_forged_one_is_refused_and_recorde
         assert bad.status_code == 400
 
         def rejected() -> list[Event]:
-            return [e for e in events_of(env, wf)
-                    if e.type == "task.completion_rejected" and e.causation_id == claim]  # fmt: skip
+            found = events_of(env, wf)
+            return [e for e in found if e.type == REJECTED and e.causation_id == claim]
 
         wait_until(lambda: bool(rejected()), 60, "the forged update's refusal in the log")
         assert rejected()[0].payload.worker_id == "intruder"  # type: ignore[attr-defined]
