@@ -173,6 +173,10 @@ def test_a_task_polled_on_one_api_process_is_completed_through_another() -> None
         assert b["inputData"] == {"x": 2}
         assert one.http.post("/api/tasks", json=result(b, "w2")).status_code == 200
         wait_until(lambda: ended(env, wf), 60, "the workflow's end")
+        started = {e.payload.task_id: e.payload.worker_id  # type: ignore[attr-defined]
+                   for e in events_of(env, wf) if e.type == "task.started"}  # fmt: skip
+        assert started[a["taskId"]] != started[b["taskId"]], "one gateway per API process"
+        assert final_status(events_of(env, wf)) == "COMPLETED"
     assert_log_invariants(env, {wf})
 
 

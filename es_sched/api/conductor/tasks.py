@@ -16,7 +16,7 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
@@ -63,6 +63,12 @@ def _ms(when: datetime | None = None) -> int:
     return int((when or datetime.now(UTC)).timestamp() * 1000)
 
 
+def gateway(request: Request, svc: Services = Depends(services)) -> Gateway:  # noqa: B008
+    """The dependency: this process's gateway, named after the port the server listens on."""
+    server = request.scope.get("server")
+    return gateway_of(svc, int(server[1]) if server and server[1] else None)
+
+
 def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
     """Names from the read model, for ``workflowType``; empty when it cannot say (yet)."""
     w = WORKFLOWS.c
@@ -91,12 +97,11 @@ def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
 
 
 async def _take(
-    svc: Services, task_type: str, count: int, worker: str, domain: str, wait_ms: int
+    svc: Services, gw: Gateway, task_type: str, count: int, worker: str, domain: str, wait_ms: int
 ) -> list[JSON]:
     """Held tasks of ``task_type``, waiting up to ``wait_ms`` for the first to arrive."""
     if count < 1:
         raise ApiError(400, f"count must be at least 1, got {count}")
-    gw: Gateway = await run_in_threadpool(gateway_of, svc)
     count = min(count, gw.capacity)
     wait_s = min(max(wait_ms, 0), svc.settings.api.long_poll_max_ms) / 1000
     deadline = time.monotonic() + wait_s
@@ -132,9 +137,10 @@ async def batch_poll(
     timeout: int = 100,
     domain: str | None = None,
     svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> list[JSON]:
-    return await _take(svc, taskType, count, workerid, domain or "", timeout)
+    return await _take(svc, gw, taskType, count, workerid, domain or "", timeout)
 
 
 @router.get("/poll/{taskType}", summary="Poll for one task of a type", response_model=None)
@@ -143,13 +149,14 @@ async def poll(
     workerid: str = "",
     domain: str | None = None,
     svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> JSON | Response:
-    found = await _take(svc, taskType, 1, workerid, domain or "", 0)
+    found = await _take(svc, gw, taskType, 1, workerid, domain or "", 0)
     return found[0] if found else Response(status_code=204)
 
 
-def _update(svc: Services, result: TaskResult) -> tuple[int, str, str, str | None]:
+def _update(svc: Services, gw: Gateway, result: TaskResult) -> tuple[int, str, str, str | None]:
     if result.status not in STATUSES:
         raise ApiError(400, f"status must be one of {', '.join(STATUSES)}, not {result.status!r}")
     u = Update(
@@ -158,7 +165,7 @@ def _update(svc: Services, result: TaskResult) -> tuple[int, str, str, str | Non
         worker_id=result.workerId or "", logs=[x.log for x in result.logs if x.log],
         callback_after_s=result.callbackAfterSeconds,
     )  # fmt: skip
-    answer = apply(gateway_of(svc), u, lambda task_id: _attempt(svc, task_id))
+    answer = apply(gw, u, lambda task_id: _attempt(svc, task_id))
     return answer.status, answer.message, answer.input_id, answer.task_type
 
 
@@ -186,9 +193,10 @@ def _refused(status: int, message: str, input_id: str) -> HTTPException:
 async def update(
     result: TaskResult,
     svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> PlainTextResponse:
-    status, message, input_id, _type = await run_in_threadpool(_update, svc, result)
+    status, message, input_id, _type = await run_in_threadpool(_update, svc, gw, result)
     if status != 200:
         raise _refused(status, message, input_id)
     return PlainTextResponse(message, headers={INPUT_ID_HEADER: input_id})
@@ -198,14 +206,15 @@ async def update(
 async def update_v2(
     result: TaskResult,
     svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> JSON | Response:
-    status, message, input_id, task_type = await run_in_threadpool(_update, svc, result)
+    status, message, input_id, task_type = await run_in_threadpool(_update, svc, gw, result)
     if status != 200:
         raise _refused(status, message, input_id)
     if task_type is None or result.status == "IN_PROGRESS":
         return Response(status_code=204)
-    found = await _take(svc, task_type, 1, result.workerId or "", "", 0)
+    found = await _take(svc, gw, task_type, 1, result.workerId or "", "", 0)
     return found[0] if found else Response(status_code=204)
 
 
@@ -233,10 +242,10 @@ def queue_sizes(
 @router.get("/queue/polldata", summary="Who polled a task type, and when")
 def poll_data(
     taskType: str,
-    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = VIEWER,
 ) -> list[JSON]:
-    rows = gateway_of(svc).store.poll_data(taskType)
+    rows = gw.store.poll_data(taskType)
     return [
         {"queueName": r["task_type"], "domain": r["domain"] or None,
          "workerId": r["worker_id"], "lastPollTime": _ms(r["last_poll_at"])}

@@ -12,14 +12,16 @@ from __future__ import annotations
 import threading
 
 from es_sched.api.gateway.store import GatewayStore
-from es_sched.api.gateway.worker import Gateway
+from es_sched.api.gateway.worker import Gateway, gateway_id
 from es_sched.api.services import Services
 
 __all__ = ["Gateway", "GatewayStore", "gateway_of"]
 _building = threading.Lock()
 
 
-def gateway_of(svc: Services) -> Gateway:
+def gateway_of(svc: Services, port: int | None = None) -> Gateway:
+    """The process's gateway; ``port`` is the one the server listens on (the request's
+    ``scope["server"]``: ``es-sched api --port`` does not change ``settings.api.port``)."""
     found = svc.extras.get("gateway")
     if isinstance(found, Gateway):
         return found
@@ -28,7 +30,7 @@ def gateway_of(svc: Services) -> Gateway:
         if not isinstance(found, Gateway):
             store = GatewayStore(svc.settings)
             store.ensure()
-            found = Gateway(svc.settings, store)
+            found = Gateway(svc.settings, store, gateway_id(svc.settings, port))
             found.start()
             svc.extras["gateway"] = found
         return found

@@ -48,10 +48,10 @@ KICK_EVERY_S = 0.1  # the least time between two statuses sent for new demand
 UNBOUNDED_CPU, UNBOUNDED_MEMORY_MB = 1e9, 1 << 40
 
 
-def gateway_id(settings: Settings) -> str:
-    """Stable across restarts of one API process (host and port), so its committed position
-    on the assignments partition is resumed."""
-    return f"api-gateway-{socket.gethostname()}-{settings.api.port}"
+def gateway_id(settings: Settings, port: int | None = None) -> str:
+    """Stable across restarts of one API process (host and listening port), so its committed
+    position on the assignments partition is resumed."""
+    return f"api-gateway-{socket.gethostname()}-{port or settings.api.port}"
 
 
 @dataclass
