@@ -11,6 +11,7 @@ task domains have no counterpart: ``domain`` is recorded in the poll data and ma
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
+from sqlalchemy.exc import ProgrammingError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from es_sched.api.auth import Principal, require
@@ -29,9 +31,9 @@ from es_sched.api.gateway.updates import STATUSES, Update, apply
 from es_sched.api.services import Services, services
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
-from es_sched.projections.store import StoreUnavailable
 from es_sched.serialization import wire
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/tasks", tags=["task"])
 JSON = dict[str, Any]
 INPUT_ID_HEADER = "X-Es-Sched-Input-Id"
@@ -70,13 +72,16 @@ def gateway(request: Request, svc: Services = Depends(services)) -> Gateway:  # 
 
 
 def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
-    """Names from the read model, for ``workflowType``; empty when it cannot say (yet)."""
+    """Names from the read model, for ``workflowType``; empty when it cannot say (not
+    projected yet, no projector, database down): the poll already took its tasks, so nothing
+    here may fail it."""
     w = WORKFLOWS.c
     try:
-        with available("workflow names"), svc.engine.connect() as conn:
-            rows = conn.execute(select(w.workflow_id, w.name).where(w.workflow_id.in_(ids)))
+        with svc.engine.connect() as conn:
+            rows = conn.execute(select(w.workflow_id, w.name).where(w.workflow_id.in_(set(ids))))
             return {str(r[0]): str(r[1]) for r in rows}
-    except StoreUnavailable:
+    except SQLAlchemyError as exc:
+        log.warning("workflow names unavailable: %s", exc)
         return {}
 
 
@@ -170,13 +175,15 @@ def _update(svc: Services, gw: Gateway, result: TaskResult) -> tuple[int, str, s
 
 
 def _attempt(svc: Services, task_id: str) -> int | None:
-    """The task's attempt as the read model has it, for a claim on a task no gateway leased."""
+    """The task's attempt as the read model has it, for a claim on a task no gateway leased
+    (None when it cannot say: the claim is refused either way)."""
     try:
-        with available("task attempt"), svc.engine.connect() as conn:
+        with svc.engine.connect() as conn:
             found = conn.execute(select(TASKS.c.attempt).where(TASKS.c.task_id == task_id))
             value = found.scalar()
             return int(value) if value is not None else None
-    except StoreUnavailable:
+    except SQLAlchemyError as exc:
+        log.warning("task attempt unavailable: %s", exc)
         return None
 
 
@@ -225,8 +232,11 @@ def _waiting(svc: Services, types: list[str]) -> dict[str, int]:
         .where(t.name.in_(types), t.status == "SCHEDULED", t.worker_id.is_(None))
         .group_by(t.name)
     )
-    with available("queue sizes"), svc.engine.connect() as conn:
-        counts = {str(r[0]): int(r[1]) for r in conn.execute(query)}
+    try:
+        with available("queue sizes"), svc.engine.connect() as conn:
+            counts = {str(r[0]): int(r[1]) for r in conn.execute(query)}
+    except ProgrammingError as exc:  # no projector has created the read model yet
+        raise ApiError(503, f"the read model cannot count tasks yet: {exc.orig}") from exc
     return {name: counts.get(name, 0) for name in types}
 
 
