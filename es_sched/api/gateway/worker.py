@@ -78,7 +78,8 @@ class Gateway:
         self._lock = threading.Lock()
         self._waiting: dict[str, _Held] = {}  # leased, no poll took it yet (arrival order)
         self._taken: dict[str, wire.Assignment] = {}  # handed to an HTTP worker
-        self._wanted: dict[str, tuple[float, int]] = {}  # type -> (last poll, count asked)
+        # (type, HTTP worker) -> (its last poll, the count it asked for)
+        self._wanted: dict[tuple[str, str], tuple[float, int]] = {}
         self._wakers: set[Callable[[], None]] = set()
         self._stale = StaleLeases(self.heartbeat_s)
         self._kick = threading.Event()
@@ -96,7 +97,7 @@ class Gateway:
         skipped: list[tuple[wire.Assignment, str]] = []
         with self._lock:
             before = self._room()
-            self._wanted[task_type] = (now, count)
+            self._wanted[task_type, http_worker] = (now, count)
             took: list[wire.Assignment] = []
             for task_id, held in list(self._waiting.items()):
                 if len(took) >= count:
@@ -211,9 +212,10 @@ class Gateway:
         with self._lock:
             for task_id in ended:
                 self._taken.pop(task_id, None)
-            self._wanted = {t: w for t, w in self._wanted.items() if now - w[0] < self.demand_s}
+            self._wanted = {k: w for k, w in self._wanted.items() if now - w[0] < self.demand_s}
+            wanted = {t for t, _worker in self._wanted}
             for task_id, held in list(self._waiting.items()):
-                idle = held.assignment.task_type not in self._wanted
+                idle = held.assignment.task_type not in wanted
                 if idle and now - held.since >= self.demand_s:
                     del self._waiting[task_id]
                     back.append(held.assignment)
@@ -225,7 +227,7 @@ class Gateway:
     def _heartbeat(self) -> None:
         with self._lock:
             held = [h.assignment for h in self._waiting.values()] + list(self._taken.values())
-            types = sorted(self._wanted)
+            types = sorted({t for t, _worker in self._wanted})
             room = self._room()
         status = wire.WorkerStatus(
             worker_id=self.worker_id,

@@ -68,7 +68,12 @@ def test_without_polls_the_gateway_announces_no_type_and_one_slot(settings: Sett
 def test_a_poll_announces_its_type_and_count_capped_by_capacity(settings: Settings) -> None:
     gw, rec = _gateway(settings)
     assert gw.take("t", 3, "w1") == []
-    assert gw.take("u", 20, "w2") == []
+    gw._heartbeat()
+    assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t"], 3)
+    assert gw.take("t", 2, "w2") == []  # another HTTP worker's demand adds up
+    gw._heartbeat()
+    assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t"], 5)
+    assert gw.take("u", 20, "w3") == []
     gw._heartbeat()
     assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t", "u"], 8)
 
@@ -91,7 +96,7 @@ def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
 ) -> None:
     gw, rec = _gateway(settings)
     assert gw.take("t", 1, "w1") == []
-    polled_at = gw._wanted["t"][0]
+    polled_at = gw._wanted["t", "w1"][0]
     gw._waiting["x"] = _Held(_assignment("x"), polled_at)
     gw._settle(polled_at + 1)  # still wanted: kept
     assert "x" in gw._waiting and rec.sent == []
