@@ -188,7 +188,7 @@ def test_the_conductor_python_sdk_worker_completes_a_workflow(
 
     env = _env()
     with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
-        config = Configuration(server_api_url=f"{server.url}/api")
+        config = Configuration(server_api_url=f"{server.url}/api", debug=True)
         handler = TaskHandler(
             workers=[], configuration=config, scan_for_annotated_workers=True,
             import_modules=["tests.integration.conductor_sdk_workers"],
@@ -207,7 +207,10 @@ def test_the_conductor_python_sdk_worker_completes_a_workflow(
         b_inputs = [e for e in history if e.type == "task.completed"]
         assert len(b_inputs) == 4
     out, err = capfd.readouterr()
-    with capfd.disabled():
-        for line in (out + err).splitlines():
-            print("SDK:", line)
+    lines = (out + err).splitlines()
+    assert not [x for x in lines if "update-task-v2 endpoint" in x], "the SDK fell back to v1"
+    with capfd.disabled():  # the SDK's own account (its debug lines on polls and updates)
+        for line in lines:
+            if any(w in line for w in ("Conductor Worker", "Updated task", "ERROR", "WARNING")):
+                print("SDK:", line)
     assert_log_invariants(env, set(ids))
