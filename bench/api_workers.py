@@ -83,7 +83,7 @@ def native_worker(env: Env, task_type: str, concurrency: int) -> Iterator[Worker
 
 
 @contextmanager
-def http_workers(server: Api, task_type: str, n: int, batch: int) -> Iterator[None]:
+def _http_pollers(server: Api, task_type: str, n: int, batch: int) -> Iterator[None]:
     """``n`` threads, each a Conductor-style worker: batch poll, complete each, repeat."""
     stop = threading.Event()
 
@@ -123,13 +123,13 @@ def http_workers(server: Api, task_type: str, n: int, batch: int) -> Iterator[No
 def http_vs_native(
     tasks: int = 200,
     rounds: int = 3,
-    http_workers_n: int = 4,
+    http_workers: int = 4,
     batch: int = 8,
     concurrency: int = 32,
     timeout_s: float = 600,
 ) -> dict[str, Any]:
     """tasks/s of the same fork of ``tasks`` no-op tasks, native worker vs HTTP workers."""
-    env = Env(extra={**FAST, "ES_SCHED_API_GATEWAY_CAPACITY": str(http_workers_n * batch * 2)})
+    env = Env(extra={**FAST, "ES_SCHED_API_GATEWAY_CAPACITY": str(http_workers * batch * 2)})
     env.create()
     env.push(fork_dag("bench_native", "bench.native", tasks), [])
     env.push(fork_dag("bench_http", "bench.http", tasks), [])
@@ -139,12 +139,12 @@ def http_vs_native(
             for _ in range(rounds):
                 [s] = env.submit("bench_native", [{}])
                 figures["native"].append(tasks_per_s(env, s.workflow_id, timeout_s))
-        with http_workers(server, "bench.http", http_workers_n, batch):
+        with _http_pollers(server, "bench.http", http_workers, batch):
             for _ in range(rounds):
                 [s] = env.submit("bench_http", [{}])
                 figures["http"].append(tasks_per_s(env, s.workflow_id, timeout_s))
     return {
-        "tasks": tasks, "rounds": rounds, "http_workers": http_workers_n, "batch": batch,
+        "tasks": tasks, "rounds": rounds, "http_workers": http_workers, "batch": batch,
         "native_concurrency": concurrency,
         "native_tasks_per_s": statistics.median(figures["native"]),
         "http_tasks_per_s": statistics.median(figures["http"]),

@@ -55,6 +55,14 @@ class HeldLease:
     lease_over: str | None
 
 
+def as_assignment(lease: HeldLease) -> wire.Assignment:
+    """The lease as the assignment that granted it (what the report builders take)."""
+    return wire.Assignment(
+        lease.gateway_id, lease.workflow_id, lease.task_id, lease.task_type, lease.attempt,
+        lease.lease_epoch, lease.lease_token, "", {},
+    )  # fmt: skip
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -100,6 +108,20 @@ class GatewayStore:
                 ),
                 rows,
             )
+
+    def taken_by(self, gateway_id: str) -> list[HeldLease]:
+        """The tasks HTTP workers took from ``gateway_id`` that have not ended."""
+        self.ensure()
+        with available("gateway"), self.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT task_id, workflow_id, task_type, attempt, lease_epoch,"
+                    " lease_token, gateway_id, http_worker_id, ended, lease_over"
+                    " FROM leases WHERE gateway_id = :g AND ended IS NULL AND lease_over IS NULL"
+                ),
+                {"g": gateway_id},
+            ).mappings()
+            return [HeldLease(**dict(r)) for r in rows]
 
     def lease(self, task_id: str) -> HeldLease | None:
         self.ensure()

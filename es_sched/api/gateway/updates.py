@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from es_sched.api.gateway.store import HeldLease
+from es_sched.api.gateway.store import HeldLease, as_assignment
 from es_sched.api.gateway.worker import Gateway
 from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
@@ -66,13 +66,6 @@ def _id(*parts: object) -> str:
 
 def _digest(doc: Any) -> str:
     return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
-def _as_assignment(lease: HeldLease) -> wire.Assignment:
-    return wire.Assignment(
-        lease.gateway_id, lease.workflow_id, lease.task_id, lease.task_type, lease.attempt,
-        lease.lease_epoch, lease.lease_token, "", {},
-    )  # fmt: skip
 
 
 def _outcome(a: wire.Assignment, worker_id: str, u: Update) -> c.WorkerReport:
@@ -126,7 +119,7 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
         _delivered(gw)
         return Answer(refused[0], refused[1], claim_id, None)
     assert lease is not None
-    a = _as_assignment(lease)
+    a = as_assignment(lease)
     if u.logs and u.status != "IN_PROGRESS":
         _progress(gw, a, u)
     if u.status == "IN_PROGRESS":

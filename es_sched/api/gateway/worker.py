@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
-from es_sched.api.gateway.store import GatewayStore
+from es_sched.api.gateway.store import GatewayStore, as_assignment
 from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.serialization import wire
@@ -58,6 +58,7 @@ def gateway_id(settings: Settings, port: int | None = None) -> str:
 class _Held:
     assignment: wire.Assignment
     since: float  # monotonic, when read
+    offset: int = -1  # on the assignments partition: the position is committed up to it
 
 
 class Gateway:
@@ -166,6 +167,7 @@ class Gateway:
         try:
             if not reader.open(self._stop):
                 return
+            self._restore()
             self._heartbeat()
             self.ready.set()
             log.info("gateway worker %s started (%s[%d])", self.worker_id, reader.topic,
@@ -185,7 +187,7 @@ class Gateway:
                     self._kick.clear()
                     self._heartbeat()
                     last_status = now
-                    reader.commit(reader.position())
+                    reader.commit(self._commit_point(reader.position()))
                 self.reporter.poll()
             # Leases are left to expire (the dispatcher's expiry does not count an attempt);
             # tasks HTTP workers hold can still be reported through another API process.
@@ -197,6 +199,27 @@ class Gateway:
             reader.close()
             if self.reporter.flush(30) > 0:
                 log.error("gateway worker %s: some reports were not delivered", self.worker_id)
+
+    def _restore(self) -> None:
+        """After a restart: the tasks HTTP workers took from this gateway and have not ended
+        (the store has them) are listed again, so their leases live on; their assignments,
+        read again, are known. Assignments no poll took were not committed past: read again."""
+        try:
+            rows = self.store.taken_by(self.worker_id)
+        except Exception as exc:  # noqa: BLE001  (their leases expire; the decider fences)
+            log.warning("gateway store unavailable, taken tasks not restored: %s", exc)
+            return
+        with self._lock:
+            for lease in rows:
+                self._taken[lease.task_id] = as_assignment(lease)
+        if rows:
+            log.info("gateway worker %s: %d task(s) HTTP workers hold", self.worker_id, len(rows))
+
+    def _commit_point(self, position: int) -> int:
+        """The first assignment no poll took yet, or the position read up to."""
+        with self._lock:
+            waiting = [h.offset for h in self._waiting.values() if h.offset >= 0]
+        return min([*waiting, position])
 
     def _settle(self, now: float) -> None:
         """Each heartbeat: drop tasks some API process reported ended, forget stale demand,
@@ -260,7 +283,8 @@ class Gateway:
                 with self._lock:
                     known = record.task_id in self._taken or record.task_id in self._waiting
                     if not known:
-                        self._waiting[record.task_id] = _Held(record, time.monotonic())
+                        offset = msg.offset() or 0
+                        self._waiting[record.task_id] = _Held(record, time.monotonic(), offset)
                     wakers = list(self._wakers)
                 for wake in wakers:
                     wake()

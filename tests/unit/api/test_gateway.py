@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from es_sched.api.gateway.store import HeldLease
 from es_sched.api.gateway.worker import Gateway, _Held
 from es_sched.domain import commands as c
 from es_sched.serialization import wire
@@ -36,6 +37,9 @@ class Store:
 
     def ended_of(self, gateway: str, task_ids: list[str]) -> set[str]:
         return set()
+
+    def taken_by(self, gateway: str) -> list[HeldLease]:
+        return [HeldLease("y", "wf", "t", 1, 2, "tok", gateway, "w1", None, None)]
 
 
 @pytest.fixture
@@ -104,3 +108,20 @@ def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
     assert "x" not in gw._waiting
     [back] = rec.sent
     assert isinstance(back, c.ReportFailed) and not back.terminal
+
+
+def test_a_restarted_gateway_lists_the_tasks_http_workers_still_hold(settings: Settings) -> None:
+    gw, rec = _gateway(settings)
+    gw._restore()
+    gw._heartbeat()
+    assert rec.statuses[-1].running == ["y"]  # its lease lives on; an update can still end it
+
+
+def test_the_position_is_committed_up_to_the_first_assignment_no_poll_took(
+    settings: Settings,
+) -> None:
+    gw, _rec = _gateway(settings)
+    assert gw._commit_point(40) == 40
+    gw._waiting["x"] = _Held(_assignment("x"), 0.0, offset=12)
+    gw._waiting["z"] = _Held(_assignment("z"), 0.0, offset=17)
+    assert gw._commit_point(40) == 12
