@@ -110,7 +110,7 @@ async def _take(
     count = min(count, gw.capacity)
     wait_s = min(max(wait_ms, 0), svc.settings.api.long_poll_max_ms) / 1000
     deadline = time.monotonic() + wait_s
-    await run_in_threadpool(gw.store.polled, task_type, domain, worker)
+    await run_in_threadpool(gw.record_poll, task_type, domain, worker)
     loop, arrived = asyncio.get_running_loop(), asyncio.Event()
 
     def wake() -> None:

@@ -43,6 +43,7 @@ from es_sched.workers.stale import StaleLeases
 
 log = logging.getLogger(__name__)
 NOT_POLLED = "gateway: no HTTP worker polled this task type for {s:g}s; handed back"
+POLL_DATA_EVERY_S = 1.0
 KICK_EVERY_S = 0.1  # the least time between two statuses sent for new demand
 # The gateway does not run the tasks: resources bound nothing but what its pollers can take.
 UNBOUNDED_CPU, UNBOUNDED_MEMORY_MB = 1e9, 1 << 40
@@ -82,6 +83,7 @@ class Gateway:
         # (type, HTTP worker) -> (its last poll, the count it asked for)
         self._wanted: dict[tuple[str, str], tuple[float, int]] = {}
         self._wakers: set[Callable[[], None]] = set()
+        self._poll_written: dict[tuple[str, str, str], float] = {}
         self._stale = StaleLeases(self.heartbeat_s)
         self._kick = threading.Event()
         self._stop = threading.Event()
@@ -131,6 +133,16 @@ class Gateway:
         for a in took:
             self.reporter.send(runner.started(a, self.worker_id))
         return took
+
+    def record_poll(self, task_type: str, domain: str, http_worker: str) -> None:
+        """Poll data for ``GET /api/tasks/queue/polldata``: written at most once a second per
+        worker and type (an idle SDK worker polls every 100 ms)."""
+        key, now = (task_type, domain, http_worker), time.monotonic()
+        with self._lock:
+            if now - self._poll_written.get(key, -POLL_DATA_EVERY_S) < POLL_DATA_EVERY_S:
+                return
+            self._poll_written[key] = now
+        self.store.polled(task_type, domain, http_worker)
 
     def forget(self, task_id: str) -> None:
         """An outcome of this task was reported (by this process): stop listing it."""

@@ -35,6 +35,9 @@ class Store:
     def handed(self, gateway: str, worker: str, tasks: list[wire.Assignment]) -> None:
         self.calls.append((worker, [a.task_id for a in tasks]))
 
+    def polled(self, task_type: str, domain: str, worker: str) -> None:
+        self.calls.append((worker, [task_type]))
+
     def ended_of(self, gateway: str, task_ids: list[str]) -> set[str]:
         return set()
 
@@ -125,3 +128,13 @@ def test_the_position_is_committed_up_to_the_first_assignment_no_poll_took(
     gw._waiting["x"] = _Held(_assignment("x"), 0.0, offset=12)
     gw._waiting["z"] = _Held(_assignment("z"), 0.0, offset=17)
     assert gw._commit_point(40) == 12
+
+
+def test_poll_data_is_written_at_most_once_a_second_per_worker_and_type(
+    settings: Settings,
+) -> None:
+    gw, _rec = _gateway(settings)
+    for _ in range(5):
+        gw.record_poll("t", "", "w1")
+    gw.record_poll("t", "", "w2")
+    assert gw.store.calls == [("w1", ["t"]), ("w2", ["t"])]  # type: ignore[attr-defined]
