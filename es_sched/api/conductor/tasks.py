@@ -25,6 +25,7 @@ from sqlalchemy.exc import ProgrammingError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from es_sched.api.auth import Principal, require
+from es_sched.api.conductor import models
 from es_sched.api.errors import ApiError
 from es_sched.api.gateway import Gateway, gateway_of
 from es_sched.api.gateway.updates import STATUSES, Update, apply
@@ -86,19 +87,20 @@ def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
 
 
 def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
-    """A leased task as Conductor's ``Task`` (IN_PROGRESS: the poll started it)."""
+    """A leased task as Conductor's ``Task`` (``models.Task``, the shape the workflow routes
+    answer too; IN_PROGRESS: the poll started it), with the fields only a poll carries."""
     now = _ms()
-    return {
-        "taskType": a.task_type, "taskDefName": a.task_type, "status": "IN_PROGRESS",
-        "inputData": a.input, "referenceTaskName": a.ref, "retryCount": a.attempt - 1,
-        "seq": 0, "correlationId": "", "pollCount": 1, "scheduledTime": now,
-        "startTime": now, "endTime": 0, "updateTime": now, "startDelayInSeconds": 0,
-        "retried": a.attempt > 1, "executed": False, "callbackFromWorker": True,
-        "responseTimeoutSeconds": 0, "workflowInstanceId": a.workflow_id,
-        "workflowType": workflow_type, "taskId": a.task_id, "reasonForIncompletion": "",
-        "callbackAfterSeconds": 0, "workerId": worker_id, "outputData": {},
-        "domain": None, "workflowPriority": a.priority, "iteration": 0,
-    }  # fmt: skip
+    task = models.Task(
+        taskId=a.task_id, taskType=a.task_type, taskDefName=a.task_type,
+        referenceTaskName=a.ref, status="IN_PROGRESS", inputData=a.input, outputData={},
+        retryCount=a.attempt - 1, seq=0, pollCount=1, workerId=worker_id, scheduledTime=now,
+        startTime=now, endTime=0, updateTime=now, reasonForIncompletion=None,
+        workflowInstanceId=a.workflow_id, workflowType=workflow_type, correlationId=None,
+        workflowPriority=a.priority, iteration=0, retried=a.attempt > 1, executed=False,
+        callbackAfterSeconds=0,
+    )  # fmt: skip
+    return {**task.model_dump(), "responseTimeoutSeconds": 0, "startDelayInSeconds": 0,
+            "callbackFromWorker": True, "domain": None}  # fmt: skip
 
 
 async def _take(
