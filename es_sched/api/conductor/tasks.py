@@ -15,7 +15,7 @@ import logging
 import time
 from contextlib import suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse
@@ -28,7 +28,7 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.errors import ApiError
 from es_sched.api.gateway import Gateway, gateway_of
-from es_sched.api.gateway.updates import STATUSES, Update, apply
+from es_sched.api.gateway.updates import Update, apply
 from es_sched.api.services import Services, services
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/tasks", tags=["task"])
 JSON = dict[str, Any]
 INPUT_ID_HEADER = "X-Es-Sched-Input-Id"
+MAX_NAME = 512
 WORKER = require("worker")
 VIEWER = require("viewer")
 
@@ -53,7 +54,7 @@ class TaskResult(BaseModel):
     model_config = ConfigDict(extra="ignore")
     workflowInstanceId: str = Field(min_length=1)
     taskId: str = Field(min_length=1)
-    status: str
+    status: Literal["IN_PROGRESS", "COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR"]
     outputData: JSON = Field(default_factory=dict)
     reasonForIncompletion: str | None = None
     callbackAfterSeconds: int = Field(default=0, ge=0)
@@ -103,10 +104,20 @@ def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
             "callbackFromWorker": True, "domain": None}  # fmt: skip
 
 
+def _name(what: str, value: str) -> str:
+    """A task type, worker id, domain or task id as the store can keep it (PostgreSQL text
+    holds no NUL), or a 400 saying why."""
+    if "\x00" in value or len(value) > MAX_NAME:
+        raise ApiError(400, f"{what} must be at most {MAX_NAME} characters, without NUL")
+    return value
+
+
 async def _take(
     svc: Services, gw: Gateway, task_type: str, count: int, worker: str, domain: str, wait_ms: int
 ) -> list[JSON]:
     """Held tasks of ``task_type``, waiting up to ``wait_ms`` for the first to arrive."""
+    task_type, worker = _name("taskType", task_type), _name("workerid", worker)
+    domain = _name("domain", domain)
     if count < 1:
         raise ApiError(400, f"count must be at least 1, got {count}")
     count = min(count, gw.capacity)
@@ -164,8 +175,12 @@ async def poll(
 
 
 def _update(svc: Services, gw: Gateway, result: TaskResult) -> tuple[int, str, str, str | None]:
-    if result.status not in STATUSES:
-        raise ApiError(400, f"status must be one of {', '.join(STATUSES)}, not {result.status!r}")
+    for what, value in (
+        ("workflowInstanceId", result.workflowInstanceId),
+        ("taskId", result.taskId),
+        ("workerId", result.workerId or ""),
+    ):
+        _name(what, value)  # fmt: skip
     u = Update(
         workflow_id=result.workflowInstanceId, task_id=result.taskId, status=result.status,
         output=result.outputData, reason=result.reasonForIncompletion or "",
@@ -248,7 +263,7 @@ def queue_sizes(
     svc: Services = Depends(services),  # noqa: B008
     _who: Principal = VIEWER,
 ) -> dict[str, int]:
-    return _waiting(svc, taskType) if taskType else {}
+    return _waiting(svc, [_name("taskType", t) for t in taskType]) if taskType else {}
 
 
 @router.get("/queue/polldata", summary="Who polled a task type, and when")
@@ -257,7 +272,7 @@ def poll_data(
     gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = VIEWER,
 ) -> list[JSON]:
-    rows = gw.store.poll_data(taskType)
+    rows = gw.store.poll_data(_name("taskType", taskType))
     return [
         {"queueName": r["task_type"], "domain": r["domain"] or None,
          "workerId": r["worker_id"], "lastPollTime": _ms(r["last_poll_at"])}

@@ -34,8 +34,6 @@ from es_sched.errors import InfrastructureError
 from es_sched.serialization import wire
 from es_sched.workers import runner
 
-OUTCOMES = ("COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR")
-STATUSES = ("IN_PROGRESS", *OUTCOMES)
 DELIVERY_S = 10.0
 JSON = dict[str, Any]
 
