@@ -252,6 +252,9 @@ class ApiSettings(BaseSettings):
     # most workflows one bulk action on "everything matching the filter" may touch.
     console_lag_cache_s: float = Field(default=3.0, ge=0)
     console_bulk_max: int = Field(default=10_000, ge=1, le=1_000_000)
+    # How long a task type stays wanted after an HTTP worker's last poll for it; a leased task
+    # no poll took that long after its type stopped being polled is handed back (ADR 24).
+    gateway_demand_s: float = Field(default=10.0, gt=0, le=3600)
 
     @field_validator("jwt_secret")
     @classmethod

@@ -1,7 +1,280 @@
-"""Conductor's task resource under ``/api/tasks``: HTTP workers (issue 14 item 1)."""
+"""Conductor's task resource under ``/api/tasks``: HTTP workers (issue 14 item 1, ADR 24).
+
+Polls take tasks the API process's gateway worker holds (``es_sched.api.gateway``); updates
+become the reports a Kafka worker sends. Shapes are Conductor's (``TaskResource``, the
+conductor-python SDK): a batch poll answers a list (``[]`` when nothing came within
+``timeout`` ms, capped by ``ES_SCHED_API_LONG_POLL_MAX_MS``), a single poll one ``Task`` or
+204, ``POST /api/tasks`` the task id as text, ``update-v2`` the next task or 204. Conductor's
+task domains have no counterpart: ``domain`` is recorded in the poll data and matches all.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import logging
+import time
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import Any, Literal
 
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import func, select
+from sqlalchemy.exc import ProgrammingError, SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
+
+from es_sched.api.auth import Principal, require
+from es_sched.api.conductor import models
+from es_sched.api.errors import ApiError
+from es_sched.api.gateway import Gateway, gateway_of
+from es_sched.api.gateway.updates import Update, apply
+from es_sched.api.services import Services, services
+from es_sched.projections.postgres.models import TASKS, WORKFLOWS
+from es_sched.projections.postgres.store import available
+from es_sched.serialization import wire
+
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/tasks", tags=["task"])
+JSON = dict[str, Any]
+INPUT_ID_HEADER = "X-Es-Sched-Input-Id"
+MAX_NAME = 512
+WORKER = require("worker")
+VIEWER = require("viewer")
+
+
+class TaskExecLog(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    log: str = ""
+
+
+class TaskResult(BaseModel):
+    """Conductor's ``TaskResult`` (fields it has and es-sched does not use are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    workflowInstanceId: str = Field(min_length=1)
+    taskId: str = Field(min_length=1)
+    status: Literal["IN_PROGRESS", "COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR"]
+    outputData: JSON = Field(default_factory=dict)
+    reasonForIncompletion: str | None = None
+    callbackAfterSeconds: int = Field(default=0, ge=0)
+    extendLease: bool = False
+    logs: list[TaskExecLog] = Field(default_factory=list)
+    workerId: str | None = None
+
+
+def _ms(when: datetime | None = None) -> int:
+    return int((when or datetime.now(UTC)).timestamp() * 1000)
+
+
+def gateway(request: Request, svc: Services = Depends(services)) -> Gateway:  # noqa: B008
+    """The dependency: this process's gateway, named after the port the server listens on."""
+    server = request.scope.get("server")
+    return gateway_of(svc, int(server[1]) if server and server[1] else None)
+
+
+def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
+    """Names from the read model, for ``workflowType``; empty when it cannot say (not
+    projected yet, no projector, database down): the poll already took its tasks, so nothing
+    here may fail it."""
+    w = WORKFLOWS.c
+    try:
+        with svc.engine.connect() as conn:
+            rows = conn.execute(select(w.workflow_id, w.name).where(w.workflow_id.in_(set(ids))))
+            return {str(r[0]): str(r[1]) for r in rows}
+    except SQLAlchemyError as exc:
+        log.warning("workflow names unavailable: %s", exc)
+        return {}
+
+
+def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
+    """A leased task as Conductor's ``Task`` (``models.Task``, the shape the workflow routes
+    answer too; IN_PROGRESS: the poll started it), with the fields only a poll carries."""
+    now = _ms()
+    task = models.Task(
+        taskId=a.task_id, taskType=a.task_type, taskDefName=a.task_type,
+        referenceTaskName=a.ref, status="IN_PROGRESS", inputData=a.input, outputData={},
+        retryCount=a.attempt - 1, seq=0, pollCount=1, workerId=worker_id, scheduledTime=now,
+        startTime=now, endTime=0, updateTime=now, reasonForIncompletion=None,
+        workflowInstanceId=a.workflow_id, workflowType=workflow_type, correlationId=None,
+        workflowPriority=a.priority, iteration=0, retried=a.attempt > 1, executed=False,
+        callbackAfterSeconds=0,
+    )  # fmt: skip
+    return {**task.model_dump(), "responseTimeoutSeconds": 0, "startDelayInSeconds": 0,
+            "callbackFromWorker": True, "domain": None}  # fmt: skip
+
+
+def _name(what: str, value: str) -> str:
+    """A task type, worker id, domain or task id as the store can keep it (PostgreSQL text
+    holds no NUL), or a 400 saying why."""
+    if "\x00" in value or len(value) > MAX_NAME:
+        raise ApiError(400, f"{what} must be at most {MAX_NAME} characters, without NUL")
+    return value
+
+
+async def _take(
+    svc: Services, gw: Gateway, task_type: str, count: int, worker: str, domain: str, wait_ms: int
+) -> list[JSON]:
+    """Held tasks of ``task_type``, waiting up to ``wait_ms`` for the first to arrive."""
+    task_type, worker = _name("taskType", task_type), _name("workerid", worker)
+    domain = _name("domain", domain)
+    if count < 1:
+        raise ApiError(400, f"count must be at least 1, got {count}")
+    count = min(count, gw.capacity)
+    wait_s = min(max(wait_ms, 0), svc.settings.api.long_poll_max_ms) / 1000
+    deadline = time.monotonic() + wait_s
+    await run_in_threadpool(gw.record_poll, task_type, domain, worker)
+    loop, arrived = asyncio.get_running_loop(), asyncio.Event()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(arrived.set)
+
+    gw.wake_on_arrival(wake, on=True)
+    try:
+        while True:
+            arrived.clear()
+            took = await run_in_threadpool(gw.take, task_type, count, worker)
+            left = deadline - time.monotonic()
+            if took or left <= 0:
+                break
+            with suppress(TimeoutError):  # an arrival, or again within half the demand window
+                await asyncio.wait_for(arrived.wait(), min(left, gw.demand_s / 2))
+    finally:
+        gw.wake_on_arrival(wake, on=False)
+    if not took:
+        return []
+    names = await run_in_threadpool(_workflow_names, svc, [a.workflow_id for a in took])
+    return [task_json(a, worker, names.get(a.workflow_id, "")) for a in took]
+
+
+@router.get("/poll/batch/{taskType}", summary="Batch poll for tasks of a type (long poll)")
+async def batch_poll(
+    taskType: str,
+    workerid: str = "",
+    count: int = 1,
+    timeout: int = 100,
+    domain: str | None = None,
+    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = WORKER,
+) -> list[JSON]:
+    return await _take(svc, gw, taskType, count, workerid, domain or "", timeout)
+
+
+@router.get("/poll/{taskType}", summary="Poll for one task of a type", response_model=None)
+async def poll(
+    taskType: str,
+    workerid: str = "",
+    domain: str | None = None,
+    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = WORKER,
+) -> JSON | Response:
+    found = await _take(svc, gw, taskType, 1, workerid, domain or "", 0)
+    return found[0] if found else Response(status_code=204)
+
+
+def _update(svc: Services, gw: Gateway, result: TaskResult) -> tuple[int, str, str, str | None]:
+    for what, value in (
+        ("workflowInstanceId", result.workflowInstanceId),
+        ("taskId", result.taskId),
+        ("workerId", result.workerId or ""),
+    ):
+        _name(what, value)  # fmt: skip
+    u = Update(
+        workflow_id=result.workflowInstanceId, task_id=result.taskId, status=result.status,
+        output=result.outputData, reason=result.reasonForIncompletion or "",
+        worker_id=result.workerId or "", logs=[x.log for x in result.logs if x.log],
+        callback_after_s=result.callbackAfterSeconds,
+    )  # fmt: skip
+    answer = apply(gw, u, lambda task_id: _attempt(svc, task_id))
+    return answer.status, answer.message, answer.input_id, answer.task_type
+
+
+def _attempt(svc: Services, task_id: str) -> int | None:
+    """The task's attempt as the read model has it, for a claim on a task no gateway leased
+    (None when it cannot say: the claim is refused either way)."""
+    try:
+        with svc.engine.connect() as conn:
+            found = conn.execute(select(TASKS.c.attempt).where(TASKS.c.task_id == task_id))
+            value = found.scalar()
+            return int(value) if value is not None else None
+    except SQLAlchemyError as exc:
+        log.warning("task attempt unavailable: %s", exc)
+        return None
+
+
+def _refused(status: int, message: str, input_id: str) -> HTTPException:
+    """Conductor's error body (``errors.install``), with the id of the claim the decider
+    refuses and records, so a caller can find the refusal in the log."""
+    return HTTPException(
+        status, f"{message}; sent for the record as input {input_id}",
+        headers={INPUT_ID_HEADER: input_id},
+    )  # fmt: skip
+
+
+@router.post("", summary="Update a task", response_class=PlainTextResponse)
+async def update(
+    result: TaskResult,
+    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = WORKER,
+) -> PlainTextResponse:
+    status, message, input_id, _type = await run_in_threadpool(_update, svc, gw, result)
+    if status != 200:
+        raise _refused(status, message, input_id)
+    return PlainTextResponse(message, headers={INPUT_ID_HEADER: input_id})
+
+
+@router.post("/update-v2", summary="Update a task and poll the next one", response_model=None)
+async def update_v2(
+    result: TaskResult,
+    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = WORKER,
+) -> JSON | Response:
+    status, message, input_id, task_type = await run_in_threadpool(_update, svc, gw, result)
+    if status != 200:
+        raise _refused(status, message, input_id)
+    if task_type is None or result.status == "IN_PROGRESS":
+        return Response(status_code=204)
+    found = await _take(svc, gw, task_type, 1, result.workerId or "", "", 0)
+    return found[0] if found else Response(status_code=204)
+
+
+def _waiting(svc: Services, types: list[str]) -> dict[str, int]:
+    t = TASKS.c
+    query = (
+        select(t.name, func.count())
+        .where(t.name.in_(types), t.status == "SCHEDULED", t.worker_id.is_(None))
+        .group_by(t.name)
+    )
+    try:
+        with available("queue sizes"), svc.engine.connect() as conn:
+            counts = {str(r[0]): int(r[1]) for r in conn.execute(query)}
+    except ProgrammingError as exc:  # no projector has created the read model yet
+        raise ApiError(503, f"the read model cannot count tasks yet: {exc.orig}") from exc
+    return {name: counts.get(name, 0) for name in types}
+
+
+@router.get("/queue/sizes", summary="Tasks waiting for a lease, by type (read model)")
+def queue_sizes(
+    taskType: list[str] = Query(default_factory=list),  # noqa: B008
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = VIEWER,
+) -> dict[str, int]:
+    return _waiting(svc, [_name("taskType", t) for t in taskType]) if taskType else {}
+
+
+@router.get("/queue/polldata", summary="Who polled a task type, and when")
+def poll_data(
+    taskType: str,
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = VIEWER,
+) -> list[JSON]:
+    rows = gw.store.poll_data(_name("taskType", taskType))
+    return [
+        {"queueName": r["task_type"], "domain": r["domain"] or None,
+         "workerId": r["worker_id"], "lastPollTime": _ms(r["last_poll_at"])}
+        for r in rows
+    ]  # fmt: skip

@@ -1,0 +1,211 @@
+"""What every API process must find about a task an HTTP worker polled: the gateway lease.
+
+A poll and its update may land on different API processes behind one load balancer, so the
+lease a poll handed out (gateway worker, epoch, token, attempt) and the HTTP worker it went to
+are written here before the poll answers, and any process's update reads them back (ADR 24).
+The rows live in a schema of their own, ``<ES_SCHED_PG_SCHEMA_NAME>_gateway``: they are the
+gateway's working state, not a projection, so a read-model rebuild never touches them and they
+need no migration history (two tables, created if missing).
+
+``ended`` records the first outcome an update sent (``COMPLETED``, ``FAILED``...): the SDK's
+retry of the same result finds it and gets the same answer; the gateway that holds the lease
+finds it too and drops the task from its status. ``lease_over`` records a lease the dispatcher
+ended (a ``cancel`` on the gateway's partition), so a late update is refused at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from es_sched.projections.postgres.store import available, engine_for
+from es_sched.serialization import wire
+from es_sched.settings import Settings
+
+KEEP_ENDED = timedelta(hours=1)  # an ended row answers the SDK's retries that long
+
+_DDL = (
+    "CREATE SCHEMA IF NOT EXISTS {schema}",
+    """CREATE TABLE IF NOT EXISTS {schema}.leases (
+        task_id text PRIMARY KEY, workflow_id text NOT NULL, task_type text NOT NULL,
+        attempt integer NOT NULL, lease_epoch integer NOT NULL, lease_token text NOT NULL,
+        gateway_id text NOT NULL, http_worker_id text NOT NULL, polled_at timestamptz NOT NULL,
+        ended text, ended_at timestamptz, lease_over text)""",
+    "CREATE INDEX IF NOT EXISTS leases_gateway ON {schema}.leases (gateway_id, ended_at)",
+    """CREATE TABLE IF NOT EXISTS {schema}.poll_data (
+        task_type text NOT NULL, domain text NOT NULL, worker_id text NOT NULL,
+        last_poll_at timestamptz NOT NULL, PRIMARY KEY (task_type, domain, worker_id))""",
+)
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    task_id: str
+    workflow_id: str
+    task_type: str
+    attempt: int
+    lease_epoch: int
+    lease_token: str
+    gateway_id: str
+    http_worker_id: str
+    ended: str | None
+    lease_over: str | None
+
+
+def as_assignment(lease: HeldLease) -> wire.Assignment:
+    """The lease as the assignment that granted it (what the report builders take)."""
+    return wire.Assignment(
+        lease.gateway_id, lease.workflow_id, lease.task_id, lease.task_type, lease.attempt,
+        lease.lease_epoch, lease.lease_token, "", {},
+    )  # fmt: skip
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class GatewayStore:
+    def __init__(self, settings: Settings) -> None:
+        self.schema = f"{settings.postgres.schema_name}_gateway"
+        self.engine: Engine = engine_for(settings, self.schema)
+        self._ready = False
+
+    def ensure(self) -> None:
+        if self._ready:
+            return
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:s))"), {"s": self.schema})
+            for ddl in _DDL:
+                conn.execute(text(ddl.format(schema=self.schema)))
+        self._ready = True
+
+    def handed(self, gateway_id: str, http_worker_id: str, tasks: list[wire.Assignment]) -> None:
+        """The poll hands ``tasks`` to ``http_worker_id``: written before it answers."""
+        self.ensure()
+        rows = [
+            {"task_id": a.task_id, "workflow_id": a.workflow_id, "task_type": a.task_type,
+             "attempt": a.attempt, "lease_epoch": a.lease_epoch, "lease_token": a.lease_token,
+             "gateway_id": gateway_id, "http_worker_id": http_worker_id, "polled_at": _now()}
+            for a in tasks
+        ]  # fmt: skip
+        if not rows:
+            return
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO leases (task_id, workflow_id, task_type, attempt,"
+                    " lease_epoch, lease_token, gateway_id, http_worker_id, polled_at) VALUES"
+                    " (:task_id, :workflow_id, :task_type, :attempt, :lease_epoch, :lease_token,"
+                    " :gateway_id, :http_worker_id, :polled_at) ON CONFLICT (task_id) DO UPDATE"
+                    " SET workflow_id = excluded.workflow_id, attempt = excluded.attempt,"
+                    " lease_epoch = excluded.lease_epoch, lease_token = excluded.lease_token,"
+                    " gateway_id = excluded.gateway_id, http_worker_id = excluded.http_worker_id,"
+                    " polled_at = excluded.polled_at, ended = NULL, ended_at = NULL,"
+                    " lease_over = NULL"
+                ),
+                rows,
+            )
+
+    def taken_by(self, gateway_id: str) -> list[HeldLease]:
+        """The tasks HTTP workers took from ``gateway_id`` that have not ended."""
+        self.ensure()
+        with available("gateway"), self.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT task_id, workflow_id, task_type, attempt, lease_epoch,"
+                    " lease_token, gateway_id, http_worker_id, ended, lease_over"
+                    " FROM leases WHERE gateway_id = :g AND ended IS NULL AND lease_over IS NULL"
+                ),
+                {"g": gateway_id},
+            ).mappings()
+            return [HeldLease(**dict(r)) for r in rows]
+
+    def lease(self, task_id: str) -> HeldLease | None:
+        self.ensure()
+        with available("gateway"), self.engine.connect() as conn:
+            row = (
+                conn.execute(
+                    text(
+                        "SELECT task_id, workflow_id, task_type, attempt, lease_epoch,"
+                        " lease_token, gateway_id, http_worker_id, ended, lease_over"
+                        " FROM leases WHERE task_id = :t"
+                    ),
+                    {"t": task_id},
+                )
+                .mappings()
+                .first()
+            )
+        return HeldLease(**dict(row)) if row else None
+
+    def ended(self, task_id: str, lease_epoch: int, outcome: str) -> str:
+        """Record the first outcome of this lease; returns the one recorded (maybe earlier)."""
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE leases SET ended = :o, ended_at = :now"
+                    " WHERE task_id = :t AND lease_epoch = :e AND ended IS NULL"
+                ),
+                {"o": outcome, "now": _now(), "t": task_id, "e": lease_epoch},
+            )
+            found = conn.execute(
+                text("SELECT ended FROM leases WHERE task_id = :t"), {"t": task_id}
+            ).scalar()
+        return str(found or outcome)
+
+    def lease_over(self, task_id: str, lease_epoch: int, reason: str) -> None:
+        self.ensure()
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE leases SET lease_over = :r WHERE task_id = :t AND lease_epoch <= :e"),
+                {"r": reason, "t": task_id, "e": lease_epoch},
+            )
+
+    def ended_of(self, gateway_id: str, task_ids: list[str]) -> set[str]:
+        """Which of these tasks, held by ``gateway_id``, some API process reported ended;
+        ended rows older than ``KEEP_ENDED`` are deleted on the way."""
+        self.ensure()
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(
+                text("DELETE FROM leases WHERE gateway_id = :g AND ended_at < :old"),
+                {"g": gateway_id, "old": _now() - KEEP_ENDED},
+            )
+            if not task_ids:
+                return set()
+            rows = conn.execute(
+                text(
+                    "SELECT task_id FROM leases WHERE gateway_id = :g"
+                    " AND task_id = ANY(:ids) AND (ended IS NOT NULL OR lease_over IS NOT NULL)"
+                ),
+                {"g": gateway_id, "ids": task_ids},
+            )
+            return {str(r[0]) for r in rows}
+
+    def polled(self, task_type: str, domain: str, worker_id: str) -> None:
+        self.ensure()
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO poll_data VALUES (:t, :d, :w, :now)"
+                    " ON CONFLICT (task_type, domain, worker_id)"
+                    " DO UPDATE SET last_poll_at = excluded.last_poll_at"
+                ),
+                {"t": task_type, "d": domain, "w": worker_id, "now": _now()},
+            )
+
+    def poll_data(self, task_type: str) -> list[dict[str, Any]]:
+        self.ensure()
+        with available("gateway"), self.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT task_type, domain, worker_id, last_poll_at"
+                    " FROM poll_data WHERE task_type = :t ORDER BY worker_id"
+                ),
+                {"t": task_type},
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,330 @@
+"""The gateway worker: one per API process, leasing tasks for the HTTP workers that poll it.
+
+To the dispatcher it is a worker like any other (ADR 23, 24): it reads its partition of
+``<prefix>.assignments``, heartbeats a ``WorkerStatus`` listing every task it holds, and its
+leases are fenced and expire like any worker's. It is built from the worker SDK's Kafka edge
+(``es_sched.workers.runner``: ``AssignmentReader``, ``Reporter``, the report builders) and
+its never-start-a-stale-lease rules (``StaleLeases``), not from ``Worker``: a ``Worker`` runs
+handlers in its own threads, here an HTTP request takes the task and another request, maybe on
+another API process, ends it.
+
+Demand (ADR 24 a): the status announces only the task types HTTP workers polled in the last
+``demand_s`` seconds, and room for only as many tasks as they asked for (the ``count`` of
+their polls) beyond those it holds, capped by ``capacity``. A poll that finds nothing sends a
+status at once, so the dispatcher hears of the demand within its tick rather than a heartbeat.
+A task leased but not taken by any poll while its type is no longer polled is handed back
+after ``demand_s`` (a non-terminal failure, as the SDK hands back on shutdown: the decider's
+model has no "not started" report that keeps the attempt; see the ADR).
+
+A task taken by a poll is reported started (``worker.task_started`` with the gateway's lease)
+and stays in the status until some API process records its outcome in the gateway store
+(``es_sched.api.gateway.store``); this gateway learns that at its next heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+from es_sched.api.gateway.store import GatewayStore, as_assignment
+from es_sched.errors import SchemaError
+from es_sched.kafka.topics import assignment_topic, topics_for
+from es_sched.serialization import wire
+from es_sched.settings import Settings
+from es_sched.workers import runner
+from es_sched.workers.admission import use_of
+from es_sched.workers.stale import StaleLeases
+
+log = logging.getLogger(__name__)
+NOT_POLLED = "gateway: no HTTP worker polled this task type for {s:g}s; handed back"
+POLL_DATA_EVERY_S = 1.0
+KICK_EVERY_S = 0.1  # the least time between two statuses sent for new demand
+# The gateway does not run the tasks: resources bound nothing but what its pollers can take.
+UNBOUNDED_CPU, UNBOUNDED_MEMORY_MB = 1e9, 1 << 40
+
+
+def gateway_id(settings: Settings, port: int | None = None) -> str:
+    """Stable across restarts of one API process (host and listening port), so its committed
+    position on the assignments partition is resumed."""
+    return f"api-gateway-{socket.gethostname()}-{port or settings.api.port}"
+
+
+@dataclass
+class _Held:
+    assignment: wire.Assignment
+    since: float  # monotonic, when read
+    offset: int = -1  # on the assignments partition: the position is committed up to it
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: Settings,
+        store: GatewayStore,
+        worker_id: str | None = None,
+        pool: str = "default",
+    ) -> None:
+        self.settings, self.store, self.pool = settings, store, pool
+        self.worker_id = worker_id or gateway_id(settings)
+        self.capacity = settings.api.gateway_capacity
+        self.demand_s = settings.api.gateway_demand_s
+        self.heartbeat_s = settings.dispatch.heartbeat_s
+        self.reporter = runner.Reporter(settings.kafka.bootstrap_servers, topics_for(settings))
+        self.ready = threading.Event()
+        self._lock = threading.Lock()
+        self._waiting: dict[str, _Held] = {}  # leased, no poll took it yet (arrival order)
+        self._taken: dict[str, wire.Assignment] = {}  # handed to an HTTP worker
+        # (type, HTTP worker) -> (its last poll, the count it asked for)
+        self._wanted: dict[tuple[str, str], tuple[float, int]] = {}
+        self._wakers: set[Callable[[], None]] = set()
+        self._poll_written: dict[tuple[str, str, str], float] = {}
+        self._stale = StaleLeases(self.heartbeat_s)
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="es-sched-gateway", daemon=True)
+
+    # -- what the routes call -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def take(self, task_type: str, count: int, http_worker: str) -> list[wire.Assignment]:
+        """Up to ``count`` held tasks of ``task_type`` for ``http_worker``: recorded in the
+        store, then reported started. Registers the demand either way."""
+        now = time.monotonic()
+        skipped: list[tuple[wire.Assignment, str]] = []
+        with self._lock:
+            before = self._room()
+            self._wanted[task_type, http_worker] = (now, count)
+            took: list[wire.Assignment] = []
+            for task_id, held in list(self._waiting.items()):
+                if len(took) >= count:
+                    break
+                a = held.assignment
+                if a.task_type != task_type:
+                    continue
+                del self._waiting[task_id]
+                why = self._stale.why_not(a)
+                if why is not None:
+                    skipped.append((a, why))
+                    continue
+                took.append(a)
+                self._taken[task_id] = a
+            grew = self._room() > before or not took
+        for a, why in skipped:
+            self.reporter.send(runner.cancelled(a, self.worker_id, why))
+        if grew:
+            self._kick.set()
+        if not took:
+            return []
+        try:
+            self.store.handed(self.worker_id, http_worker, took)
+        except Exception:
+            with self._lock:  # not handed: offer them to the next poll
+                for a in took:
+                    self._taken.pop(a.task_id, None)
+                    self._waiting[a.task_id] = _Held(a, now)
+            raise
+        for a in took:
+            self.reporter.send(runner.started(a, self.worker_id))
+        return took
+
+    def record_poll(self, task_type: str, domain: str, http_worker: str) -> None:
+        """Poll data for ``GET /api/tasks/queue/polldata``: written at most once a second per
+        worker and type (an idle SDK worker polls every 100 ms)."""
+        key, now = (task_type, domain, http_worker), time.monotonic()
+        with self._lock:
+            if now - self._poll_written.get(key, -POLL_DATA_EVERY_S) < POLL_DATA_EVERY_S:
+                return
+            self._poll_written[key] = now
+        self.store.polled(task_type, domain, http_worker)
+
+    def forget(self, task_id: str) -> None:
+        """An outcome of this task was reported (by this process): stop listing it."""
+        with self._lock:
+            self._taken.pop(task_id, None)
+
+    def wake_on_arrival(self, waker: Callable[[], None], on: bool) -> None:
+        with self._lock:
+            (self._wakers.add if on else self._wakers.discard)(waker)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+        self.store.close()
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _room(self) -> int:
+        """Tasks at once the status announces: those held, plus what the pollers of recently
+        polled types asked for beyond the ones waiting for them; at least one."""
+        wanted = sum(n for _t, n in self._wanted.values())
+        held = len(self._taken) + max(len(self._waiting), wanted)
+        return max(1, min(self.capacity, held))
+
+    def _run(self) -> None:
+        kafka = self.settings.kafka
+        prefix = kafka.topic_prefix
+        reader = runner.AssignmentReader(
+            kafka.bootstrap_servers,
+            assignment_topic(prefix, self.pool),
+            self.worker_id,
+            f"{prefix}-worker-{self.worker_id}",
+        )
+        try:
+            if not reader.open(self._stop):
+                return
+            self._restore()
+            self._heartbeat()
+            self.ready.set()
+            log.info("gateway worker %s started (%s[%d])", self.worker_id, reader.topic,
+                     reader.partition)  # fmt: skip
+            next_beat = last_status = time.monotonic()
+            next_beat += self.heartbeat_s
+            while not self._stop.is_set():
+                msg = reader.poll(0.05)
+                if msg is not None:
+                    self._on_record(msg)
+                now = time.monotonic()
+                kicked = self._kick.is_set() and now - last_status >= KICK_EVERY_S
+                if now >= next_beat or kicked:
+                    if now >= next_beat:
+                        next_beat = now + self.heartbeat_s
+                        self._settle(now)
+                    self._kick.clear()
+                    self._heartbeat()
+                    last_status = now
+                    reader.commit(self._commit_point(reader.position()))
+                self.reporter.poll()
+            # Leases are left to expire (the dispatcher's expiry does not count an attempt);
+            # tasks HTTP workers hold can still be reported through another API process.
+            self.reporter.tombstone(self.worker_id)
+        except Exception:
+            log.exception("gateway worker %s failed", self.worker_id)
+            raise
+        finally:
+            reader.close()
+            if self.reporter.flush(30) > 0:
+                log.error("gateway worker %s: some reports were not delivered", self.worker_id)
+
+    def _restore(self) -> None:
+        """After a restart: the tasks HTTP workers took from this gateway and have not ended
+        (the store has them) are listed again, so their leases live on; their assignments,
+        read again, are known. Assignments no poll took were not committed past: read again."""
+        try:
+            rows = self.store.taken_by(self.worker_id)
+        except Exception as exc:  # noqa: BLE001  (their leases expire; the decider fences)
+            log.warning("gateway store unavailable, taken tasks not restored: %s", exc)
+            return
+        with self._lock:
+            for lease in rows:
+                self._taken[lease.task_id] = as_assignment(lease)
+        if rows:
+            log.info("gateway worker %s: %d task(s) HTTP workers hold", self.worker_id, len(rows))
+
+    def _commit_point(self, position: int) -> int:
+        """The first assignment no poll took yet, or the position read up to."""
+        with self._lock:
+            waiting = [h.offset for h in self._waiting.values() if h.offset >= 0]
+        return min([*waiting, position])
+
+    def _settle(self, now: float) -> None:
+        """Each heartbeat: drop tasks some API process reported ended, forget stale demand,
+        and hand back tasks no poll of their type took within ``demand_s``."""
+        with self._lock:
+            taken = list(self._taken)
+        try:
+            ended = self.store.ended_of(self.worker_id, taken)
+        except Exception as exc:  # noqa: BLE001  (the database is down: keep listing them)
+            log.warning("gateway store unavailable: %s", exc)
+            ended = set()
+        back: list[wire.Assignment] = []
+        with self._lock:
+            for task_id in ended:
+                self._taken.pop(task_id, None)
+            self._wanted = {k: w for k, w in self._wanted.items() if now - w[0] < self.demand_s}
+            wanted = {t for t, _worker in self._wanted}
+            for task_id, held in list(self._waiting.items()):
+                idle = held.assignment.task_type not in wanted
+                if idle and now - held.since >= self.demand_s:
+                    del self._waiting[task_id]
+                    back.append(held.assignment)
+        for a in back:
+            log.info("handing back %s (%s): not polled", a.task_id, a.task_type)
+            reason = NOT_POLLED.format(s=self.demand_s)
+            self.reporter.send(runner.failed(a, self.worker_id, reason, terminal=False))
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            held = [h.assignment for h in self._waiting.values()] + list(self._taken.values())
+            types = sorted({t for t, _worker in self._wanted})
+            room = self._room()
+        status = wire.WorkerStatus(
+            worker_id=self.worker_id,
+            pool=self.pool,
+            version="gateway",
+            types=types,
+            cpu=UNBOUNDED_CPU,
+            memory_mb=UNBOUNDED_MEMORY_MB,
+            labels={"gateway": "http"},
+            running=sorted({a.task_id for a in held}),
+            concurrency=room,
+            used=use_of(held).report(),
+            sent_at=runner.now_iso(),
+        )
+        self.reporter.status(status, self.worker_id)
+        self._stale.beat()
+
+    def _on_record(self, msg: Message) -> None:
+        if msg.value() is None:
+            return
+        try:
+            record = wire.decode(msg.value())
+        except SchemaError as exc:
+            self.reporter.dead_letter(msg, str(exc), type(exc).__name__)
+            return
+        if getattr(record, "worker_id", None) != self.worker_id:
+            return
+        match record:
+            case wire.Assignment():
+                with self._lock:
+                    known = record.task_id in self._taken or record.task_id in self._waiting
+                    if not known:
+                        offset = msg.offset() or 0
+                        self._waiting[record.task_id] = _Held(record, time.monotonic(), offset)
+                    wakers = list(self._wakers)
+                for wake in wakers:
+                    wake()
+            case wire.Cancel():
+                self._cancel(record)
+            case _:
+                log.warning("ignoring a %s record on the assignments topic", record.kind)
+
+    def _cancel(self, cancel: wire.Cancel) -> None:
+        """The dispatcher ended a lease: a waiting task is dropped (reported cancelled, as the
+        SDK does), a taken one is marked over so its late update is refused at once."""
+        self._stale.cancelled(cancel.task_id, cancel.lease_epoch)
+        with self._lock:
+            held = self._waiting.get(cancel.task_id)
+            if held is not None and held.assignment.lease_epoch <= cancel.lease_epoch:
+                del self._waiting[cancel.task_id]
+            else:
+                held = None
+            taken = self._taken.get(cancel.task_id)
+            if taken is not None and taken.lease_epoch <= cancel.lease_epoch:
+                del self._taken[cancel.task_id]
+            else:
+                taken = None
+        if held is not None:
+            reason = f"cancelled before an HTTP worker took it: {cancel.reason}"
+            self.reporter.send(runner.cancelled(held.assignment, self.worker_id, reason))
+        if taken is not None:
+            try:
+                self.store.lease_over(cancel.task_id, cancel.lease_epoch, cancel.reason)
+            except Exception as exc:  # noqa: BLE001  (the decider fences the update anyway)
+                log.warning("gateway store unavailable: %s", exc)

@@ -1,0 +1,140 @@
+"""The gateway worker's demand (ADR 24 a), without a broker: what its status announces follows
+the HTTP workers' polls, and a held task no poller asks for goes back after the demand
+window. Reports go to a recording stand-in for the SDK's ``Reporter``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from es_sched.api.gateway.store import HeldLease
+from es_sched.api.gateway.worker import Gateway, _Held
+from es_sched.domain import commands as c
+from es_sched.serialization import wire
+from es_sched.settings import Settings
+from tests.support.settings import settings_with
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[c.Input] = []
+        self.statuses: list[Any] = []
+
+    def send(self, inp: c.Input) -> None:
+        self.sent.append(inp)
+
+    def status(self, record: Any, key: str) -> None:
+        self.statuses.append(record)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def handed(self, gateway: str, worker: str, tasks: list[wire.Assignment]) -> None:
+        self.calls.append((worker, [a.task_id for a in tasks]))
+
+    def polled(self, task_type: str, domain: str, worker: str) -> None:
+        self.calls.append((worker, [task_type]))
+
+    def ended_of(self, gateway: str, task_ids: list[str]) -> set[str]:
+        return set()
+
+    def taken_by(self, gateway: str) -> list[HeldLease]:
+        return [HeldLease("y", "wf", "t", 1, 2, "tok", gateway, "w1", None, None)]
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return settings_with(
+        {"ES_SCHED_API_GATEWAY_CAPACITY": "8", "ES_SCHED_API_GATEWAY_DEMAND_S": "5"}
+    )
+
+
+def _gateway(settings: Settings) -> tuple[Gateway, Recorder]:
+    gw = Gateway(settings, Store(), worker_id="gw")  # type: ignore[arg-type]
+    rec = Recorder()
+    gw.reporter = rec  # type: ignore[assignment]
+    return gw, rec
+
+
+def _assignment(task_id: str, task_type: str = "t") -> wire.Assignment:
+    return wire.Assignment(
+        "gw", "wf", task_id, task_type, 1, 1, "tok", "2999-01-01T00:00:00+00:00", {}
+    )
+
+
+def test_without_polls_the_gateway_announces_no_type_and_one_slot(settings: Settings) -> None:
+    gw, rec = _gateway(settings)
+    gw._heartbeat()
+    [status] = rec.statuses
+    assert (status.types, status.concurrency, status.running) == ([], 1, [])
+
+
+def test_a_poll_announces_its_type_and_count_capped_by_capacity(settings: Settings) -> None:
+    gw, rec = _gateway(settings)
+    assert gw.take("t", 3, "w1") == []
+    gw._heartbeat()
+    assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t"], 3)
+    assert gw.take("t", 2, "w2") == []  # another HTTP worker's demand adds up
+    gw._heartbeat()
+    assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t"], 5)
+    assert gw.take("u", 20, "w3") == []
+    gw._heartbeat()
+    assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t", "u"], 8)
+
+
+def test_a_held_task_goes_to_the_poll_and_is_reported_started(settings: Settings) -> None:
+    gw, rec = _gateway(settings)
+    gw._stale.beat()
+    gw._waiting["x"] = _Held(_assignment("x"), 0.0)
+    [a] = gw.take("t", 5, "w1")
+    assert a.task_id == "x"
+    assert gw.store.calls == [("w1", ["x"])]  # type: ignore[attr-defined]
+    assert [type(i).__name__ for i in rec.sent] == ["ReportStarted"]
+    assert rec.sent[0].worker_id == "gw"  # type: ignore[attr-defined]
+    gw._heartbeat()
+    assert rec.statuses[-1].running == ["x"]
+
+
+def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
+    settings: Settings,
+) -> None:
+    gw, rec = _gateway(settings)
+    assert gw.take("t", 1, "w1") == []
+    polled_at = gw._wanted["t", "w1"][0]
+    gw._waiting["x"] = _Held(_assignment("x"), polled_at)
+    gw._settle(polled_at + 1)  # still wanted: kept
+    assert "x" in gw._waiting and rec.sent == []
+    gw._settle(polled_at + 6)  # nobody polled "t" for longer than the demand window
+    assert "x" not in gw._waiting
+    [back] = rec.sent
+    assert isinstance(back, c.ReportFailed) and not back.terminal
+
+
+def test_a_restarted_gateway_lists_the_tasks_http_workers_still_hold(settings: Settings) -> None:
+    gw, rec = _gateway(settings)
+    gw._restore()
+    gw._heartbeat()
+    assert rec.statuses[-1].running == ["y"]  # its lease lives on; an update can still end it
+
+
+def test_the_position_is_committed_up_to_the_first_assignment_no_poll_took(
+    settings: Settings,
+) -> None:
+    gw, _rec = _gateway(settings)
+    assert gw._commit_point(40) == 40
+    gw._waiting["x"] = _Held(_assignment("x"), 0.0, offset=12)
+    gw._waiting["z"] = _Held(_assignment("z"), 0.0, offset=17)
+    assert gw._commit_point(40) == 12
+
+
+def test_poll_data_is_written_at_most_once_a_second_per_worker_and_type(
+    settings: Settings,
+) -> None:
+    gw, _rec = _gateway(settings)
+    for _ in range(5):
+        gw.record_poll("t", "", "w1")
+    gw.record_poll("t", "", "w2")
+    assert gw.store.calls == [("w1", ["t"]), ("w2", ["t"])]  # type: ignore[attr-defined]
