@@ -73,8 +73,14 @@ def taskdefs(name: str, steps: int) -> list[dict[str, Any]]:
     return [
         # No response or total timeout: a task the worker holds stays IN_PROGRESS (the
         # simulation would otherwise move its clock to the timeout and time the task out).
-        {"name": f"{name}.step{i}", "retryCount": 2, "retryLogic": "FIXED", "retryDelaySeconds": 5,
-         "responseTimeoutSeconds": 0, "timeoutSeconds": 0}  # fmt: skip
+        {
+            "name": f"{name}.step{i}",
+            "retryCount": 2,
+            "retryLogic": "FIXED",
+            "retryDelaySeconds": 5,
+            "responseTimeoutSeconds": 0,
+            "timeoutSeconds": 0,
+        }
         for i in range(steps + 1)
     ]
 
@@ -100,12 +106,13 @@ def _pick(rng: random.Random, weighted: tuple[tuple[Any, ...], ...]) -> tuple[An
 
 
 def workflow_id(seed: int, n: int) -> str:
-    return str(uuid.UUID(int=random.Random(f"{seed}-id-{n}").getrandbits(128), version=4))
+    rng = random.Random(f"{seed}-id-{n}")  # noqa: S311 (reproducible data, no secret)
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
 def events_of(seed: int, n: int) -> list[Any]:
     """Workflow ``n``'s history: the pure core's events for its drawn shape and outcome."""
-    rng = random.Random(f"{seed}-{n}")
+    rng = random.Random(f"{seed}-{n}")  # noqa: S311 (reproducible data, no secret)
     name, steps, _ = _pick(rng, DEFINITIONS)
     version = 1 + (rng.random() < 0.3)
     outcome = _pick(rng, OUTCOMES)[0]
@@ -247,5 +254,5 @@ def _chunks(
 
 def sample_ids(seed_value: int, workflows: int, count: int) -> list[str]:
     """``count`` seeded workflow ids, spread over the whole range (the detail route's ids)."""
-    rng = random.Random(f"{seed_value}-sample")
+    rng = random.Random(f"{seed_value}-sample")  # noqa: S311 (reproducible data)
     return [workflow_id(seed_value, rng.randrange(workflows)) for _ in range(count)]
