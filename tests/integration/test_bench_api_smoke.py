@@ -3,7 +3,7 @@ pure core, the projectors' fold and ``PgStore.write``, serves them with ``es-sch
 every endpoint for 2 s from its separate load process and writes its JSON and PNG. Checked:
 the document's fields, the seed's rows and its reuse, and that every request sent got a status
 (an HTTP status or an error) — never speed. An endpoint not built yet answers 404 and is
-reported absent; the baseline (``/openapi.json``) is always there to measure."""
+reported absent; the baseline (a static file) is always there to measure."""
 
 from __future__ import annotations
 
