@@ -188,6 +188,7 @@ def workers(opts: argparse.Namespace) -> Any:
 
 def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
     """Seed, serve, load; the result document (also written to ``opts.out``)."""
+    load_before = os.getloadavg()  # a loaded machine explains slow figures: keep it
     env.create()
     with Progress(console=console) as bar:
         task = bar.add_task(f"seeding {opts.workflows} workflows", total=opts.workflows)
@@ -224,7 +225,13 @@ def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
                 profiles[name] = profile(env, name, paths[name], opts)
     result = {
         "benchmark": "api",
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
+        "code": {"commit": commit(), "note": opts.note},
         "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "seed": {**seeded.__dict__, "workflows_per_second": round(seeded.rate, 1)},
         "load": {
@@ -251,6 +258,18 @@ def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
     }
     opts.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return result
+
+
+def commit() -> str:
+    """The commit the server ran (``+dirty`` when the tree has changes)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        "+dirty" if git("status", "--porcelain", "--untracked-files=no").strip() else ""
+    )
 
 
 def server_tail(server: Api, lines: int = 20) -> list[str]:
@@ -316,6 +335,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoints", type=lambda s: s.split(","), default=list(ENDPOINTS))
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--no-workers", dest="workers", action="store_false")
+    p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api.json")
     p.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "api.png")
     p.set_defaults(extra_paths={})

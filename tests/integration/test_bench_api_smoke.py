@@ -61,6 +61,7 @@ def test_the_api_benchmark_runs_and_accounts_for_every_request(tmp_path: Path) -
     assert doc["seed"]["workflows_per_second"] > 0
     assert set(doc["endpoints"]) == {"detail", "search", "list", "poll", "baseline"}
     assert doc["workers"] == {"status": "skipped"}
+    assert doc["code"]["commit"] and len(doc["machine"]["load_average_before"]) == 3
     for name, e in doc["endpoints"].items():
         if e["status"] == "absent":
             assert e["reason"].startswith("404"), name
