@@ -287,12 +287,14 @@ def report(result: dict[str, Any], console: Console, png: Path | None) -> None:
         f"{result['seed']['workflows']:,} workflows"
     )
     table = Table(title=title)
-    for column in ("endpoint", "req/s", "p50 ms", "p99 ms", "p99 runs", "target p99", "statuses"):
+    columns = ("endpoint", "req/s", "p50 ms", "p99 ms", "p99 runs", "target p99", "load cpu",
+               "statuses")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="left" if column == "endpoint" else "right")
     for name, e in result["endpoints"].items():
         target = e["target_p99_ms"]
         if e["status"] == "absent":
-            table.add_row(name, "absent", "", "", "", str(target or ""), e["reason"])
+            table.add_row(name, "absent", "", "", "", str(target or ""), "", e["reason"])
             continue
         m = e["median"]
         ok = "" if target is None else (" ok" if m["p99_ms"] <= target else " MISSED")
@@ -303,8 +305,10 @@ def report(result: dict[str, Any], console: Console, png: Path | None) -> None:
         table.add_row(name, f"{m['requests_per_second']:.0f}", f"{m['p50_ms']:.1f}",
                       f"{m['p99_ms']:.1f}", ", ".join(f"{r['p99_ms']:.0f}" for r in e["per_run"]),
                       f"{target:.0f}{ok}" if target else "",
+                      f"{statistics.median(r.get('load_cpu_share', 0) for r in e['per_run']):.2f}",
                       " ".join(f"{k}:{v}" for k, v in statuses.items()))  # fmt: skip
     console.print(table)
+    console.print("load cpu: the load process's CPU seconds per second (near 1: it set the pace)")
     console.print(f"HTTP vs native workers: {json.dumps(result['workers'])}")
     for name, views in result["profiles"].items():
         for view, frames in views.items():

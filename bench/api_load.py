@@ -11,7 +11,8 @@ latency kept is from sending to the whole body read.
 Spec: ``{"url", "paths", "clients", "seconds", "warmup", "timeout"}``. Result: ``requests``,
 ``answered`` (equals ``requests``: every request got a status or an error),
 ``requests_per_second``, ``p50_ms``, ``p99_ms``, ``max_ms`` (over the 2xx answers),
-``percentiles_ms`` (50, 75, 90, 95, 99), ``statuses`` (status or error -> count),
+``percentiles_ms`` (50, 75, 90, 95, 99), ``load_cpu_share`` (this process's CPU seconds per
+second of load), ``statuses`` (status or error -> count),
 ``seconds``, ``clients``.
 """
 
@@ -78,6 +79,9 @@ async def load(
         await asyncio.gather(*(client(http) for _ in range(clients)))
     answered = sum(statuses.values())
     return {
+        # This process's CPU over the whole load (warm-up included): near 1 per elapsed
+        # second means the load generator, not the server, set the pace.
+        "load_cpu_share": round(time.process_time() / (loop.time() - begin + warmup), 2),
         "clients": clients,
         "seconds": seconds,
         "requests": sent,
