@@ -352,7 +352,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     opts = parser().parse_args()
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps whole rows
     # The schema (and topic prefix) is named by what is seeded, so a rerun finds its seed.
     env = Env(prefix=f"benchapi_{opts.workflows}_{opts.seed}")
     report(run(opts, console, env), console, opts.png)
