@@ -1,0 +1,362 @@
+"""HTTP API speed with 100,000 workflows in the read models: requests/s, p50 and p99.
+
+1. Seed: ``--workflows`` workflows (default 100,000) run through the pure core and folded
+   into a private schema by the projectors' fold and ``PgStore.write`` (``bench/api_seed.py``;
+   the rate is printed). A schema whose marker matches (same count, seed and generator) is
+   reused, so a rerun starts measuring at once.
+2. Serve: ``es-sched api`` as a child process on that schema and private topics, auth off on
+   loopback (``tests/integration/api_harness.py``).
+3. Load: for each endpoint in turn, ``--clients`` concurrent clients (default 50) in a
+   separate process (``bench/api_load.py``) for ``--seconds`` after a warm-up; ``--runs``
+   rounds (default 3), the endpoints interleaved in each round; the medians are reported.
+   Endpoints: ``detail`` ``GET /api/workflow/{id}?includeTasks=true`` over 2,000 seeded ids,
+   ``search`` ``GET /api/workflow/search?query=...`` over five Conductor queries, ``list``
+   the console's ``GET /ui/?status=...`` over the statuses, ``poll``
+   ``GET /api/tasks/poll/batch/{type}?count=10&timeout=100`` over the seeded task types (no
+   task is queued: each poll waits its 100 ms and answers ``[]``). An endpoint whose probe
+   answers 404 is reported ``absent`` and not measured.
+4. Workers: ``bench/api_workers.py: http_vs_native()`` (HTTP workers' task throughput against
+   native Kafka workers on one DAG) if it is importable, else ``absent``.
+5. Profile: when a p99 target is missed, the server is restarted under cProfile on every
+   thread (``bench/api_profiled.py``), the endpoint loaded once more, and the top frames (by
+   own time without idle waits, by cumulative time, and es_sched's own frames) are printed and
+   kept in the JSON. ``baseline`` (the console's stylesheet, no database) is measured alongside: the
+   floor the framework and the load generator set on this machine.
+
+Targets (issue 14): p99 <= 100 ms for detail, search and the list page.
+Needs `es-sched stack up`. Prints figures, writes bench/results/api.json and api.png.
+Rerun: `.venv/bin/python bench/api.py [--workflows 100000 --runs 3 --clients 50 --seconds 10]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import json
+import os
+import platform
+import pstats
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+from sqlalchemy import text
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import api_seed  # noqa: E402
+from plot_png import Series, line_charts  # noqa: E402
+
+from es_sched.projections.postgres.store import engine_for  # noqa: E402
+from tests.integration.api_harness import Api, api  # noqa: E402
+from tests.integration.runtime_harness import Env, Role  # noqa: E402
+from tests.support.net import free_port  # noqa: E402
+from tests.support.wait import wait_until  # noqa: E402
+
+ENDPOINTS = ("detail", "search", "list", "poll", "baseline")
+TARGET_P99_MS = {"detail": 100.0, "search": 100.0, "list": 100.0}
+FIGURES = ("requests_per_second", "p50_ms", "p99_ms")
+COLOURS = ((31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14))
+
+
+def paths_for(seed: int, workflows: int) -> dict[str, list[str]]:
+    """Each endpoint's request paths over the seeded rows (the load cycles through them)."""
+    week_ago = api_seed.EPOCH_END - timedelta(days=7)
+    queries = (
+        "status = FAILED",
+        "workflowType = order_fulfilment AND status IN (RUNNING,PAUSED)",
+        f"correlationId = order-{workflows // 2}",
+        f"startTime > {int(week_ago.timestamp() * 1000)} AND status = COMPLETED",
+        "workflowType IN (refund,kyc_check) AND version = 2",
+    )
+    statuses = ("RUNNING", "FAILED", "COMPLETED", "TERMINATED", "PAUSED")
+    return {
+        "detail": [
+            f"/api/workflow/{i}?includeTasks=true"
+            for i in api_seed.sample_ids(seed, workflows, 2000)
+        ],
+        "search": [f"/api/workflow/search?query={quote(q)}&sort=startTime:DESC" for q in queries],
+        "list": [f"/ui/?status={s}" for s in statuses],
+        "poll": [
+            f"/api/tasks/poll/batch/{t}?count=10&timeout=100&workerid=bench"
+            for t in api_seed.task_types()
+        ],
+        # A 2.6 KB static file, no database: the floor the server and the load generator set.
+        "baseline": ["/ui/static/console.css"],
+    }
+
+
+def probe(url: str, path: str) -> int:
+    return httpx.get(url + path, timeout=30).status_code
+
+
+def measure(url: str, paths: list[str], clients: int, seconds: float, warmup: float) -> Any:
+    """One load in a separate process (``bench/api_load.py``): its JSON result."""
+    spec = {"url": url, "paths": paths, "clients": clients, "seconds": seconds, "warmup": warmup}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "api_load.py"), f.name],
+            capture_output=True, text=True, check=True, timeout=seconds + warmup + 120,
+        )  # fmt: skip
+    finally:
+        Path(f.name).unlink()
+    return json.loads(done.stdout)
+
+
+@contextmanager
+def profiled_server(env: Env, dump: Path) -> Any:
+    port = free_port()
+    role = Role(
+        env, "api-profiled", argv=["api", "--port", str(port)], module="bench.api_profiled",
+        ES_SCHED_API_AUTH="off", BENCH_API_PROFILE=str(dump),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return probe(url, "/openapi.json") == 200 or role.proc.poll() is not None
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(answers, 90, f"the profiled API on {url}")
+        assert role.proc.poll() is None, f"the profiled API exited:\n{role.text()}"
+        role.proc.send_signal(signal.SIGUSR1)  # leave start-up out of the profile
+        yield url
+    finally:
+        role.stop()
+
+
+# Threads parked with nothing to do: the thread pool's idle workers, the event loop's select.
+IDLE = ("<method 'acquire' of '_thread.lock' objects>", "<method 'poll' of 'select.epoll' objects>")
+VIEWS = {  # name -> (sort key, restriction)
+    "own time, idle waits left out": ("tottime", ()),
+    "cumulative": ("cumulative", ()),
+    "cumulative, es_sched frames": ("cumulative", ("es_sched",)),
+}
+
+
+def top_frames(dump: Path, lines: int = 25) -> dict[str, str]:
+    """The profile's top frames in three views. Times are summed over threads: with 40 pool
+    threads the totals exceed the wall time, and a frame's share is what matters."""
+    out: dict[str, str] = {}
+    for view, (key, only) in VIEWS.items():
+        buffer = io.StringIO()
+        stats = pstats.Stats(str(dump), stream=buffer)
+        if not only:
+            stats.strip_dirs()
+            kept = {k: v for k, v in stats.stats.items() if k[2] not in IDLE}  # type: ignore[attr-defined]
+            stats.stats = kept  # type: ignore[attr-defined]
+        stats.sort_stats(key).print_stats(*only, lines)
+        text_ = buffer.getvalue()
+        out[view] = text_[text_.find("   ncalls") :]
+    return out
+
+
+def profile(env: Env, name: str, paths: list[str], opts: argparse.Namespace) -> dict[str, str]:
+    with tempfile.TemporaryDirectory() as folder:
+        dump = Path(folder) / "api.prof"
+        with profiled_server(env, dump) as url:
+            measure(url, paths, opts.clients, opts.seconds, opts.warmup)
+        wait_until(dump.exists, 60, "the profile dump")
+        return top_frames(dump)
+
+
+def workers(opts: argparse.Namespace) -> Any:
+    """``bench/api_workers.py: http_vs_native()`` (built with the gateway), if present."""
+    try:  # by name: the module comes with another branch (mypy must not need it here)
+        module = importlib.import_module("api_workers")
+    except ImportError as exc:
+        return {"status": "absent", "reason": str(exc)}
+    http_vs_native = getattr(module, "http_vs_native", None)
+    if http_vs_native is None:
+        return {"status": "absent", "reason": "bench/api_workers.py has no http_vs_native"}
+    return {"status": "measured", "result": http_vs_native()}
+
+
+def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
+    """Seed, serve, load; the result document (also written to ``opts.out``)."""
+    load_before = os.getloadavg()  # a loaded machine explains slow figures: keep it
+    env.create()
+    with Progress(console=console) as bar:
+        task = bar.add_task(f"seeding {opts.workflows} workflows", total=opts.workflows)
+        seeded = api_seed.seed(env.settings, opts.workflows, opts.seed, opts.processes,
+                               progress=lambda n: bar.advance(task, n))  # fmt: skip
+    how = "reused (marker matches)" if seeded.reused else f"{seeded.rate:,.0f} workflows/s"
+    console.print(f"seed: {seeded.workflows:,} workflows, {seeded.tasks:,} task rows, "
+                  f"{seeded.events:,} events folded in schema {seeded.schema}: {how}")  # fmt: skip
+    paths = {k: v for k, v in paths_for(opts.seed, opts.workflows).items() if k in opts.endpoints}
+    paths.update(opts.extra_paths)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
+    absent: dict[str, str] = {}
+    with api(env) as server:
+        for name, some in paths.items():
+            status = probe(server.url, some[0])
+            if status == 404:
+                absent[name] = f"404 on {some[0]}"
+        measured = [n for n in paths if n not in absent]
+        with Progress(console=console) as bar:
+            task = bar.add_task("load", total=opts.runs * len(measured))
+            for _ in range(opts.runs):
+                for name in measured:
+                    runs[name].append(
+                        measure(server.url, paths[name], opts.clients, opts.seconds, opts.warmup)
+                    )
+                    bar.advance(task)
+        server_log = server_tail(server)
+    medians = {n: {f: statistics.median(r[f] for r in runs[n]) for f in FIGURES} for n in measured}
+    missed = [n for n, t in TARGET_P99_MS.items() if n in medians and medians[n]["p99_ms"] > t]
+    profiles = {}
+    if missed and opts.profile:
+        for name in missed:
+            with console.status(f"profiling the server under {name}"):
+                profiles[name] = profile(env, name, paths[name], opts)
+    result = {
+        "benchmark": "api",
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
+        "code": {"commit": commit(), "note": opts.note},
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "seed": {**seeded.__dict__, "workflows_per_second": round(seeded.rate, 1)},
+        "load": {
+            "clients": opts.clients,
+            "seconds": opts.seconds,
+            "warmup": opts.warmup,
+            "runs": opts.runs,
+        },
+        "endpoints": {
+            n: {
+                "path": paths[n][0],
+                "status": "absent" if n in absent else "measured",
+                **({"reason": absent[n]} if n in absent else {}),
+                "median": medians.get(n),
+                "per_run": runs[n],
+                "target_p99_ms": TARGET_P99_MS.get(n),
+            }
+            for n in paths
+        },
+        "targets_missed": missed,
+        "workers": workers(opts) if opts.workers else {"status": "skipped"},
+        "profiles": profiles,
+        "server_log_tail": server_log,
+    }
+    opts.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return result
+
+
+def commit() -> str:
+    """The commit the server ran (``+dirty`` when the tree has changes)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        "+dirty" if git("status", "--porcelain", "--untracked-files=no").strip() else ""
+    )
+
+
+def server_tail(server: Api, lines: int = 20) -> list[str]:
+    return server.role.text().splitlines()[-lines:]
+
+
+def report(result: dict[str, Any], console: Console, png: Path | None) -> None:
+    load = result["load"]
+    title = (
+        f"API at {load['clients']} clients, median of {load['runs']} runs of {load['seconds']} s, "
+        f"{result['seed']['workflows']:,} workflows"
+    )
+    table = Table(title=title)
+    columns = ("endpoint", "req/s", "p50 ms", "p99 ms", "p99 runs", "target p99", "load cpu",
+               "statuses")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column == "endpoint" else "right")
+    for name, e in result["endpoints"].items():
+        target = e["target_p99_ms"]
+        if e["status"] == "absent":
+            table.add_row(name, "absent", "", "", "", str(target or ""), "", e["reason"])
+            continue
+        m = e["median"]
+        ok = "" if target is None else (" ok" if m["p99_ms"] <= target else " MISSED")
+        statuses: dict[str, int] = {}
+        for r in e["per_run"]:
+            for k, v in r["statuses"].items():
+                statuses[k] = statuses.get(k, 0) + v
+        table.add_row(name, f"{m['requests_per_second']:.0f}", f"{m['p50_ms']:.1f}",
+                      f"{m['p99_ms']:.1f}", ", ".join(f"{r['p99_ms']:.0f}" for r in e["per_run"]),
+                      f"{target:.0f}{ok}" if target else "",
+                      f"{statistics.median(r.get('load_cpu_share', 0) for r in e['per_run']):.2f}",
+                      " ".join(f"{k}:{v}" for k, v in statuses.items()))  # fmt: skip
+    console.print(table)
+    console.print("load cpu: the load process's CPU seconds per second (near 1: it set the pace)")
+    console.print(f"HTTP vs native workers: {json.dumps(result['workers'])}")
+    for name, views in result["profiles"].items():
+        for view, frames in views.items():
+            console.rule(f"profile of the server under {name}: {view}")
+            console.print(frames, markup=False, highlight=False, soft_wrap=True)
+    measured = {n: e for n, e in result["endpoints"].items() if e["status"] == "measured"}
+    if png is not None and measured:
+        series = [Series(n.upper(), COLOURS[i % len(COLOURS)],
+                         [(float(q), float(statistics.median(r["percentiles_ms"][q]
+                                                             for r in e["per_run"])))
+                          for q in e["per_run"][0]["percentiles_ms"]])
+                  for i, (n, e) in enumerate(measured.items())]  # fmt: skip
+        line_charts(png, [("LATENCY MS BY PERCENTILE", series)], "PERCENTILE")
+
+
+def drop(env: Env) -> None:
+    admin = engine_for(env.settings, "public")
+    with admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{env.settings.postgres.schema_name}" CASCADE'))
+    admin.dispose()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--workflows", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--processes", type=int, default=2, help="seeding processes")
+    p.add_argument("--endpoints", type=lambda s: s.split(","), default=list(ENDPOINTS))
+    p.add_argument("--no-profile", dest="profile", action="store_false")
+    p.add_argument("--no-workers", dest="workers", action="store_false")
+    p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api.json")
+    p.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "api.png")
+    p.set_defaults(extra_paths={})
+    return p
+
+
+def main() -> None:
+    opts = parser().parse_args()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps whole rows
+    # The schema (and topic prefix) is named by what is seeded, so a rerun finds its seed.
+    env = Env(prefix=f"benchapi_{opts.workflows}_{opts.seed}")
+    report(run(opts, console, env), console, opts.png)
+
+
+if __name__ == "__main__":
+    main()
