@@ -1,5 +1,6 @@
 """The console in a real browser (Debian's chromium through Playwright) on a live stack: the
-list, a status filter, a workflow's DAG, and a retry of the failed one seen taking effect.
+list, a status filter, a workflow's DAG, a retry of the failed one seen taking effect, and the
+queues page showing a backlog once no worker runs.
 
 The stack is the real one: ``es-sched api`` plus the decider, dispatcher and both projectors as
 child processes on this test's private topics; the harness ``Worker`` fails one workflow's
@@ -171,3 +172,26 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
             expect(page.locator('a.count[data-status="COMPLETED"] b')).to_have_text("3")
             page.screenshot(path=str(ARTIFACTS / "list-after-retry.png"), full_page=True)
             page.close()
+
+        # No worker now: new workflows' first tasks wait, and the queues page shows the backlog
+        # (per type and priority, with the oldest age) once the read model has them.
+        waiting = env.submit("console.review", [{"kind": "video"}, {"kind": "image"}])
+        wait_until(
+            lambda: all(_statuses(stack, [w.workflow_id]) for w in waiting), 60,
+            "the waiting workflows in the read model",
+        )  # fmt: skip
+        page = chromium.new_page(viewport={"width": 1400, "height": 600})
+        page.set_default_timeout(TIMEOUT_MS)
+
+        def backlog() -> list[str]:
+            page.goto(f"{stack.url}/ui/queues")
+            row = page.locator("table.grid tbody tr", has_text="console.step")
+            return row.locator("td").all_inner_texts() if row.count() else []
+
+        # queued + leased-not-started: the departed worker may still be offered one
+        wait_until(
+            lambda: len(cells := backlog()) == 6 and int(cells[2]) + int(cells[3]) == 2, 60,
+            lambda: f"two waiting console.step tasks on the queues page: {backlog()}",
+        )  # fmt: skip
+        page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
+        page.close()
