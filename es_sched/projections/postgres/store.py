@@ -78,6 +78,13 @@ def available(what: str) -> Iterator[None]:
     except DBAPIError as exc:
         if exc.connection_invalidated:
             raise StoreUnavailable(f"PostgreSQL {what}: {exc.orig}") from exc
+        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
+            # A reader before the first projector-pg migrated the schema (the API started
+            # first, say): the read model is not there yet, which is an outage, not a bug.
+            raise StoreUnavailable(
+                f"PostgreSQL {what}: the read model's tables do not exist yet (no projector-pg "
+                f"has migrated this schema; `es-sched projections migrate`): {exc.orig}"
+            ) from exc
         raise
 
 
