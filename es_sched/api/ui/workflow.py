@@ -45,6 +45,7 @@ def _live(svc: Services, workflow_id: str) -> dict[str, Any]:
                and t["status"] != "COMPLETED"]  # fmt: skip
     return {
         "wf": row, "tasks": rows, "layout": dag.layout(definition, rows), "bars": bars,
+        "media": any(str(t["task_type"]).startswith("media.") for t in rows),
         "span": span, "definition": definition, "waiting": waiting,
         "parent_task_id": started.get("parent_task_id"), "rerun": True,
     }  # fmt: skip
