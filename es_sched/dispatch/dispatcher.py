@@ -16,7 +16,8 @@ Inputs:
   bans, pools and policies, changeable at run time.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
-  still leased is stopped on its worker at once (``Cancel``).
+  still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
+  lease still held (its worker declined it) puts the task back at the head of its queue.
 
 Every tick (``ES_SCHED_DISPATCH_TICK_MS``): expired leases -> ``ExpireLease`` to
 ``task-results`` and a ``Cancel`` to the worker; new assignments -> the wire ``Assignment`` to

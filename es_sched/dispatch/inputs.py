@@ -134,6 +134,16 @@ class Inputs:
                 ):
                     self._finished(lease.task_id)  # the worker no longer runs it
 
+    def _given_back(self, task_id: str, epoch: int) -> None:
+        """The decider ended the lease we still hold (its worker declined it, ADR 24 a): queue
+        the task again now. Its re-queued ready record may come first and is skipped while we
+        hold the task, so waiting for the worker's status to free it would strand it until
+        the reconciler's requeue timer (ADR 15). A lease we took back ourselves is gone already."""
+        lease = self.core.given_back(task_id, epoch)
+        if lease is not None:
+            self.journal.queued(task_id, epoch, self.clock())
+            log.info("task %s: lease %d given back by %s", task_id, epoch, lease.worker_id)
+
     def _on_config(self, msg: Message) -> None:
         try:
             change = dispatch_config.parse(_text(msg.key()), _raw(msg.value()))
@@ -147,13 +157,16 @@ class Inputs:
 
     def _on_event(self, msg: Message) -> None:
         try:
-            ended = dispatch_records.ended_task_and_type(_raw(msg.value()))
+            found = dispatch_records.task_event(_raw(msg.value()))
         except SchemaError as exc:
             log.warning("events %s@%s: %s", msg.partition(), msg.offset(), exc)
             return
-        if ended is None or ended[0] not in self.journal:
+        if found is None or found[0] not in self.journal:
             return
-        task_id, kind = ended
+        task_id, kind, epoch = found
+        if kind == dispatch_records.LEASE_ENDED:
+            self._given_back(task_id, epoch)
+            return
         lease = self.core.leases.leases.get(task_id)
         cancel = dispatch_records.stop_on_worker(lease, kind) if lease is not None else None
         if lease is not None and cancel is not None:  # within this tick, not at lease expiry

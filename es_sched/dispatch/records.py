@@ -4,7 +4,8 @@
 - a ``WorkerStatus`` report -> ``WorkerView`` (GPU free memory as reported)
 - a core ``Assignment`` -> the wire ``Assignment`` for the worker and the ``DispatchTask``
   decider input; an expired or preempted lease -> ``Cancel`` + ``ExpireLease``
-- an event of the events topic -> the id of a task that ended, if it is one
+- an event of the events topic -> the id of a task that ended, if it is one, or of a task
+  whose lease the decider ended (``task.lease_expired``, with its epoch)
 - a task and its lease <-> a lease journal record (``<prefix>.leases``, ADR 14)
 """
 
@@ -41,6 +42,7 @@ ENDED = frozenset(
         "task.completed_with_errors",
     }
 )
+LEASE_ENDED = "task.lease_expired"
 
 
 def ready_task(
@@ -156,17 +158,29 @@ def ended_task(raw: bytes | None) -> str | None:
 
 def ended_task_and_type(raw: bytes | None) -> tuple[str, str] | None:
     """(task id, event type) of an event that ends a task attempt, else None."""
+    found = task_event(raw)
+    return None if found is None or found[1] == LEASE_ENDED else (found[0], found[1])
+
+
+def task_event(raw: bytes | None) -> tuple[str, str, int] | None:
+    """(task id, event type, lease epoch or 0) of an event that ends a task attempt, or of a
+    ``task.lease_expired`` (a lease the decider ended: maybe one a worker declined), else None."""
     try:
         doc = orjson.loads(raw or b"")
     except orjson.JSONDecodeError as exc:
         raise SchemaError(f"event is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("type") not in ENDED:
+    if not isinstance(doc, dict) or (doc.get("type") not in ENDED | {LEASE_ENDED}):
         return None
     payload = doc.get("payload")
     task_id = payload.get("task_id") if isinstance(payload, dict) else None
     if not isinstance(task_id, str):
         raise SchemaError(f"{doc.get('type')} event without a task_id")
-    return task_id, str(doc["type"])
+    if doc["type"] != LEASE_ENDED:
+        return task_id, str(doc["type"]), 0
+    epoch = payload.get("lease_epoch") if isinstance(payload, dict) else None
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        raise SchemaError("task.lease_expired event without an integer lease_epoch")
+    return task_id, LEASE_ENDED, epoch
 
 
 def journal_record(

@@ -193,6 +193,16 @@ class ReportCancelled(WorkerReport):
 
 
 @dataclass(frozen=True)
+class ReportDeclined(WorkerReport):
+    """The worker gives its live lease back unused (the gateway worker: no HTTP worker polled
+    the task's type, ADR 24 a). The lease ends as if it expired: the task is queued again and
+    its attempt is not spent."""
+
+    TYPE = "worker.task_declined"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class FireTimer(Input):
     """A durable timer came due. ``kind``: retry | wait | response_timeout | total_timeout |
     workflow_timeout. A timer whose workflow moved on is ignored by the decider."""
@@ -220,5 +230,6 @@ INPUT_TYPES: dict[str, type[Input]] = {
         ResumeWorkflow, SignalWorkflow, RegisterDefinition, DispatchTask, ExpireLease,
         ReportStarted, ReportProgress, ReportCompleted, ReportFailed, FireTimer,
         ChildWorkflowEnded, ReportCancelled, RestartWorkflow, RerunWorkflow,
+        ReportDeclined,
     )
 }  # fmt: skip

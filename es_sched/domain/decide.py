@@ -264,7 +264,10 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
             if task is None or task.terminal or task.lease_epoch != inp.lease_epoch:
                 return []  # the lease was renewed, superseded or the task ended: nothing to do
             return [LeaseExpired(inp.task_id, inp.lease_epoch)]
-        case c.ReportStarted() | c.ReportProgress() | c.ReportCompleted() | c.ReportFailed():
+        case (
+            c.ReportStarted() | c.ReportProgress() | c.ReportCompleted() | c.ReportFailed()
+            | c.ReportDeclined()
+        ):  # fmt: skip
             return _report(st, inp)
         case c.ReportCancelled():
             # Never an outcome: a cancel means no live lease, so whatever lease this names,
@@ -307,6 +310,31 @@ def _task(st: WorkflowState, task_id: str) -> TaskState | None:
 
 def _report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
     task = st.tasks.get(inp.task_id)
+    reason = _not_live(st, task, inp)
+    if reason is not None:
+        return [CompletionRejected(inp.task_id, inp.attempt, inp.worker_id, reason)]
+    assert task is not None
+    match inp:
+        case c.ReportStarted():
+            return [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
+        case c.ReportProgress():
+            started = (
+                [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
+            )
+            return [*started, TaskProgressed(task.task_id, inp.percent, inp.message)]
+        case c.ReportCompleted():
+            return [TaskCompleted(task.task_id, dict(inp.output))]
+        case c.ReportFailed():
+            return [TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
+        case c.ReportDeclined():
+            # Started or not, the lease is given back as if it expired (ExpireLease): the
+            # worker gives up early what its silence would lose anyway; the attempt is kept.
+            return [LeaseExpired(task.task_id, task.lease_epoch)]
+    return []
+
+
+def _not_live(st: WorkflowState, task: TaskState | None, inp: c.WorkerReport) -> str | None:
+    """Why a report does not come from the task's live lease (fencing), None if it does."""
     reason = None
     if task is None:
         reason = "unknown task"
@@ -326,22 +354,7 @@ def _report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
         or task.worker_id != inp.worker_id
     ):
         reason = "lease mismatch: wrong worker, epoch or token (the lease was reassigned)"
-    if reason is not None:
-        return [CompletionRejected(inp.task_id, inp.attempt, inp.worker_id, reason)]
-    assert task is not None
-    match inp:
-        case c.ReportStarted():
-            return [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
-        case c.ReportProgress():
-            started = (
-                [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
-            )
-            return [*started, TaskProgressed(task.task_id, inp.percent, inp.message)]
-        case c.ReportCompleted():
-            return [TaskCompleted(task.task_id, dict(inp.output))]
-        case c.ReportFailed():
-            return [TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
-    return []
+    return reason
 
 
 def _timer(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:

@@ -112,6 +112,11 @@ def cancelled(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportCancel
     )
 
 
+def declined(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportDeclined:
+    """The live lease given back unused: the task is queued again, its attempt not spent."""
+    return c.ReportDeclined(**_report_fields(a, worker_id, "declined"), reason=reason[:MAX_REASON])
+
+
 # -- producing ------------------------------------------------------------------------------
 class Reporter:
     def __init__(self, bootstrap: str, topics: Topics) -> None:

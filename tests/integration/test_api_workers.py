@@ -7,6 +7,9 @@ child processes next to a decider, a dispatcher and the PostgreSQL projector.
 - an update from a worker that does not hold the lease is refused (409) and the refusal is in
   the log, as the ``task.completion_rejected`` caused by the input id the answer names;
 - two API processes: a task polled from one is completed through the other;
+- a task leased to the gateway that no HTTP worker polls within the demand window is declined
+  (``worker.task_declined`` -> ``task.lease_expired``): with ``retryCount 0`` a later poll
+  still takes attempt 1 and the workflow completes;
 - the real conductor-python SDK (``TaskHandler`` with a ``worker_task`` function) completes a
   workflow against ``es-sched api``.
 Every test ends on the log's invariants.
@@ -214,3 +217,46 @@ def test_the_conductor_python_sdk_worker_completes_a_workflow(
             if any(w in line for w in ("Conductor Worker", "Updated task", "ERROR", "WARNING")):
                 print("SDK:", line)
     assert_log_invariants(env, set(ids))
+
+
+def test_a_task_no_http_worker_polled_is_declined_and_a_later_poll_completes_attempt_1() -> None:
+    """ADR 24 a. The gateway's heartbeat (2 s) outlasts the demand window (1 s), so it often
+    declines a lease younger than the dispatcher's grace: the re-queued ready record then
+    comes while the dispatcher still holds the task, which only its reading of the
+    ``task.lease_expired`` re-queues (else the requeue timer, minutes away)."""
+    fast = {**FAST, "ES_SCHED_DISPATCH_HEARTBEAT_S": "2"}
+    env = Env(extra=dict(fast))
+    env.create()
+    env.push(CHAIN, TASKDEFS)
+    with (
+        roles(env, *ROLES, **fast),
+        api(env, **fast, ES_SCHED_API_GATEWAY_DEMAND_S="1") as server,
+    ):
+        [wf] = [s.workflow_id for s in env.submit("http_chain", [{}])]
+
+        def of(kind: str) -> list[Event]:
+            return [e for e in events_of(env, wf) if e.type == kind]
+
+        wait_until(lambda: bool(of("task.scheduled")), 60, "task a scheduled")
+        scheduled = of("task.scheduled")[0].payload.task_id  # type: ignore[attr-defined]
+        once = server.http.get("/api/tasks/poll/batch/http.a",
+                               params={"workerid": "w1", "count": 4, "timeout": 1})  # fmt: skip
+        assert (once.status_code, once.json()) == (200, [])  # then this worker stops polling
+        wait_until(lambda: bool(of("task.lease_expired")), 60, "the gateway's decline")
+        [expired] = of("task.lease_expired")
+        assert not expired.causation_id.startswith("expire:"), "the dispatcher's own expiry"
+        [leased] = of("task.dispatched")  # to the gateway, which no HTTP worker took it from
+        assert leased.payload.worker_id.startswith("api-gateway-")  # type: ignore[attr-defined]
+        a = poll_one(server, "http.a", "w1")
+        assert (a["taskId"], a["retryCount"]) == (scheduled, 0)  # attempt 1, no retry spent
+        done = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
+        assert done.status_code == 200, done.text
+        b = poll_one(server, "http.b", "w1")
+        assert server.http.post("/api/tasks", json=result(b, "w1")).status_code == 200
+        wait_until(lambda: ended(env, wf), 60, "the workflow's end")
+        assert final_status(events_of(env, wf)) == "COMPLETED"
+        assert of("task.failed") == []
+        attempts = {e.payload.attempt for e in of("task.dispatched")  # type: ignore[attr-defined]
+                    if e.payload.task_id == scheduled}  # type: ignore[attr-defined]  # fmt: skip
+        assert attempts == {1}
+    assert_log_invariants(env, {wf})

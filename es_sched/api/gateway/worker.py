@@ -13,8 +13,8 @@ Demand (ADR 24 a): the status announces only the task types HTTP workers polled 
 their polls) beyond those it holds, capped by ``capacity``. A poll that finds nothing sends a
 status at once, so the dispatcher hears of the demand within its tick rather than a heartbeat.
 A task leased but not taken by any poll while its type is no longer polled is handed back
-after ``demand_s`` (a non-terminal failure, as the SDK hands back on shutdown: the decider's
-model has no "not started" report that keeps the attempt; see the ADR).
+after ``demand_s`` with ``worker.task_declined``: the decider ends the lease as an expiry, so
+the task is queued again with its attempt kept, and the gateway drops it from its status.
 
 A task taken by a poll is reported started (``worker.task_started`` with the gateway's lease)
 and stays in the status until some API process records its outcome in the gateway store
@@ -257,7 +257,7 @@ class Gateway:
         for a in back:
             log.info("handing back %s (%s): not polled", a.task_id, a.task_type)
             reason = NOT_POLLED.format(s=self.demand_s)
-            self.reporter.send(runner.failed(a, self.worker_id, reason, terminal=False))
+            self.reporter.send(runner.declined(a, self.worker_id, reason))
 
     def _heartbeat(self) -> None:
         with self._lock:

@@ -206,9 +206,23 @@ class DispatchCore:
             if self.fleet.status(worker, now) == "dead":
                 gone += self.leases.reclaim_worker(worker.worker_id)
         for lease in gone:
-            flight = self.in_flight.pop(lease.task_id, None)
-            if flight is not None:
-                self.fleet.release(flight.placement, flight.need)
-                self.limits.finished(flight.task.task_type)
-                self.enqueue(flight.task, front=True)
+            self._requeue(lease.task_id)
         return gone
+
+    def given_back(self, task_id: str, epoch: int) -> Lease | None:
+        """The decider ended this lease without us (its worker declined it, ADR 24 a): the
+        task goes back to the head of its queue as on expiry. Another epoch's lease is not the
+        one that ended (ours expired already, or the task was leased again): None."""
+        lease = self.leases.leases.get(task_id)
+        if lease is None or lease.epoch != epoch:
+            return None
+        self.leases.release(task_id)
+        self._requeue(task_id)
+        return lease
+
+    def _requeue(self, task_id: str) -> None:
+        flight = self.in_flight.pop(task_id, None)
+        if flight is not None:
+            self.fleet.release(flight.placement, flight.need)
+            self.limits.finished(flight.task.task_type)
+            self.enqueue(flight.task, front=True)

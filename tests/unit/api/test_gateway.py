@@ -109,8 +109,12 @@ def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
     assert "x" in gw._waiting and rec.sent == []
     gw._settle(polled_at + 6)  # nobody polled "t" for longer than the demand window
     assert "x" not in gw._waiting
-    [back] = rec.sent
-    assert isinstance(back, c.ReportFailed) and not back.terminal
+    [back] = rec.sent  # declined: the lease goes back unused, the attempt is not spent
+    assert isinstance(back, c.ReportDeclined)
+    assert (back.task_id, back.worker_id, back.lease_epoch) == ("x", "gw", 1)
+    assert "no HTTP worker polled" in back.reason
+    gw._heartbeat()
+    assert rec.statuses[-1].running == []  # and dropped from the status
 
 
 def test_a_restarted_gateway_lists_the_tasks_http_workers_still_hold(settings: Settings) -> None:

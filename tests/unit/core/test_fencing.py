@@ -2,7 +2,7 @@
 
 The property test drives one worker task with retries through random interleavings of
 dispatches (new epoch and token, any worker), lease expiries (current or stale epoch), worker
-reports (started, progress, completed, failed, cancelled; from the live lease, an old one,
+reports (started, progress, completed, failed, cancelled, declined; from the live lease, an old one,
 another worker, or made up) and retry timers. An oracle replays the events alone:
 ``TaskDispatched`` makes a lease live; ``LeaseExpired`` and every event that ends the attempt
 make it dead. Every accepted outcome must come from the input whose (worker, epoch, token,
@@ -69,6 +69,12 @@ def _oracle(events: list[Event], inputs: dict[str, c.Input]) -> None:
                 key = (p.task_id, lease.attempt)
                 assert key not in accepted, f"second outcome for {key}"
                 accepted[key] = e.type
+        if isinstance(p, LeaseExpired) and isinstance(inputs.get(e.causation_id), c.WorkerReport):
+            inp = inputs[e.causation_id]  # a decline gives back only the live lease
+            assert isinstance(inp, c.ReportDeclined), f"{e.type} caused by {inp}"
+            lease = live.get(p.task_id)
+            got = Lease(inp.task_id, inp.attempt, inp.worker_id, inp.lease_epoch, inp.lease_token)
+            assert got == lease, f"declined from {got}, live lease {lease}"
         if isinstance(p, LeaseExpired | ENDS):
             live.pop(p.task_id, None)
 
@@ -91,6 +97,7 @@ step = st.tuples(
             "completed",
             "failed",
             "cancelled",
+            "declined",
             "retry",
             "wait",
         ]
@@ -155,6 +162,8 @@ class Fleet:
                 report = c.ReportCompleted(*ids, **lease)
             elif kind == "cancelled":
                 report = c.ReportCancelled(*ids, **lease, reason="lease expired")
+            elif kind == "declined":
+                report = c.ReportDeclined(*ids, **lease, reason="not polled")
             else:
                 report = c.ReportFailed(*ids, **lease, reason="boom")
             before = d.state

@@ -261,3 +261,19 @@ def test_need_of_declared_resources() -> None:
     assert Need.of(
         {"cpu": 2, "memory_mb": 512, "gpu_memory_mb": 4096, "custom": {"video_seconds": 8}}
     ) == Need(2.0, 512, 4096, (("video_seconds", 8.0),))
+
+
+def test_a_lease_the_decider_ended_goes_back_to_the_head_only_for_its_epoch() -> None:
+    """A worker declined its lease (ADR 24 a): the decider's task.lease_expired names the
+    epoch; the dispatcher queues the task again at once, and ignores an older epoch's."""
+    core = core_with(worker("w1", cpu=1), leases=LeaseTable(heartbeat_s=5, k=3))
+    core.enqueue(task("t1", resources={"cpu": 1}))
+    [first] = core.dispatch(T0, token)
+    assert isinstance(first, Assignment) and first.lease.epoch == 1
+    assert core.given_back("t1", 0) is None and "t1" in core.in_flight  # not this lease
+    given = core.given_back("t1", 1)
+    assert given is not None and given.worker_id == "w1"
+    assert "t1" not in core.in_flight and core.leases.leases == {}
+    [again] = core.dispatch(at(core, 1), token)  # the worker's cpu is free again
+    assert isinstance(again, Assignment) and again.task.task_id == "t1" and again.lease.epoch == 2
+    assert core.given_back("t1", 1) is None and "t1" in core.in_flight

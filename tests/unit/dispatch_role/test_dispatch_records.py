@@ -108,3 +108,14 @@ def test_ended_task_and_type_tells_failures_from_completions() -> None:
     done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2", "output": {}}})
     assert dr.ended_task_and_type(done) == ("t2", "task.completed")
     assert dr.ended_task_and_type(orjson.dumps({"type": "task.progressed", "payload": {}})) is None
+
+
+def test_a_lease_expired_event_names_its_task_and_epoch_but_ends_nothing() -> None:
+    expired = {"type": "task.lease_expired", "payload": {"task_id": "t1", "lease_epoch": 3}}
+    assert dr.task_event(orjson.dumps(expired)) == ("t1", "task.lease_expired", 3)
+    assert dr.ended_task_and_type(orjson.dumps(expired)) is None
+    assert dr.ended_task(orjson.dumps(expired)) is None
+    done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2"}})
+    assert dr.task_event(done) == ("t2", "task.completed", 0)
+    with pytest.raises(SchemaError):
+        dr.task_event(orjson.dumps({"type": "task.lease_expired", "payload": {"task_id": "t"}}))
