@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from es_sched.errors import ConfigError, EsSchedError, InfrastructureError, SchemaError
@@ -114,6 +115,14 @@ def install(app: FastAPI) -> None:
     async def _backend(request: Request, exc: InfrastructureError) -> JSONResponse:
         log.warning("%s %s: backend unavailable: %s", request.method, request.url.path, exc)
         return _answer(503, f"a backend is unavailable: {exc}")
+
+    @app.exception_handler(DataError)
+    async def _bad_value(request: Request, exc: DataError) -> JSONResponse:
+        # PostgreSQL refused a value the request carried into a query (a NUL character in an
+        # id, a number out of range): the request's fault, found by fuzzing the bulk routes.
+        first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        log.info("%s %s: the database refused a value: %s", request.method, request.url.path, first)
+        return _answer(400, f"a value in the request cannot be used: {first}")
 
     @app.exception_handler(EsSchedError)
     async def _ours(_request: Request, exc: EsSchedError) -> JSONResponse:

@@ -45,9 +45,15 @@ def test_no_5xx_and_every_4xx_has_a_reason() -> None:
             made = json.loads(env.cli("api", "keys", "create", "--role", "admin", "--json"))
             creds = {"keyId": made["keyId"], "keySecret": made["keySecret"]}
             token = server.http.post("/api/token", json=creds).json()["token"]
-            done = st_run(f"{server.url}/openapi.json", token, EXAMPLES)
+            # Not the revocation of keys: the fuzzer found the id of the key it runs with (a
+            # HAR report showed DELETE /api/v1/keys/<that id> answered 200) and every later
+            # operation stopped at 401. Revocation has its own tests (test_api_auth.py).
+            done = st_run(f"{server.url}/openapi.json", token, EXAMPLES, REVOKE)
             print(done.stdout[-6000:])
             assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+            # With the admin token every operation reached its handler (none answered only
+            # 401/403): the run exercised the routes, not the door.
+            assert "returned only 401/403" not in done.stdout, done.stdout[-6000:]
             # Without a token: every route that requires a role answers 401 with ``error``.
             anonymous = st_run(f"{server.url}/openapi.json", None, 3)
             print(anonymous.stdout[-3000:])
@@ -55,7 +61,12 @@ def test_no_5xx_and_every_4xx_has_a_reason() -> None:
             wait_until(lambda: server.role.proc.poll() is None, 1, "the API still running")
 
 
-def st_run(document: str, token: str | None, examples: int) -> subprocess.CompletedProcess[str]:
+REVOKE = ("--exclude-operation-id", "revoke_key_api_v1_keys__key_id__delete")
+
+
+def st_run(
+    document: str, token: str | None, examples: int, extra: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     st = Path(sys.executable).with_name("st")
     argv = [
         str(st), "run", document,
@@ -64,6 +75,7 @@ def st_run(document: str, token: str | None, examples: int) -> subprocess.Comple
         "--max-examples", str(examples), "--seed", "14", "--workers", "1",
         "--generation-database", "none", "--request-timeout", "60",
         *(["--header", f"X-Authorization: {token}"] if token else []),
+        *extra,
     ]  # fmt: skip
     env = {
         **os.environ,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import DataError
 
 from es_sched import bootstrap
+from es_sched.api import errors
 from es_sched.api.app import create_app
 from es_sched.errors import ConfigError
 from es_sched.settings import ApiSettings, load_settings
@@ -45,3 +49,21 @@ def test_cli_host_override_is_validated_again() -> None:
     off = type(off)(**{**off.__dict__, "api": ApiSettings(auth="off")})
     with pytest.raises(ConfigError, match="loopback"):
         bootstrap.with_api_host(off, "0.0.0.0")  # noqa: S104
+
+
+def test_a_value_the_database_refuses_is_the_requests_fault() -> None:
+
+    app = FastAPI()
+    errors.install(app)
+
+    @app.get("/probe")
+    def probe() -> None:
+        raise DataError(
+            "SELECT 1",
+            {},
+            psycopg.errors.DataError("A string literal cannot contain NUL (0x00) characters."),
+        )
+
+    answer = TestClient(app, raise_server_exceptions=False).get("/probe")
+    assert answer.status_code == 400
+    assert "NUL" in answer.json()["message"]
