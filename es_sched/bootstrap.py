@@ -128,11 +128,19 @@ def api_services(settings: Settings) -> ApiServices:
     keys: Lazy[Keys] = Lazy(lambda: key_store(settings))
     return Services(
         settings=settings,
-        pg=Lazy(lambda: pg_store(settings)),
+        pg=Lazy(lambda: api_pg_store(settings)),
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
         extras={"auth": Authenticator(settings.api, keys)},
     )
+
+
+def api_pg_store(settings: Settings) -> PgStore:
+    """The read model as the API reads it: a pool sized for its threads (ADR 23)."""
+    from es_sched.projections.postgres.store import PgStore  # noqa: PLC0415
+
+    a = settings.api
+    return PgStore(settings, pool_size=a.pg_pool_size, max_overflow=a.pg_max_overflow)
 
 
 def key_store(settings: Settings) -> PgKeys:

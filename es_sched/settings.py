@@ -255,6 +255,18 @@ class ApiSettings(BaseSettings):
     # How long a task type stays wanted after an HTTP worker's last poll for it; a leased task
     # no poll took that long after its type stopped being polled is handed back (ADR 24).
     gateway_demand_s: float = Field(default=10.0, gt=0, le=3600)
+    # The read model's connections per API process (its own pool; projectors keep theirs):
+    # FastAPI runs sync routes on 40 threads, and an overflow connection is closed on return.
+    pg_pool_size: int = Field(default=16, ge=1, le=200)
+    pg_max_overflow: int = Field(default=4, ge=0, le=200)
+    # How long an API process reuses the offsets its rows reflect (``X-Es-Sched-Reflects``):
+    # read before the rows, an older value is still a lower bound of what they reflect.
+    reflects_cache_s: float = Field(default=0.5, ge=0, le=10)
+    # Counts (search's totalHits, the console's per-status counts) stop at this many rows and
+    # say so (``X-Es-Sched-Total-Capped``, "N+"): an exact count scans every matching row.
+    count_max: int = Field(default=10_000, ge=1, le=100_000_000)
+    # ``es-sched api`` processes (uvicorn workers) sharing the port; one per core.
+    workers: int = Field(default=1, ge=1, le=64)
 
     @field_validator("jwt_secret")
     @classmethod

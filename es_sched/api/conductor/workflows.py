@@ -27,6 +27,7 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.conductor.query import QueryError, parse_query, parse_sort
 from es_sched.api.errors import ApiError
+from es_sched.api.reflected import reflected
 from es_sched.api.services import Services, services
 from es_sched.commands.client import Submitted
 from es_sched.commands.prepare import UnknownDefinition
@@ -51,7 +52,7 @@ VIEWER = require("viewer")
 
 def reflects(svc: Services) -> str:
     """The events offsets the PostgreSQL rows reflect, as ``partition:offset,...``."""
-    offsets = queries.reflected(svc.engine).get(topics_for(svc.settings).events, {})
+    offsets = reflected(svc, topics_for(svc.settings).events)  # a lower bound, cached briefly
     return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
 
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
+from es_sched.api.reflected import reflected
 from es_sched.api.services import Services
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
-from es_sched.projections.postgres import queries
 
 EXTRA = "console.log_ends"
 MARKER = 1  # a transaction's commit marker: one offset past the last record
@@ -90,6 +90,6 @@ def _log_ends(svc: Services) -> LogEnds:
 
 def freshness(svc: Services) -> Freshness:
     topic = topics_for(svc.settings).events
-    reflected = queries.reflected(svc.engine).get(topic, {})
+    reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
     ends = _log_ends(svc).get()
-    return Freshness(topic, reflected, ends, lag_of(reflected, ends) if ends else 0)
+    return Freshness(topic, reflects, ends, lag_of(reflects, ends) if ends else 0)

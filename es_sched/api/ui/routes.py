@@ -18,6 +18,7 @@ from es_sched.api.errors import ApiError
 from es_sched.api.services import Services, services
 from es_sched.api.ui import filters, workflow
 from es_sched.api.ui.common import OPERATOR, VIEWER, act, fragment, page
+from es_sched.api.ui.freshness import freshness
 from es_sched.projections.postgres import queries
 from es_sched.projections.postgres.queries import WorkflowFilter
 
@@ -42,13 +43,14 @@ def workflows_page(
 ) -> HTMLResponse:
     q = filters.parse(request.query_params)
     f = _filter(svc, q)
+    fresh = freshness(svc)  # before the rows: they reflect at least these offsets
     counts = queries.status_counts(svc.engine, filters.without_status(f))
     chosen = f.statuses or tuple(counts)
     total = sum(n for s, n in counts.items() if s in chosen)
     rows = queries.newest_workflows(svc.engine, f, q.start, q.size)
     return page(
-        request, "workflows.html", svc, who, q=q, rows=rows, total=total, counts=counts,
-        statuses=filters.STATUSES, sizes=filters.PAGE_SIZES, actions=BULK_ACTIONS,
+        request, "workflows.html", svc, who, fresh=fresh, q=q, rows=rows, total=total,
+        counts=counts, statuses=filters.STATUSES, sizes=filters.PAGE_SIZES, actions=BULK_ACTIONS,
     )  # fmt: skip
 
 
