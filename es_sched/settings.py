@@ -262,9 +262,11 @@ class ApiSettings(BaseSettings):
     # How long an API process reuses the offsets its rows reflect (``X-Es-Sched-Reflects``):
     # read before the rows, an older value is still a lower bound of what they reflect.
     reflects_cache_s: float = Field(default=0.5, ge=0, le=10)
-    # Counts (search's totalHits, the console's per-status counts) stop at this many rows and
-    # say so (``X-Es-Sched-Total-Capped``, "N+"): an exact count scans every matching row.
+    # Counts stop this many rows past the page's start and say so, as an exact count scans
+    # every matching row: search's totalHits (header ``X-Es-Sched-Total-Capped``; 10,000 as
+    # Elasticsearch's default track_total_hits) and the console's per-status counts ("N+").
     count_max: int = Field(default=10_000, ge=1, le=100_000_000)
+    console_count_max: int = Field(default=1_000, ge=1, le=100_000_000)
     # ``es-sched api`` processes (uvicorn workers) sharing the port; one per core.
     workers: int = Field(default=1, ge=1, le=64)
 

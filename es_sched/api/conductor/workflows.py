@@ -39,6 +39,7 @@ router = APIRouter(prefix="/api", tags=["workflow"])
 
 REFLECTS = "X-Es-Sched-Reflects"
 AFTER_HEADER = "X-Es-Sched-Token"
+TOTAL_CAPPED = "X-Es-Sched-Total-Capped"  # totalHits stopped counting here (ES_SCHED_API_COUNT_MAX)
 ENDED = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"})
 FREE_TEXT_LIMIT = 10_000  # ids a free-text search may resolve to (the engines' result window)
 MAX_PRIORITY = 8  # es-sched's priorities: 0 (highest) to 8
@@ -141,7 +142,10 @@ def search(
         ids = found if f.ids is None else tuple(i for i in f.ids if i in found)
         f = replace(f, ids=ids)
     response.headers[REFLECTS] = reflects(svc)
-    total, rows = queries.search_workflows(svc.engine, f, start, size, order)
+    cap = svc.settings.api.count_max
+    total, capped, rows = queries.search_page(svc.engine, f, start, size, order, cap)
+    if capped:  # totalHits is then a lower bound: at least this many match
+        response.headers[TOTAL_CAPPED] = str(total)
     return models.SearchResultWorkflowSummary(
         totalHits=total, results=[models.summary(r) for r in rows]
     )
