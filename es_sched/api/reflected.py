@@ -31,11 +31,19 @@ class Reflected:
         self._value: dict[str, dict[int, int]] = {}
 
     def get(self) -> dict[str, dict[int, int]]:
-        with self._lock:
+        """The value; when it is older than the ttl, one thread reads it again while the
+        others keep answering with the older one (a lower bound too) instead of queueing."""
+        if time.monotonic() - self._at < self._ttl:
+            return self._value
+        if not self._lock.acquire(blocking=self._at < 0):  # the first read: wait for it
+            return self._value
+        try:
             if time.monotonic() - self._at >= self._ttl:
                 self._value = queries.reflected(self._svc.engine)
                 self._at = time.monotonic()
             return self._value
+        finally:
+            self._lock.release()
 
 
 def reflected(svc: Services, topic: str) -> dict[int, int]:

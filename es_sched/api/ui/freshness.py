@@ -59,7 +59,13 @@ class LogEnds:
         self._value: dict[int, int] | None = None
 
     def get(self) -> dict[int, int] | None:
-        with self._lock:
+        """When the value is older than the ttl, one thread reads the broker again while the
+        others answer with the older ends (pages do not queue behind a broker round trip)."""
+        if time.monotonic() - self._at < self._ttl:
+            return self._value
+        if not self._lock.acquire(blocking=self._at < 0):  # the first read: wait for it
+            return self._value
+        try:
             if time.monotonic() - self._at >= self._ttl:
                 try:
                     self._value = self._read()
@@ -67,6 +73,8 @@ class LogEnds:
                     self._value = None
                 self._at = time.monotonic()
             return self._value
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         self._close()
