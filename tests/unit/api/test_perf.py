@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import uvicorn
 
 from es_sched import bootstrap
 from es_sched.api import reflected, server
@@ -56,7 +57,7 @@ def test_the_api_pool_is_sized_by_its_settings() -> None:
 
 def test_workers_share_one_jwt_key_and_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: dict[str, Any] = {}
-    monkeypatch.setattr(server.uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
     monkeypatch.delenv("ES_SCHED_API_JWT_SECRET", raising=False)
     monkeypatch.setenv("ES_SCHED_API_HOST", "127.0.0.1")
     server.serve_workers(ApiSettings(host="localhost", auth="off"), 2, port=9999)
