@@ -265,9 +265,9 @@ class ApiSettings(BaseSettings):
     # read before the rows, an older value is still a lower bound of what they reflect.
     reflects_cache_s: float = Field(default=0.5, ge=0, le=10)
     # Counts stop this many rows past the page's start and say so, as an exact count scans
-    # every matching row: search's totalHits (header ``X-Es-Sched-Total-Capped``; 10,000 as
-    # Elasticsearch's default track_total_hits) and the console's per-status counts ("N+").
-    count_max: int = Field(default=10_000, ge=1, le=100_000_000)
+    # every matching row: search's totalHits (header ``X-Es-Sched-Total-Capped``; paging on
+    # moves the bound with the start) and the console's per-status counts ("N+").
+    count_max: int = Field(default=1_000, ge=1, le=100_000_000)
     console_count_max: int = Field(default=1_000, ge=1, le=100_000_000)
     # ``es-sched api`` processes (uvicorn workers) sharing the port; one per core.
     workers: int = Field(default=1, ge=1, le=64)
