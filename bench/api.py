@@ -25,6 +25,9 @@
 
 Targets (issue 14): p99 <= 100 ms for detail, search and the list page.
 Needs `es-sched stack up`. Prints figures, writes bench/results/api.json and api.png.
+Each load runs against ``es-sched api --workers N`` for every N of ``--api-workers`` (default
+1,2; each its own server, interleaved): the last N's figures carry the plain names
+(``detail``), the others a suffix (``detail@1w``).
 Rerun: `.venv/bin/python bench/api.py [--workflows 100000 --runs 3 --clients 50 --seconds 10]`
 """
 
@@ -43,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -203,23 +206,30 @@ def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
                   f"{seeded.events:,} events folded in schema {seeded.schema}: {how}")  # fmt: skip
     paths = {k: v for k, v in paths_for(opts.seed, opts.workflows).items() if k in opts.endpoints}
     paths.update(opts.extra_paths)
+    # One server per --api-workers count, all up at once, the loads interleaved in each round
+    # (the shared machine's load drifts); the last count's figures carry the plain names.
+    served = {w: "" if w == opts.api_workers[-1] else f"@{w}w" for w in opts.api_workers}
+    paths = {name + tag: some for tag in served.values() for name, some in paths.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
     absent: dict[str, str] = {}
-    with api(env) as server:
+    with ExitStack() as stack:
+        servers = {tag: stack.enter_context(api(env, ES_SCHED_API_WORKERS=str(w)))
+                   for w, tag in served.items()}  # fmt: skip
+        url = {n: servers["@" + n.split("@")[1] if "@" in n else ""].url for n in paths}
         for name, some in paths.items():
-            status = probe(server.url, some[0])
+            status = probe(url[name], some[0])
             if status == 404:
                 absent[name] = f"404 on {some[0]}"
         measured = [n for n in paths if n not in absent]
         with Progress(console=console) as bar:
             task = bar.add_task("load", total=opts.runs * len(measured))
             for _ in range(opts.runs):
-                for name in measured:
+                for name in sorted(measured, key=lambda n: n.split("@")[0]):
                     runs[name].append(
-                        measure(server.url, paths[name], opts.clients, opts.seconds, opts.warmup)
+                        measure(url[name], paths[name], opts.clients, opts.seconds, opts.warmup)
                     )
                     bar.advance(task)
-        server_log = server_tail(server)
+        server_log = server_tail(servers[""])
     medians = {n: {f: statistics.median(r[f] for r in runs[n]) for f in FIGURES} for n in measured}
     missed = [n for n, t in TARGET_P99_MS.items() if n in medians and medians[n]["p99_ms"] > t]
     profiles = {}
@@ -243,6 +253,7 @@ def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
             "seconds": opts.seconds,
             "warmup": opts.warmup,
             "runs": opts.runs,
+            "api_workers": opts.api_workers,
         },
         "endpoints": {
             n: {
@@ -341,6 +352,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--processes", type=int, default=2, help="seeding processes")
     p.add_argument("--endpoints", type=lambda s: s.split(","), default=list(ENDPOINTS))
+    p.add_argument("--api-workers", type=lambda s: [int(w) for w in s.split(",")], default=[1, 2],
+                   help="es-sched api --workers counts, each its own server, measured "
+                   "side by side; the last one's figures carry the plain names")  # fmt: skip
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--no-workers", dest="workers", action="store_false")
     p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")

@@ -212,6 +212,11 @@ def seed(
     spec = {"generator": GENERATOR, "workflows": workflows, "seed": seed_value}
     marker = stored_marker(settings, schema)
     if marker is not None and marker.get("spec") == spec:
+        # Upgraded to the newest migration: a schema seeded before an index was added would
+        # be measured without it (one seeded at 0002 lacked the correlation id's index).
+        reused = PgStore(settings)
+        reused.ensure()
+        reused.engine.dispose()
         return Seeded(schema, workflows, marker["tasks"], marker["events"], 0.0, reused=True)
     admin = engine_for(settings, "public")
     with admin.begin() as conn:

@@ -12,6 +12,7 @@ submit`` do not load SQLAlchemy or the search clients; import-linter still sees 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -23,6 +24,8 @@ from es_sched.metrics import Registry
 from es_sched.settings import Settings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from es_sched.api.keys import Keys, PgKeys
     from es_sched.api.services import Services as ApiServices
     from es_sched.commands.client import CommandClient
@@ -128,11 +131,19 @@ def api_services(settings: Settings) -> ApiServices:
     keys: Lazy[Keys] = Lazy(lambda: key_store(settings))
     return Services(
         settings=settings,
-        pg=Lazy(lambda: pg_store(settings)),
+        pg=Lazy(lambda: api_pg_store(settings)),
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
         extras={"auth": Authenticator(settings.api, keys)},
     )
+
+
+def api_pg_store(settings: Settings) -> PgStore:
+    """The read model as the API reads it: a pool sized for its threads (ADR 23)."""
+    from es_sched.projections.postgres.store import PgStore  # noqa: PLC0415
+
+    a = settings.api
+    return PgStore(settings, pool_size=a.pg_pool_size, max_overflow=a.pg_max_overflow)
 
 
 def key_store(settings: Settings) -> PgKeys:
@@ -162,10 +173,28 @@ def with_api_host(settings: Settings, host: str) -> Settings:
     return replace(settings, api=api)
 
 
+def api_app() -> FastAPI:
+    """One API worker process's application, built from the environment's settings: uvicorn
+    imports it by name in each process ``es-sched api --workers N`` starts (ADR 23)."""
+    from es_sched.api.app import create_app  # noqa: PLC0415
+    from es_sched.settings import load_settings  # noqa: PLC0415
+
+    if not logging.getLogger().handlers:  # a spawned worker has not inherited the CLI's
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    return create_app(api_services(load_settings()))
+
+
 def _api(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.api.app import create_app  # noqa: PLC0415
     from es_sched.api.server import ApiServer  # noqa: PLC0415
 
+    if settings.api.workers > 1:  # uvicorn's supervisor needs the main thread: es-sched api
+        logging.getLogger(__name__).warning(
+            "es-sched run serves the API in one process; ES_SCHED_API_WORKERS=%d applies to "
+            "es-sched api", settings.api.workers,
+        )  # fmt: skip
     return ApiServer(settings.api, create_app(api_services(settings)))
 
 

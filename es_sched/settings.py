@@ -255,6 +255,22 @@ class ApiSettings(BaseSettings):
     # How long a task type stays wanted after an HTTP worker's last poll for it; a leased task
     # no poll took that long after its type stopped being polled is handed back (ADR 24).
     gateway_demand_s: float = Field(default=10.0, gt=0, le=3600)
+    # The read model's connections per API process (its own pool; projectors keep theirs).
+    # FastAPI runs sync routes on 40 threads; beyond the pool they wait for a connection: an
+    # overflow connection is closed on return, so under load each would cost a new connect
+    # (a profile at 20 clients showed one per request). 2 cores gain nothing past ~16 queries.
+    pg_pool_size: int = Field(default=16, ge=1, le=200)
+    pg_max_overflow: int = Field(default=0, ge=0, le=200)
+    # How long an API process reuses the offsets its rows reflect (``X-Es-Sched-Reflects``):
+    # read before the rows, an older value is still a lower bound of what they reflect.
+    reflects_cache_s: float = Field(default=0.5, ge=0, le=10)
+    # Counts stop this many rows past the page's start and say so, as an exact count scans
+    # every matching row: search's totalHits (header ``X-Es-Sched-Total-Capped``; paging on
+    # moves the bound with the start) and the console's per-status counts ("N+").
+    count_max: int = Field(default=1_000, ge=1, le=100_000_000)
+    console_count_max: int = Field(default=1_000, ge=1, le=100_000_000)
+    # ``es-sched api`` processes (uvicorn workers) sharing the port; one per core.
+    workers: int = Field(default=1, ge=1, le=64)
 
     @field_validator("jwt_secret")
     @classmethod

@@ -3,11 +3,21 @@
 uvicorn installs signal handlers only on the main thread; in ``es-sched run`` the role runs in
 a thread, so the stop event (set by ``run``'s own handlers) asks the server to exit, which
 finishes requests in flight and runs the application's shutdown (closing its clients).
+
+``serve_workers`` runs N processes on one socket instead (``es-sched api --workers N``): one
+Python process uses one core for the routes' Python, so a 2-core machine needs two. uvicorn's
+supervisor owns the signals then (the CLI's main thread), and builds the application in each
+worker from an import string (``bootstrap.api_app``), so everything a worker needs comes
+from the environment: the listening host, and one JWT key for all of them when none is
+configured (a token one worker issued must pass in another). Caches (keys, the reflected
+offsets, the log's ends) are per process; the gateway and auth allow several API processes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 
 import uvicorn
@@ -39,3 +49,20 @@ class ApiServer:
         log.info("API on http://%s:%d (console: /ui/)", self.config.host, self.config.port)
         self.server.run()
         stop.set()
+
+
+FACTORY = "es_sched.bootstrap:api_app"
+
+
+def serve_workers(settings: ApiSettings, workers: int, port: int | None = None) -> None:
+    """Serve with ``workers`` processes until SIGINT or SIGTERM (call on the main thread)."""
+    os.environ["ES_SCHED_API_HOST"] = settings.host
+    if not settings.jwt_secret:
+        os.environ["ES_SCHED_API_JWT_SECRET"] = secrets.token_urlsafe(48)
+    port = settings.port if port is None else port
+    log.info("API on http://%s:%d with %d worker processes (console: /ui/)", settings.host,
+             port, workers)  # fmt: skip
+    uvicorn.run(
+        FACTORY, factory=True, workers=workers, host=settings.host, port=port,
+        log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+    )  # fmt: skip

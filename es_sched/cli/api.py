@@ -21,15 +21,21 @@ from es_sched.settings import load_settings
     "--port", type=click.IntRange(0, 65535), default=None,
     help="Listen on this port (default: ES_SCHED_API_PORT, 8080).",
 )  # fmt: skip
+@click.option(
+    "--workers", type=click.IntRange(1, 64), default=None,
+    help="Processes serving the port, one per core (default: ES_SCHED_API_WORKERS, 1).",
+)  # fmt: skip
 @click.option("--log-level", default="INFO", show_default=True)
 @click.pass_context
-def api(ctx: click.Context, host: str | None, port: int | None, log_level: str) -> None:
+def api(
+    ctx: click.Context, host: str | None, port: int | None, workers: int | None, log_level: str
+) -> None:
     """Serve the Conductor-compatible REST API (/api), the native API (/api/v1) and the
     console (/ui) until SIGINT or SIGTERM."""
     if ctx.invoked_subcommand is not None:
         return
     from es_sched.api.app import create_app  # noqa: PLC0415 (FastAPI only for this command)
-    from es_sched.api.server import ApiServer  # noqa: PLC0415
+    from es_sched.api.server import ApiServer, serve_workers  # noqa: PLC0415
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -37,6 +43,10 @@ def api(ctx: click.Context, host: str | None, port: int | None, log_level: str) 
     settings = load_settings()
     if host is not None:
         settings = bootstrap.with_api_host(settings, host)
+    workers = settings.api.workers if workers is None else workers
+    if workers > 1:
+        serve_workers(settings.api, workers, port)
+        return
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -59,7 +59,10 @@ def test_the_api_benchmark_runs_and_accounts_for_every_request(tmp_path: Path) -
     assert doc["benchmark"] == "api"
     assert doc["seed"]["workflows"] == 200 and doc["seed"]["events"] > 200
     assert doc["seed"]["workflows_per_second"] > 0
-    assert set(doc["endpoints"]) == {"detail", "search", "list", "poll", "baseline"}
+    # --api-workers 1,2 (the default): each load against both servers, 1 worker suffixed.
+    plain = {"detail", "search", "list", "poll", "baseline"}
+    assert set(doc["endpoints"]) == plain | {f"{n}@1w" for n in plain}
+    assert doc["load"]["api_workers"] == [1, 2]
     assert doc["workers"] == {"status": "skipped"}
     assert doc["code"]["commit"] and len(doc["machine"]["load_average_before"]) == 3
     for name, e in doc["endpoints"].items():

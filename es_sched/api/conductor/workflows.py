@@ -27,6 +27,7 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.conductor.query import QueryError, parse_query, parse_sort
 from es_sched.api.errors import ApiError
+from es_sched.api.reflected import reflected
 from es_sched.api.services import Services, services
 from es_sched.commands.client import Submitted
 from es_sched.commands.prepare import UnknownDefinition
@@ -38,6 +39,7 @@ router = APIRouter(prefix="/api", tags=["workflow"])
 
 REFLECTS = "X-Es-Sched-Reflects"
 AFTER_HEADER = "X-Es-Sched-Token"
+TOTAL_CAPPED = "X-Es-Sched-Total-Capped"  # totalHits stopped counting here (ES_SCHED_API_COUNT_MAX)
 ENDED = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"})
 FREE_TEXT_LIMIT = 10_000  # ids a free-text search may resolve to (the engines' result window)
 MAX_PRIORITY = 8  # es-sched's priorities: 0 (highest) to 8
@@ -51,7 +53,7 @@ VIEWER = require("viewer")
 
 def reflects(svc: Services) -> str:
     """The events offsets the PostgreSQL rows reflect, as ``partition:offset,...``."""
-    offsets = queries.reflected(svc.engine).get(topics_for(svc.settings).events, {})
+    offsets = reflected(svc, topics_for(svc.settings).events)  # a lower bound, cached briefly
     return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
 
 
@@ -140,7 +142,10 @@ def search(
         ids = found if f.ids is None else tuple(i for i in f.ids if i in found)
         f = replace(f, ids=ids)
     response.headers[REFLECTS] = reflects(svc)
-    total, rows = queries.search_workflows(svc.engine, f, start, size, order)
+    cap = svc.settings.api.count_max
+    total, capped, rows = queries.search_page(svc.engine, f, start, size, order, cap)
+    if capped:  # totalHits is then a lower bound: at least this many match
+        response.headers[TOTAL_CAPPED] = str(total)
     return models.SearchResultWorkflowSummary(
         totalHits=total, results=[models.summary(r) for r in rows]
     )

@@ -15,15 +15,15 @@ from __future__ import annotations
 from es_sched.api.errors import ApiError
 from es_sched.api.native.models import Freshness
 from es_sched.api.readers import event_ends
+from es_sched.api.reflected import reflected
 from es_sched.api.services import Services
 from es_sched.projections import freshness
-from es_sched.projections.postgres import queries
 
 
 def freshness_of(svc: Services) -> Freshness:
     """Read the checkpoints first, the ends after: the lag is never understated."""
     topic = event_ends(svc).topic
-    reflects = queries.reflected(svc.engine).get(topic, {})
+    reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
     ends = event_ends(svc).record_ends(event_ends(svc).ends(), reflects)
     lag = {p: max(0, end - reflects.get(p, 0)) for p, end in ends.items()}
     return Freshness(

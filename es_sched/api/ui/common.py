@@ -24,9 +24,11 @@ TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELE
 def page(
     request: Request, name: str, svc: Services, who: Principal, **context: Any
 ) -> HTMLResponse:
-    """A full page: ``name`` extends base.html and includes ``_fresh.html`` in its lag block."""
+    """A full page: ``name`` extends base.html and includes ``_fresh.html`` in its lag block
+    (``fresh``: pass one read before the page's rows, else it is read now)."""
+    fresh = context.pop("fresh") if "fresh" in context else freshness(svc)
     return templates.TemplateResponse(
-        request, name, {"fresh": freshness(svc), "who": who, "terminal": TERMINAL, **context}
+        request, name, {"fresh": fresh, "who": who, "terminal": TERMINAL, **context}
     )
 
 

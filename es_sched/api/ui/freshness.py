@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
+from es_sched.api.reflected import reflected
 from es_sched.api.services import Services
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
-from es_sched.projections.postgres import queries
 
 EXTRA = "console.log_ends"
 MARKER = 1  # a transaction's commit marker: one offset past the last record
@@ -59,7 +59,13 @@ class LogEnds:
         self._value: dict[int, int] | None = None
 
     def get(self) -> dict[int, int] | None:
-        with self._lock:
+        """When the value is older than the ttl, one thread reads the broker again while the
+        others answer with the older ends (pages do not queue behind a broker round trip)."""
+        if time.monotonic() - self._at < self._ttl:
+            return self._value
+        if not self._lock.acquire(blocking=self._at < 0):  # the first read: wait for it
+            return self._value
+        try:
             if time.monotonic() - self._at >= self._ttl:
                 try:
                     self._value = self._read()
@@ -67,6 +73,8 @@ class LogEnds:
                     self._value = None
                 self._at = time.monotonic()
             return self._value
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         self._close()
@@ -90,6 +98,6 @@ def _log_ends(svc: Services) -> LogEnds:
 
 def freshness(svc: Services) -> Freshness:
     topic = topics_for(svc.settings).events
-    reflected = queries.reflected(svc.engine).get(topic, {})
+    reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
     ends = _log_ends(svc).get()
-    return Freshness(topic, reflected, ends, lag_of(reflected, ends) if ends else 0)
+    return Freshness(topic, reflects, ends, lag_of(reflects, ends) if ends else 0)

@@ -8,12 +8,13 @@ text index over inputs and outputs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, select
+from sqlalchemy import Connection, Engine, ScalarSelect, Select, func, literal_column, select
 
 from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, REJECTIONS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
@@ -264,3 +265,68 @@ def queues(engine: Engine) -> list[Row]:
     )
     with available("queues"), engine.connect() as conn:
         return [dict(r) for r in conn.execute(query).mappings()]
+
+
+# -- reads sized for the API at 100k rows (issue 14 item 6) ----------------------------------
+@contextmanager
+def snapshot(engine: Engine, what: str) -> Iterator[Connection]:
+    """One connection, one REPEATABLE READ transaction: every query in it sees the same rows,
+    so a count and the page it counts agree even while projectors write."""
+    with available(what), engine.connect() as conn:
+        conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
+
+
+def _capped_count(f: WorkflowFilter, limit: int) -> ScalarSelect[Any]:
+    """How many rows match ``f``, counting at most ``limit + 1`` (one past: "more than")."""
+    matching = apply_filter(select(literal_column("1")).select_from(WORKFLOWS), f)
+    return select(func.count()).select_from(matching.limit(limit + 1).subquery()).scalar_subquery()
+
+
+def _ordered(
+    query: Select[Any], sort: Sequence[tuple[str, bool]], start: int, size: int
+) -> Select[Any]:
+    c = WORKFLOWS.c
+    order = []
+    for column, descending in sort:
+        if column not in SORTABLE:
+            raise ValueError(f"cannot sort by {column!r}; choose from {sorted(SORTABLE)}")
+        order.append(c[column].desc() if descending else c[column].asc())
+    return query.order_by(*order, c.workflow_id.asc()).offset(start).limit(size)
+
+
+def search_page(
+    engine: Engine, f: WorkflowFilter, start: int, size: int,
+    sort: Sequence[tuple[str, bool]], cap: int,
+) -> tuple[int, bool, list[Row]]:  # fmt: skip
+    """``search_workflows`` with a bounded total: (total, capped, rows). The total counts at
+    most ``start + cap`` rows (an exact count scans every match: 58k rows for one status at
+    100k workflows); ``capped`` says there are more. Count and page share one snapshot."""
+    limit = start + cap
+    with snapshot(engine, "search") as conn:
+        total = int(conn.execute(select(_capped_count(f, limit))).scalar_one())
+        rows = [dict(r) for r in conn.execute(_ordered(apply_filter(select(WORKFLOWS), f), sort,
+                                                       start, size)).mappings()]  # fmt: skip
+    return min(total, limit), total > limit, rows
+
+
+def console_page(
+    engine: Engine, f: WorkflowFilter, statuses: Sequence[str], start: int, size: int,
+    cap: int,
+) -> tuple[dict[str, int], frozenset[str], list[Row]]:  # fmt: skip
+    """The console's list: rows matching ``f`` per status in ``statuses`` (over ``f`` without
+    its statuses, each counted to at most ``start + cap``: one index range per status, not a
+    scan of the table), the statuses whose count stopped there, and one page of ``f``'s rows,
+    newest first; all in one snapshot, so the counts and the page agree."""
+    limit = start + cap
+    others = replace(f, statuses=())
+    counted = select(*(_capped_count(replace(others, statuses=(s,)), limit) for s in statuses))
+    page = apply_filter(select(WORKFLOWS), f)
+    with snapshot(engine, "count") as conn:
+        found = conn.execute(counted).one() if statuses else ()
+        rows = [dict(r) for r in conn.execute(_ordered(page, (("created_at", True),), start,
+                                                       size)).mappings()]  # fmt: skip
+    counts = {s: min(int(n), limit) for s, n in zip(statuses, found, strict=True) if n}
+    capped = frozenset(s for s, n in zip(statuses, found, strict=True) if n > limit)
+    return counts, capped, rows

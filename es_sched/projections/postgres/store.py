@@ -41,12 +41,19 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def engine_for(settings: Settings, schema: str | None = None) -> Engine:
+def engine_for(
+    settings: Settings, schema: str | None = None, pool_size: int = 4, max_overflow: int = 10
+) -> Engine:
+    """An engine on ``schema``. A projector needs a few connections; the API sizes its pool to
+    its thread pool (``ES_SCHED_API_PG_POOL_SIZE``): an overflow connection is closed when it
+    is returned, so a pool too small makes most requests pay a PostgreSQL connect."""
     schema = schema or settings.postgres.schema_name
     return create_engine(
         settings.postgres.url,
         pool_pre_ping=True,
-        pool_size=4,
+        pool_recycle=1800,  # a connection older than this is replaced, not reused for ever
+        pool_size=pool_size,
+        max_overflow=max_overflow,
         json_serializer=_json,
         json_deserializer=orjson.loads,
         connect_args={"options": f"-c search_path={schema}", "connect_timeout": 5},
@@ -134,11 +141,12 @@ class PgStore:
     """The ``Store`` port over PostgreSQL (one schema)."""
 
     def __init__(
-        self, settings: Settings, schema: str | None = None, projection: str = "pg"
-    ) -> None:
+        self, settings: Settings, schema: str | None = None, projection: str = "pg",
+        pool_size: int = 4, max_overflow: int = 10,
+    ) -> None:  # fmt: skip
         self.schema = schema or settings.postgres.schema_name
         self.name = projection
-        self.engine = engine_for(settings, self.schema)
+        self.engine = engine_for(settings, self.schema, pool_size, max_overflow)
 
     def ensure(self) -> None:
         migrate(self.engine, self.schema)

@@ -96,6 +96,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
         asked.setdefault("counts", []).append(f)
         return {"FAILED": 1, "COMPLETED": 1}
 
+    def console_page(_e: Any, f: Any, statuses: Any, start: int, size: int, cap: int) -> Any:
+        counts = status_counts(_e, replace(f, statuses=()))
+        return counts, frozenset(), newest_workflows(_e, f, start, size)
+
     def workflow(_e: Any, wid: str) -> Any:
         if wid != "w1":
             return None, []
@@ -103,6 +107,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
 
     for name, fake in {
         "newest_workflows": newest_workflows, "status_counts": status_counts,
+        "console_page": console_page,
         "workflow": workflow,
         "reflected": lambda _e: {topic: {0: 5, 1: 9}},
         "workflow_ids": lambda _e, f, limit: ["w1", "w2"],

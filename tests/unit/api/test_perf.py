@@ -1,0 +1,71 @@
+"""The API's speed parts (issue 14 item 6) without a database: the reflected offsets are
+reused for ``reflects_cache_s`` and read again after it, the API's read-model pool is sized
+by its settings, and ``--workers N`` hands each uvicorn worker what it cannot get from the
+CLI's memory (the host, and one JWT key for all when none is configured)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import uvicorn
+
+from es_sched import bootstrap
+from es_sched.api import reflected, server
+from es_sched.api.services import Lazy, Services
+from es_sched.projections.postgres import queries
+from es_sched.settings import ApiSettings, load_settings
+
+
+def _svc(cache_s: float) -> Services:
+    settings = replace(load_settings(), api=ApiSettings(auth="off", reflects_cache_s=cache_s))
+
+    class Pg:
+        engine = None
+
+    return Services(settings, Lazy(Pg), Lazy(object), Lazy(object))  # type: ignore[arg-type]
+
+
+def test_the_reflected_offsets_are_read_once_per_cache_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+
+    def read(_engine: Any) -> dict[str, dict[int, int]]:
+        reads.append(1)
+        return {"events": {0: len(reads)}}
+
+    monkeypatch.setattr(queries, "reflected", read)
+    cached = _svc(10)
+    assert [reflected.reflected(cached, "events") for _ in range(3)] == [{0: 1}] * 3
+    assert reflected.reflected(cached, "other") == {}
+    assert len(reads) == 1
+    fresh = _svc(0)  # 0 s: every request reads the checkpoints again
+    assert [reflected.reflected(fresh, "events") for _ in range(2)] == [{0: 2}, {0: 3}]
+
+
+def test_the_api_pool_is_sized_by_its_settings() -> None:
+    api = ApiSettings(auth="off", pg_pool_size=23, pg_max_overflow=2)
+    store = bootstrap.api_pg_store(replace(load_settings(), api=api))
+    try:
+        assert (store.engine.pool.size(), store.engine.pool._max_overflow) == (23, 2)  # type: ignore[attr-defined]
+    finally:
+        store.engine.dispose()
+
+
+def test_workers_share_one_jwt_key_and_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
+    monkeypatch.delenv("ES_SCHED_API_JWT_SECRET", raising=False)
+    monkeypatch.setenv("ES_SCHED_API_HOST", "127.0.0.1")
+    server.serve_workers(ApiSettings(host="localhost", auth="off"), 2, port=9999)
+    assert (ran["app"], ran["factory"], ran["workers"], ran["port"]) == (
+        "es_sched.bootstrap:api_app", True, 2, 9999)  # fmt: skip
+    assert os.environ["ES_SCHED_API_HOST"] == "localhost"
+    assert len(os.environ["ES_SCHED_API_JWT_SECRET"]) >= 32  # one key for every worker
+    configured = "x" * 40
+    monkeypatch.setenv("ES_SCHED_API_JWT_SECRET", configured)
+    server.serve_workers(ApiSettings(auth="off", jwt_secret=configured), 2)
+    assert os.environ["ES_SCHED_API_JWT_SECRET"] == configured
