@@ -16,8 +16,7 @@ import secrets
 import threading
 import uuid
 import zlib
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -25,10 +24,10 @@ from typing import Any, Protocol
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from es_sched.api.roles import ROLES
 from es_sched.errors import InfrastructureError
+from es_sched.projections.postgres.store import available
 
 # argon2-cffi's defaults are argon2id with RFC 9106's low-memory profile (t=3, 64 MiB, p=4);
 # a hash is computed on key creation and on each ``POST /api/token``, never per request.
@@ -124,7 +123,7 @@ class PgKeys:
             self._ready = True
 
     def _available(self, what: str) -> AbstractContextManager[None]:
-        return _translated(f"API keys {what}")
+        return available(f"API keys {what}", KeyStoreUnavailable)
 
     def add(self, key: StoredKey) -> None:
         self._ensure()
@@ -180,19 +179,6 @@ class PgKeys:
 
     def close(self) -> None:
         self.engine.dispose()
-
-
-@contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """Driver errors become ``KeyStoreUnavailable`` (a 503 in the API, a clear CLI error)."""
-    try:
-        yield
-    except OperationalError as exc:
-        raise KeyStoreUnavailable(f"PostgreSQL {what}: {exc.orig}") from exc
-    except DBAPIError as exc:
-        if exc.connection_invalidated:
-            raise KeyStoreUnavailable(f"PostgreSQL {what}: {exc.orig}") from exc
-        raise
 
 
 def utcnow() -> datetime:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
+from sqlalchemy import create_engine, text
 
 from tests.integration.runtime_harness import Env, Role
 from tests.support.net import free_port
@@ -31,6 +32,18 @@ def _answers(url: str) -> bool:
         return httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@contextmanager
+def keyed_env() -> Iterator[Env]:
+    """An ``Env`` whose API keys schema (``<prefix>_auth``, which outlives the read model) is
+    dropped afterwards."""
+    env = Env()
+    yield env
+    engine = create_engine(env.settings.postgres.url)
+    with engine.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{env.prefix}_auth" CASCADE'))
+    engine.dispose()
 
 
 @contextmanager

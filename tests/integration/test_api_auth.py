@@ -17,9 +17,8 @@ from conductor.client.configuration.settings.authentication_settings import (
 from conductor.client.http.api.token_resource_api import TokenResourceApi
 from conductor.client.http.api_client import ApiClient
 from conductor.client.http.rest import AuthorizationException
-from sqlalchemy import create_engine, text
 
-from tests.integration.api_harness import Api, api
+from tests.integration.api_harness import Api, api, keyed_env
 from tests.integration.runtime_harness import Env
 
 pytestmark = pytest.mark.integration
@@ -30,12 +29,8 @@ AUTH = {"ES_SCHED_API_AUTH": "on", "ES_SCHED_API_JWT_SECRET": SECRET}
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[Env]:
-    env = Env()
-    yield env
-    engine = create_engine(env.settings.postgres.url)
-    with engine.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA IF EXISTS "{env.prefix}_auth" CASCADE'))
-    engine.dispose()
+    with keyed_env() as env:
+        yield env
 
 
 @pytest.fixture(scope="module")

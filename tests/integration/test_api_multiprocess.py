@@ -12,9 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
-from tests.integration.api_harness import api
+from tests.integration.api_harness import api, keyed_env
 from tests.integration.runtime_harness import Env
 from tests.support.wait import wait_until
 
@@ -35,12 +34,8 @@ def _children(pid: int) -> set[int]:
 
 @pytest.fixture
 def env() -> Iterator[Env]:
-    env = Env()
-    yield env
-    engine = create_engine(env.settings.postgres.url)
-    with engine.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA IF EXISTS "{env.prefix}_auth" CASCADE'))
-    engine.dispose()
+    with keyed_env() as env:
+        yield env
 
 
 def test_two_workers_share_the_port_and_one_token_key(env: Env) -> None:

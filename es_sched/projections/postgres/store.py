@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from es_sched.domain.events import WorkflowRejected
 from es_sched.domain.refusals import is_refusal
+from es_sched.errors import InfrastructureError
 from es_sched.projections.postgres.models import CHECKPOINTS, REJECTIONS, TASKS, WORKFLOWS
 from es_sched.projections.store import Archived, Batch, StoreUnavailable
 from es_sched.projections.views import TASK_FIELDS, WORKFLOW_FIELDS, Row, Rows
@@ -77,18 +78,22 @@ def migrate(engine: Engine, schema: str) -> None:
 
 
 @contextmanager
-def available(what: str) -> Iterator[None]:
+def available(
+    what: str, unavailable: type[InfrastructureError] = StoreUnavailable
+) -> Iterator[None]:
+    """PostgreSQL failures a caller can wait out become ``unavailable`` (a 503 in the API, a
+    pause for a projector); everything else is raised as it is."""
     try:
         yield
     except OperationalError as exc:
-        raise StoreUnavailable(f"PostgreSQL {what}: {exc.orig}") from exc
+        raise unavailable(f"PostgreSQL {what}: {exc.orig}") from exc
     except DBAPIError as exc:
         if exc.connection_invalidated:
-            raise StoreUnavailable(f"PostgreSQL {what}: {exc.orig}") from exc
+            raise unavailable(f"PostgreSQL {what}: {exc.orig}") from exc
         if isinstance(exc.orig, psycopg.errors.UndefinedTable):
             # A reader before the first projector-pg migrated the schema (the API started
             # first, say): the read model is not there yet, which is an outage, not a bug.
-            raise StoreUnavailable(
+            raise unavailable(
                 f"PostgreSQL {what}: the read model's tables do not exist yet (no projector-pg "
                 f"has migrated this schema; `es-sched projections migrate`): {exc.orig}"
             ) from exc
