@@ -7,8 +7,9 @@ Rules, one place each:
   as slower than all that did, so a percentile that lands on one is ``None`` ("did not complete"),
   never the percentile of the survivors alone (that would flatter an overloaded system);
 - a load is sustained when the completion rate in the steady window (after a warm-up of a fifth
-  of the duration, until the end of offering) is at least 95% of the offered rate AND at least
-  95% of the DAGs offered completed by the end of the drain;
+  of the duration, until the end of offering; both shifted by the phase's median latency, when
+  the DAGs offered then complete) is at least 95% of the offered rate AND at least 95% of the
+  DAGs offered completed by the end of the drain;
 - a median of runs ranks a missing figure above every number (an even count whose upper
   middle is missing is missing).
 """
@@ -57,11 +58,14 @@ def open_loop_figures(
     ``submits`` maps DAG id to its *intended* submit time (t0 + n / rate: a late submitter does
     not hide queueing, no coordinated omission), ``completions`` DAG id to completion time; both
     on one clock, in seconds."""
-    warm = t0 + seconds * WARMUP_FRACTION
-    end = t0 + seconds
+    done = [completions[k] - s for k, s in submits.items() if k in completions]
+    # The window where the DAGs offered in the steady part complete: shifted by the median
+    # latency, so a slow but keeping-up system is not counted short (its latency shows that).
+    lag = statistics.median(done) if done else 0.0
+    warm = t0 + seconds * WARMUP_FRACTION + lag
+    end = t0 + seconds + lag
     steady = sum(1 for k, t in completions.items() if k in submits and warm <= t < end)
     rate = steady / (end - warm)
-    done = [completions[k] - s for k, s in submits.items() if k in completions]
     lat_ms = [d * 1000 for d in done]
     fraction = len(done) / len(submits) if submits else 0.0
     return {

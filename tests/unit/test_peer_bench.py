@@ -62,10 +62,20 @@ def test_completing_half_is_not_sustained() -> None:
     assert got["latency_ms"]["p95"] is None
 
 
-def test_all_completed_but_only_after_the_window_is_not_sustained() -> None:
-    # Everything completes during the drain: the steady window saw too little.
-    got = _phase(rate=10, seconds=20, latency_s=15)
+def test_a_slow_system_that_keeps_up_is_sustained() -> None:
+    # 3 s from submit to completion, every DAG, at the offered rate: slow, not saturated.
+    got = _phase(rate=10, seconds=20, latency_s=3)
+    assert got["sustained"] is True
+    assert got["latency_ms"]["p50"] == 3000
+
+
+def test_completing_at_half_the_rate_is_not_sustained_even_if_all_drain() -> None:
+    rate, n = 10.0, 200
+    submits = {f"d{i}": 100 + i / rate for i in range(n)}
+    done = {f"d{i}": 100 + 0.1 + i / (rate / 2) for i in range(n)}  # one at a time, half speed
+    got = ps.open_loop_figures(rate, n / rate, submits, done, 100.0)
     assert got["completed_fraction"] == 1
+    assert got["steady_completion_rate"] == pytest.approx(5, rel=0.05)
     assert got["sustained"] is False
 
 
