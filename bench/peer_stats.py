@@ -154,40 +154,42 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
-def _ms(v: float | None) -> str:
-    return "did not complete" if v is None else f"{v:g}"
+def _ms(v: float | None, missing: str = "did not complete") -> str:
+    return missing if v is None else f"{v:g}"
 
 
 def markdown_table(result: dict[str, Any]) -> str:
-    """The README table: one row per system, then p95 per load, then the ratios."""
+    """The README table: one row per system (burst maximum, best sustained rate, p95 at each
+    load, dispatch p95 at 50%), the ratios, the limit."""
     systems: dict[str, Any] = result["median"]["systems"]
-    names = list(systems)
     lines = [
-        f"Side by side, one run, medians of {result['runs']} "
-        f"({result['machine']['cores']} cores, {result['machine']['cpu']}; {result['label']}).",
+        f"Side by side in one run, medians of {result['runs']} "
+        f"({result['machine']['cores']} cores, {result['machine']['cpu']}; {result['label']}). "
+        "Submit-to-completion p95 in ms at each offered load (% of the system's own maximum).",
         "",
         "| system | max DAGs/s (burst) | sustained DAGs/s | "
         + " | ".join(f"p95 ms @{int(s * 100)}%" for s in LOADS)
         + " | dispatch p95 ms @50% |",
         "|---|---:|---:|" + "---:|" * len(LOADS) + "---:|",
     ]
-    for name in names:
-        s = systems[name]
+    for name, s in systems.items():
         cells = [_ms(x["latency_ms"]["p95"]) for x in s["loads"]]
         half = s["loads"][LOADS.index(0.5)]["dispatch_ms"]["p95"]
         lines.append(
-            f"| {name} | {_ms(s['max_per_second'])} | {_ms(best_sustained(s))} | "
+            f"| {name} | {_ms(s['max_per_second'])} | {_ms(best_sustained(s), 'none')} | "
             + " | ".join(cells)
             + f" | {_ms(half)} |"
         )
     ratios = result["median"].get("ratios", {})
     if ratios:
-        lines += ["", "Ratios (es-sched / Celery default, same run): "
-                  + ", ".join(f"{k} {_ms(v)}" for k, v in ratios.items())]  # fmt: skip
+        lines += ["", "Ratios from the same run (es-sched / Celery default; for p95, Celery's "
+                  "over es-sched's, above 1 = es-sched faster):", ""]  # fmt: skip
+        lines += [f"- {k}: {_ms(v, 'n/a')}" for k, v in ratios.items()]
     limit = result["median"].get("kafka_limit")
     if limit:
-        lines += ["", "The limit (transactional consume -> produce loop, records/s): "
-                  + ", ".join(f"{k} {v:g}" for k, v in limit.items())]  # fmt: skip
+        lines += ["", "| the limit: transactional consume -> produce loop | records/s |",
+                  "|---|---:|"]  # fmt: skip
+        lines += [f"| {k} | {_ms(v, 'n/a')} |" for k, v in limit.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -191,7 +191,7 @@ def plots(result: dict[str, Any]) -> None:
     line_charts(RESULTS / "side_by_side.png", [
         ("DAGS/S COMPLETED", series(lambda x: point(x, x["steady_completion_rate"]))),
         ("P95 MS SUBMIT TO DONE", series(lambda x: point(x, x["latency_ms"]["p95"]))),
-    ], "OFFERED DAGS/S")  # fmt: skip
+    ], "OFFERED DAGS/S", x_ticks=5)  # fmt: skip
     panels = []
     for share in (0.5, 1.0):
         i = ps.LOADS.index(share)
@@ -200,7 +200,7 @@ def plots(result: dict[str, Any]) -> None:
                    [(v, q) for v, q in zip(s["loads"][i]["latency_cdf_ms"], CDF_POINTS,
                                            strict=True) if v is not None])
             for n, s in med.items()]))  # fmt: skip
-    line_charts(RESULTS / "side_by_side_cdf.png", panels, "MS SUBMIT TO COMPLETION")
+    line_charts(RESULTS / "side_by_side_cdf.png", panels, "MS SUBMIT TO COMPLETION", x_ticks=5)
 
 
 def write_tables(result: dict[str, Any], readme: Path) -> None:
@@ -208,7 +208,7 @@ def write_tables(result: dict[str, Any], readme: Path) -> None:
     (RESULTS / "side_by_side.md").write_text(table)
     if readme.exists() and ps.write_table(readme, table):
         console.print(f"table written between the side_by_side markers of {readme}")
-    console.print(table)
+    console.print(table, soft_wrap=True, markup=False)
 
 
 def main() -> None:

@@ -127,8 +127,17 @@ def test_table_has_a_row_per_system_and_says_what_did_not_complete() -> None:
     assert rows[0].startswith("| system | max DAGs/s")
     assert rows[1] == "| es-sched | 80 | 80 | 10 | 12 | 15 | 30 | did not complete | 2 |"
     assert rows[2] == "| celery default | 40 | 40 | 20 | 24 | 45 | 90 | 900 | 2 |"
-    assert "max DAGs/s 2" in table
-    assert "batch 500, bytes 30000" in table
+    assert "- max DAGs/s: 2" in table
+    assert "- p95 celery default/es-sched @125%: n/a" in table
+    assert "| batch 500, bytes | 30000 |" in table
+
+
+def test_table_says_none_when_no_load_was_sustained() -> None:
+    result = _result()
+    for row in result["median"]["systems"]["es-sched"]["loads"]:
+        row["sustained_runs"] = 0
+    rows = [ln for ln in ps.markdown_table(result).splitlines() if ln.startswith("| es-sched")]
+    assert rows[0].startswith("| es-sched | 80 | none |")
 
 
 def test_table_goes_between_the_markers_only(tmp_path: Path) -> None:
