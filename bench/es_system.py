@@ -136,7 +136,9 @@ class EsSched:
 
     @staticmethod
     def versions() -> dict[str, str]:
-        return {"confluent_kafka": version()[0], "librdkafka": libversion()[0]}  # fmt: skip
+        client = version()  # a str in confluent-kafka 2.16 (a tuple before)
+        text = client if isinstance(client, str) else client[0]
+        return {"confluent_kafka": text, "librdkafka": libversion()[0]}
 
     def stop(self) -> None:
         self.stop_flag.set()
