@@ -6,13 +6,19 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-cluster lint unit stack-up stack-down stack-status clean
+.PHONY: demo test test-cluster lint unit stack-up stack-down stack-status clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# The peers of bench/side_by_side.py (Celery + Redis's client) come with the `bench` extra.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
 stack-up: $(STAMP)
@@ -48,3 +54,10 @@ test-cluster: $(STAMP)
 
 clean: stack-down
 	rm -rf .state $(VENV)
+
+# es-sched side by side with Celery + Redis and the transactional Kafka loop's limit, in one
+# run (bench/side_by_side.py; about 35 min for 3 rounds on 2 cores; run it on a quiet machine).
+# Debian's redis-server is installed with apt-get when missing (as root).
+# `make bench BENCH_ARGS=--quick` is a 3-minute smoke run; `BENCH_ARGS="--label 'quiet machine'"`.
+bench: stack-up $(BENCH_STAMP)
+	PYTHONPATH=. $(BIN)/python bench/side_by_side.py $(BENCH_ARGS)

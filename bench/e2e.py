@@ -48,13 +48,55 @@ from tests.support.wait import wait_for_log  # noqa: E402
 TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
 
 
-def spawn(env: Env, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(
+    env: Env, args: list[str], log: Path, entry: tuple[str, ...] = ("-m", "es_sched")
+) -> subprocess.Popen[bytes]:
+    """``python -m es_sched ARGS`` importing THIS checkout's es_sched (cwd and PYTHONPATH), not
+    whatever the venv has installed."""
     return subprocess.Popen(
-        [sys.executable, "-m", "es_sched", *args],
-        env={**os.environ, **env.vars},
+        [sys.executable, *entry, *args],
+        env={**os.environ, **env.vars, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )
+
+
+def start_processes(
+    env: Env, logs: Path, tag: str = "e2e", branch_1080: bool = False
+) -> list[subprocess.Popen[bytes]]:
+    """The roles in one process and two no-op workers on ``env``'s topics, started and ready.
+    No-op tasks use nothing: the workers declare room for 64 at once, so what is measured is
+    the scheduler, not the placement of 2-cpu transcodes on 2-cpu workers. The stock no-op
+    probe makes media_pipeline take its default branch (6 worker tasks); ``branch_1080``
+    runs bench/noop_worker.py, whose probe reports 1080p (9 worker tasks)."""
+    roles = ["--role", "decider", "--role", "timers", "--role", "retry", "--role", "dispatcher"]
+    procs = [spawn(env, ["run", *roles], logs / f"{tag}-run.log")]
+    worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "64", "--heartbeat-s", "1",
+              "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
+    entry = (str(ROOT / "bench" / "noop_worker.py"),) if branch_1080 else ("-m", "es_sched")
+    args = worker[1:] if branch_1080 else worker
+    procs += [spawn(env, args, logs / f"{tag}-worker{i}.log", entry) for i in range(2)]
+    try:
+        wait_for_log(logs / f"{tag}-run.log", "dispatcher started", 120, procs[0])
+        for i in range(2):
+            wait_for_log(logs / f"{tag}-worker{i}.log", "started", 120, procs[i + 1])
+    except BaseException:
+        stop_processes(env, procs)
+        raise
+    return procs
+
+
+def stop_processes(env: Env, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop ``procs`` and delete ``env``'s topics."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(60)
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(env.prefix + ".")]
+    for future in admin.delete_topics(mine, operation_timeout=30).values():
+        future.result()
 
 
 def tail(
@@ -84,13 +126,7 @@ def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     env.create()
     env.push_files(*MEDIA)
     logs = ROOT / "bench" / "results"
-    roles = ["--role", "decider", "--role", "timers", "--role", "retry", "--role", "dispatcher"]
-    procs = [spawn(env, ["run", *roles], logs / "e2e-run.log")]
-    # No-op tasks use nothing: the workers declare room for 64 at once, so what is measured is
-    # the scheduler, not the placement of 2-cpu transcodes on 2-cpu workers.
-    worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "64", "--heartbeat-s", "1",
-              "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
-    procs += [spawn(env, worker, logs / f"e2e-worker{i}.log") for i in range(2)]
+    procs = start_processes(env, logs)
     stop = threading.Event()
     events: dict[str, Any] = {}
     ready: dict[str, Any] = {}
@@ -103,9 +139,6 @@ def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
         ),
     ]
     try:
-        wait_for_log(logs / "e2e-run.log", "dispatcher started", 120, procs[0])
-        for i in range(2):
-            wait_for_log(logs / f"e2e-worker{i}.log", "started", 120, procs[i + 1])
         for t in tails:
             t.start()
         inputs = [
@@ -158,14 +191,7 @@ def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
         )
     finally:
         stop.set()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(60)
-        admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-        mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(env.prefix + ".")]
-        for future in admin.delete_topics(mine, operation_timeout=30).values():
-            future.result()
+        stop_processes(env, procs)
 
     def pct(q: float) -> float:
         return float(round(lat[int(q * (len(lat) - 1))], 1))

@@ -89,12 +89,16 @@ class Canvas:
 
 
 def _label(value: float) -> str:
-    if value >= 1000 and value == int(value):
-        return f"{value / 1000:g}K"
+    if value >= 1000:
+        return f"{value / 1000:.3g}K"
     return f"{value:.3g}"
 
 
-def line_charts(path: Path, panels: list[tuple[str, list[Series]]], x_label: str) -> None:
+def line_charts(
+    path: Path, panels: list[tuple[str, list[Series]]], x_label: str, x_ticks: int | None = None
+) -> None:
+    """``x_ticks``: that many evenly spaced x ticks instead of one per x value (for series whose
+    x values differ, as latencies or offered rates of different systems)."""
     canvas = Canvas(PANEL_W * len(panels), H)
     for n, (title, series) in enumerate(panels):
         left, top = n * PANEL_W + MARGIN, 40
@@ -111,7 +115,9 @@ def line_charts(path: Path, panels: list[tuple[str, list[Series]]], x_label: str
             canvas.line(left - 4, y, left, y, (0, 0, 0))
             canvas.line(left + 1, y, right, y, (225, 225, 225))
             canvas.text(left - 8 - 6 * len(_label(yv)), y - 3, _label(yv))
-        for xv in sorted(set(xs)):
+        ticks = sorted(set(xs)) if x_ticks is None else [x_max * i / x_ticks
+                                                         for i in range(x_ticks + 1)]  # fmt: skip
+        for xv in ticks:
             x = left + round((right - left) * xv / x_max)
             canvas.line(x, bottom, x, bottom + 4, (0, 0, 0))
             canvas.text(x - 3 * len(_label(xv)), bottom + 8, _label(xv))
