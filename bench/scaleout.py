@@ -40,8 +40,9 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench import e2e  # noqa: E402
-from bench.decider import BATCH_MS, BATCH_RECORDS, BOOT, ONE_TASK, tail_events  # noqa: E402
+import e2e  # noqa: E402  (bench/ is the script's first path entry, as for its siblings)
+from decider import BATCH_MS, BATCH_RECORDS, BOOT, ONE_TASK, tail_events  # noqa: E402
+
 from es_sched.domain import commands as c  # noqa: E402
 from es_sched.domain.ids import workflow_id_for_command  # noqa: E402
 from es_sched.kafka.clients import producer  # noqa: E402

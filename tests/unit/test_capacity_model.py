@@ -4,12 +4,16 @@ and its reading of the committed bench/results files."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 
-from bench import capacity
-from bench.capacity import OUTSIDE, Measured, ceilings, one_machine_check, project, restore_s
+from tests.support import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))  # the benches are scripts, not a package
+import capacity
+from capacity import OUTSIDE, Measured, ceilings, one_machine_check, project, restore_s
 
 ROUND = Measured(
     cores=2, decider_inputs_per_s=4_000, inputs_per_workflow=20, events_per_workflow=40,
