@@ -16,9 +16,9 @@ Supervision, the rule in one place (``Supervisor``):
   same slot after ``RESTART_DELAY_S``: with static membership that is the fastest way back
   (its partitions wait for it, idle, until its session ends; ADR 21). A slot that dies
   ``max_restarts`` times in a row, each run shorter than ``STABLE_AFTER_S``, is a crash loop:
-  it stays down, its partitions move to the other slots when its session ends, and the parent
-  exits non-zero when it stops (at once when no slot is left). A slot that ran for
-  ``STABLE_AFTER_S`` has its count reset.
+  it stays down, its partitions move to the other slots when its session ends. A slot that ran
+  for ``STABLE_AFTER_S`` has its count reset. Any child that died makes the parent's status
+  non-zero when it stops (at once when no slot is left), so an outer supervisor sees it.
 - The children die with the parent (``PR_SET_PDEATHSIG`` on Linux): a parent killed with -9
   leaves no orphan holding partitions.
 """
