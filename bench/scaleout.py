@@ -172,7 +172,11 @@ def summary(
 
     return {
         "benchmark": "scaleout",
-        "machine": {"cores": os.cpu_count(), "note": "shared machine: read the ratios"},
+        "machine": {
+            "cores": os.cpu_count(),
+            "broker": BOOT,
+            "note": "shared machine: read the ratios",
+        },
         "runs": done,
         "runs_asked": opts.runs,
         "order": "interleaved 1, 2 per run",
