@@ -8,12 +8,20 @@ process on one Prometheus endpoint. SIGINT/SIGTERM stop the roles cleanly: the c
 transaction finishes, the consumer leaves its group. A role that has not returned
 ``STOP_GRACE_S`` after the signal (a client call stuck while the broker is unreachable) is left
 behind and the process exits non-zero: a stop request is never ignored.
+
+``--processes N`` (N > 1) runs the roles in N child processes instead, one ``es-sched run`` of
+the same roles each, supervised by this one (``es_sched.cli.processes``, ADR 33): slot ``i``
+has ``ES_SCHED_RUN_INSTANCE=<instance>-<i>`` (so its own transactional and static member ids)
+and, with a metrics port P, serves its metrics on P+i. The HTTP API is not multiplied here:
+``es-sched api --workers N`` shares one port among its workers.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -22,6 +30,7 @@ import click
 
 from es_sched import bootstrap
 from es_sched.bootstrap import OPTIONAL_ROLES, ROLES, Role
+from es_sched.cli.processes import Supervisor, slot_instance
 from es_sched.errors import EsSchedError
 from es_sched.metrics import Registry, serve
 from es_sched.settings import load_settings
@@ -43,10 +52,33 @@ STOP_GRACE_S = 30.0
     help="Serve /metrics here (default: ES_SCHED_RUN_METRICS_PORT; 0: none).",
 )
 @click.option("--log-level", default="INFO", show_default=True)
-def run(role: tuple[str, ...], metrics_port: int | None, log_level: str) -> None:
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Run the roles in this many supervised child processes (ADR 33).",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(0),
+    default=3,
+    show_default=True,
+    help="With --processes: restarts of a crash-looping child before its slot stays down.",
+)
+@click.option("--slot", type=int, default=None, hidden=True)  # set by the parent for a child
+def run(
+    role: tuple[str, ...],
+    metrics_port: int | None,
+    log_level: str,
+    processes: int,
+    max_restarts: int,
+    slot: int | None,
+) -> None:
     """Run es-sched roles until SIGINT or SIGTERM."""
+    tag = "" if slot is None else f"[p{slot}] "
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.upper(), format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"
     )
     settings = load_settings()
     stop = threading.Event()
@@ -59,6 +91,24 @@ def run(role: tuple[str, ...], metrics_port: int | None, log_level: str) -> None
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if processes > 1:
+        if "api" in role:
+            raise click.UsageError("--processes does not multiply the api role: run it alone "
+                                   "with `es-sched api --workers N`")  # fmt: skip
+        args = [a for r in role for a in ("--role", r)]
+
+        def command(i: int) -> list[str]:
+            return [sys.executable, "-m", "es_sched", "run", *args, "--log-level", log_level,
+                    "--metrics-port", str(port + i if port else 0), "--slot", str(i)]  # fmt: skip
+
+        def env(i: int) -> dict[str, str]:
+            instance = slot_instance(settings.runtime.instance, i)
+            return {**os.environ, "ES_SCHED_RUN_INSTANCE": instance}
+
+        status = Supervisor(processes, command, env, max_restarts, STOP_GRACE_S + 5).run(stop)
+        if status:
+            raise EsSchedError("a child process failed (see the log above)")
+        return
     failures: list[BaseException] = []
 
     def guarded(name: str, r: Role) -> None:
