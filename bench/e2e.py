@@ -11,8 +11,12 @@ and the figure wanted is the scheduler's, not the placement of 2-cpu transcodes.
 Each run uses fresh topics (deleted afterwards) and fresh processes;
 the figures are the medians of ``--runs`` runs (default 3), each run's figures kept in the JSON.
 
+``--compare TREE`` runs another source tree's processes (e.g. a worktree of main) and this
+tree's interleaved (A, B, A, B, ...) and writes bench/results/e2e-compare.json with both medians
+and their ratios; the tails are this tree's either way.
+
 Needs `es-sched stack up`. Prints figures, writes bench/results/e2e.json.
-Rerun: `.venv/bin/python bench/e2e.py [--runs 3 --workflows 1000 --seconds 20]`
+Rerun: `.venv/bin/python bench/e2e.py [--runs 3 --workflows 1000 --seconds 20 --compare DIR]`
 """
 
 from __future__ import annotations
