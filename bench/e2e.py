@@ -11,8 +11,12 @@ and the figure wanted is the scheduler's, not the placement of 2-cpu transcodes.
 Each run uses fresh topics (deleted afterwards) and fresh processes;
 the figures are the medians of ``--runs`` runs (default 3), each run's figures kept in the JSON.
 
+``--compare TREE`` runs another source tree's processes (e.g. a worktree of main) and this
+tree's interleaved (A, B, A, B, ...) and writes bench/results/e2e-compare.json with both medians
+and their ratios; the tails are this tree's either way.
+
 Needs `es-sched stack up`. Prints figures, writes bench/results/e2e.json.
-Rerun: `.venv/bin/python bench/e2e.py [--runs 3 --workflows 1000 --seconds 20]`
+Rerun: `.venv/bin/python bench/e2e.py [--runs 3 --workflows 1000 --seconds 20 --compare DIR]`
 """
 
 from __future__ import annotations
@@ -49,21 +53,25 @@ TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_a
 
 
 def spawn(
-    env: Env, args: list[str], log: Path, entry: tuple[str, ...] = ("-m", "es_sched")
+    env: Env,
+    args: list[str],
+    log: Path,
+    entry: tuple[str, ...] = ("-m", "es_sched"),
+    code: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
-    """``python -m es_sched ARGS`` importing THIS checkout's es_sched (cwd and PYTHONPATH), not
-    whatever the venv has installed."""
+    """``python ENTRY ARGS`` importing the es_sched of the tree ``code`` (this checkout, or
+    another for a before/after) through cwd and PYTHONPATH, not whatever the venv installed."""
     return subprocess.Popen(
         [sys.executable, *entry, *args],
-        env={**os.environ, **env.vars, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
+        env={**os.environ, **env.vars, "PYTHONPATH": str(code)},
+        cwd=code,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )
 
 
 def start_processes(
-    env: Env, logs: Path, tag: str = "e2e", branch_1080: bool = False
+    env: Env, logs: Path, tag: str = "e2e", branch_1080: bool = False, code: Path = ROOT
 ) -> list[subprocess.Popen[bytes]]:
     """The roles in one process and two no-op workers on ``env``'s topics, started and ready.
     No-op tasks use nothing: the workers declare room for 64 at once, so what is measured is
@@ -71,12 +79,12 @@ def start_processes(
     probe makes media_pipeline take its default branch (6 worker tasks); ``branch_1080``
     runs bench/noop_worker.py, whose probe reports 1080p (9 worker tasks)."""
     roles = ["--role", "decider", "--role", "timers", "--role", "retry", "--role", "dispatcher"]
-    procs = [spawn(env, ["run", *roles], logs / f"{tag}-run.log")]
+    procs = [spawn(env, ["run", *roles], logs / f"{tag}-run.log", code=code)]
     worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "64", "--heartbeat-s", "1",
               "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
-    entry = (str(ROOT / "bench" / "noop_worker.py"),) if branch_1080 else ("-m", "es_sched")
+    entry = (str(code / "bench" / "noop_worker.py"),) if branch_1080 else ("-m", "es_sched")
     args = worker[1:] if branch_1080 else worker
-    procs += [spawn(env, args, logs / f"{tag}-worker{i}.log", entry) for i in range(2)]
+    procs += [spawn(env, args, logs / f"{tag}-worker{i}.log", entry, code) for i in range(2)]
     try:
         wait_for_log(logs / f"{tag}-run.log", "dispatcher started", 120, procs[0])
         for i in range(2):
@@ -102,31 +110,39 @@ def stop_processes(env: Env, procs: list[subprocess.Popen[bytes]]) -> None:
 def tail(
     env: Env, topic: str, partitions: int, sink: dict[str, Any], stop: threading.Event
 ) -> None:
-    """Record per task id (ready/assignments) or workflow id (events) what arrives, and when."""
-    cons = consumer(BOOTSTRAP, None)
+    """Record per task id (ready/assignments) or workflow id (events) what arrives, and when.
+
+    A record's read time is taken when ``poll`` hands it over, one record at a time.
+    ``consume(1000, 0.1)`` (what this did before) blocks until 1,000 records or the whole
+    0.1 s, then hands the batch over at once: at half load every record of a batch got the
+    batch's return time, up to 100 ms after it arrived, in each of the two tails; the
+    difference of two such stamps was noise of +-100 ms (a per-run p50 of -14.7 ms).
+    ``fetch.wait.max.ms`` is low so no fetch long-poll sits between visibility and reading.
+    """
+    cons = consumer(BOOTSTRAP, None, **{"fetch.wait.max.ms": 5})
     cons.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    events = topic.endswith(".events")
     while not stop.is_set():
-        for msg in cons.consume(1000, 0.1):
-            if msg.error() is not None:
-                continue
-            now = time.time()
+        msg = cons.poll(0.1)
+        if msg is None or msg.error() is not None:
+            continue
+        now = time.time()
+        if events:
             doc = json.loads(msg.value() or b"{}")
-            ts = msg.timestamp()[1] / 1000
-            if topic.endswith(".events"):
-                sink.setdefault(doc["type"], []).append((doc["workflow_id"], ts))
-            elif topic.endswith(".ready"):
-                sink.setdefault(doc["task_id"], now)  # read_committed: visible once committed
-            else:
-                sink.setdefault(doc.get("task_id", ""), now)
+            sink.setdefault(doc["type"], []).append((doc["workflow_id"], msg.timestamp()[1] / 1000))
+            continue
+        doc = json.loads(msg.value() or b"{}")
+        # ready: read_committed, so visible once the decider's transaction committed
+        sink.setdefault(doc.get("task_id", ""), now)
     cons.close()
 
 
-def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+def one_run(opts: argparse.Namespace, progress: Progress, code: Path = ROOT) -> dict[str, Any]:
     env = Env(partitions=12, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
     env.create()
     env.push_files(*MEDIA)
     logs = ROOT / "bench" / "results"
-    procs = start_processes(env, logs)
+    procs = start_processes(env, logs, code=code)
     stop = threading.Event()
     events: dict[str, Any] = {}
     ready: dict[str, Any] = {}
@@ -205,41 +221,21 @@ def one_run(opts: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--workflows", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=20)
-    opts = parser.parse_args()
-    runs = []
-    with Progress() as progress:
-        for _ in range(opts.runs):
-            runs.append(one_run(opts, progress))
-
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def median(get: Any) -> float:
         return float(round(statistics.median(get(r) for r in runs), 1))
 
-    result = {
-        "benchmark": "e2e",
-        "machine": {
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "workers": "2 x noop, concurrency 64, declared 128 cpu",
+    return {
+        "workflows_per_second": median(lambda r: r["workflows_per_second"]),
+        "tasks_per_second": median(lambda r: r["tasks_per_second"]),
+        "dispatch_latency_ms": {
+            k: median(lambda r, k=k: r["dispatch_latency_ms"][k]) for k in ("p50", "p95", "p99")
         },
-        "runs": len(runs),
-        "workflows_per_run": opts.workflows,
-        "median": {
-            "workflows_per_second": median(lambda r: r["workflows_per_second"]),
-            "tasks_per_second": median(lambda r: r["tasks_per_second"]),
-            "dispatch_latency_ms": {
-                k: median(lambda r, k=k: r["dispatch_latency_ms"][k]) for k in ("p50", "p95", "p99")
-            },
-        },
-        "per_run": runs,
-        "targets": {"workflows_per_second": 500, "dispatch_p95_ms": 25},
     }
-    med = result["median"]
-    table = Table(title=f"es-sched end to end, median of {len(runs)} runs (2 noop workers)")
+
+
+def print_table(title: str, med: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    table = Table(title=title)
     table.add_column("figure")
     table.add_column("median", justify="right")
     table.add_column("runs", justify="right")
@@ -251,6 +247,68 @@ def main() -> None:
         table.add_row(f"dispatch latency {k} ms", str(med["dispatch_latency_ms"][k]),
                       ", ".join(str(r["dispatch_latency_ms"][k]) for r in runs))  # fmt: skip
     Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workflows", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument(
+        "--compare", type=Path, default=None,
+        help="another source tree (e.g. a worktree of main): its processes and this tree's run "
+        "interleaved (A, B, A, B, ...); writes bench/results/e2e-compare.json",
+    )  # fmt: skip
+    opts = parser.parse_args()
+    machine = {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "workers": "2 x noop, concurrency 64, declared 128 cpu",
+    }
+    if opts.compare is not None:
+        variants = {"before": opts.compare.resolve(), "after": ROOT}
+        by: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+        with Progress() as progress:
+            for _ in range(opts.runs):
+                for name, code in variants.items():
+                    by[name].append(one_run(opts, progress, code))
+        meds = {name: summary(runs) for name, runs in by.items()}
+        b, a = meds["before"], meds["after"]
+        ratios = {
+            "workflows_per_second": round(a["workflows_per_second"] / b["workflows_per_second"], 2),
+            **{
+                f"dispatch_{k}": round(
+                    a["dispatch_latency_ms"][k] / max(b["dispatch_latency_ms"][k], 0.1), 2
+                )
+                for k in ("p50", "p95", "p99")
+            },
+        }
+        for name, code in variants.items():
+            print_table(f"{name} ({code}), median of {opts.runs}", meds[name], by[name])
+        print("after/before:", ratios)
+        out = {
+            "benchmark": "e2e-compare", "machine": machine, "runs": opts.runs,
+            "workflows_per_run": opts.workflows, "trees": {k: str(v) for k, v in variants.items()},
+            "median": meds, "ratio_after_over_before": ratios, "per_run": by,
+        }  # fmt: skip
+        compare = ROOT / "bench" / "results" / "e2e-compare.json"
+        compare.write_text(json.dumps(out, indent=2) + "\n")
+        return
+    runs = []
+    with Progress() as progress:
+        for _ in range(opts.runs):
+            runs.append(one_run(opts, progress))
+    result = {
+        "benchmark": "e2e",
+        "machine": machine,
+        "runs": len(runs),
+        "workflows_per_run": opts.workflows,
+        "median": summary(runs),
+        "per_run": runs,
+        "targets": {"workflows_per_second": 500, "dispatch_p95_ms": 25},
+    }
+    print_table(f"es-sched end to end, median of {len(runs)} runs (2 noop workers)",
+                result["median"], runs)  # fmt: skip
     (ROOT / "bench" / "results" / "e2e.json").write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -207,6 +207,10 @@ class DispatchSettings(BaseSettings):
     policy: Literal["binpack", "spread"] = "binpack"
     assignment_partitions: int = Field(default=64, ge=1, le=10_000)
     tick_ms: int = Field(default=20, ge=1, le=10_000)
+    # Ready offsets are committed at most this often (after everything produced is delivered;
+    # always on revoke and stop): a commit is a round trip the tick would otherwise wait for
+    # every time. A crash re-delivers at most this much more of ready (ADR 31).
+    commit_every_ms: int = Field(default=200, ge=0, le=60_000)
 
 
 class MediaSettings(BaseSettings):

@@ -19,15 +19,16 @@ Inputs:
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
   lease still held (its worker declined it) puts the task back at the head of its queue.
 
-Every tick (``ES_SCHED_DISPATCH_TICK_MS``): expired leases -> ``ExpireLease`` to
-``task-results`` and a ``Cancel`` to the worker; new assignments -> the wire ``Assignment`` to
-the pool's assignments topic (key = worker id) and ``DispatchTask`` to ``task-results`` (key =
-workflow id); preemptions -> ``Cancel(preempted)`` and ``ExpireLease`` (the task is back at the
-head of its queue, its attempt not counted). Each grant, lease, take-back and end is written to
-the lease journal.
+Every tick (``ES_SCHED_DISPATCH_TICK_MS`` at most; a ready record ends the wait): expired
+leases -> ``ExpireLease`` to ``task-results`` and a ``Cancel`` to the worker; new assignments
+-> the wire ``Assignment`` to the pool's assignments topic (key = worker id) and
+``DispatchTask`` to ``task-results`` (key = workflow id); preemptions -> ``Cancel(preempted)``
+and ``ExpireLease`` (the task is back at the head of its queue, its attempt not counted). Each
+grant, lease, take-back and end is written to the lease journal.
 
-Delivery: at least once. Ready offsets are committed only after the producer flushed the
-records of the tasks they carried, and never past a task still waiting for its first dispatch,
+Delivery: at least once. Ready offsets are committed (at most every
+``ES_SCHED_DISPATCH_COMMIT_EVERY_MS``, and on revoke and stop) only after the producer flushed
+the records of the tasks they carried, and never past a task still waiting for its first dispatch,
 so a crash re-delivers every such task; the decider rejects a stale dispatch. Tasks past that
 point (leased, or taken back and waiting again) are in the lease journal
 (``es_sched.dispatch.journal``, ADR 14): on the assignment of a ready partition the dispatcher
@@ -75,6 +76,10 @@ from es_sched.settings import Settings
 log = logging.getLogger("es_sched.dispatcher")
 ROLE = "dispatcher"
 GAUGE_EVERY_S = 0.5
+# The last records of a tick (assignments, leases) are not waited for: they leave after this
+# linger, or with the next tick's first delivery. librdkafka's default 5 ms was a floor under
+# every dispatch latency; a flush ignores linger anyway (ADR 31).
+PRODUCER_LINGER_MS = 1
 RESUME_RETRY_S = 1.0
 
 
@@ -113,6 +118,7 @@ class Dispatcher(Inputs):
         self.pool_topics: set[str] = set()
         self.started = threading.Event()  # set once subscribed (for in-process callers)
         self._gauges_at = 0.0
+        self._commit_at = 0.0  # monotonic time the next ready-offset commit is due
         r = self.registry = registry or Registry()
         self.lag = LagGauge(r, ROLE)
         self.m_depth = r.gauge("es_sched_queue_depth", "Ready tasks waiting, by type and level.")
@@ -133,7 +139,7 @@ class Dispatcher(Inputs):
         # The default pool's topic first, so it gets the assignment partition count (ADR 5).
         self._pool_topic("default")
         ensure_topics(self.bootstrap, self.topics)
-        self.producer = self.clients.producer()
+        self.producer = self.clients.producer(None, **{"linger.ms": PRODUCER_LINGER_MS})
         self.output = Output(self.producer, self.topics.dead_letters, ROLE, stop.is_set)
         self.journal = LeaseJournal(self.bootstrap, self.topics.leases, self.output)
         self.config = Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
@@ -191,7 +197,7 @@ class Dispatcher(Inputs):
             return
         for a in assignments:
             self._assign(a, now)
-        self._flush_and_commit()
+        self._flush_and_commit(due_only=True)
         self._update_gauges()
 
     # -- ready partitions ------------------------------------------------------------------
@@ -285,10 +291,15 @@ class Dispatcher(Inputs):
     def _send(self, inp: Input, now: datetime) -> None:
         self.output.produce(self.topics.task_results, inp.workflow_id, encode_input(inp), now)
 
-    def _flush_and_commit(self) -> None:
+    def _flush_and_commit(self, due_only: bool = False) -> None:
         """Deliver everything produced, then commit ready offsets up to the first task still
-        waiting in each partition: a crash re-delivers exactly what was not dispatched."""
+        waiting in each partition: a crash re-delivers exactly what was not dispatched.
+        ``due_only`` (a tick): only once ``commit_every_ms`` has passed since the last one;
+        the flush and the commit are two round trips a tick need not wait for every time."""
+        if due_only and time.monotonic() < self._commit_at:
+            return
         if self.output.delivered_all():
+            self._commit_at = time.monotonic() + self.dispatch_settings.commit_every_ms / 1000
             self.offsets.commit(lambda todo: self.ready.commit(offsets=todo, asynchronous=False))
 
     def _pool_topic(self, pool: str) -> None:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from es_sched.domain import commands as c
@@ -53,11 +54,15 @@ class TaskContext:
         self.cancel_reason = ""  # the dispatcher's, once cancelled
         self.progress_sent = False
         self._progress_seq = 0
-        self.env = dict(os.environ)  # for subprocesses: env=ctx.env pins them to ctx.gpu
-        if assignment.gpu is not None:
-            self.env.update(
-                CUDA_VISIBLE_DEVICES=str(assignment.gpu), CUDA_DEVICE_ORDER="PCI_BUS_ID"
-            )
+
+    @cached_property
+    def env(self) -> dict[str, str]:
+        """For subprocesses: ``env=ctx.env`` pins them to ``ctx.gpu``. Built when first asked
+        for: a copy of the environment per task was 3% of a no-op worker's CPU."""
+        env = dict(os.environ)
+        if self.gpu is not None:
+            env.update(CUDA_VISIBLE_DEVICES=str(self.gpu), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        return env
 
     @property
     def cancelled(self) -> bool:
