@@ -135,14 +135,20 @@ def e2e_run(n: int, workflows: int, seconds: float, progress: Progress) -> dict[
     extra: list[subprocess.Popen[bytes]] = []
     spawn = e2e.spawn
 
-    def split(env: Any, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    def split(
+        env: Any,
+        args: list[str],
+        log: Path,
+        entry: tuple[str, ...] = ("-m", "es_sched"),
+        code: Path = e2e.ROOT,
+    ) -> subprocess.Popen[bytes]:
         if args[:1] != ["run"]:
-            return spawn(env, args, log)
+            return spawn(env, args, log, entry, code)
         extra.append(deciders(n, env.vars, RESULTS / f"scaleout-e2e-decider{n}.log"))
         wait_until(lambda: owning_members(env.bootstrap, f"{env.prefix}-decider") == n, 120,
                    f"{n} decider process(es) owning partitions")  # fmt: skip
         others = ["--role", "timers", "--role", "retry", "--role", "dispatcher"]
-        return spawn(env, ["run", *others], log)
+        return spawn(env, ["run", *others], log, entry, code)
 
     e2e.spawn = split
     try:
