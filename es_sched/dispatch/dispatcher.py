@@ -145,11 +145,8 @@ class Dispatcher(Inputs):
         self.config = Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
         self.status = Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING)
         self.events = Tail(self.bootstrap, self.topics.events, OFFSET_END)
-        now = self.clock()
-        for msg in self.config.catch_up():
-            self._on_config(msg)
-        for msg in self.status.catch_up():
-            self._on_status(msg, now)
+        if not self._catch_up_views():
+            return
         self.ready: Consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
@@ -201,6 +198,26 @@ class Dispatcher(Inputs):
         self._update_gauges()
 
     # -- ready partitions ------------------------------------------------------------------
+    def _catch_up_views(self) -> bool:
+        """Read the config and worker-status topics to their ends before placing anything. A
+        broker that is slow or away when the role starts is waited out (the capacity bench saw
+        a watermark request time out and the role fail); stopping the role ends the wait
+        (False)."""
+        while not self._stop.is_set():
+            try:
+                config, status = self.config.catch_up(), self.status.catch_up()
+            except InfrastructureError as exc:
+                log.warning("catching up with config and worker status: %s; trying again", exc)
+                wait(self._stop, RESUME_RETRY_S)
+                continue
+            now = self.clock()
+            for msg in config:
+                self._on_config(msg)
+            for msg in status:
+                self._on_status(msg, now)
+            return True
+        return False
+
     def _on_assign(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
         """Resume the journaled tasks of these ready partitions before any of their ready
         records is read (a record of a resumed task is then a re-delivery, skipped). A broker

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer, watermarks
@@ -37,17 +37,21 @@ class Tail:
 
     def catch_up(self, timeout_s: float = 30.0) -> list[Message]:
         """Every record up to the end the topic had when this was called."""
-        highs = {
-            p: watermarks(self.consumer, TopicPartition(self.topic, p))[1] for p in self.partitions
-        }
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            out += self.poll(1000, 0.2)
-            positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
-            if all(tp.offset >= highs[tp.partition] or highs[tp.partition] == 0
-                   for tp in positions):  # fmt: skip
-                return out
+        try:
+            highs = {
+                p: watermarks(self.consumer, TopicPartition(self.topic, p))[1]
+                for p in self.partitions
+            }
+            out: list[Message] = []
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                out += self.poll(1000, 0.2)
+                positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
+                if all(tp.offset >= highs[tp.partition] or highs[tp.partition] == 0
+                       for tp in positions):  # fmt: skip
+                    return out
+        except KafkaException as exc:  # a broker away or slow: the caller decides to wait
+            raise InfrastructureError(f"catching up with {self.topic}: {exc}") from exc
         raise InfrastructureError(f"catching up with {self.topic} took over {timeout_s}s")
 
     def poll(self, limit: int = 500, timeout_s: float = 0.0) -> list[Message]:
