@@ -16,8 +16,10 @@ A static member is fenced (FENCED_INSTANCE_ID) when another consumer registers w
 The group's description cannot tell them apart: a static member that replaces another keeps
 the replaced member's ``client.id`` and host in the coordinator's metadata (seen on Kafka 4 with
 two consumers of distinct client ids). What tells them apart is what came before: a self-fence
-follows a coordinator change, which the role has seen as consumer errors or a failed
-transaction; a twin arrives out of a quiet sky. So ``InstanceFenced.after_trouble`` says whether
+follows a coordinator change, which the role has seen as consumer errors, a transaction call
+retried or a failed transaction (with a node of three killed, the retried ``commit_transaction``
+was the only sign: librdkafka logs the connection failures, ``consume`` returns none of them);
+a twin arrives out of a quiet sky. So ``InstanceFenced.after_trouble`` says whether
 the loop saw trouble within ``TROUBLE_WINDOW_S``: without it the role stops, with it
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
 transactional producer, as a restarted process would), at most ``MAX_REJOINS`` times in a row.

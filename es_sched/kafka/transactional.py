@@ -170,7 +170,7 @@ class TransactionalLoop:
         self._producer: TxnProducer | None = None
         self._caller: BoundedCaller | None = None
         self._errors_at, self._errors_quiet = 0.0, 0
-        self._trouble_at = -math.inf  # the last consumer error or failed transaction
+        self._trouble_at = -math.inf  # the last consumer error, retried call or failed txn
         r = registry or Registry()
         self.m_commits = r.counter("es_sched_txn_commits_total", "Transactions committed.")
         self.m_aborts = r.counter("es_sched_txn_aborts_total", "Transactions aborted or lost.")
@@ -308,6 +308,10 @@ class TransactionalLoop:
                 kind = Kind.FATAL if err is None else classify(err)
                 if kind is not Kind.RETRIABLE:
                     raise _Failed(kind, f"{what}: {exc}") from None
+                # Trouble even when the retry succeeds: a group coordinator's node killed shows
+                # in this role only as such retries (the consumer logs, returns no error), and a
+                # self-fence may follow (kafka/static.py).
+                self._trouble_at = time.monotonic()
                 self.m_retries.inc(role=self.role)
                 log.warning("%s %s: %s (retriable), trying again", self.role, what, err)
             if stop.wait(RETRY_PAUSE_S):

@@ -10,7 +10,14 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from es_sched.kafka.static import MAX_REJOINS, InstanceFenced, StaticMember, rejoining
-from tests.unit.test_transactional_loop import FakeClients, FakeConsumer, run_loop
+from tests.unit.test_transactional_loop import (
+    FakeClients,
+    FakeConsumer,
+    FakeProducer,
+    batch,
+    retriable,
+    run_loop,
+)
 
 MEMBER = StaticMember("g", "p-decider-0", enabled=True)
 FENCED_TEXT = (
@@ -68,6 +75,19 @@ def test_the_loop_marks_a_fence_after_consumer_errors_as_after_trouble() -> None
     with pytest.raises(InstanceFenced) as troubled:
         run_loop(FakeClients(), consumer=FakeConsumer([[down, fenced]]))
     assert troubled.value.after_trouble
+
+
+def test_a_fence_after_a_retried_transaction_call_is_after_trouble() -> None:
+    """The three-node test's decider died of a self-fence when the group coordinator's node
+    was killed: its consumer reported no error (librdkafka logs connection failures, it does
+    not return them from ``consume``), only ``commit_transaction`` timed out twice and was
+    retried (resumed) successfully; then the fence came. A retried call is Kafka trouble."""
+    fenced = Message(error=KafkaError(KafkaError._FATAL, FENCED_TEXT))
+    slow = FakeProducer({"commit_transaction": [retriable(), retriable()]})
+    with pytest.raises(InstanceFenced) as troubled:
+        run_loop(FakeClients(slow), batch([]), consumer=FakeConsumer([[], [fenced]]))
+    assert troubled.value.after_trouble
+    assert slow.names().count("commit_transaction") == 3  # committed, not aborted
 
 
 def test_the_consumer_settings_name_the_instance_and_a_client_id_of_this_process() -> None:
