@@ -28,7 +28,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -130,17 +130,17 @@ def _step(event: Event, refs: dict[str, str]) -> str:
 
 
 def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -> str:
-    """What a stalled run looks like, for the timeout's message: how many workflows completed
+    """What a stalled run looks like, for a timeout's message: how many workflows completed
     and which are still running, the last events of a few of those, and each process's log
     tail (warnings and errors first, they say what is stuck)."""
     try:
         by_wf = read_events(env)
     except (AssertionError, KafkaException) as exc:  # keep the timeout, say why no detail
-        return f"every workflow completed (events unreadable: {exc!r})"
+        return f"(events unreadable: {exc!r})"
     status = {wf: final_status(v) for wf, v in by_wf.items()}
     done = sum(s == "COMPLETED" for s in status.values())
     stuck = sorted(wf for wf, s in status.items() if s == "RUNNING")
-    lines = [f"every workflow completed: {done} of {expected} completed, {len(stuck)} running,"
+    lines = [f"{done} of {expected} workflows completed, {len(stuck)} running,"
              f" {len(status) - done - len(stuck)} ended otherwise"]  # fmt: skip
     for wf in stuck[:stuck_shown]:
         events = by_wf[wf]
@@ -151,7 +151,10 @@ def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -
     for role in logs:
         text = role.text()
         trouble = [ln for ln in text.splitlines() if " WARNING " in ln or " ERROR " in ln]
-        lines.append(f"--- {role.log.name}: {len(trouble)} warning/error lines, the last 15:")
+        code = role.proc.poll()
+        alive = "running" if code is None else f"EXITED with code {code}"
+        lines.append(f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the"
+                     " last 15:")  # fmt: skip
         lines += trouble[-15:]
         lines.append(f"--- {role.log.name}: tail")
         lines.append(text[-2500:])
@@ -182,7 +185,11 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         roles.wait_log("dispatcher started", 90)
         worker.wait_log("started", 90)
         submitted = {s.workflow_id for s in env.submit("media_pipeline", media_inputs(WORKFLOWS))}
-        wait_until(lambda: tasks_completed(env) >= 100, 120, "100 tasks to complete")
+
+        def stalled(what: str, expected: int = WORKFLOWS) -> Callable[[], str]:
+            return lambda: f"{what}; now: " + describe_stall(env, expected, roles, worker)
+
+        wait_until(lambda: tasks_completed(env) >= 100, 120, stalled("100 tasks to complete"))
 
         # -- one node of three: leaders move, the ISR shrinks, work goes on -----------------
         # The victim leads the worker's assignment partition (named in its "started" line).
@@ -200,7 +207,7 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         election_s = time.monotonic() - killed_at
         tasks_then = tasks_completed(env)
         wait_until(lambda: tasks_completed(env) >= tasks_then + 60, 120,
-                   "60 more tasks completed on two nodes")  # fmt: skip
+                   stalled("60 more tasks completed on two nodes"))  # fmt: skip
         sixty_s = time.monotonic() - killed_at - election_s
 
         # -- two nodes of three: no quorum, no ISR minimum: writes wait ---------------------
@@ -237,7 +244,7 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         client.close()
         ids = submitted | {s.workflow_id for s in late}
         wait_until(lambda: completed(env) == WORKFLOWS + LATE, 300,
-                   lambda: describe_stall(env, WORKFLOWS + LATE, roles, worker))  # fmt: skip
+                   stalled("every workflow completed", WORKFLOWS + LATE))  # fmt: skip
         done_s = time.monotonic() - restart_at
         assert roles.proc.poll() is None and worker.proc.poll() is None, "nothing else restarted"
     finally:
