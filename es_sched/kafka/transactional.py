@@ -23,6 +23,7 @@ handling: INTRODUCTION.md and ``rdkafka.h``):
 - retriable: the same call again (``send_offsets_to_transaction`` with identical offsets and
   metadata, as ``rdkafka.h`` asks), each try bounded, until the transaction timeout has passed
   (the coordinator aborts the transaction then anyway); after that it counts as abortable.
+  Except ``_CONFLICT`` (another call, our timed-out commit, still runs): counted as fatal.
 - abortable: ``abort_transaction``, then ``role.rewind(producer_lost=False)``: the batch is
   known not to be committed.
 - fenced: ``InfrastructureError`` naming the transactional id; the role stops.
@@ -306,11 +307,14 @@ class TransactionalLoop:
             except KafkaException as exc:
                 err = error_of(exc)
                 kind = Kind.FATAL if err is None else classify(err)
+                if err is not None and err.code() == KafkaError._CONFLICT:
+                    # Retriable in name only: our timed-out commit still runs, so this abort
+                    # cannot succeed; give the producer up (its successor's init settles it).
+                    kind = Kind.FATAL
                 if kind is not Kind.RETRIABLE:
                     raise _Failed(kind, f"{what}: {exc}") from None
-                # Trouble even when the retry succeeds: a group coordinator's node killed shows
-                # in this role only as such retries (the consumer logs, returns no error), and a
-                # self-fence may follow (kafka/static.py).
+                # Trouble even if the retry succeeds: a coordinator's node killed may show only
+                # as such retries, and a self-fence may follow (kafka/static.py).
                 self._trouble_at = time.monotonic()
                 self.m_retries.inc(role=self.role)
                 log.warning("%s %s: %s (retriable), trying again", self.role, what, err)
