@@ -3,6 +3,7 @@ after a self-fence (right after Kafka errors: a broker restart, confluent-kafka-
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -90,8 +91,29 @@ def test_a_fence_after_a_retried_transaction_call_is_after_trouble() -> None:
     assert slow.names().count("commit_transaction") == 3  # committed, not aborted
 
 
+def test_a_fence_after_the_consumer_logged_a_broker_connection_failure_rejoins() -> None:
+    """The three-node test's decider, its group coordinator's node killed: no consumer error,
+    no retried or failed transaction, only librdkafka's "GroupCoordinator: Connect to ...
+    failed" log line of its consumer, then the fence 8 s later. That line is trouble; other
+    lines (the fence's own FATAL line among them) are not."""
+    member = StaticMember("g", "p-decider-0", enabled=True)
+    logger = member.config()["logger"]
+    logger.log(logging.CRITICAL, "%s [%s] %s", "FATAL", "c#consumer-1", "Fatal error: fenced")
+    logger.log(logging.INFO, "%s [%s] %s", "REBALANCE", "c#consumer-1", "rejoining")
+    _, quiet = sessions(fences=1, after_trouble=False)
+    with pytest.raises(InstanceFenced):
+        rejoining(threading.Event(), member, quiet, lambda: None)
+    failed = "GroupCoordinator: 127.0.0.1:19132: Connect to ipv4#127.0.0.1:19132 failed"
+    logger.log(logging.ERROR, "%s [%s] %s", "FAIL", "c#consumer-1", failed)
+    dropped: list[bool] = []
+    ran, troubled = sessions(fences=1, after_trouble=False)
+    rejoining(threading.Event(), member, troubled, lambda: dropped.append(True))
+    assert (len(ran), dropped) == (2, [True])
+
+
 def test_the_consumer_settings_name_the_instance_and_a_client_id_of_this_process() -> None:
     on = StaticMember("g", "p-timers-0", enabled=True).config()
     assert on["group.instance.id"] == "p-timers-0"
     assert on["client.id"].startswith("p-timers-0/")
+    assert on["logger"] is not None  # librdkafka's lines, to Python logging, noting trouble
     assert StaticMember("g", "p-timers-0", enabled=False).config() == {}
