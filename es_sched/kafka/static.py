@@ -16,9 +16,12 @@ A static member is fenced (FENCED_INSTANCE_ID) when another consumer registers w
 The group's description cannot tell them apart: a static member that replaces another keeps
 the replaced member's ``client.id`` and host in the coordinator's metadata (seen on Kafka 4 with
 two consumers of distinct client ids). What tells them apart is what came before: a self-fence
-follows a coordinator change, which the role has seen as consumer errors or a failed
-transaction; a twin arrives out of a quiet sky. So ``InstanceFenced.after_trouble`` says whether
-the loop saw trouble within ``TROUBLE_WINDOW_S``: without it the role stops, with it
+follows a coordinator change, which the role has seen as consumer errors, a transaction call
+retried or a failed transaction, or as its consumer's broker connection failures (librdkafka
+logs them, ``consume`` returns none: with a node of three killed, that log line or a retried
+``commit_transaction`` was all the decider saw); a twin arrives out of a quiet sky. So
+``InstanceFenced.after_trouble`` says whether the loop saw trouble within ``TROUBLE_WINDOW_S``,
+``StaticMember.troubled`` whether its consumer did: without either the role stops, with one
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
 transactional producer, as a restarted process would), at most ``MAX_REJOINS`` times in a row.
 A twin started within that window of an outage is the one that stops: the rejoining process
@@ -29,6 +32,7 @@ twin's, which reaches the twin out of a quiet sky. Either way one process keeps 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import threading
@@ -39,6 +43,7 @@ from typing import Any
 from es_sched.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
+librdkafka = logging.getLogger("es_sched.kafka.librdkafka")  # static members' consumer logs
 TROUBLE_WINDOW_S = 120.0  # a broker's restart and the rejoins after it fit well inside
 MAX_REJOINS = 5  # in a row: a fence that keeps coming back is not a coordinator hiccup
 STEADY_S = 60.0  # a session that ran this long ends a row of rejoins
@@ -61,12 +66,27 @@ class StaticMember:
         # Unique per process (librdkafka's log lines name it), the same for every consumer this
         # process re-creates.
         self.client_id = f"{instance_id}/{os.getpid()}/{secrets.token_hex(3)}"
+        self.trouble_at = -math.inf  # the consumer's last broker connection failure
 
     def config(self) -> dict[str, Any]:
-        """Consumer settings: none when static membership is turned off."""
+        """Consumer settings: none when static membership is turned off. The consumer's log
+        goes through ``log`` (confluent-kafka's ``logger``), which notes trouble."""
         if not self.enabled:
             return {}
-        return {"group.instance.id": self.instance_id, "client.id": self.client_id}
+        return {"group.instance.id": self.instance_id, "client.id": self.client_id,
+                "logger": self}  # fmt: skip
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """A librdkafka log line (``args``: facility, client name, text), passed on to Python
+        logging. A ``FAIL`` line (a broker connection failed) is trouble: with its group
+        coordinator's node killed, this consumer's "GroupCoordinator: Connect ... failed" was
+        the only sign the decider had before a self-fence (the loop saw no error)."""
+        if args and args[0] == "FAIL":
+            self.trouble_at = time.monotonic()
+        librdkafka.log(level, msg, *args)
+
+    def troubled(self) -> bool:
+        return time.monotonic() - self.trouble_at < TROUBLE_WINDOW_S
 
 
 def rejoining(
@@ -90,7 +110,7 @@ def rejoining(
         except InstanceFenced as fenced:
             if stop.is_set():
                 return
-            if not fenced.after_trouble:
+            if not (fenced.after_trouble or member.troubled()):
                 raise
             if time.monotonic() - began > STEADY_S:
                 rejoins = 0

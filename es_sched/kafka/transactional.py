@@ -23,6 +23,7 @@ handling: INTRODUCTION.md and ``rdkafka.h``):
 - retriable: the same call again (``send_offsets_to_transaction`` with identical offsets and
   metadata, as ``rdkafka.h`` asks), each try bounded, until the transaction timeout has passed
   (the coordinator aborts the transaction then anyway); after that it counts as abortable.
+  Except ``_CONFLICT`` (another call, our timed-out commit, still runs): counted as fatal.
 - abortable: ``abort_transaction``, then ``role.rewind(producer_lost=False)``: the batch is
   known not to be committed.
 - fenced: ``InfrastructureError`` naming the transactional id; the role stops.
@@ -170,7 +171,7 @@ class TransactionalLoop:
         self._producer: TxnProducer | None = None
         self._caller: BoundedCaller | None = None
         self._errors_at, self._errors_quiet = 0.0, 0
-        self._trouble_at = -math.inf  # the last consumer error or failed transaction
+        self._trouble_at = -math.inf  # the last consumer error, retried call or failed txn
         r = registry or Registry()
         self.m_commits = r.counter("es_sched_txn_commits_total", "Transactions committed.")
         self.m_aborts = r.counter("es_sched_txn_aborts_total", "Transactions aborted or lost.")
@@ -306,8 +307,15 @@ class TransactionalLoop:
             except KafkaException as exc:
                 err = error_of(exc)
                 kind = Kind.FATAL if err is None else classify(err)
+                if err is not None and err.code() == KafkaError._CONFLICT:
+                    # Retriable in name only: our timed-out commit still runs, so this abort
+                    # cannot succeed; give the producer up (its successor's init settles it).
+                    kind = Kind.FATAL
                 if kind is not Kind.RETRIABLE:
                     raise _Failed(kind, f"{what}: {exc}") from None
+                # Trouble even if the retry succeeds: a coordinator's node killed may show only
+                # as such retries, and a self-fence may follow (kafka/static.py).
+                self._trouble_at = time.monotonic()
                 self.m_retries.inc(role=self.role)
                 log.warning("%s %s: %s (retriable), trying again", self.role, what, err)
             if stop.wait(RETRY_PAUSE_S):

@@ -28,7 +28,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ from confluent_kafka.admin._config import ConfigResource  # not re-exported for 
 from confluent_kafka.admin._resource import ResourceType
 
 from es_sched.commands import CommandClient, Submitted
+from es_sched.domain.events import Event, TaskScheduled
 from es_sched.kafka.topics import assignment_topic
 from tests.integration.private_cluster import NODES, PrivateCluster
 from tests.integration.runtime_harness import (
@@ -116,6 +117,54 @@ def replicated(cluster: PrivateCluster, env: Env) -> bool:
     )
 
 
+def _step(event: Event, refs: dict[str, str]) -> str:
+    """One event as ``type ref#attempt[/epoch] hh:mm:ss`` (what a stall report needs)."""
+    p = event.payload
+    task_id = getattr(p, "task_id", None)
+    ref = refs.get(task_id, "?") if task_id else ""
+    attempt = getattr(p, "attempt", getattr(p, "next_attempt", None))
+    epoch = getattr(p, "lease_epoch", None)
+    what = ref + (f"#{attempt}" if attempt is not None else "")
+    what += f"/e{epoch}" if epoch is not None else ""
+    return f"{event.type} {what} {event.occurred_at:%H:%M:%S}".replace("  ", " ")
+
+
+def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -> str:
+    """What a stalled run looks like, for a timeout's message: how many workflows completed
+    and which are still running, the last events of a few of those, and each process's log
+    tail (warnings and errors first, they say what is stuck)."""
+    try:
+        by_wf = read_events(env)
+    except (AssertionError, KafkaException) as exc:  # keep the timeout, say why no detail
+        return f"(events unreadable: {exc!r})"
+    status = {wf: final_status(v) for wf, v in by_wf.items()}
+    done = sum(s == "COMPLETED" for s in status.values())
+    stuck = sorted(wf for wf, s in status.items() if s == "RUNNING")
+    lines = [f"{done} of {expected} workflows completed, {len(stuck)} running,"
+             f" {len(status) - done - len(stuck)} ended otherwise"]  # fmt: skip
+    for wf in stuck[:stuck_shown]:
+        events = by_wf[wf]
+        refs = {p.task_id: p.ref for p in (e.payload for e in events)
+                if isinstance(p, TaskScheduled)}  # fmt: skip
+        lines.append(f"  {wf} ({len(events)} events), last: "
+                     + "; ".join(_step(e, refs) for e in events[-5:]))  # fmt: skip
+    for role in logs:
+        text = role.text()
+        trouble = [
+            ln
+            for ln in text.splitlines()  # librdkafka's own lines: a flood of FAILs
+            if (" WARNING " in ln or " ERROR " in ln) and "librdkafka" not in ln
+        ]
+        code = role.proc.poll()
+        alive = "running" if code is None else f"EXITED with code {code}"
+        lines.append(f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the"
+                     " last 15:")  # fmt: skip
+        lines += trouble[-15:]
+        lines.append(f"--- {role.log.name}: tail")
+        lines.append(text[-2500:])
+    return "\n".join(lines)
+
+
 @pytest.mark.timeout(600)  # three JVMs start and two restart; the work itself is ~2 min
 def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_is_lost(
     cluster: PrivateCluster,
@@ -131,6 +180,7 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         },
     )
     env.create()
+    print(f"[cluster] topic prefix {env.prefix}")
     wait_until(lambda: replicated(cluster, env), 30, "every topic: 3 replicas, min ISR 2")
     env.push_files(*MEDIA)
     roles, worker = Role(env, "roles", ROLES), Role(env, "worker", WORKER)
@@ -139,7 +189,11 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         roles.wait_log("dispatcher started", 90)
         worker.wait_log("started", 90)
         submitted = {s.workflow_id for s in env.submit("media_pipeline", media_inputs(WORKFLOWS))}
-        wait_until(lambda: tasks_completed(env) >= 100, 120, "100 tasks to complete")
+
+        def stalled(what: str, expected: int = WORKFLOWS) -> Callable[[], str]:
+            return lambda: f"{what}; now: " + describe_stall(env, expected, roles, worker)
+
+        wait_until(lambda: tasks_completed(env) >= 100, 120, stalled("100 tasks to complete"))
 
         # -- one node of three: leaders move, the ISR shrinks, work goes on -----------------
         # The victim leads the worker's assignment partition (named in its "started" line).
@@ -157,7 +211,7 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         election_s = time.monotonic() - killed_at
         tasks_then = tasks_completed(env)
         wait_until(lambda: tasks_completed(env) >= tasks_then + 60, 120,
-                   "60 more tasks completed on two nodes")  # fmt: skip
+                   stalled("60 more tasks completed on two nodes"))  # fmt: skip
         sixty_s = time.monotonic() - killed_at - election_s
 
         # -- two nodes of three: no quorum, no ISR minimum: writes wait ---------------------
@@ -193,7 +247,8 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         blocked_s = acked_at[0] - second_at
         client.close()
         ids = submitted | {s.workflow_id for s in late}
-        wait_until(lambda: completed(env) == WORKFLOWS + LATE, 300, "every workflow completed")
+        wait_until(lambda: completed(env) == WORKFLOWS + LATE, 300,
+                   stalled("every workflow completed", WORKFLOWS + LATE))  # fmt: skip
         done_s = time.monotonic() - restart_at
         assert roles.proc.poll() is None and worker.proc.poll() is None, "nothing else restarted"
     finally:

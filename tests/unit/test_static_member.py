@@ -3,6 +3,7 @@ after a self-fence (right after Kafka errors: a broker restart, confluent-kafka-
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -10,7 +11,14 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from es_sched.kafka.static import MAX_REJOINS, InstanceFenced, StaticMember, rejoining
-from tests.unit.test_transactional_loop import FakeClients, FakeConsumer, run_loop
+from tests.unit.test_transactional_loop import (
+    FakeClients,
+    FakeConsumer,
+    FakeProducer,
+    batch,
+    retriable,
+    run_loop,
+)
 
 MEMBER = StaticMember("g", "p-decider-0", enabled=True)
 FENCED_TEXT = (
@@ -70,8 +78,42 @@ def test_the_loop_marks_a_fence_after_consumer_errors_as_after_trouble() -> None
     assert troubled.value.after_trouble
 
 
+def test_a_fence_after_a_retried_transaction_call_is_after_trouble() -> None:
+    """The three-node test's decider died of a self-fence when the group coordinator's node
+    was killed: its consumer reported no error (librdkafka logs connection failures, it does
+    not return them from ``consume``), only ``commit_transaction`` timed out twice and was
+    retried (resumed) successfully; then the fence came. A retried call is Kafka trouble."""
+    fenced = Message(error=KafkaError(KafkaError._FATAL, FENCED_TEXT))
+    slow = FakeProducer({"commit_transaction": [retriable(), retriable()]})
+    with pytest.raises(InstanceFenced) as troubled:
+        run_loop(FakeClients(slow), batch([]), consumer=FakeConsumer([[], [fenced]]))
+    assert troubled.value.after_trouble
+    assert slow.names().count("commit_transaction") == 3  # committed, not aborted
+
+
+def test_a_fence_after_the_consumer_logged_a_broker_connection_failure_rejoins() -> None:
+    """The three-node test's decider, its group coordinator's node killed: no consumer error,
+    no retried or failed transaction, only librdkafka's "GroupCoordinator: Connect to ...
+    failed" log line of its consumer, then the fence 8 s later. That line is trouble; other
+    lines (the fence's own FATAL line among them) are not."""
+    member = StaticMember("g", "p-decider-0", enabled=True)
+    logger = member.config()["logger"]
+    logger.log(logging.CRITICAL, "%s [%s] %s", "FATAL", "c#consumer-1", "Fatal error: fenced")
+    logger.log(logging.INFO, "%s [%s] %s", "REBALANCE", "c#consumer-1", "rejoining")
+    _, quiet = sessions(fences=1, after_trouble=False)
+    with pytest.raises(InstanceFenced):
+        rejoining(threading.Event(), member, quiet, lambda: None)
+    failed = "GroupCoordinator: 127.0.0.1:19132: Connect to ipv4#127.0.0.1:19132 failed"
+    logger.log(logging.ERROR, "%s [%s] %s", "FAIL", "c#consumer-1", failed)
+    dropped: list[bool] = []
+    ran, troubled = sessions(fences=1, after_trouble=False)
+    rejoining(threading.Event(), member, troubled, lambda: dropped.append(True))
+    assert (len(ran), dropped) == (2, [True])
+
+
 def test_the_consumer_settings_name_the_instance_and_a_client_id_of_this_process() -> None:
     on = StaticMember("g", "p-timers-0", enabled=True).config()
     assert on["group.instance.id"] == "p-timers-0"
     assert on["client.id"].startswith("p-timers-0/")
+    assert on["logger"] is not None  # librdkafka's lines, to Python logging, noting trouble
     assert StaticMember("g", "p-timers-0", enabled=False).config() == {}

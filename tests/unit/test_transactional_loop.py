@@ -290,6 +290,24 @@ def test_retriable_past_the_transaction_timeout_aborts() -> None:
     assert committed == [] and role.rewinds == [False]
 
 
+def test_an_abort_refused_while_the_timed_out_commit_still_runs_re_creates_the_producer_at_once(
+) -> None:  # fmt: skip
+    """The cluster test's decider, after the nodes came back: commit_transaction timed out past
+    the transaction timeout, and abort_transaction then answered ``_CONFLICT`` ("Conflicting
+    commit_transaction API call is already in progress", flagged retriable) 145 times in 30 s
+    before the producer was re-created anyway. That abort cannot succeed while our own commit
+    runs in the background: give the producer up at the first refusal."""
+    conflict = KafkaError(KafkaError._CONFLICT, "commit in progress", retriable=True)
+    p = FakeProducer({"commit_transaction": [retriable()] * 1000,
+                      "abort_transaction": [conflict] * 1000})  # fmt: skip
+    clients, committed = FakeClients(p), list[str]()
+    role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"), txn_ms=1000,
+                       call_timeout_s=0.2)  # fmt: skip
+    assert p.names().count("abort_transaction") == 1
+    assert len(clients.made) == 2 and role.rewinds == [True]  # it may have committed
+    assert committed == ["b2"]
+
+
 # -- abortable --------------------------------------------------------------------------------
 def test_abortable_aborts_and_the_role_rewinds_with_the_same_producer() -> None:
     p = FakeProducer({"send_offsets_to_transaction": [abortable()]})
