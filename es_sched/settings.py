@@ -135,7 +135,10 @@ class StackSettings(BaseSettings):
     # KRaft nodes of the local Kafka; node i listens on the bootstrap port + 2(i-1) and the
     # controller port + 2(i-1). `stack up --kafka-brokers N` wins over this (ADR 20).
     kafka_brokers: int = Field(default=1, ge=1, le=5)
-    kafka_heap: str = "512m"
+    # 512m ran out of heap (OutOfMemoryError, the controller gave up leadership, the broker
+    # exited) with ~1,900 topics / 14,000 partitions left on a long-lived local broker by
+    # interrupted benches and tests; 1g holds that with room (the JVM takes it lazily).
+    kafka_heap: str = "1g"
     search_heap: str = "768m"
     ready_timeout_s: float = Field(default=180.0, gt=0)
     compose_file: Path = Path("docker-compose.yml")
