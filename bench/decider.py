@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,7 +56,10 @@ def _lease(task_id: str) -> dict[str, Any]:
             "lease_token": f"tok-{task_id}"}  # fmt: skip
 
 
-def start_decider(prefix: str, partitions: int, log: Path) -> subprocess.Popen[bytes]:
+def start_decider(
+    prefix: str, partitions: int, log: Path, profile: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """The decider subprocess; under py-spy (collapsed stacks at ``profile``) when asked."""
     env = {
         **os.environ,
         "ES_SCHED_KAFKA_TOPIC_PREFIX": prefix,
@@ -64,9 +68,25 @@ def start_decider(prefix: str, partitions: int, log: Path) -> subprocess.Popen[b
         "ES_SCHED_RUN_BATCH_MAX_MS": str(BATCH_MS),
     }
     cmd = [sys.executable, "-m", "es_sched", "run", "--role", "decider"]
+    if profile is not None:
+        spy = str(Path(sys.executable).with_name("py-spy"))
+        cmd = [spy, "record", "--format", "raw", "-r", "200", "-o", str(profile), "--", *cmd]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "1", *cmd]
     return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def stop_decider(decider: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the decider itself: under py-spy, to its child, so py-spy sees it end and
+    writes the profile."""
+    children = Path(f"/proc/{decider.pid}/task/{decider.pid}/children")
+    kids = children.read_text().split() if children.exists() else []
+    spied = Path(f"/proc/{decider.pid}/cmdline").read_bytes().find(b"py-spy") >= 0
+    for pid in kids if spied else []:
+        os.kill(int(pid), signal.SIGTERM)
+    if not spied:
+        decider.terminate()
+    decider.wait(60)
 
 
 def tail_events(
@@ -100,6 +120,7 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=20_000)
     parser.add_argument("--rate", type=int, default=2_000, help="completions per second in phase 2")
     parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--profile", type=Path, help="run the decider under py-spy")
     opts = parser.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, opts.partitions)
@@ -120,7 +141,7 @@ def main() -> None:
     p.flush(120)
     console = Console()
     log = ROOT / "bench" / "results" / "decider-run.log"
-    decider = start_decider(prefix, opts.partitions, log)
+    decider = start_decider(prefix, opts.partitions, log, opts.profile)
     try:
         with Progress(console=console) as progress:
             started = tail_events(
@@ -190,8 +211,7 @@ def main() -> None:
             tail.join()
             done = arrivals
     finally:
-        decider.terminate()
-        decider.wait(60)
+        stop_decider(decider)
     latencies = sorted((done[wf] - sent[wf]) * 1000 for wf in sent if wf in done)
     stats = (
         log.read_text().rsplit("stopped: ", 1)[-1].splitlines()[0]

@@ -38,6 +38,7 @@ by hash; the bundle is written once per changelog partition.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -78,6 +79,16 @@ RESTORE_RETRY_S = 2.0
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def tune_gc(young: int) -> None:
+    """The young-generation threshold of the cycle collector, process-wide (0: unchanged).
+    A batch makes thousands of short-lived, acyclic objects (events, states, records); at
+    CPython's default of 700 the collector ran every few inputs and rescanned a batch's staged
+    states each time, about a quarter of the decider's CPU (ADR 30). Reference counting still
+    frees them at once; only cycles wait longer."""
+    if young:
+        gc.set_threshold(young, *gc.get_threshold()[1:])
 
 
 class Decider:
@@ -128,6 +139,7 @@ class Decider:
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
+        tune_gc(self.run_settings.gc_young_threshold)
         ensure_topics(self.bootstrap, self.topics)
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()
