@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -76,9 +76,10 @@ RETRY_PAUSE_S = 0.2  # rdkafka.h: retry "preferably after a shorter grace period
 ERROR_LOG_EVERY_S = 10.0
 
 
-@dataclass(frozen=True)
-class Out:
-    """One record to produce inside the transaction (``partition=None``: by key, murmur2)."""
+class Out(NamedTuple):
+    """One record to produce inside the transaction (``partition=None``: by key, murmur2).
+    A named tuple, not a frozen dataclass: a decider batch makes thousands, and a frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost several times as much."""
 
     topic: str
     key: str | bytes | None
