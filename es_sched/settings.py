@@ -180,6 +180,11 @@ class RuntimeSettings(BaseSettings):
     # cycle collector every few inputs over a batch's thousands of fresh, acyclic objects
     # (about a quarter of the decider's CPU); 0 keeps the interpreter's default.
     gc_young_threshold: int = Field(default=50_000, ge=0)
+    # Adaptive decider batches (ADR 30): while polls come back full, a batch doubles from
+    # ``batch_max_records`` up to this ceiling, as long as one batch (decide, produce, commit)
+    # stays within half of ``batch_budget_ms``; it shrinks back when the backlog is gone.
+    batch_ceiling_records: int = Field(default=2_000, ge=1)
+    batch_budget_ms: int = Field(default=250, ge=1)
 
     @field_validator("retry_tiers_s")
     @classmethod

@@ -64,7 +64,7 @@ from es_sched.kafka.failures import seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
-from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
+from es_sched.kafka.transactional import Batch, BatchSizer, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
@@ -168,10 +168,12 @@ class Decider:
         )
         log.info("decider %s started (group %s)", self.txn_id, self.group)
         try:
+            rs = self.run_settings
+            sizer = BatchSizer(rs.batch_max_records, rs.batch_ceiling_records,
+                               rs.batch_budget_ms / 1000)  # fmt: skip
             self.loop.run(
-                stop, self.consumer, self,
-                self.run_settings.batch_max_records, self.run_settings.batch_max_ms / 1000,
-            )  # fmt: skip
+                stop, self.consumer, self, rs.batch_max_records, rs.batch_max_ms / 1000, sizer
+            )
         finally:
             self.consumer.close()
 
