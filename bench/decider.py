@@ -72,7 +72,19 @@ def start_decider(
     cmd = [sys.executable, "-m", "es_sched", "run", "--role", "decider"]
     if profile is not None:
         spy = str(Path(sys.executable).with_name("py-spy"))
-        cmd = [spy, "record", "--format", "raw", "-r", "200", "-o", str(profile), "--", *cmd]
+        cmd = [
+            spy,
+            "record",
+            "--idle",
+            "--format",
+            "raw",
+            "-r",
+            "200",
+            "-o",
+            str(profile),
+            "--",
+            *cmd,
+        ]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "1", *cmd]
     return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -183,6 +195,7 @@ def main() -> None:
                 "phase 1: starts",
             )
             start_cpu = cpu.seconds() - cpu_start
+            print(f"decider CPU: {cpu_start:.2f}s at assignment, {start_cpu:.2f}s for phase 1")
             start_rate = opts.inputs / max(
                 (started["__last_ms"] - started["__first_ms"]) / 1000, 1e-9
             )

@@ -184,7 +184,7 @@ class RuntimeSettings(BaseSettings):
     # ``batch_max_records`` up to this ceiling, as long as one batch (decide, produce, commit)
     # stays within half of ``batch_budget_ms``; it shrinks back when the backlog is gone.
     batch_ceiling_records: int = Field(default=2_000, ge=1)
-    batch_budget_ms: int = Field(default=250, ge=1)
+    batch_budget_ms: int = Field(default=500, ge=1)
 
     @field_validator("retry_tiers_s")
     @classmethod
