@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,18 +56,75 @@ def _lease(task_id: str) -> dict[str, Any]:
             "lease_token": f"tok-{task_id}"}  # fmt: skip
 
 
-def start_decider(prefix: str, partitions: int, log: Path) -> subprocess.Popen[bytes]:
+def start_decider(
+    prefix: str, partitions: int, log: Path, profile: Path | None = None, code: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """The decider subprocess; under py-spy (collapsed stacks at ``profile``) when asked, and
+    importing es_sched from ``code`` (another checkout, for before/after runs) when given."""
     env = {
         **os.environ,
+        **({"PYTHONPATH": str(code)} if code is not None else {}),
         "ES_SCHED_KAFKA_TOPIC_PREFIX": prefix,
         "ES_SCHED_KAFKA_PARTITIONS": str(partitions),
         "ES_SCHED_RUN_BATCH_MAX_RECORDS": str(BATCH_RECORDS),
         "ES_SCHED_RUN_BATCH_MAX_MS": str(BATCH_MS),
     }
     cmd = [sys.executable, "-m", "es_sched", "run", "--role", "decider"]
+    if profile is not None:
+        spy = str(Path(sys.executable).with_name("py-spy"))
+        cmd = [
+            spy,
+            "record",
+            "--idle",
+            "--format",
+            "raw",
+            "-r",
+            "200",
+            "-o",
+            str(profile),
+            "--",
+            *cmd,
+        ]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "1", *cmd]
     return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+class DeciderCpu:
+    """The decider process's CPU seconds so far (``/proc``; under py-spy, its child's)."""
+
+    def __init__(self, decider: subprocess.Popen[bytes], log: Path) -> None:
+        self.decider, self.log = decider, log
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _pid(self) -> int:
+        kids = Path(f"/proc/{self.decider.pid}/task/{self.decider.pid}/children")
+        spied = b"py-spy" in Path(f"/proc/{self.decider.pid}/cmdline").read_bytes()
+        return int(kids.read_text().split()[0]) if spied else self.decider.pid
+
+    def seconds(self, wait_assigned: bool = False) -> float:
+        """``wait_assigned``: first wait (bounded) for the decider to own its partitions, so
+        start-up (imports, joining the group) is not counted as work."""
+        deadline = time.monotonic() + 60
+        while wait_assigned and time.monotonic() < deadline:
+            if self.log.exists() and "assigned partitions" in self.log.read_text():
+                break
+            time.sleep(0.05)
+        fields = Path(f"/proc/{self._pid()}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+
+def stop_decider(decider: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the decider itself: under py-spy, to its child, so py-spy sees it end and
+    writes the profile."""
+    children = Path(f"/proc/{decider.pid}/task/{decider.pid}/children")
+    kids = children.read_text().split() if children.exists() else []
+    spied = Path(f"/proc/{decider.pid}/cmdline").read_bytes().find(b"py-spy") >= 0
+    for pid in kids if spied else []:
+        os.kill(int(pid), signal.SIGTERM)
+    if not spied:
+        decider.terminate()
+    decider.wait(60)
 
 
 def tail_events(
@@ -100,6 +158,9 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=20_000)
     parser.add_argument("--rate", type=int, default=2_000, help="completions per second in phase 2")
     parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--profile", type=Path, help="run the decider under py-spy")
+    parser.add_argument("--code", type=Path, help="the es_sched checkout the decider runs")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "decider.json")
     opts = parser.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, opts.partitions)
@@ -119,10 +180,12 @@ def main() -> None:
         p.poll(0)
     p.flush(120)
     console = Console()
-    log = ROOT / "bench" / "results" / "decider-run.log"
-    decider = start_decider(prefix, opts.partitions, log)
+    log = opts.json.with_name(f"{opts.json.stem}-run.log")
+    decider = start_decider(prefix, opts.partitions, log, opts.profile, opts.code)
+    cpu = DeciderCpu(decider, log)
     try:
         with Progress(console=console) as progress:
+            cpu_start = cpu.seconds(wait_assigned=True)
             started = tail_events(
                 topics,
                 opts.partitions,
@@ -131,6 +194,8 @@ def main() -> None:
                 progress,
                 "phase 1: starts",
             )
+            start_cpu = cpu.seconds() - cpu_start
+            print(f"decider CPU: {cpu_start:.2f}s at assignment, {start_cpu:.2f}s for phase 1")
             start_rate = opts.inputs / max(
                 (started["__last_ms"] - started["__first_ms"]) / 1000, 1e-9
             )
@@ -145,6 +210,7 @@ def main() -> None:
             tail_events(topics, opts.partitions, len(tasks), "task.dispatched", progress, "leases")
             burst, steady = tasks[: len(tasks) // 2], tasks[len(tasks) // 2 :]
             # phase 2: half of the completions as a backlog burst -> completion throughput
+            cpu_burst = cpu.seconds()
             for wf, task_id in burst:
                 report = c.ReportCompleted(f"done-{task_id}", wf, **_lease(task_id))
                 p.produce(topics.task_results, key=wf.encode(), value=encode_input(report))
@@ -158,6 +224,7 @@ def main() -> None:
                 progress,
                 "phase 2: burst",
             )
+            burst_cpu = cpu.seconds() - cpu_burst
             completion_rate = len(burst) / max(
                 (finished["__last_ms"] - finished["__first_ms"]) / 1000, 1e-9
             )
@@ -190,8 +257,7 @@ def main() -> None:
             tail.join()
             done = arrivals
     finally:
-        decider.terminate()
-        decider.wait(60)
+        stop_decider(decider)
     latencies = sorted((done[wf] - sent[wf]) * 1000 for wf in sent if wf in done)
     stats = (
         log.read_text().rsplit("stopped: ", 1)[-1].splitlines()[0]
@@ -216,6 +282,12 @@ def main() -> None:
             "start_workflow_backlog": round(start_rate),
             "task_completed_backlog": round(completion_rate),
         },
+        # the decider's own CPU (utime + stime) per phase: steadier than wall time when other
+        # processes share the cores, and what a capacity model needs
+        "inputs_per_cpu_second": {
+            "start_workflow_backlog": round(opts.inputs / max(start_cpu, 1e-9)),
+            "task_completed_backlog": round(len(burst) / max(burst_cpu, 1e-9)),
+        },
         "phase2_completions": len(latencies),
         "phase2_rate_per_second": opts.rate,
         "latency_ms": {
@@ -234,6 +306,8 @@ def main() -> None:
     table.add_column("value", justify="right")
     table.add_row("inputs/s, StartWorkflow backlog", f"{round(start_rate):,}")
     table.add_row("inputs/s, task completed backlog", f"{round(completion_rate):,}")
+    for phase, n in result["inputs_per_cpu_second"].items():
+        table.add_row(f"inputs per decider CPU-second, {phase}", f"{n:,}")
     table.add_row(
         "latency p50 ms (completion -> committed event)", str(result["latency_ms"]["p50"])
     )
@@ -241,7 +315,7 @@ def main() -> None:
     table.add_row("transactions", str(batches))
     table.add_row("batch bound (records / ms)", f"{BATCH_RECORDS} / {BATCH_MS}")
     console.print(table)
-    (ROOT / "bench" / "results" / "decider.json").write_text(json.dumps(result, indent=2) + "\n")
+    opts.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def read_ready(topics: Topics, partitions: int, want: int) -> dict[str, str]:

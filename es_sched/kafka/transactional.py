@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -77,9 +77,10 @@ RETRY_PAUSE_S = 0.2  # rdkafka.h: retry "preferably after a shorter grace period
 ERROR_LOG_EVERY_S = 10.0
 
 
-@dataclass(frozen=True)
-class Out:
-    """One record to produce inside the transaction (``partition=None``: by key, murmur2)."""
+class Out(NamedTuple):
+    """One record to produce inside the transaction (``partition=None``: by key, murmur2).
+    A named tuple, not a frozen dataclass: a decider batch makes thousands, and a frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost several times as much."""
 
     topic: str
     key: str | bytes | None
@@ -153,6 +154,27 @@ class _Failed(Exception):
         self.kind, self.reason, self.wedged = kind, reason, wedged
 
 
+class BatchSizer:
+    """How many records the next poll asks for (ADR 30): ``base`` while input trickles in, so
+    an idle system commits small batches at once; doubled, up to ``ceiling``, while polls come
+    back full (a backlog) and a whole iteration (decide, produce, commit) stays within half of
+    ``budget_s``; halved again when a poll comes back under half full or an iteration went
+    over the budget. A transaction's fixed cost (offsets, commit markers, two round trips) is
+    then spread over more inputs exactly when there is a queue to drain, and the latency a
+    batch adds is bounded by the budget, not by the ceiling."""
+
+    def __init__(self, base: int, ceiling: int | None = None, budget_s: float = math.inf) -> None:
+        self.base, self.ceiling, self.budget_s = base, max(base, ceiling or base), budget_s
+        self.size = base
+
+    def observe(self, got: int, took_s: float) -> None:
+        """The last poll returned ``got`` records and its iteration took ``took_s``."""
+        if took_s > self.budget_s or got < self.size // 2:
+            self.size = max(self.base, self.size // 2)
+        elif got >= self.size and took_s <= self.budget_s / 2:
+            self.size = min(self.ceiling, self.size * 2)
+
+
 class TransactionalLoop:
     def __init__(
         self,
@@ -188,14 +210,20 @@ class TransactionalLoop:
         role: TransactionalRole,
         max_records: int,
         wait_s: float,
+        sizer: BatchSizer | None = None,
     ) -> None:
-        """Until ``stop`` is set; raises ``InfrastructureError`` when fenced or Kafka is broken."""
+        """Until ``stop`` is set; raises ``InfrastructureError`` when fenced or Kafka is broken.
+        ``sizer``: adaptive batches (``BatchSizer``); without one, always ``max_records``."""
+        sizer = sizer or BatchSizer(max_records)
         try:
             self._open(stop, first=True)
             while not stop.is_set():
-                batch = role.step(self.poll(consumer, max_records, wait_s))
+                records = self.poll(consumer, sizer.size, wait_s)
+                started = time.monotonic()
+                batch = role.step(records)
                 if batch is not None:
                     self.transact(stop, consumer, role, batch)
+                sizer.observe(len(records), time.monotonic() - started)
                 role.tick()
         except Stopped as why:
             log.info("%s %s stopping: %s", self.role, self.txn_id, why)

@@ -38,6 +38,7 @@ by hash; the bundle is written once per changelog partition.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -63,7 +64,7 @@ from es_sched.kafka.failures import seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
-from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
+from es_sched.kafka.transactional import Batch, BatchSizer, Out, TransactionalLoop
 from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
@@ -78,6 +79,16 @@ RESTORE_RETRY_S = 2.0
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def tune_gc(young: int) -> None:
+    """The young-generation threshold of the cycle collector, process-wide (0: unchanged).
+    A batch makes thousands of short-lived, acyclic objects (events, states, records); at
+    CPython's default of 700 the collector ran every few inputs and rescanned a batch's staged
+    states each time, about a quarter of the decider's CPU (ADR 30). Reference counting still
+    frees them at once; only cycles wait longer."""
+    if young:
+        gc.set_threshold(young, *gc.get_threshold()[1:])
 
 
 class Decider:
@@ -128,6 +139,7 @@ class Decider:
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
+        tune_gc(self.run_settings.gc_young_threshold)
         ensure_topics(self.bootstrap, self.topics)
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()
@@ -156,10 +168,12 @@ class Decider:
         )
         log.info("decider %s started (group %s)", self.txn_id, self.group)
         try:
+            rs = self.run_settings
+            sizer = BatchSizer(rs.batch_max_records, rs.batch_ceiling_records,
+                               rs.batch_budget_ms / 1000)  # fmt: skip
             self.loop.run(
-                stop, self.consumer, self,
-                self.run_settings.batch_max_records, self.run_settings.batch_max_ms / 1000,
-            )  # fmt: skip
+                stop, self.consumer, self, rs.batch_max_records, rs.batch_max_ms / 1000, sizer
+            )
         finally:
             self.consumer.close()
 

@@ -16,8 +16,7 @@ event record alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import assert_never
+from typing import NamedTuple, assert_never
 
 from es_sched.domain import commands as c
 from es_sched.domain.definitions import TaskLimits
@@ -47,12 +46,13 @@ Resolver = Lookup
 """(name, version) -> (definition, taskdefs) from the registry, or None when unknown."""
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
+    """A record to write (a named tuple: cheap to make, thousands per batch; ADR 30)."""
+
     topic: str
     key: str
     value: bytes | None
-    headers: list[tuple[str, str | bytes | None]] = field(default_factory=list)
+    headers: list[tuple[str, str | bytes | None]] | None = None
     partition: int | None = None  # None: by key
 
 
@@ -138,7 +138,7 @@ def snapshot(
     if digest not in bundles:
         bundles.add(digest)
         out.append(Record(topics.changelog, definition_key(digest), raw, partition=partition))
-    parts = split(st.workflow_id, encode_state(st))
+    parts = split(st.workflow_id, encode_state(st, digest))
     chunks = len(parts) - 1 if len(parts) > 1 else 0
     out += [Record(topics.changelog, key, value, partition=partition) for key, value in parts]
     out += chunk_tombstones(topics, st.workflow_id, partition, chunks, previous_chunks)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
+import msgspec
 import orjson
 
 from es_sched.domain.commands import INPUT_TYPES, Input
@@ -211,24 +211,21 @@ def decode_input(raw: bytes, catalog: SchemaCatalog | None = None) -> Input:
     return input_from_dict(_loads(raw), catalog)
 
 
+_JSON = msgspec.json.Decoder()
+
+
 def _loads(raw: bytes) -> Any:
+    """Strict RFC 8259 JSON (ADR 30: msgspec, about 5x the standard library's ``json`` here):
+    UTF-8 only, no NaN/Infinity, no number that is not a finite double, arbitrary-precision
+    integers as Python's ``json`` reads them, the last of duplicate keys. A lone surrogate
+    escape (``"\\ud800"``) is refused as well: no encoder could write it back (orjson refuses
+    it), so it would otherwise stop the decider at the first event it produced."""
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants, parse_float=_finite)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        # ValueError covers JSONDecodeError and integers beyond Python's digit limit;
+        return _JSON.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        # DecodeError covers malformed JSON, invalid UTF-8 and numbers out of range (1e400);
         # RecursionError a document nested too deep to be anything but hostile.
         raise SchemaError(f"not UTF-8 JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
-
-
-def _no_constants(name: str) -> Any:
-    raise SchemaError(f"{name} is not valid JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise SchemaError(f"{text} is not a finite number")
-    return value
 
 
 def _dumps(doc: dict[str, Any]) -> bytes:

@@ -149,13 +149,14 @@ def upcast(doc: dict[str, Any]) -> tuple[dict[str, Any], Bundle | None]:
     return {**rest, "snapshot_version": SNAPSHOT_VERSION, "definition_hash": digest}, bundle
 
 
-def state_to_dict(st: WorkflowState) -> dict[str, Any]:
+def state_to_dict(st: WorkflowState, digest: str | None = None) -> dict[str, Any]:
     """The snapshot document; times stay ``datetime`` (orjson writes them as RFC 3339) and the
-    dynamic tasks are pre-serialised fragments shared by every snapshot."""
+    dynamic tasks are pre-serialised fragments shared by every snapshot. ``digest``: the
+    bundle's hash when the caller has it already (``definition_record``)."""
     return {
         "snapshot_version": SNAPSHOT_VERSION,
         "workflow_id": st.workflow_id,
-        "definition_hash": definition_record(st)[0],
+        "definition_hash": digest if digest is not None else definition_record(st)[0],
         "status": st.status,
         "input": st.input,
         "created_at": st.created_at,
@@ -221,8 +222,8 @@ def state_from_dict(
     )
 
 
-def encode_state(st: WorkflowState) -> bytes:
-    return orjson.dumps(state_to_dict(st), option=orjson.OPT_SORT_KEYS)
+def encode_state(st: WorkflowState, digest: str | None = None) -> bytes:
+    return orjson.dumps(state_to_dict(st, digest), option=orjson.OPT_SORT_KEYS)
 
 
 def decode_state(raw: bytes, definitions: Mapping[str, Bundle] | None = None) -> WorkflowState:

@@ -1,0 +1,185 @@
+"""The decider's CPU per input without a broker: ``Decider.step`` over fake records.
+
+The same inputs as bench/decider.py (StartWorkflow of a one-task workflow, then DispatchTask and
+ReportCompleted for each task; or the media DAG with ``--media``), in batches of 500, through
+decode, decide, encode and the changelog snapshot; the transaction itself is not included.
+Prints inputs per CPU-second per phase (process time: other load on the machine matters less),
+medians of ``--repeat``; a profiler can wrap it
+(`py-spy record -o x.raw --format raw -- python bench/decider_cpu.py`).
+
+Rerun: `.venv/bin/python bench/decider_cpu.py [--workflows 4000 --repeat 3]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from es_sched.domain import commands as c
+from es_sched.domain.ids import workflow_id_for_command
+from es_sched.runtime.decider import Decider
+from es_sched.serialization import encode_input
+from es_sched.serialization.records import decode_ready
+from es_sched.settings import load_settings
+
+ONE_TASK = {"name": "bench_one", "version": 1,
+            "tasks": [{"name": "unit", "taskReferenceName": "unit"}]}  # fmt: skip
+BATCH = 500
+
+
+class FakeMsg:
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes) -> None:
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+    def error(self) -> None:
+        return None
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MEDIA = json.loads((EXAMPLES / "media_pipeline.json").read_text())
+MEDIA_TASKDEFS = json.loads((EXAMPLES / "media_taskdefs.json").read_text())
+MEDIA_INPUT = {"source_uri": "s3://in/a.mp4", "source_checksum": "0" * 64,
+               "callback_url": "http://127.0.0.1:9/cb", "asset_id": "a"}  # fmt: skip
+PROBED = {"height": 1080, "uri": "s3://in/a.mp4", "sha256": "0" * 64, "duration_s": 60.0}
+
+
+class FakeRegistry:
+    def __init__(self) -> None:
+        self.taskdefs = [{"name": "unit", "retryCount": 0}, *MEDIA_TASKDEFS]
+
+    def poll(self) -> None:
+        return None
+
+    def workflow(self, name: str, version: int | None = None) -> dict[str, Any] | None:
+        return {"bench_one": ONE_TASK, "media_pipeline": MEDIA}.get(name)
+
+    def taskdefs_for(self, definition: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.taskdefs
+
+
+def _lease(task_id: str) -> dict[str, Any]:
+    return {"task_id": task_id, "attempt": 1, "worker_id": "bench", "lease_epoch": 1,
+            "lease_token": f"tok-{task_id}"}  # fmt: skip
+
+
+def run_phase(d: Decider, msgs: list[FakeMsg]) -> tuple[float, list[Any]]:
+    outs: list[Any] = []
+    t0 = time.process_time()
+    for i in range(0, len(msgs), BATCH):
+        batch = d.step(msgs[i : i + BATCH])  # type: ignore[arg-type]
+        assert batch is not None
+        batch.on_commit()
+        outs += batch.records
+    return time.process_time() - t0, outs
+
+
+def one_run(n: int, prefix: str) -> dict[str, float]:
+    from es_sched.bootstrap import script_engine  # noqa: PLC0415
+
+    d = Decider(load_settings(), script_engine())
+    d.registry = FakeRegistry()  # type: ignore[assignment]
+    young = getattr(d.run_settings, "gc_young_threshold", 0)  # as Decider.run does (ADR 30)
+    if young:  # a baseline checkout from before it has no such setting
+        gc.set_threshold(young, *gc.get_threshold()[1:])
+    topics = d.topics
+    parts = topics.partitions
+    starts = []
+    for i in range(n):
+        cid = f"{prefix}-{i}"
+        wf = workflow_id_for_command(cid)
+        inp = c.StartWorkflow(cid, wf, name="bench_one", input={"i": i})
+        starts.append(FakeMsg(topics.commands, hash(wf) % parts, i, wf.encode(), encode_input(inp)))
+    took_start, outs = run_phase(d, starts)
+    ready = [decode_ready(o.value) for o in outs if o.topic == topics.ready]
+    leases, reports = [], []
+    for i, r in enumerate(ready):
+        wf, task_id = r["workflow_id"], r["task_id"]
+        key, part = wf.encode(), hash(wf) % parts
+        lease = c.DispatchTask(f"dispatch-{task_id}", wf, **_lease(task_id))
+        done = c.ReportCompleted(f"done-{task_id}", wf, **_lease(task_id))
+        leases.append(FakeMsg(topics.task_results, part, i, key, encode_input(lease)))
+        reports.append(FakeMsg(topics.task_results, part, n + i, key, encode_input(done)))
+    took_lease, _ = run_phase(d, leases)
+    took_done, _ = run_phase(d, reports)
+    return {"start": n / took_start, "dispatch": n / took_lease, "completed": n / took_done}
+
+
+def media_run(n: int, prefix: str) -> dict[str, float]:
+    """``n`` media workflows (1080p: probe, four transcodes, thumbnail, package, write_asset,
+    callback) driven to their end wave by wave: every ready task is leased, then completed."""
+    from es_sched.bootstrap import script_engine  # noqa: PLC0415
+
+    d = Decider(load_settings(), script_engine())
+    d.registry = FakeRegistry()  # type: ignore[assignment]
+    young = getattr(d.run_settings, "gc_young_threshold", 0)
+    if young:
+        gc.set_threshold(young, *gc.get_threshold()[1:])
+    topics, parts, offset = d.topics, d.topics.partitions, 0
+    msgs = []
+    for i in range(n):
+        cid = f"{prefix}-{i}"
+        wf = workflow_id_for_command(cid)
+        inp = c.StartWorkflow(cid, wf, name="media_pipeline", input=MEDIA_INPUT)
+        msgs.append(FakeMsg(topics.commands, hash(wf) % parts, i, wf.encode(), encode_input(inp)))
+    took, outs = run_phase(d, msgs)
+    inputs, snapshot_bytes, snapshots = n, 0, 0
+    while True:
+        snapshot_bytes += sum(len(o.value or b"") for o in outs if o.topic == topics.changelog)
+        snapshots += sum(o.topic == topics.changelog for o in outs)
+        ready = [decode_ready(o.value) for o in outs if o.topic == topics.ready]
+        if not ready:
+            break
+        leases, reports = [], []
+        for r in ready:
+            wf, task_id = r["workflow_id"], r["task_id"]
+            key, part, offset = wf.encode(), hash(wf) % parts, offset + 1
+            output = PROBED if r["name"] == "media.probe" else {}
+            lease = c.DispatchTask(f"dispatch-{task_id}", wf, **_lease(task_id))
+            done = c.ReportCompleted(f"done-{task_id}", wf, output=output, **_lease(task_id))
+            leases.append(FakeMsg(topics.task_results, part, offset, key, encode_input(lease)))
+            reports.append(FakeMsg(topics.task_results, part, offset, key, encode_input(done)))
+        took_lease, _ = run_phase(d, leases)
+        took_done, outs = run_phase(d, reports)
+        took, inputs = took + took_lease + took_done, inputs + 2 * len(ready)
+    ended = sum(st.terminal for st in d.states.values())
+    assert ended == n, f"{ended} of {n} media workflows ended"
+    return {"media": inputs / took, "inputs_per_workflow": inputs / n,
+            "changelog_bytes_per_input": snapshot_bytes / inputs}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflows", type=int, default=4000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--media", action="store_true", help="the 1080p media DAG instead")
+    opts = parser.parse_args()
+    run = media_run if opts.media else one_run
+    runs = [run(opts.workflows, f"cpu{k}") for k in range(opts.repeat)]
+    for phase in runs[0]:
+        rate = statistics.median(r[phase] for r in runs)
+        unit = "" if phase in ("inputs_per_workflow", "changelog_bytes_per_input") else " inputs/s"
+        print(f"{phase:26s} {rate:10,.0f}{unit} (median of {opts.repeat})")
+
+
+if __name__ == "__main__":
+    main()
