@@ -28,7 +28,7 @@ from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import REFUSAL_SEQ, is_refusal
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
-from es_sched.kafka.clients import consumer, read_partition, watermarks
+from es_sched.kafka.clients import consumer, read_partitions, watermarks
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.search.client import SearchError
@@ -85,33 +85,35 @@ def replay(
     topic = topics_for(settings).events
     out, started, key = Replayed(), time.monotonic(), workflow_id.encode() if workflow_id else None
     read = 0
-    for part in partitions(settings):
-        for msg in read_partition(settings.kafka.bootstrap_servers, topic, part):
-            read += 1
-            if progress is not None and read % 5000 == 0:
-                progress(read)
-            if key is not None and msg.key() != key:
-                continue
-            raw = msg.value()
-            event = decode_logged_event(raw if isinstance(raw, bytes) else b"")
-            if until is not None and event.occurred_at > until:
-                out.cut.add(event.workflow_id)
-                continue
-            wf = event.workflow_id
-            if is_refusal(event):
-                _check_refusal(event, f"{topic}[{part}]@{msg.offset()}")
-                out.refusals += 1
-                continue
-            if wf in out.problems:
-                continue
-            try:
-                out.states[wf] = advance(out.states.get(wf), event)
-            except (DomainError, EsSchedError) as exc:
-                out.problems.append(wf)
-                out.states.pop(wf, None)
-                raise EsSchedError(f"{topic}[{part}]@{msg.offset()}: {exc}") from exc
-            out.last_at[wf] = event.occurred_at
-            out.events += 1
+    # One reader for every partition (a client per partition costs its start-up each time:
+    # 13 s instead of 0.7 s for 140,000 records here); each partition's order is kept, and a
+    # workflow lives on one partition, so every history is folded in order.
+    for msg in read_partitions(settings.kafka.bootstrap_servers, topic, partitions(settings)):
+        read += 1
+        if progress is not None and read % 5000 == 0:
+            progress(read)
+        if key is not None and msg.key() != key:
+            continue
+        raw = msg.value()
+        event = decode_logged_event(raw if isinstance(raw, bytes) else b"")
+        if until is not None and event.occurred_at > until:
+            out.cut.add(event.workflow_id)
+            continue
+        wf = event.workflow_id
+        if is_refusal(event):
+            _check_refusal(event, f"{topic}[{msg.partition()}]@{msg.offset()}")
+            out.refusals += 1
+            continue
+        if wf in out.problems:
+            continue
+        try:
+            out.states[wf] = advance(out.states.get(wf), event)
+        except (DomainError, EsSchedError) as exc:
+            out.problems.append(wf)
+            out.states.pop(wf, None)
+            raise EsSchedError(f"{topic}[{msg.partition()}]@{msg.offset()}: {exc}") from exc
+        out.last_at[wf] = event.occurred_at
+        out.events += 1
     if progress is not None:
         progress(read)
     out.seconds = time.monotonic() - started
@@ -132,6 +134,9 @@ def _check_refusal(event: Event, where: str) -> None:
 def _compare(source: str, kind: str, key: str, want: Row, have: Row | None) -> Iterator[Mismatch]:
     if have is None:
         yield Mismatch(source, kind, key, "missing", "row", None)
+        return
+    # Equal rows are equal comparables: most rows take this exit and skip ``comparable``.
+    if want == (have if kind != "task" else {**have, "version": want.get("version")}):
         return
     w, h = comparable(want), comparable(have)
     for name, value in w.items():
@@ -174,12 +179,14 @@ def verify_changelog(settings: Settings, replayed: Replayed, ids: set[str]) -> l
     """The decider's latest snapshot of each workflow against the fold of its events (the
     topic is compacted, but not at once: the last record of a key is the snapshot)."""
     topics, latest, ended = topics_for(settings), {}, {}
-    for part in partitions(settings):
-        changelog = Changelog()
-        for msg in read_partition(settings.kafka.bootstrap_servers, topics.changelog, part):
-            key, value = msg.key(), msg.value()
-            changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
-                     value.encode() if isinstance(value, str) else value)  # fmt: skip
+    logs: dict[int, Changelog] = {}  # a partition's records in order, one reader for all
+    bootstrap = settings.kafka.bootstrap_servers
+    for msg in read_partitions(bootstrap, topics.changelog, partitions(settings)):
+        changelog = logs.setdefault(msg.partition() or 0, Changelog())
+        key, value = msg.key(), msg.value()
+        changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
+                       value.encode() if isinstance(value, str) else value)  # fmt: skip
+    for changelog in logs.values():
         ended.update(changelog.ended)
         latest.update({st.workflow_id: st for st in changelog.states() if st.workflow_id in ids})
     found: list[Mismatch] = []
