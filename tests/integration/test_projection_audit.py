@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
+from es_sched import bootstrap
 from es_sched.cli.main import cli
+from es_sched.projections import replay as audit
 from es_sched.projections.postgres.store import engine_for
 from tests.integration.projection_harness import by_id, dropped_schemas, pg_rows, projected
 from tests.integration.runtime_harness import (
@@ -79,6 +81,17 @@ def test_replay_verify_finds_nothing_then_names_the_corrupted_row(live: Env) -> 
     assert isinstance(mismatches, list) and len(mismatches) == 1
     m = mismatches[0]
     assert (m["id"], m["field"], m["log"], m["store"]) == (victim, "status", "COMPLETED", "FAILED")
+
+
+def test_a_replay_split_over_processes_folds_what_one_process_folds(live: Env) -> None:
+    """Partition groups in forked workers (ADR 32) merge into the same fold as one reader."""
+    one = audit.replay(live.settings, workers=1)
+    split = audit.replay(live.settings, workers=3)
+    assert (split.events, split.refusals, split.problems) == (one.events, one.refusals, [])
+    assert split.states == one.states and split.last_at == one.last_at and len(one.states) == 40
+    ids = audit.comparable_ids(split, None)
+    stores = lambda t: bootstrap.store(live.settings, t)  # noqa: E731
+    assert audit.verify_all(live.settings, split, ids, ("pg", "changelog"), stores, True) == []
 
 
 def test_a_rebuild_from_offset_zero_equals_the_live_projection(live: Env) -> None:
