@@ -57,7 +57,8 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
             found = []
             for target in targets[:2]:
                 store = bootstrap.store(settings, target)
-                total = queries.total_workflows(store.engine) if target == "pg" else None
+                pg = target == "pg"
+                total = queries.total_workflows(store.engine) if pg else None  # type: ignore[attr-defined]
                 found += audit.verify_store(done, store, ids, total)
                 store.close()
             found += audit.verify_changelog(settings, done, set(ids))
@@ -78,8 +79,10 @@ def main() -> None:
     if opts.measure:
         print(json.dumps(measure(opts.measure, opts.prefix)))
         return
-    from projections import Env, interleaved, make_history, prepare, summary  # noqa: PLC0415
+    from projections import interleaved, make_history, prepare, summary  # noqa: PLC0415
     from rich.console import Console  # noqa: PLC0415
+
+    from tests.integration.runtime_harness import Env  # noqa: PLC0415
 
     console = Console()
     if opts.prefix:

@@ -92,7 +92,7 @@ def _projector(store: GatedStore) -> Projector:
     p = Projector(private_settings(), store)  # type: ignore[arg-type]
     p.consumer = Consumer(store.log)  # type: ignore[assignment]
     p._export = lambda lag: None  # type: ignore[method-assign]
-    p.lag.update = lambda *a, **k: None  # type: ignore[method-assign]
+    p.lag.update = lambda *a, **k: None  # type: ignore[method-assign,assignment]
     return p
 
 
@@ -103,10 +103,10 @@ def _messages() -> list[Message]:
 def test_an_evicted_workflow_in_flight_is_loaded_after_its_write() -> None:
     store = GatedStore()
     p, msgs = _projector(store), _messages()
-    p.project(msgs[:5])  # its write waits at the gate
+    p.project(msgs[:5])  # type: ignore[arg-type]  # its write waits at the gate
     p.cache.clear()  # evicted while in flight
     threading.Timer(0.3, store.gate.set).start()
-    p.project(msgs[5:10])  # must wait for the first write before loading wf-1
+    p.project(msgs[5:10])  # type: ignore[arg-type]  # must wait for the first write before loading wf-1
     p.flush()
     assert store.log == [
         "write [(0, 5)]", "commit [(0, 5)]", "load wf-1", "write [(0, 10)]", "commit [(0, 10)]",
@@ -118,8 +118,8 @@ def test_an_unavailable_store_is_retried_and_offsets_wait_for_it() -> None:
     store = GatedStore(unavailable=2)
     store.gate.set()
     p, msgs = _projector(store), _messages()
-    p.project(msgs[:5])
-    p.project(msgs[5:])
+    p.project(msgs[:5])  # type: ignore[arg-type]
+    p.project(msgs[5:])  # type: ignore[arg-type]
     p.flush()
     assert store.log == [
         "write [(0, 5)]", "commit [(0, 5)]",
