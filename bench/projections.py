@@ -6,7 +6,9 @@ A history is made once: W media workflows run through the real decider with a wo
   decode, fold, version-guarded upserts, archive, checkpoints, one transaction per batch);
 - OpenSearch: the same into fresh indices (bulk with external versions);
 - replay --verify: ``es-sched replay``'s fold of the whole topic with the decider's core plus
-  the comparison with every PostgreSQL row.
+  the comparison with every PostgreSQL row;
+- pg_groups: PostgreSQL as a rebuild catches up (``projections.catch_up``: partition groups,
+  one projector process each; a checkout without it measures one projector).
 Figures are events/s; the medians are reported, each run kept in the JSON.
 
 ``--prefix P`` reuses the history under topic prefix P (12 partitions) instead of making one.
@@ -30,6 +32,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +60,10 @@ from tests.integration.runtime_harness import (  # noqa: E402
 from tests.support.settings import settings_with  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
-KINDS = ("pg", "search", "verify")
-TARGETS: dict[str, int | None] = {"pg": 20_000, "search": 10_000, "verify": 50_000}
+KINDS = ("pg", "search", "verify", "pg_groups")
+TARGETS: dict[str, int | None] = {
+    "pg": 20_000, "search": 10_000, "verify": 50_000, "pg_groups": 20_000,
+}  # fmt: skip
 
 
 def make_history(workflows: int) -> tuple[Env, int]:
@@ -84,12 +90,22 @@ def prepare(env: Env) -> None:
         store.close()
 
 
-def timed_pg(env: Env) -> tuple[float, int]:
+def timed_pg(env: Env, groups: bool = False) -> tuple[float, int]:
+    """One projector catching a fresh schema up; ``groups``: as a rebuild does it, where the
+    checkout has ``projections.catch_up`` (partition groups in processes), else the same."""
     schema = f"{env.prefix}_b{uuid.uuid4().hex[:8]}"
     store = PgStore(env.settings, schema=schema)
     store.ensure()
+    group = f"bench-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    read = Projector(env.settings, store, group=f"bench-{uuid.uuid4().hex[:8]}").catch_up()
+    try:
+        from es_sched.projections.catch_up import catch_up  # noqa: PLC0415
+    except ImportError:
+        catch_up = None  # type: ignore[assignment]
+    if groups and catch_up is not None:
+        read = catch_up(env.settings, partial(PgStore, env.settings, schema=schema), group)
+    else:
+        read = Projector(env.settings, store, group=group).catch_up()
     seconds = time.monotonic() - started
     store.close()
     admin = engine_for(env.settings, "public")
@@ -127,7 +143,11 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
     """One figure with the es_sched on sys.path (this checkout's or --before's)."""
     env = Env(prefix=prefix, partitions=12)
     cpu = cpu_seconds()
-    seconds, records = {"pg": timed_pg, "search": timed_search, "verify": timed_verify}[kind](env)
+    timed: dict[str, Callable[[Env], tuple[float, int]]] = {
+        "pg": timed_pg, "search": timed_search, "verify": timed_verify,
+        "pg_groups": partial(timed_pg, groups=True),
+    }  # fmt: skip
+    seconds, records = timed[kind](env)
     return figures(kind, records, seconds, cpu_seconds() - cpu)
 
 

@@ -136,16 +136,19 @@ class Projector:
             self.store.close()
             log.info("projector %s stopped: %d events", self.store.name, self.m_events.value())
 
-    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Project every partition, without joining a group, from the store's checkpoints (or
-        the start) to the high watermarks read now; returns the records read. Rebuilds use it.
+    def catch_up(
+        self, progress: Callable[[int, int], None] | None = None, only: list[int] | None = None
+    ) -> int:
+        """Project every partition (or those in ``only``), without joining a group, from the
+        store's checkpoints (or the start) to the high watermarks read now; returns the records
+        read. Rebuilds use it (``projections.catch_up`` splits the partitions over processes).
         """
         self.producer = self.clients.producer()
         self.consumer = self.clients.consumer(self.group)
         self._writer = self._new_writer()
         try:
             meta = self.consumer.list_topics(self.topic, timeout=30)
-            parts = sorted(meta.topics[self.topic].partitions)
+            parts = sorted(set(meta.topics[self.topic].partitions) & set(only or range(1 << 16)))
             stored = self.retry(lambda: self.store.checkpoints(self.topic, parts), None, poll=False)
             targets = {
                 p: watermarks(self.consumer, TopicPartition(self.topic, p))[1] for p in parts
