@@ -33,9 +33,7 @@ from es_sched.audit.read import read_log
 from es_sched.errors import EsSchedError
 from es_sched.kafka.topics import topics_for
 from es_sched.projections import replay as audit
-from es_sched.projections.postgres import queries as pg_queries
 from es_sched.projections.postgres.rebuild import rebuild_pg
-from es_sched.projections.postgres.store import PgStore
 from es_sched.settings import Settings, load_settings
 
 err = Console(stderr=True)
@@ -76,8 +74,15 @@ def replay(
     if verify:
         ids = audit.comparable_ids(done, until)
         report["compared"] = len(ids)
-        for target in against or ("pg", "search", "changelog"):
-            mismatches += _verify(settings, done, ids, target, whole=workflow_id is None)
+        targets = against or ("pg", "search", "changelog")
+        try:
+            mismatches = audit.verify_all(
+                settings, done, ids, targets, lambda t: bootstrap.store(settings, t),
+                whole=workflow_id is None,
+            )  # fmt: skip
+        except EsSchedError as exc:
+            err.print(f"[red]cannot read a projection:[/] {exc}")
+            sys.exit(2)
         report["mismatches"] = len(mismatches)
     if as_json:
         report["mismatch_list"] = [m.__dict__ for m in mismatches]
@@ -92,24 +97,6 @@ def replay(
         click.echo(" ".join(f"{k}={v}" for k, v in report.items()))
     if mismatches:
         sys.exit(1)
-
-
-def _verify(
-    settings: Settings, done: audit.Replayed, ids: list[str], target: str, whole: bool
-) -> list[audit.Mismatch]:
-    if target == "changelog":
-        return audit.verify_changelog(settings, done, set(ids))
-    store = bootstrap.store(settings, target)
-    try:
-        total = None
-        if whole and isinstance(store, PgStore):
-            total = pg_queries.total_workflows(store.engine)
-        return audit.verify_store(done, store, ids, total)
-    except EsSchedError as exc:
-        err.print(f"[red]cannot read the {target} projection:[/] {exc}")
-        sys.exit(2)
-    finally:
-        store.close()
 
 
 @click.group("projections")

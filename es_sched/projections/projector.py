@@ -8,10 +8,14 @@ Per batch: records below the store's checkpoint of their partition are duplicate
 after a crash between the store's commit and the Kafka commit): skipped and counted. The other
 events are folded with ``views.apply`` over cached rows (loaded from the store on a miss), and
 the store gets one ``Batch``: whole rows, the archive, the new checkpoints. Kafka offsets are
-committed only after the store's write returned. When the store is unavailable the consumer
-pauses (it keeps its group membership), the write is retried with exponential backoff up to
-``MAX_BACKOFF_S``, the lag metrics keep growing, and it resumes where it stopped. Undecodable
-records go to ``dead-letters`` with their origin and are skipped (their offset is projected).
+committed only after the store's write returned. The write runs on a writer thread while the
+next batch is read, decoded and folded (ADR 32): one batch in flight at most, batches written in
+order, and a batch whose workflows must be loaded from the store waits for an in-flight write of
+any of them, so a load never sees rows older than the cache had. When the store is unavailable
+the consumer pauses (it keeps its group membership), the write is retried (on the loop's thread)
+with exponential backoff up to ``MAX_BACKOFF_S``, the lag metrics keep growing, and it resumes
+where it stopped. Undecodable records go to ``dead-letters`` with their origin and are skipped
+(their offset is projected).
 
 Metrics (``es_sched_projector_*{projection}``): events projected, duplicates skipped, orphans,
 lag in records and in seconds (now minus the newest projected event's time when behind), write
@@ -25,12 +29,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from es_sched.domain.events import Event
+from es_sched.domain.events import Event, WorkflowStarted
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients, watermarks
 from es_sched.kafka.dead_letters import headers_for
@@ -44,9 +50,20 @@ from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.projector")
 BATCH_RECORDS = 2000
+CATCH_UP_RECORDS = 5000  # a rebuild has no latency to keep: fewer, larger transactions
 CACHE_WORKFLOWS = 100_000
 MAX_BACKOFF_S = 10.0
 T = TypeVar("T")
+
+
+@dataclass
+class _InFlight:
+    """A batch handed to the writer thread, and what to do once it is in the store."""
+
+    batch: Batch
+    events: int
+    last_at: datetime | None
+    done: Future[float]  # the write's seconds, or what it raised
 
 
 class Projector:
@@ -86,10 +103,13 @@ class Projector:
         )
         self.last_event_at: datetime | None = None
         self.lag = LagGauge(r, f"projector-{store.name}")
+        self._writer = self._new_writer()
+        self._in_flight: _InFlight | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
+        self._writer = self._new_writer()
         ensure_topics(self.bootstrap, self.topics)
         self.producer = self.clients.producer()
         self.consumer: Consumer = self.clients.consumer(
@@ -103,24 +123,32 @@ class Projector:
                 msgs = self.consumer.consume(BATCH_RECORDS, 0.2)
                 if msgs:
                     self.project(msgs, stop)
+                else:
+                    self.flush(stop)  # idle: nothing to overlap the write with
                 self._export(self.lag.update(self.consumer))
+            self.flush(stop)
         except Stopped:  # stopped while a rebalance callback waited for the broker
             log.info("projector %s: stopped while waiting for Kafka", self.store.name)
         finally:
+            self._writer.shutdown(wait=True)
             self.consumer.close()
             self.producer.flush(10)
             self.store.close()
             log.info("projector %s stopped: %d events", self.store.name, self.m_events.value())
 
-    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Project every partition, without joining a group, from the store's checkpoints (or
-        the start) to the high watermarks read now; returns the records read. Rebuilds use it.
+    def catch_up(
+        self, progress: Callable[[int, int], None] | None = None, only: list[int] | None = None
+    ) -> int:
+        """Project every partition (or those in ``only``), without joining a group, from the
+        store's checkpoints (or the start) to the high watermarks read now; returns the records
+        read. Rebuilds use it (``projections.catch_up`` splits the partitions over processes).
         """
         self.producer = self.clients.producer()
         self.consumer = self.clients.consumer(self.group)
+        self._writer = self._new_writer()
         try:
             meta = self.consumer.list_topics(self.topic, timeout=30)
-            parts = sorted(meta.topics[self.topic].partitions)
+            parts = sorted(set(meta.topics[self.topic].partitions) & set(only or range(1 << 16)))
             stored = self.retry(lambda: self.store.checkpoints(self.topic, parts), None, poll=False)
             targets = {
                 p: watermarks(self.consumer, TopicPartition(self.topic, p))[1] for p in parts
@@ -134,16 +162,21 @@ class Projector:
                     [TopicPartition(self.topic, p) for p in parts])}  # fmt: skip
                 if all(positions.get(p, -1) >= targets[p] or targets[p] <= start[p] for p in parts):
                     break
-                msgs = self.consumer.consume(BATCH_RECORDS, 0.5)
+                msgs = self.consumer.consume(CATCH_UP_RECORDS, 0.5)
                 if msgs:
                     self.project(msgs)
                     read += len(msgs)
                     if progress is not None:
                         progress(read, total)
+            self.flush()
             return read
         finally:
+            self._writer.shutdown(wait=True)
             self.consumer.close()
             self.producer.flush(10)
+
+    def _new_writer(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(1, thread_name_prefix=f"projector-{self.store.name}-write")
 
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         """The store's checkpoints are the truth: start there when Kafka's offset is behind
@@ -165,6 +198,7 @@ class Projector:
         log.info("projector %s: assigned %s at %s", self.store.name, parts, stored)
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
+        self.flush(self._stop)  # the batch in flight is ours: in the store, offsets committed
         gone = {tp.partition for tp in partitions}
         for wf in [wf for wf, p in self.partition_of.items() if p in gone]:
             self.cache.pop(wf, None)
@@ -199,23 +233,53 @@ class Projector:
         self._fold(events, batch)
         if not batch.checkpoints:
             return
+        self.flush(stop)  # one batch in flight at most, written in order
+        last_at = events[-1].occurred_at if events else None
+        self._in_flight = _InFlight(batch, len(events), last_at, self._writer.submit(
+            self._timed_write, batch))  # fmt: skip
+
+    def _timed_write(self, batch: Batch) -> float:
         started = time.monotonic()
-        self.retry(lambda: self.store.write(self.topic, batch), stop)
-        self.m_write.observe(time.monotonic() - started)
+        self.store.write(self.topic, batch)
+        return time.monotonic() - started
+
+    def flush(self, stop: threading.Event | None = None) -> None:
+        """Wait for the batch in flight: in the store (retried here, on this thread, when the
+        store was unavailable), then its checkpoints current and its Kafka offsets committed."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        batch = flight.batch
+        try:
+            seconds = flight.done.result()
+            self.m_up.set(1, **self.labels)
+        except StoreUnavailable:
+            started = time.monotonic()
+            self.retry(lambda: self.store.write(self.topic, batch), stop)
+            seconds = time.monotonic() - started
+        self.m_write.observe(seconds)
         for part, nxt in batch.checkpoints.items():
             self.next_offset[part] = max(self.next_offset.get(part, 0), nxt)
-        self.m_events.inc(len(events), **self.labels)
+        self.m_events.inc(flight.events, **self.labels)
         self.m_dups.inc(sum(batch.duplicates.values()), **self.labels)
-        if events:
-            self.last_event_at = events[-1].occurred_at
+        if flight.last_at is not None:
+            self.last_event_at = flight.last_at
         offsets = [TopicPartition(self.topic, p, o) for p, o in batch.checkpoints.items()]
         self.consumer.commit(offsets=offsets, asynchronous=True)
 
     def _fold(self, events: list[Event], batch: Batch) -> None:
-        missing = list(
-            dict.fromkeys(ev.workflow_id for ev in events if ev.workflow_id not in self.cache)
-        )
+        # A workflow first seen here with its start (seq 1) has no rows in the store: every
+        # event of it sits at or after this offset of its partition, none below the checkpoint.
+        # New workflows, most of a batch's misses, cost no load.
+        first: dict[str, Event] = {}
+        for ev in events:
+            if ev.workflow_id not in self.cache:
+                first.setdefault(ev.workflow_id, ev)
+        missing = [wf for wf, ev in first.items() if not isinstance(ev.payload, WorkflowStarted)]
         if missing:
+            flight = self._in_flight
+            if flight is not None and not flight.batch.workflows.keys().isdisjoint(missing):
+                self.flush()  # evicted while its rows are being written: load them written
             loaded = self.retry(lambda: self.store.load(missing), None)
             self.cache.update(loaded)
         for event in events:

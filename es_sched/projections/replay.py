@@ -9,14 +9,22 @@ decider's changelog snapshots. Refusals outside any history (``workflow.rejected
 are counted and checked (seq 0, the id of their input) but not folded: they are no workflow's
 state, so no store holds a row for them. With ``until``, only workflows whose whole history is
 before that time are compared (the stores hold the present).
+
+Speed (ADR 32): one Kafka reader serves all the partitions it reads; a large log is split into
+partition groups folded by forked worker processes (``parallelism``), whose states merge by
+union since a workflow lives on one partition; ``verify_all`` compares the targets on threads
+of their own, so their waits overlap.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from multiprocessing import get_context
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -28,8 +36,9 @@ from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import REFUSAL_SEQ, is_refusal
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
-from es_sched.kafka.clients import consumer, read_partition, watermarks
+from es_sched.kafka.clients import consumer, read_partitions, watermarks
 from es_sched.kafka.topics import topics_for
+from es_sched.projections.postgres import queries as pg_queries
 from es_sched.projections.postgres.store import PgStore
 from es_sched.projections.search.client import SearchError
 from es_sched.projections.store import Store
@@ -40,6 +49,7 @@ from es_sched.settings import Settings
 
 Progress = Callable[[int], None]  # records read so far
 CHUNK = 2000
+PER_WORKER = 20_000  # records that pay for a replay process (its reader, its result's pickle)
 
 
 @dataclass
@@ -81,37 +91,79 @@ def replay(
     until: datetime | None = None,
     workflow_id: str | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> Replayed:
+    """The fold of the whole log (or of ``workflow_id``). ``workers``: processes folding one
+    group of partitions each (a workflow lives on one partition, so the groups' states are
+    disjoint and merge by union); None picks ``parallelism`` for the log's size."""
+    parts = partitions(settings)
+    if workers is None:
+        workers = 1 if workflow_id is not None else parallelism(events_total(settings))
+    workers = max(1, min(workers, len(parts)))
+    if workers == 1:
+        return _replay(settings, parts, until, workflow_id, progress)
+    started, out = time.monotonic(), Replayed()
+    groups = [parts[i::workers] for i in range(workers)]
+    # Forked, not spawned: a child inherits the imports (spawning one costs a second of them,
+    # and would run ``python -m es_sched``'s main again); no Kafka client or database
+    # connection is open here to be shared, each child opens its own reader.
+    with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+        futures = [pool.submit(_replay, settings, g, until, workflow_id, None) for g in groups]
+        for future in futures:
+            part = future.result()
+            out.states.update(part.states)
+            out.last_at.update(part.last_at)
+            out.cut |= part.cut
+            out.events, out.refusals = out.events + part.events, out.refusals + part.refusals
+            out.problems += part.problems
+            if progress is not None:
+                progress(out.events + out.refusals)
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def parallelism(records: int) -> int:
+    """Processes worth starting for ``records`` events: one per core, when each gets enough
+    records to pay for its start."""
+    return max(1, min(os.cpu_count() or 1, records // PER_WORKER))
+
+
+def _replay(
+    settings: Settings, parts: list[int], until: datetime | None, workflow_id: str | None,
+    progress: Progress | None,
+) -> Replayed:  # fmt: skip
     topic = topics_for(settings).events
     out, started, key = Replayed(), time.monotonic(), workflow_id.encode() if workflow_id else None
     read = 0
-    for part in partitions(settings):
-        for msg in read_partition(settings.kafka.bootstrap_servers, topic, part):
-            read += 1
-            if progress is not None and read % 5000 == 0:
-                progress(read)
-            if key is not None and msg.key() != key:
-                continue
-            raw = msg.value()
-            event = decode_logged_event(raw if isinstance(raw, bytes) else b"")
-            if until is not None and event.occurred_at > until:
-                out.cut.add(event.workflow_id)
-                continue
-            wf = event.workflow_id
-            if is_refusal(event):
-                _check_refusal(event, f"{topic}[{part}]@{msg.offset()}")
-                out.refusals += 1
-                continue
-            if wf in out.problems:
-                continue
-            try:
-                out.states[wf] = advance(out.states.get(wf), event)
-            except (DomainError, EsSchedError) as exc:
-                out.problems.append(wf)
-                out.states.pop(wf, None)
-                raise EsSchedError(f"{topic}[{part}]@{msg.offset()}: {exc}") from exc
-            out.last_at[wf] = event.occurred_at
-            out.events += 1
+    # One reader for every partition (a client per partition costs its start-up each time:
+    # 13 s instead of 0.7 s for 140,000 records here); each partition's order is kept, and a
+    # workflow lives on one partition, so every history is folded in order.
+    for msg in read_partitions(settings.kafka.bootstrap_servers, topic, parts):
+        read += 1
+        if progress is not None and read % 5000 == 0:
+            progress(read)
+        if key is not None and msg.key() != key:
+            continue
+        raw = msg.value()
+        event = decode_logged_event(raw if isinstance(raw, bytes) else b"")
+        if until is not None and event.occurred_at > until:
+            out.cut.add(event.workflow_id)
+            continue
+        wf = event.workflow_id
+        if is_refusal(event):
+            _check_refusal(event, f"{topic}[{msg.partition()}]@{msg.offset()}")
+            out.refusals += 1
+            continue
+        if wf in out.problems:
+            continue
+        try:
+            out.states[wf] = advance(out.states.get(wf), event)
+        except (DomainError, EsSchedError) as exc:
+            out.problems.append(wf)
+            out.states.pop(wf, None)
+            raise EsSchedError(f"{topic}[{msg.partition()}]@{msg.offset()}: {exc}") from exc
+        out.last_at[wf] = event.occurred_at
+        out.events += 1
     if progress is not None:
         progress(read)
     out.seconds = time.monotonic() - started
@@ -132,6 +184,9 @@ def _check_refusal(event: Event, where: str) -> None:
 def _compare(source: str, kind: str, key: str, want: Row, have: Row | None) -> Iterator[Mismatch]:
     if have is None:
         yield Mismatch(source, kind, key, "missing", "row", None)
+        return
+    # Equal rows are equal comparables: most rows take this exit and skip ``comparable``.
+    if want == (have if kind != "task" else {**have, "version": want.get("version")}):
         return
     w, h = comparable(want), comparable(have)
     for name, value in w.items():
@@ -174,12 +229,14 @@ def verify_changelog(settings: Settings, replayed: Replayed, ids: set[str]) -> l
     """The decider's latest snapshot of each workflow against the fold of its events (the
     topic is compacted, but not at once: the last record of a key is the snapshot)."""
     topics, latest, ended = topics_for(settings), {}, {}
-    for part in partitions(settings):
-        changelog = Changelog()
-        for msg in read_partition(settings.kafka.bootstrap_servers, topics.changelog, part):
-            key, value = msg.key(), msg.value()
-            changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
-                     value.encode() if isinstance(value, str) else value)  # fmt: skip
+    logs: dict[int, Changelog] = {}  # a partition's records in order, one reader for all
+    bootstrap = settings.kafka.bootstrap_servers
+    for msg in read_partitions(bootstrap, topics.changelog, partitions(settings)):
+        changelog = logs.setdefault(msg.partition() or 0, Changelog())
+        key, value = msg.key(), msg.value()
+        changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
+                       value.encode() if isinstance(value, str) else value)  # fmt: skip
+    for changelog in logs.values():
         ended.update(changelog.ended)
         latest.update({st.workflow_id: st for st in changelog.states() if st.workflow_id in ids})
     found: list[Mismatch] = []
@@ -202,6 +259,33 @@ def verify_changelog(settings: Settings, replayed: Replayed, ids: set[str]) -> l
         for t in want_tasks:
             found += _compare("changelog", "task", t["task_id"], t, have.get(t["task_id"]))
     return found
+
+
+def verify_all(
+    settings: Settings, replayed: Replayed, ids: list[str], targets: tuple[str, ...],
+    store_for: Callable[[str], Store], whole: bool,
+) -> list[Mismatch]:  # fmt: skip
+    """``replay --verify``: each target ("pg", "search", "changelog") compared on its own
+    thread, so one's waits (a search page, the changelog's fetches, PostgreSQL's rows) overlap
+    the others' work; the mismatches in the order of ``targets``. ``whole``: every workflow of
+    the log is compared, so PostgreSQL's row count must equal theirs. An error of one target
+    is raised after every target ended."""
+
+    def one(target: str) -> list[Mismatch]:
+        if target == "changelog":
+            return verify_changelog(settings, replayed, set(ids))
+        store = store_for(target)
+        try:
+            total = None
+            if whole and isinstance(store, PgStore):
+                total = pg_queries.total_workflows(store.engine)
+            return verify_store(replayed, store, ids, total)
+        finally:
+            store.close()
+
+    with ThreadPoolExecutor(len(targets), thread_name_prefix="verify") as pool:
+        futures = [pool.submit(one, target) for target in targets]
+    return [m for f in futures for m in f.result()]
 
 
 def comparable_ids(replayed: Replayed, until: datetime | None) -> list[str]:

@@ -19,9 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import Connection, text
 
+from es_sched.kafka.topics import topics_for
+from es_sched.projections.catch_up import catch_up
 from es_sched.projections.postgres.store import PgStore, engine_for, lock_key
 from es_sched.projections.projector import Projector
 from es_sched.settings import Settings
@@ -58,9 +61,9 @@ def rebuild_pg(settings: Settings, progress: Progress | None = None) -> Rebuilt:
     store = PgStore(settings, schema=fresh)
     store.ensure()
     group = f"{settings.kafka.topic_prefix}-projector-pg-rebuild"
-    projector = Projector(settings, store, group=group)
-    records = projector.catch_up(progress)
-    topic = projector.topic
+    # The bulk of the log in partition groups, one process each (ADR 32); the rest below.
+    records = catch_up(settings, partial(PgStore, settings, schema=fresh), group, progress)
+    topic = topics_for(settings).events
     while True:
         with admin.begin() as conn:
             exists = conn.execute(
