@@ -99,7 +99,8 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
     points = kept["points"]
     dispatcher = outside["dispatcher_tasks_per_s"]
     if (dispatch := _load("dispatch.json")) is not None:
-        dispatcher = dispatch["median"]["dispatcher"]["this"]["tasks_per_second"]
+        run = dispatch["median"]["dispatcher"]  # "this" alone; "after" in a --compare run
+        dispatcher = (run.get("this") or run["after"])["tasks_per_second"]
         used.append("dispatch.json")
     broker = outside["broker_records_per_s"]
     if (limit := _load("kafka_limit.json")) is not None:
