@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from es_sched.errors import InfrastructureError
+
+log = logging.getLogger("es_sched.kafka")
 
 QUIET = {"log_level": 3}
 TXN_RETRY_BACKOFF_MS = 10  # see producer_config
@@ -115,6 +118,42 @@ def watermarks(c: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tupl
             time.sleep(0.2)
 
 
+PROBE_ATTEMPT_S = 5.0
+
+
+def _bounds(
+    bootstrap: str, topic: str, wanted: list[TopicPartition], timeout_s: float
+) -> dict[int, tuple[int, int]]:
+    """The low and high watermarks of ``wanted``, asked of a new probe client every
+    ``PROBE_ATTEMPT_S`` until ``timeout_s``; ``InfrastructureError`` after that (the callers
+    wait out an outage).
+
+    The end must be the log's end. A read_committed client's watermark query answers the last
+    stable offset instead, which stays behind a transaction whose commit markers are not written
+    yet: a decider restoring right after its own commit would then read nothing of that commit
+    (found by the rebalance test). So ask as a read_uncommitted client.
+
+    Why a new client per attempt: a client whose first metadata came from a broker resuming
+    after SIGSTOP kept answering "Local: Unknown partition" for the whole 60 s of one query,
+    while a new client 3 s later read the same ends at once (test_broker_restart's decider log,
+    2026-12-01; librdkafka refreshes a known topic's metadata only every
+    topic.metadata.refresh.interval.ms, 5 minutes by default). The decider's restore, and with
+    it every workflow, waited those 60 s.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        probe = consumer(bootstrap, None, **{"isolation.level": "read_uncommitted"})
+        try:
+            attempt = min(PROBE_ATTEMPT_S, max(0.1, deadline - time.monotonic()))
+            return {tp.partition: watermarks(probe, tp, attempt) for tp in wanted}
+        except KafkaException as exc:
+            if exc.args[0].code() not in _FRESH_TOPIC or time.monotonic() >= deadline:
+                raise InfrastructureError(f"reading the ends of {topic}: {exc}") from exc
+            log.info("reading the ends of %s: %s; asking a new client", topic, exc)
+        finally:
+            probe.close()
+
+
 def read_partition(
     bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
 ) -> Iterator[Message]:
@@ -139,17 +178,7 @@ def read_partitions(
     "wait for the markers", never "done".
     """
     wanted = [TopicPartition(topic, p) for p in sorted(set(partitions))]
-    # The end must be the log's end. A read_committed client's watermark query answers the
-    # last stable offset instead, which stays behind a transaction whose commit markers are
-    # not written yet: a decider restoring right after its own commit would then read nothing
-    # of that commit (found by the rebalance test). So ask as a read_uncommitted client.
-    probe = consumer(bootstrap, None, **{"isolation.level": "read_uncommitted"})
-    try:
-        bounds = {tp.partition: watermarks(probe, tp, timeout_s) for tp in wanted}
-    except KafkaException as exc:  # InfrastructureError: the callers wait out an outage
-        raise InfrastructureError(f"reading the ends of {topic}: {exc}") from exc
-    finally:
-        probe.close()
+    bounds = _bounds(bootstrap, topic, wanted, timeout_s)
     ends = {p: high for p, (low, high) in bounds.items() if high > low}
     if not ends:
         return

@@ -26,12 +26,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
+from confluent_kafka import KafkaException
+
 from es_sched import bootstrap
 from es_sched.audit.check import check
 from es_sched.audit.read import read_log
 from es_sched.commands import CommandClient, Submitted
 from es_sched.domain import commands as c
-from es_sched.domain.events import Event
+from es_sched.domain.events import Event, TaskScheduled
 from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import is_refusal
 from es_sched.domain.state import WORKFLOW_TERMINAL
@@ -345,3 +347,51 @@ def roles(env: Env, *names: str, **extra_env: str) -> Iterator[list[Role]]:
     finally:
         for r in started:
             r.stop()
+
+
+def _step(event: Event, refs: dict[str, str]) -> str:
+    """One event as ``type ref#attempt[/epoch] hh:mm:ss`` (what a stall report needs)."""
+    p = event.payload
+    task_id = getattr(p, "task_id", None)
+    ref = refs.get(task_id, "?") if task_id else ""
+    attempt = getattr(p, "attempt", getattr(p, "next_attempt", None))
+    epoch = getattr(p, "lease_epoch", None)
+    what = ref + (f"#{attempt}" if attempt is not None else "")
+    what += f"/e{epoch}" if epoch is not None else ""
+    return f"{event.type} {what} {event.occurred_at:%H:%M:%S}".replace("  ", " ")
+
+
+def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -> str:
+    """What a stalled run looks like, for a timeout's message: how many workflows completed
+    and which are still running, the last events of a few of those, and each process's log
+    tail (warnings and errors first, they say what is stuck)."""
+    try:
+        by_wf = read_events(env)
+    except (AssertionError, KafkaException) as exc:  # keep the timeout, say why no detail
+        return f"(events unreadable: {exc!r})"
+    status = {wf: final_status(v) for wf, v in by_wf.items()}
+    done = sum(s == "COMPLETED" for s in status.values())
+    stuck = sorted(wf for wf, s in status.items() if s == "RUNNING")
+    lines = [f"{done} of {expected} workflows completed, {len(stuck)} running,"
+             f" {len(status) - done - len(stuck)} ended otherwise"]  # fmt: skip
+    for wf in stuck[:stuck_shown]:
+        events = by_wf[wf]
+        refs = {p.task_id: p.ref for p in (e.payload for e in events)
+                if isinstance(p, TaskScheduled)}  # fmt: skip
+        lines.append(f"  {wf} ({len(events)} events), last: "
+                     + "; ".join(_step(e, refs) for e in events[-5:]))  # fmt: skip
+    for role in logs:
+        text = role.text()
+        trouble = [
+            ln
+            for ln in text.splitlines()  # librdkafka's own lines: a flood of FAILs
+            if (" WARNING " in ln or " ERROR " in ln) and "librdkafka" not in ln
+        ]
+        code = role.proc.poll()
+        alive = "running" if code is None else f"EXITED with code {code}"
+        lines.append(f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the"
+                     " last 15:")  # fmt: skip
+        lines += trouble[-15:]
+        lines.append(f"--- {role.log.name}: tail")
+        lines.append(text[-2500:])
+    return "\n".join(lines)

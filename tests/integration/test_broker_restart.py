@@ -48,6 +48,7 @@ from tests.integration.runtime_harness import (
     Env,
     Role,
     assert_log_invariants,
+    describe_stall,
     final_status,
     media_inputs,
     read_events,
@@ -186,10 +187,14 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
                         moved[target] = time.time() - ready
                 return len(moved) == len(now)
 
-            wait_until(projectors_moved, 300, "both projectors to write again")
+            def stalled(what: str) -> Callable[[], str]:
+                return lambda: f"{what}; now: " + describe_stall(env, WORKFLOWS, *procs)
+
+            wait_until(projectors_moved, 300, stalled("both projectors to write again"))
             wait_until(lambda: sum(s == "COMPLETED" for s in histories(env).values())
-                       == WORKFLOWS, 600, "every workflow after the fault")  # fmt: skip
-            wait_until(lambda: read_models_caught_up(env), 300, "both read models caught up")
+                       == WORKFLOWS, 600, stalled("every workflow after the fault"))  # fmt: skip
+            wait_until(lambda: read_models_caught_up(env), 300,
+                       stalled("both read models caught up"))  # fmt: skip
             assert all(r.proc.poll() is None for r in procs), "nothing else restarted"
         finally:
             for r in procs:

@@ -38,7 +38,6 @@ from confluent_kafka.admin._config import ConfigResource  # not re-exported for 
 from confluent_kafka.admin._resource import ResourceType
 
 from es_sched.commands import CommandClient, Submitted
-from es_sched.domain.events import Event, TaskScheduled
 from es_sched.kafka.topics import assignment_topic
 from tests.integration.private_cluster import NODES, PrivateCluster
 from tests.integration.runtime_harness import (
@@ -47,6 +46,7 @@ from tests.integration.runtime_harness import (
     Role,
     assert_log_invariants,
     completed,
+    describe_stall,
     final_status,
     media_inputs,
     read_events,
@@ -115,54 +115,6 @@ def replicated(cluster: PrivateCluster, env: Env) -> bool:
         f.result(timeout=10)["min.insync.replicas"].value == "2"
         for f in admin.describe_configs(resources).values()
     )
-
-
-def _step(event: Event, refs: dict[str, str]) -> str:
-    """One event as ``type ref#attempt[/epoch] hh:mm:ss`` (what a stall report needs)."""
-    p = event.payload
-    task_id = getattr(p, "task_id", None)
-    ref = refs.get(task_id, "?") if task_id else ""
-    attempt = getattr(p, "attempt", getattr(p, "next_attempt", None))
-    epoch = getattr(p, "lease_epoch", None)
-    what = ref + (f"#{attempt}" if attempt is not None else "")
-    what += f"/e{epoch}" if epoch is not None else ""
-    return f"{event.type} {what} {event.occurred_at:%H:%M:%S}".replace("  ", " ")
-
-
-def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -> str:
-    """What a stalled run looks like, for a timeout's message: how many workflows completed
-    and which are still running, the last events of a few of those, and each process's log
-    tail (warnings and errors first, they say what is stuck)."""
-    try:
-        by_wf = read_events(env)
-    except (AssertionError, KafkaException) as exc:  # keep the timeout, say why no detail
-        return f"(events unreadable: {exc!r})"
-    status = {wf: final_status(v) for wf, v in by_wf.items()}
-    done = sum(s == "COMPLETED" for s in status.values())
-    stuck = sorted(wf for wf, s in status.items() if s == "RUNNING")
-    lines = [f"{done} of {expected} workflows completed, {len(stuck)} running,"
-             f" {len(status) - done - len(stuck)} ended otherwise"]  # fmt: skip
-    for wf in stuck[:stuck_shown]:
-        events = by_wf[wf]
-        refs = {p.task_id: p.ref for p in (e.payload for e in events)
-                if isinstance(p, TaskScheduled)}  # fmt: skip
-        lines.append(f"  {wf} ({len(events)} events), last: "
-                     + "; ".join(_step(e, refs) for e in events[-5:]))  # fmt: skip
-    for role in logs:
-        text = role.text()
-        trouble = [
-            ln
-            for ln in text.splitlines()  # librdkafka's own lines: a flood of FAILs
-            if (" WARNING " in ln or " ERROR " in ln) and "librdkafka" not in ln
-        ]
-        code = role.proc.poll()
-        alive = "running" if code is None else f"EXITED with code {code}"
-        lines.append(f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the"
-                     " last 15:")  # fmt: skip
-        lines += trouble[-15:]
-        lines.append(f"--- {role.log.name}: tail")
-        lines.append(text[-2500:])
-    return "\n".join(lines)
 
 
 @pytest.mark.timeout(600)  # three JVMs start and two restart; the work itself is ~2 min

@@ -36,3 +36,26 @@ def test_the_ends_query_failing_is_an_infrastructure_error_and_closes_the_probe(
     with pytest.raises(InfrastructureError, match=r"reading the ends of t.leases: .*Unknown"):
         list(clients.read_partitions("b:1", "t.leases", [0, 1], timeout_s=0.3))
     assert probe.closed
+
+
+class Answers(Unreachable):
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return 0, 0  # empty partitions: read_partitions yields nothing and reads no further
+
+
+def test_a_client_stuck_on_unknown_partition_is_replaced_by_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen after a broker SIGSTOP: the first probe answered "Unknown partition" for its whole
+    query while a new client read the ends at once; the ends come from a new client."""
+    made: list[Unreachable] = []
+
+    def consumer(*_: Any, **__: Any) -> Unreachable:
+        made.append(Unreachable() if len(made) < 2 else Answers())
+        return made[-1]
+
+    monkeypatch.setattr(clients, "PROBE_ATTEMPT_S", 0.1)
+    monkeypatch.setattr(clients, "consumer", consumer)
+    assert list(clients.read_partitions("b:1", "t.changelog", [0, 1], timeout_s=30)) == []
+    assert [type(c).__name__ for c in made] == ["Unreachable", "Unreachable", "Answers"]
+    assert all(c.closed for c in made)
