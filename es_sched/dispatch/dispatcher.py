@@ -49,6 +49,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -58,7 +59,7 @@ from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet
-from es_sched.dispatch.core.queues import ReadyQueues
+from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
 from es_sched.dispatch.inputs import Inputs
 from es_sched.dispatch.journal import LeaseJournal
 from es_sched.dispatch.output import Output
@@ -115,6 +116,7 @@ class Dispatcher(Inputs):
         )
         self.offsets = ReadyOffsets()
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
+        self.released: OrderedDict[str, tuple[int, ReadyTask, int]] = OrderedDict()
         self.pool_topics: set[str] = set()
         self.started = threading.Event()  # set once subscribed (for in-process callers)
         self._gauges_at = 0.0
@@ -262,6 +264,8 @@ class Dispatcher(Inputs):
         self.core.limits.revoked(parts, self.clock(), lost=how == "lost")
         self.offsets.forget(partitions)
         gone = self.journal.forget(set(parts))
+        for task_id in [t for t, (p, _, _) in self.released.items() if p in parts]:
+            del self.released[task_id]
         self.core.drop(gone)
         for task_id in gone:
             self.ready_at.pop(task_id, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -19,6 +20,7 @@ from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import DispatchCore
 from es_sched.dispatch.core.placement import Need
+from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.dispatch.journal import LeaseJournal
 from es_sched.dispatch.output import Output
 from es_sched.dispatch.ready_offsets import ReadyOffsets
@@ -30,6 +32,7 @@ from es_sched.settings import DispatchSettings
 
 log = logging.getLogger("es_sched.dispatcher")
 READY_BATCH = 500  # ready records read in one tick at most
+RELEASED_KEPT = 10_000  # tasks let go on a worker's word, kept for a late task.lease_expired
 
 
 def _text(key: str | bytes | None) -> str:
@@ -50,6 +53,8 @@ class Inputs:
     dispatch_settings: DispatchSettings
     clock: Callable[[], datetime]
     ready_at: dict[str, float]
+    # task id -> (ready partition, task, lease epoch) of tasks let go on a worker's status
+    released: OrderedDict[str, tuple[int, ReadyTask, int]]
     ready: Consumer
     config: Tail
     status: Tail
@@ -108,6 +113,7 @@ class Inputs:
             return
         if task.task_id in self.journal or self.offsets.stale(task.task_id, task.attempt):
             return  # re-delivered while we hold it (or its journal does), or after it ended
+        self.released.pop(task.task_id, None)
         self.journal.track(task, tp[1])
         self.offsets.queued(tp, task.task_id, offset)
         self.ready_at[task.task_id] = at or time.time()
@@ -143,7 +149,36 @@ class Inputs:
                 if lease.task_id not in running and (
                     (now - lease.started_at).total_seconds() >= grace
                 ):
-                    self._finished(lease.task_id)  # the worker no longer runs it
+                    self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
+
+    def _let_go(self, task_id: str, epoch: int) -> None:
+        """Free a task its worker no longer lists, with no outcome read yet, and keep it a
+        while: if the decider ended that lease (a declined task, ADR 24 a), the task's
+        re-queued ready record may have come while we still held it (skipped as a duplicate)
+        and its ``task.lease_expired`` only now; that event then queues it again."""
+        held = self.journal.tasks.get(task_id)
+        if held is not None:
+            self.released[task_id] = (held[0], held[1], epoch)
+            self.released.move_to_end(task_id)
+            while len(self.released) > RELEASED_KEPT:
+                self.released.popitem(last=False)
+        self._finished(task_id)
+
+    def _requeue_released(self, task_id: str, epoch: int) -> None:
+        """The decider ended a lease we had let go already (``_let_go``): queue the task
+        again, unless its ready record came back meanwhile or it ended."""
+        found = self.released.pop(task_id, None)
+        if found is None or found[2] != epoch:
+            return
+        partition, task, _ = found
+        if self.offsets.stale(task_id, task.attempt):
+            return
+        self.journal.track(task, partition)
+        self.journal.queued(task_id, epoch, self.clock())
+        self.ready_at[task_id] = time.time()
+        self.core.enqueue(task, front=True)
+        log.info("task %s: lease %d ended after its worker let it go; queued again", task_id,
+                 epoch)  # fmt: skip
 
     def _given_back(self, task_id: str, epoch: int) -> None:
         """The decider ended the lease we still hold (its worker declined it, ADR 24 a): queue
@@ -172,9 +207,15 @@ class Inputs:
         except SchemaError as exc:
             log.warning("events %s@%s: %s", msg.partition(), msg.offset(), exc)
             return
-        if found is None or found[0] not in self.journal:
+        if found is None:
             return
         task_id, kind, epoch = found
+        if task_id not in self.journal:
+            if kind == dispatch_records.LEASE_ENDED:
+                self._requeue_released(task_id, epoch)
+            else:
+                self.released.pop(task_id, None)
+            return
         if kind == dispatch_records.LEASE_ENDED:
             self._given_back(task_id, epoch)
             return

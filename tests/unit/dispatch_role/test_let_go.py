@@ -1,0 +1,157 @@
+"""A task its worker stopped listing, then the decider's ``task.lease_expired`` of that lease
+(a declined task, ADR 24 a), without a broker.
+
+Seen in test_api_workers (1 run in 5): the gateway declined a task; the decider's re-queued
+ready record came while the dispatcher still held the task (skipped as a re-delivery); the
+gateway's next status no longer listed it, so the dispatcher let it go; the
+``task.lease_expired`` that followed was ignored (no longer held), and the task waited for the
+reconciler's requeue timer, minutes away. The dispatcher now keeps a task it let go until its
+lease's end is read, and queues it again then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from es_sched.dispatch.dispatcher import Dispatcher
+from es_sched.dispatch.journal import LeaseJournal
+from es_sched.serialization import wire
+from es_sched.serialization.records import encode_ready
+from tests.support.settings import private_vars, settings_with
+from tests.unit.dispatch_role.test_lease_journal import T0, FakeOutput, worker
+from tests.unit.dispatch_role.test_tick_cadence import FakeReady, FakeTail
+
+PART = 2
+
+
+@dataclass
+class Record:
+    """A consumed record, as the dispatcher's inputs read it."""
+
+    topic_: str
+    v: bytes
+    offset_: int = 0
+    k: str = ""
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return PART
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, int(T0.timestamp() * 1000)
+
+    def key(self) -> bytes:
+        return self.k.encode()
+
+    def value(self) -> bytes:
+        return self.v
+
+
+def msg(topic: str, value: bytes, offset: int = 0, key: str = "") -> Any:
+    """A ``Record`` typed as the ``Message`` the inputs take."""
+    return Record(topic, value, offset, key)
+
+
+def ready_raw(task_id: str) -> bytes:
+    return encode_ready(
+        workflow_id=f"wf-{task_id}", task_id=task_id, ref="step", name="encode", attempt=1,
+        input={}, priority=4, resources={"cpu": 2}, rate_limit_key=None, tenant=None,
+        callback=False, workflow_started_at=T0,
+    )  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def dispatcher() -> tuple[Dispatcher, FakeOutput, FakeReady, Clock]:
+    clock = Clock()
+    d = Dispatcher(settings_with(private_vars("p")), clock=clock, token=lambda: "tok")
+    out = FakeOutput()
+    d.output = out  # type: ignore[assignment]
+    d.journal = LeaseJournal("unused:9092", d.topics.leases, out)  # type: ignore[arg-type]
+    d.config = d.status = d.events = FakeTail()  # type: ignore[assignment]
+    d.ready = fake = FakeReady(out)  # type: ignore[assignment]
+    d.core.fleet.upsert(worker("w1", T0, cpu=100))
+    return d, out, fake, clock
+
+
+def status_without_tasks(d: Dispatcher, now: datetime) -> Any:
+    s = wire.WorkerStatus("w1", "default", "1.0", ["encode"], 100.0, 8000,
+                          concurrency=8, sent_at=now.isoformat())  # fmt: skip
+    return msg(d.topics.worker_status, wire.encode(s), key="w1")
+
+
+def lease_ended(d: Dispatcher, task_id: str, epoch: int) -> Any:
+    doc = {"type": "task.lease_expired", "payload": {"task_id": task_id, "lease_epoch": epoch}}
+    return msg(d.topics.events, orjson.dumps(doc))
+
+
+def dispatched(out: FakeOutput) -> int:
+    return sum(e[:2] == ("produce", "p.assignments") for e in out.log)
+
+
+def queued(d: Dispatcher) -> int:
+    return sum(sum(levels) for levels in d.core.queues.depth().values())
+
+
+def leased_once(d: Dispatcher, out: FakeOutput, fake: FakeReady) -> int:
+    fake.records = [msg(d.topics.ready, ready_raw("a"), offset=7)]
+    d.step(0)
+    assert dispatched(out) == 1
+    return d.core.leases.leases["a"].epoch
+
+
+def test_a_lease_ended_after_its_worker_let_the_task_go_queues_it_again() -> None:
+    d, out, fake, clock = dispatcher()
+    epoch = leased_once(d, out, fake)
+    d._on_ready(msg(d.topics.ready, ready_raw("a"), offset=8))  # the decider's re-queue
+    assert "a" in d.journal and queued(d) == 0  # held: skipped as a re-delivery
+    clock.now = T0 + timedelta(seconds=d.dispatch_settings.heartbeat_s + 1)
+    d._on_status(status_without_tasks(d, clock.now), clock.now)  # the gateway dropped it
+    assert "a" not in d.journal and "a" not in d.core.leases.leases
+    d._on_event(lease_ended(d, "a", epoch))
+    d.step(0)
+    assert dispatched(out) == 2, "the task was not queued again"
+    assert d.core.leases.leases["a"].epoch > epoch
+
+
+def test_a_let_go_task_whose_ready_record_came_back_is_queued_once() -> None:
+    """Its ready record after the let-go queues it; the lease's end read later adds nothing."""
+    d, out, fake, clock = dispatcher()
+    epoch = leased_once(d, out, fake)
+    clock.now = T0 + timedelta(seconds=d.dispatch_settings.heartbeat_s + 1)
+    d._on_status(status_without_tasks(d, clock.now), clock.now)
+    d._on_ready(msg(d.topics.ready, ready_raw("a"), offset=8))
+    d._on_event(lease_ended(d, "a", epoch))
+    assert queued(d) == 1
+    assert "a" not in d.released
+
+
+def test_an_ended_task_is_not_queued_again_by_a_stale_lease_end() -> None:
+    """Let go, then its completion: a lease end of an older epoch read after that is ignored."""
+    d, out, fake, clock = dispatcher()
+    epoch = leased_once(d, out, fake)
+    clock.now = T0 + timedelta(seconds=d.dispatch_settings.heartbeat_s + 1)
+    d._on_status(status_without_tasks(d, clock.now), clock.now)
+    done = {"type": "task.completed", "payload": {"task_id": "a"}}
+    d._on_event(msg(d.topics.events, orjson.dumps(done)))
+    d._on_event(lease_ended(d, "a", epoch))
+    d.step(0)
+    assert dispatched(out) == 1 and "a" not in d.journal
