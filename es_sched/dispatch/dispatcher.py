@@ -17,7 +17,8 @@ Inputs:
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
-  lease still held (its worker declined it) puts the task back at the head of its queue.
+  lease still held (its worker declined it), or of a task let go on its worker's status
+  meanwhile (kept for that, ``Inputs._let_go``), puts the task back at the head of its queue.
 
 Every tick (``ES_SCHED_DISPATCH_TICK_MS`` at most; a ready record ends the wait): expired
 leases -> ``ExpireLease`` to ``task-results`` and a ``Cancel`` to the worker; new assignments
