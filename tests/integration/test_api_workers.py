@@ -17,8 +17,10 @@ Every test ends on the log's invariants.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import httpx
 import pytest
 
 from es_sched.domain.events import Event
@@ -259,4 +261,53 @@ def test_a_task_no_http_worker_polled_is_declined_and_a_later_poll_completes_att
         attempts = {e.payload.attempt for e in of("task.dispatched")  # type: ignore[attr-defined]
                     if e.payload.task_id == scheduled}  # type: ignore[attr-defined]  # fmt: skip
         assert attempts == {1}
+    assert_log_invariants(env, {wf})
+
+
+def test_http_workers_across_two_api_processes_on_one_port_complete_every_task() -> None:
+    """``es-sched api --workers 2``: each process's gateway has its own worker id (they shared
+    one, and the tasks leased to the gateway without the assignments partition were stranded:
+    bench/api_workers.py hung with 2 API workers). Fresh connections reach either process."""
+    env = _env()
+    tasks = 12
+    branches = [[{"name": "http.a", "taskReferenceName": f"t{i}"}] for i in range(tasks)]
+    fork = {"name": "http_fork", "version": 1, "tasks": [
+        {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": branches},
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN",
+         "joinOn": [f"t{i}" for i in range(tasks)]},
+    ]}  # fmt: skip
+    env.push(fork, TASKDEFS)
+    with roles(env, *ROLES, **FAST), api(env, **FAST, ES_SCHED_API_WORKERS="2") as server:
+        started = re.compile(r"gateway worker (\S+) started")
+
+        def both_gateways() -> bool:  # a poll on a new connection builds its process's gateway
+            r = httpx.get(
+                f"{server.url}/api/tasks/poll/batch/http.a",
+                params={"workerid": "w0", "count": 1, "timeout": 0},
+                timeout=30,
+            )
+            assert (r.status_code, r.json()) == (200, []), r.text  # nothing submitted yet
+            return len(started.findall(server.role.text())) >= 2
+
+        wait_until(both_gateways, 60, lambda: f"two gateways started:\n{server.role.text()}")
+        ids = started.findall(server.role.text())
+        assert len(set(ids)) == len(ids) == 2, f"one gateway worker id per API process: {ids}"
+        [wf] = [s.workflow_id for s in env.submit("http_fork", [{}])]
+
+        def work() -> bool:
+            with httpx.Client(base_url=server.url, timeout=30) as http:  # a new connection
+                got = http.get("/api/tasks/poll/batch/http.a",
+                               params={"workerid": "w1", "count": 4, "timeout": 500})  # fmt: skip
+                assert got.status_code == 200, got.text
+                for t in got.json():
+                    done = http.post("/api/tasks", json=result(t, "w1"))
+                    assert done.status_code == 200, done.text
+            return ended(env, wf)
+
+        wait_until(work, 120, lambda: f"the fork's end; events: {len(events_of(env, wf))}")
+        history = events_of(env, wf)
+    assert final_status(history) == "COMPLETED"
+    gateways = {e.payload.worker_id for e in history if e.type == "task.started"}  # type: ignore[attr-defined]
+    assert all(g.startswith("api-gateway-") for g in gateways), gateways
+    assert gateways <= set(ids), gateways
     assert_log_invariants(env, {wf})

@@ -113,9 +113,17 @@ def _name(what: str, value: str) -> str:
 
 
 async def _take(
-    svc: Services, gw: Gateway, task_type: str, count: int, worker: str, domain: str, wait_ms: int
+    svc: Services,
+    gw: Gateway,
+    task_type: str,
+    count: int,
+    worker: str,
+    domain: str,
+    wait_ms: int,
+    next_of_update: bool = False,
 ) -> list[JSON]:
-    """Held tasks of ``task_type``, waiting up to ``wait_ms`` for the first to arrive."""
+    """Held tasks of ``task_type``, waiting up to ``wait_ms`` for the first to arrive
+    (``next_of_update``: ``Gateway.take``'s)."""
     task_type, worker = _name("taskType", task_type), _name("workerid", worker)
     domain = _name("domain", domain)
     if count < 1:
@@ -133,7 +141,7 @@ async def _take(
     try:
         while True:
             arrived.clear()
-            took = await run_in_threadpool(gw.take, task_type, count, worker)
+            took = await run_in_threadpool(gw.take, task_type, count, worker, next_of_update)
             left = deadline - time.monotonic()
             if took or left <= 0:
                 break
@@ -238,7 +246,7 @@ async def update_v2(
         raise _refused(status, message, input_id)
     if task_type is None or result.status == "IN_PROGRESS":
         return Response(status_code=204)
-    found = await _take(svc, gw, task_type, 1, result.workerId or "", "", 0)
+    found = await _take(svc, gw, task_type, 1, result.workerId or "", "", 0, next_of_update=True)
     return found[0] if found else Response(status_code=204)
 
 

@@ -4,13 +4,14 @@
 what any API process needs to accept an update for a task another one handed out; ``updates``
 turns an update into worker reports. ``gateway_of(svc)`` builds and starts the gateway on the
 first worker call and keeps it in ``svc.extras["gateway"]``, whose ``close`` stops it when the
-application shuts down.
+application shuts down; ``slot`` gives each API process of a host and port its own worker id.
 """
 
 from __future__ import annotations
 
 import threading
 
+from es_sched.api.gateway import slot
 from es_sched.api.gateway.store import GatewayStore
 from es_sched.api.gateway.worker import Gateway, gateway_id
 from es_sched.api.services import Services
@@ -30,7 +31,8 @@ def gateway_of(svc: Services, port: int | None = None) -> Gateway:
         if not isinstance(found, Gateway):
             store = GatewayStore(svc.settings)
             store.ensure()
-            found = Gateway(svc.settings, store, gateway_id(svc.settings, port))
+            worker_id, held = slot.claim(gateway_id(svc.settings, port))
+            found = Gateway(svc.settings, store, worker_id, slot=held)
             found.start()
             svc.extras["gateway"] = found
         return found

@@ -85,6 +85,24 @@ def test_a_poll_announces_its_type_and_count_capped_by_capacity(settings: Settin
     assert (rec.statuses[-1].types, rec.statuses[-1].concurrency) == (["t", "u"], 8)
 
 
+def test_update_v2_taking_the_next_task_keeps_the_workers_batch_demand(
+    settings: Settings,
+) -> None:
+    """conductor-python's threads share one worker id: each thread's update-v2 asks for the
+    next task (count 1), which announced room for 1 where the batch poll asked for 6."""
+    gw, rec = _gateway(settings)
+    gw._stale.beat()
+    assert gw.take("t", 6, "sdk") == []
+    gw._waiting["x"] = _Held(_assignment("x"), 0.0)
+    [a] = gw.take("t", 1, "sdk", next_of_update=True)  # takes one, keeps the demand
+    assert a.task_id == "x"
+    gw._heartbeat()
+    assert rec.statuses[-1].concurrency == 1 + 6  # the one taken, room for 6 more
+    assert gw.take("t", 2, "sdk") == []  # a poll says what the worker wants now
+    gw._heartbeat()
+    assert rec.statuses[-1].concurrency == 1 + 2
+
+
 def test_a_held_task_goes_to_the_poll_and_is_reported_started(settings: Settings) -> None:
     gw, rec = _gateway(settings)
     gw._stale.beat()
