@@ -70,7 +70,11 @@ def _now() -> datetime:
 class GatewayStore:
     def __init__(self, settings: Settings) -> None:
         self.schema = f"{settings.postgres.schema_name}_gateway"
-        self.engine: Engine = engine_for(settings, self.schema)
+        # Sized like the API's read-model pool, without overflow: every poll and update takes
+        # a connection, and an overflow one is closed on return, so the default 4 + 10 made
+        # most updates pay a connect under 4 HTTP workers (bench/api_workers.py's profile).
+        a = settings.api
+        self.engine: Engine = engine_for(settings, self.schema, a.pg_pool_size, a.pg_max_overflow)
         self._ready = False
 
     def ensure(self) -> None:
@@ -115,9 +119,9 @@ class GatewayStore:
         with available("gateway"), self.engine.connect() as conn:
             rows = conn.execute(
                 text(
-                    "SELECT task_id, workflow_id, task_type, attempt, lease_epoch,"
-                    " lease_token, gateway_id, http_worker_id, ended, lease_over"
-                    " FROM leases WHERE gateway_id = :g AND ended IS NULL AND lease_over IS NULL"
+                    "SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
+                    " gateway_id, http_worker_id, ended, lease_over FROM leases"
+                    " WHERE gateway_id = :g AND ended IS NULL AND lease_over IS NULL"
                 ),
                 {"g": gateway_id},
             ).mappings()
@@ -126,34 +130,42 @@ class GatewayStore:
     def lease(self, task_id: str) -> HeldLease | None:
         self.ensure()
         with available("gateway"), self.engine.connect() as conn:
-            row = (
-                conn.execute(
-                    text(
-                        "SELECT task_id, workflow_id, task_type, attempt, lease_epoch,"
-                        " lease_token, gateway_id, http_worker_id, ended, lease_over"
-                        " FROM leases WHERE task_id = :t"
-                    ),
-                    {"t": task_id},
-                )
-                .mappings()
-                .first()
-            )
+            row = conn.execute(text(
+                "SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
+                " gateway_id, http_worker_id, ended, lease_over FROM leases WHERE task_id = :t"
+            ), {"t": task_id}).mappings().first()  # fmt: skip
         return HeldLease(**dict(row)) if row else None
 
-    def ended(self, task_id: str, lease_epoch: int, outcome: str) -> str:
-        """Record the first outcome of this lease; returns the one recorded (maybe earlier)."""
+    def end(
+        self, task_id: str, workflow_id: str, http_worker_id: str, outcome: str
+    ) -> tuple[HeldLease | None, str | None]:
+        """The lease as it was, and its first outcome: ``outcome`` recorded now when the lease
+        is the caller's (its workflow, its HTTP worker or none given, not ended by the
+        dispatcher) and had none, the earlier one when it had, None when it is not the caller's.
+
+        One statement, one round trip: the update's condition is the ownership check, and the
+        SELECT beside it sees the row as it was before (a data-modifying WITH's snapshot).
+        """
+        self.ensure()
+        query = text(
+            "WITH marked AS (UPDATE leases SET ended = :o, ended_at = :now"
+            " WHERE task_id = :t AND workflow_id = :wf AND (:w = '' OR http_worker_id = :w)"
+            " AND lease_over IS NULL AND ended IS NULL RETURNING task_id)"
+            " SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
+            " gateway_id, http_worker_id, ended, lease_over,"
+            " (SELECT count(*) FROM marked) AS marked"
+            " FROM leases WHERE task_id = :t"
+        )
+        params = {"o": outcome, "now": _now(), "t": task_id, "wf": workflow_id,
+                  "w": http_worker_id}  # fmt: skip
         with available("gateway"), self.engine.begin() as conn:
-            conn.execute(
-                text(
-                    "UPDATE leases SET ended = :o, ended_at = :now"
-                    " WHERE task_id = :t AND lease_epoch = :e AND ended IS NULL"
-                ),
-                {"o": outcome, "now": _now(), "t": task_id, "e": lease_epoch},
-            )
-            found = conn.execute(
-                text("SELECT ended FROM leases WHERE task_id = :t"), {"t": task_id}
-            ).scalar()
-        return str(found or outcome)
+            row = conn.execute(query, params).mappings().first()
+        if row is None:
+            return None, None
+        found = dict(row)
+        marked = found.pop("marked")
+        lease = HeldLease(**found)
+        return lease, outcome if marked else lease.ended
 
     def lease_over(self, task_id: str, lease_epoch: int, reason: str) -> None:
         self.ensure()

@@ -101,7 +101,10 @@ def _claim(gw: Gateway, u: Update, lease: HeldLease | None, attempt: int) -> str
 def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> Answer:
     """Send what ``u`` means to the decider and say how the HTTP call is answered; raises
     ``InfrastructureError`` when the reports could not be delivered (the caller retries)."""
-    lease = gw.store.lease(u.task_id)
+    if u.status == "IN_PROGRESS":
+        lease, first = gw.store.lease(u.task_id), None
+    else:  # the first outcome is recorded in the same round trip, if the lease is the caller's
+        lease, first = gw.store.end(u.task_id, u.workflow_id, u.worker_id, u.status)
     refused: tuple[int, str] | None = None
     if lease is None or lease.workflow_id != u.workflow_id:
         refused = (404, f"task {u.task_id} of workflow {u.workflow_id} is not leased to an "
@@ -125,7 +128,6 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
         _delivered(gw)
         return Answer(200, u.task_id, "", lease.task_type)
     report = _outcome(a, lease.gateway_id, u)
-    first = gw.store.ended(u.task_id, lease.lease_epoch, u.status)
     gw.reporter.send(report)  # again on a retry: the same input id, one input to the decider
     _delivered(gw)
     if lease.gateway_id == gw.worker_id:
