@@ -118,17 +118,34 @@ def declined(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportDecline
 
 
 # -- producing ------------------------------------------------------------------------------
+class Delivery:
+    """One record's delivery report, for a sender that waits for its own records only."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: KafkaError | None = None
+
+
 class Reporter:
     def __init__(self, bootstrap: str, topics: Topics) -> None:
         self.topics = topics
         self.delivery_failures = 0
         self._producer = producer(bootstrap)
 
-    def _produce(self, topic: str, key: str, value: bytes | None, **extra: Any) -> None:
+    def _produce(
+        self, topic: str, key: str, value: bytes | None, delivery: Delivery | None = None,
+        **extra: Any,
+    ) -> None:  # fmt: skip
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            self._delivered(err, msg)
+            if delivery is not None:
+                delivery.error = err
+                delivery.done.set()
+
         for _ in range(50):  # a full local queue drains as deliveries complete
             try:
                 self._producer.produce(
-                    topic, key=key.encode(), value=value, on_delivery=self._delivered, **extra
+                    topic, key=key.encode(), value=value, on_delivery=delivered, **extra
                 )
                 self._producer.poll(0)
                 return
@@ -143,12 +160,14 @@ class Reporter:
             self.delivery_failures += 1
             log.error("delivery to %s failed: %s", msg.topic(), err)
 
-    def send(self, inp: c.Input) -> None:
+    def send(self, inp: c.Input, delivery: Delivery | None = None) -> None:
         """A decider input; raises SchemaError/TypeError when it cannot be encoded."""
-        self._produce(self.topics.task_results, inp.workflow_id, encode_input(inp))
+        self._produce(self.topics.task_results, inp.workflow_id, encode_input(inp), delivery)
 
-    def status(self, record: wire.WorkerStatus | wire.Progress, key: str) -> None:
-        self._produce(self.topics.worker_status, key, wire.encode(record))
+    def status(
+        self, record: wire.WorkerStatus | wire.Progress, key: str, delivery: Delivery | None = None
+    ) -> None:
+        self._produce(self.topics.worker_status, key, wire.encode(record), delivery)
 
     def progress(
         self, a: wire.Assignment, worker_id: str, seq: int, percent: float, message: str
@@ -178,6 +197,17 @@ class Reporter:
 
     def poll(self) -> None:
         self._producer.poll(0)
+
+    def wait(self, deliveries: list[Delivery], timeout_s: float) -> int:
+        """Waits for these records' deliveries only; returns how many failed or are still out.
+
+        Not ``flush``: it waits until the whole queue is empty, and with several threads
+        sending (the API's concurrent task updates) records keep arriving behind each caller's
+        own, so every caller waited for everyone's."""
+        deadline = time.monotonic() + timeout_s
+        while not all(d.done.is_set() for d in deliveries) and time.monotonic() < deadline:
+            self._producer.poll(0.005)  # serves delivery reports, on whichever thread polls
+        return sum(not d.done.is_set() or d.error is not None for d in deliveries)
 
     def flush(self, timeout_s: float) -> int:
         """Waits for every record; returns how many are still undelivered."""

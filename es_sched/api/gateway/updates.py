@@ -73,7 +73,7 @@ def _outcome(a: wire.Assignment, worker_id: str, u: Update) -> c.WorkerReport:
     return runner.failed(a, worker_id, u.reason or u.status, terminal, u.output)
 
 
-def _progress(gw: Gateway, a: wire.Assignment, u: Update) -> None:
+def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[runner.Delivery]) -> None:
     message = "\n".join(u.logs)[-runner.MAX_REASON :] if u.logs else "IN_PROGRESS"
     what = _digest([u.status, u.logs, u.output, u.callback_after_s])
     report = c.ReportProgress(
@@ -83,24 +83,29 @@ def _progress(gw: Gateway, a: wire.Assignment, u: Update) -> None:
         percent=0.0, message=message,
     )  # fmt: skip
     record = wire.Progress(a.worker_id, a.task_id, a.lease_epoch, 0.0, message, runner.now_iso())
-    gw.reporter.status(record, runner.progress_key(a.worker_id, a.task_id))
-    gw.reporter.send(report)
+    sent += [runner.Delivery(), runner.Delivery()]
+    gw.reporter.status(record, runner.progress_key(a.worker_id, a.task_id), sent[-2])
+    gw.reporter.send(report, sent[-1])
 
 
-def _claim(gw: Gateway, u: Update, lease: HeldLease | None, attempt: int) -> str:
+def _claim(
+    gw: Gateway, u: Update, lease: HeldLease | None, attempt: int, sent: list[runner.Delivery]
+) -> str:
     """The caller's claim, sent for the decider to refuse and record."""
     epoch = lease.lease_epoch if lease is not None else 0
     claimer = u.worker_id or "http-worker"
     a = wire.Assignment(claimer, u.workflow_id, u.task_id, "", attempt, epoch, "", "", {})
     report = _outcome(a, claimer, u)
     claim_id = _id("gateway-claim", u.task_id, claimer, attempt, epoch, u.status)
-    gw.reporter.send(replace(report, input_id=claim_id))
+    sent.append(runner.Delivery())
+    gw.reporter.send(replace(report, input_id=claim_id), sent[-1])
     return claim_id
 
 
 def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> Answer:
     """Send what ``u`` means to the decider and say how the HTTP call is answered; raises
     ``InfrastructureError`` when the reports could not be delivered (the caller retries)."""
+    sent: list[runner.Delivery] = []  # this update's records, delivered before it answers
     if u.status == "IN_PROGRESS":
         lease, first = gw.store.lease(u.task_id), None
     else:  # the first outcome is recorded in the same round trip, if the lease is the caller's
@@ -116,20 +121,21 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
         refused = (409, f"the lease of task {u.task_id} ended: {lease.lease_over}")
     if refused is not None:
         attempt = lease.attempt if lease is not None else (attempt_of(u.task_id) or 1)
-        claim_id = _claim(gw, u, lease, attempt)
-        _delivered(gw)
+        claim_id = _claim(gw, u, lease, attempt, sent)
+        _delivered(gw, sent)
         return Answer(refused[0], refused[1], claim_id, None)
     assert lease is not None
     a = as_assignment(lease)
     if u.logs and u.status != "IN_PROGRESS":
-        _progress(gw, a, u)
+        _progress(gw, a, u, sent)
     if u.status == "IN_PROGRESS":
-        _progress(gw, a, u)
-        _delivered(gw)
+        _progress(gw, a, u, sent)
+        _delivered(gw, sent)
         return Answer(200, u.task_id, "", lease.task_type)
     report = _outcome(a, lease.gateway_id, u)
-    gw.reporter.send(report)  # again on a retry: the same input id, one input to the decider
-    _delivered(gw)
+    sent.append(runner.Delivery())  # again on a retry: the same input id, one input to the decider
+    gw.reporter.send(report, sent[-1])
+    _delivered(gw, sent)
     if lease.gateway_id == gw.worker_id:
         gw.forget(u.task_id)
     if first != u.status:
@@ -138,6 +144,7 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
     return Answer(200, u.task_id, report.input_id, lease.task_type)
 
 
-def _delivered(gw: Gateway) -> None:
-    if gw.reporter.flush(DELIVERY_S) > 0:
+def _delivered(gw: Gateway, sent: list[runner.Delivery]) -> None:
+    """Waits for this update's own records (not the whole producer queue: ``Reporter.wait``)."""
+    if gw.reporter.wait(sent, DELIVERY_S) > 0:
         raise InfrastructureError("the task-results topic did not take the report")
