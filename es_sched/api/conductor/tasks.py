@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from collections import OrderedDict
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -39,6 +41,7 @@ router = APIRouter(prefix="/api/tasks", tags=["task"])
 JSON = dict[str, Any]
 INPUT_ID_HEADER = "X-Es-Sched-Input-Id"
 MAX_NAME = 512
+NAMES_KEPT = 10_000  # workflow names kept for polls' workflowType
 WORKER = require("worker")
 VIEWER = require("viewer")
 
@@ -76,15 +79,44 @@ def gateway(request: Request, svc: Services = Depends(services)) -> Gateway:  # 
 def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
     """Names from the read model, for ``workflowType``; empty when it cannot say (not
     projected yet, no projector, database down): the poll already took its tasks, so nothing
-    here may fail it."""
+    here may fail it. A workflow's name never changes, so the names found are kept (the
+    ``NAMES_KEPT`` last used): the tasks of one workflow, polled one by one, ask once."""
+    names = svc.extras.setdefault("workflow-names", _Names())
+    assert isinstance(names, _Names)
+    found, missing = names.get(ids)
+    if not missing:
+        return found
     w = WORKFLOWS.c
     try:
         with svc.engine.connect() as conn:
-            rows = conn.execute(select(w.workflow_id, w.name).where(w.workflow_id.in_(set(ids))))
-            return {str(r[0]): str(r[1]) for r in rows}
+            rows = conn.execute(select(w.workflow_id, w.name).where(w.workflow_id.in_(missing)))
+            read = {str(r[0]): str(r[1]) for r in rows}
     except SQLAlchemyError as exc:
         log.warning("workflow names unavailable: %s", exc)
-        return {}
+        return found
+    names.put(read)
+    return found | read
+
+
+class _Names:
+    """Workflow id -> name, the ``NAMES_KEPT`` last used (shared by the request threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, ids: list[str]) -> tuple[dict[str, str], set[str]]:
+        with self._lock:
+            found = {i: self._names[i] for i in ids if i in self._names}
+            for i in found:
+                self._names.move_to_end(i)
+        return found, set(ids) - found.keys()
+
+    def put(self, names: dict[str, str]) -> None:
+        with self._lock:
+            self._names.update(names)
+            while len(self._names) > NAMES_KEPT:
+                self._names.popitem(last=False)
 
 
 def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
