@@ -1,15 +1,19 @@
 """HTTP workers through the gateway (ADR 24) against the native Kafka worker, on one DAG.
 
-``http_vs_native(tasks, rounds, ...)`` runs, on one private stack (a decider and a dispatcher
-as child processes, one ``es-sched api``), a workflow whose FORK runs ``tasks`` no-op tasks in
-parallel, then a JOIN: once with the worker SDK's ``Worker`` (in this process, concurrency
-``concurrency``) serving the fork's type, once with ``http_workers`` threads that batch-poll
-(``count`` = ``batch``, long poll) and update through the API. Each round runs both, one after
-the other; the figures are the medians over ``rounds``. tasks/s = tasks / (last
-``task.completed`` - first ``task.scheduled``), from the events' own timestamps.
+``http_vs_native(tasks, rounds, ...)`` runs, on one private stack (a decider, a dispatcher and a
+projector-pg as child processes, one ``es-sched api`` with ``api_workers`` processes), a
+workflow whose FORK runs ``tasks`` no-op tasks in parallel, then a JOIN: once with the worker
+SDK's ``Worker`` (in this process, concurrency ``concurrency``) serving the fork's type, once
+with ``http_workers`` threads that batch-poll (``count`` = ``batch``, long poll) and update
+through the API, once with conductor-python's own ``TaskHandler`` (bench/sdk_noop_worker.py, 32
+threads, the SDK's defaults otherwise: update-v2, 100 ms poll interval). Each round runs the
+three, one after the other; the figures are the medians over ``rounds``, the ratios the medians
+of each round's ratio. tasks/s = tasks / (last ``task.completed`` - first ``task.scheduled``),
+from the events' own timestamps.
 
 The bench helper calls it from bench/api.py; run alone: `.venv/bin/python bench/api_workers.py
-[--tasks 200 --rounds 3]` (needs `es-sched stack up`).
+[--tasks 200 --rounds 3 --api-workers 1 2]` (needs `es-sched stack up`): prints the figures and
+writes bench/results/api_workers.json.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from sdk_noop_worker import THREADS as SDK_THREADS  # noqa: E402
+
 from es_sched.workers import Capacity, TaskContext, Worker  # noqa: E402
 from tests.integration.api_harness import Api, api  # noqa: E402
 from tests.integration.runtime_harness import Env, final_status, read_events, roles  # noqa: E402
@@ -83,6 +90,24 @@ def native_worker(env: Env, task_type: str, concurrency: int) -> Iterator[Worker
 
 
 @contextmanager
+def sdk_workers(server: Api) -> Iterator[None]:
+    """conductor-python's own ``TaskHandler`` running ``bench/sdk_noop_worker.py`` (one
+    process, 32 threads) against the API: what a team with Conductor workers would run."""
+    from conductor.client.automator.task_handler import TaskHandler  # noqa: PLC0415
+    from conductor.client.configuration.configuration import Configuration  # noqa: PLC0415
+
+    handler = TaskHandler(
+        workers=[], configuration=Configuration(server_api_url=f"{server.url}/api"),
+        scan_for_annotated_workers=True, import_modules=["sdk_noop_worker"],
+    )  # fmt: skip
+    handler.start_processes()
+    try:
+        yield
+    finally:
+        handler.stop_processes()
+
+
+@contextmanager
 def _http_pollers(server: Api, task_type: str, n: int, batch: int) -> Iterator[None]:
     """``n`` threads, each a Conductor-style worker: batch poll, complete each, repeat."""
     stop = threading.Event()
@@ -127,27 +152,40 @@ def http_vs_native(
     batch: int = 8,
     concurrency: int = 32,
     timeout_s: float = 600,
+    api_workers: int = 1,
 ) -> dict[str, Any]:
-    """tasks/s of the same fork of ``tasks`` no-op tasks, native worker vs HTTP workers."""
+    """tasks/s of the same fork of ``tasks`` no-op tasks: the native worker, HTTP pollers and
+    the conductor-python SDK, all serving at once (each its own task type), rounds interleaved;
+    a projector-pg runs, as in a deployment (a poll reads the workflows' names from it)."""
     env = Env(extra={**FAST, "ES_SCHED_API_GATEWAY_CAPACITY": str(http_workers * batch * 2)})
     env.create()
-    env.push(fork_dag("bench_native", "bench.native", tasks), [])
-    env.push(fork_dag("bench_http", "bench.http", tasks), [])
-    figures: dict[str, list[float]] = {"native": [], "http": []}
-    with roles(env, "decider", "dispatcher"), api(env) as server:
-        with native_worker(env, "bench.native", concurrency):
-            for _ in range(rounds):
-                [s] = env.submit("bench_native", [{}])
-                figures["native"].append(tasks_per_s(env, s.workflow_id, timeout_s))
-        with _http_pollers(server, "bench.http", http_workers, batch):
-            for _ in range(rounds):
-                [s] = env.submit("bench_http", [{}])
-                figures["http"].append(tasks_per_s(env, s.workflow_id, timeout_s))
+    kinds = {"native": "bench.native", "http": "bench.http", "sdk": "bench.sdk"}
+    for kind, task_type in kinds.items():
+        env.push(fork_dag(f"bench_{kind}", task_type, tasks), [])
+    figures: dict[str, list[float]] = {k: [] for k in kinds}
+    server_env = {"ES_SCHED_API_WORKERS": str(api_workers)}
+    with (
+        roles(env, "decider", "dispatcher", "projector-pg"),
+        api(env, **server_env) as server,
+        native_worker(env, "bench.native", concurrency),
+        _http_pollers(server, "bench.http", http_workers, batch),
+        sdk_workers(server),
+    ):
+        for _ in range(rounds):
+            for kind in kinds:
+                [s] = env.submit(f"bench_{kind}", [{}])
+                figures[kind].append(tasks_per_s(env, s.workflow_id, timeout_s))
+    ratios = {k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
+              for k in ("http", "sdk")}  # fmt: skip
     return {
         "tasks": tasks, "rounds": rounds, "http_workers": http_workers, "batch": batch,
-        "native_concurrency": concurrency,
+        "native_concurrency": concurrency, "api_workers": api_workers,
         "native_tasks_per_s": statistics.median(figures["native"]),
         "http_tasks_per_s": statistics.median(figures["http"]),
+        "sdk_threads": SDK_THREADS,
+        "sdk_tasks_per_s": statistics.median(figures["sdk"]),
+        "http_over_native": statistics.median(ratios["http"]),
+        "sdk_over_native": statistics.median(ratios["sdk"]),
         "runs": figures,
     }  # fmt: skip
 
@@ -158,12 +196,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--http-workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--api-workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_workers.json")
     opts = parser.parse_args()
-    got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch)
-    print(f"{got['tasks']} tasks, median of {got['rounds']}: "
-          f"native {got['native_tasks_per_s']:.1f} tasks/s, "
-          f"HTTP through the gateway {got['http_tasks_per_s']:.1f} tasks/s "
-          f"({got['http_workers']} workers, batch {got['batch']}); runs {got['runs']}")  # fmt: skip
+    results = []
+    for n in opts.api_workers:
+        got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch,
+                             api_workers=n)  # fmt: skip
+        results.append(got)
+        print(f"{got['tasks']} tasks, {n} API worker(s), medians of {got['rounds']} rounds: "
+              f"native {got['native_tasks_per_s']:.1f} tasks/s; HTTP pollers "
+              f"{got['http_tasks_per_s']:.1f} ({got['http_workers']} x batch {got['batch']}; "
+              f"{got['http_over_native']:.2f} of native); conductor-python SDK "
+              f"{got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} threads; "
+              f"{got['sdk_over_native']:.2f} of native); runs {got['runs']}")  # fmt: skip
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_bytes(orjson.dumps({"results": results}, option=orjson.OPT_INDENT_2))
+    print(f"wrote {opts.out}")
 
 
 if __name__ == "__main__":
