@@ -13,7 +13,8 @@ What proves the fault fired:
 - kill -9: the broker's pid is gone (no such process, or a zombie not reaped yet), and the
   roles' log shows librdkafka's "Connection refused" from that port.
 - SIGSTOP: ``/proc/<pid>/stat`` shows state ``T`` (stopped) for 30 s, and the roles logged
-  their requests timing out meanwhile (the transactional producer's call given up, or the
+  their requests to it timing out (during the stop, or when a request's own timer fired after
+  it: counted up to the recovery) (the transactional producer's call given up, or the
   dispatcher's records not delivered, or the worker's end-of-partition query timed out).
 
 Recovery is measured, never asserted: from the broker answering again to the first record each
@@ -170,12 +171,9 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
                 while time.monotonic() - stopped_at < STOPPED_S:
                     assert state(pid) == "T"
                     time.sleep(1.0)
-                timed_out = {t for t, n in timeouts(procs).items() if n > logged[t]}
-                assert timed_out, "no role logged a timeout while the broker was stopped"
                 os.kill(pid, signal.SIGCONT)
                 wait_until(lambda: state(pid) != "T", 10, "the broker to run again")
-                proof = (f"broker state T for {time.monotonic() - stopped_at:.0f}s; roles "
-                         f"logged {sorted(timed_out)}")  # fmt: skip
+                stopped_s = time.monotonic() - stopped_at
             ready = time.time()
             before = checkpoints(env)
             moved: dict[str, float] = {}
@@ -191,6 +189,13 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
                 return lambda: f"{what}; now: " + describe_stall(env, WORKFLOWS, *procs)
 
             wait_until(projectors_moved, 300, stalled("both projectors to write again"))
+            if fault == "stop":
+                # Gathered up to the recovery, not only during the stop: a role idle in a fetch
+                # at the SIGSTOP logs nothing within 30 s, and a request sent just before it
+                # times out when its own timer fires (seen in CI: nothing logged by 30 s).
+                timed_out = {t for t, n in timeouts(procs).items() if n > logged[t]}
+                assert timed_out, "no role logged a timeout from the stopped broker"
+                proof = f"broker state T for {stopped_s:.0f}s; roles logged {sorted(timed_out)}"
             wait_until(lambda: sum(s == "COMPLETED" for s in histories(env).values())
                        == WORKFLOWS, 600, stalled("every workflow after the fault"))  # fmt: skip
             wait_until(lambda: read_models_caught_up(env), 300,
