@@ -164,7 +164,10 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
             else:
                 os.kill(pid, signal.SIGSTOP)
                 stopped_at = time.monotonic()
-                assert state(pid) == "T", f"broker pid {pid} not stopped: {state(pid)}"
+                # kill() returns before every thread of the JVM is stopped: wait for the state
+                # (CI read it once at once, and failed on a broker still stopping).
+                wait_until(lambda: state(pid) == "T", 10,
+                           lambda: f"broker pid {pid} to stop: {state(pid)}")  # fmt: skip
                 logged = timeouts(procs)
                 # Held for STOPPED_S (the fault's length, not a wait for something to happen);
                 # the roles' logged timeouts are gathered meanwhile.
