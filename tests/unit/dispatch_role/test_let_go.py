@@ -18,12 +18,12 @@ from typing import Any
 import orjson
 
 from es_sched.dispatch.dispatcher import Dispatcher
-from es_sched.dispatch.journal import LeaseJournal
+from es_sched.kafka.topics import assignment_topic
 from es_sched.serialization import wire
 from es_sched.serialization.records import encode_ready
-from tests.support.settings import private_vars, settings_with
-from tests.unit.dispatch_role.test_lease_journal import T0, FakeOutput, worker
-from tests.unit.dispatch_role.test_tick_cadence import FakeReady, FakeTail
+from tests.unit.dispatch_role.test_lease_journal import T0, FakeOutput
+from tests.unit.dispatch_role.test_tick_cadence import FakeReady
+from tests.unit.dispatch_role.test_tick_cadence import dispatcher as on_fakes
 
 PART = 2
 
@@ -82,13 +82,8 @@ class Clock:
 
 def dispatcher() -> tuple[Dispatcher, FakeOutput, FakeReady, Clock]:
     clock = Clock()
-    d = Dispatcher(settings_with(private_vars("p")), clock=clock, token=lambda: "tok")
-    out = FakeOutput()
-    d.output = out  # type: ignore[assignment]
-    d.journal = LeaseJournal("unused:9092", d.topics.leases, out)  # type: ignore[arg-type]
-    d.config = d.status = d.events = FakeTail()  # type: ignore[assignment]
-    d.ready = fake = FakeReady(out)  # type: ignore[assignment]
-    d.core.fleet.upsert(worker("w1", T0, cpu=100))
+    d, out, fake = on_fakes(clock=clock)
+    d.pool_topics.add(assignment_topic("p", "default"))  # known: a status creates no topic
     return d, out, fake, clock
 
 

@@ -3,6 +3,8 @@ ready offsets are committed at most every ``commit_every_ms``, always after a de
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -45,9 +47,12 @@ class FakeReady:
         return parts
 
 
-def dispatcher(commit_every_ms: int = 200) -> tuple[Dispatcher, FakeOutput, FakeReady]:
+def dispatcher(
+    commit_every_ms: int = 200, clock: Callable[[], datetime] = lambda: T0
+) -> tuple[Dispatcher, FakeOutput, FakeReady]:
+    """A dispatcher on fakes (no broker), with one worker ``w1`` of 100 cpus."""
     vars_ = {**private_vars("p"), "ES_SCHED_DISPATCH_COMMIT_EVERY_MS": str(commit_every_ms)}
-    d = Dispatcher(settings_with(vars_), clock=lambda: T0, token=lambda: "tok")
+    d = Dispatcher(settings_with(vars_), clock=clock, token=lambda: "tok")
     out = FakeOutput()
     d.output = out  # type: ignore[assignment]
     d.journal = LeaseJournal("unused:9092", d.topics.leases, out)  # type: ignore[arg-type]
