@@ -11,6 +11,15 @@ worker from an import string (``bootstrap.api_app``), so everything a worker nee
 from the environment: the listening host, and one JWT key for all of them when none is
 configured (a token one worker issued must pass in another). Caches (keys, the reflected
 offsets, the log's ends) are per process; the gateway and auth allow several API processes.
+
+The shared socket is bound here, not by uvicorn: uvicorn 0.54's ``Config.bind_socket`` leaves
+the socket's protocol at 0, accepted connections inherit it, and asyncio turns ``TCP_NODELAY``
+on only for a socket that says ``IPPROTO_TCP``. Nagle's algorithm then held every keep-alive
+response's last segment for the client's delayed ACK: 44 ms per request with ``--workers 2``
+against 0.5 ms with one process (a bare Starlette app, 200 sequential requests on one
+connection), which was the whole gap between 1 and 2 API processes in bench/api_workers.py
+(an update took 55 ms over HTTP while its handler took 15). Reported upstream as
+Kludex/uvicorn#3149, open when this was written.
 """
 
 from __future__ import annotations
@@ -18,11 +27,14 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import socket
 import threading
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.supervisors import Multiprocess
 
+from es_sched.errors import InfrastructureError
 from es_sched.settings import ApiSettings
 
 log = logging.getLogger(__name__)
@@ -62,7 +74,23 @@ def serve_workers(settings: ApiSettings, workers: int, port: int | None = None) 
     port = settings.port if port is None else port
     log.info("API on http://%s:%d with %d worker processes (console: /ui/)", settings.host,
              port, workers)  # fmt: skip
-    uvicorn.run(
+    config = uvicorn.Config(
         FACTORY, factory=True, workers=workers, host=settings.host, port=port,
         log_level="warning", access_log=False, timeout_graceful_shutdown=10,
     )  # fmt: skip
+    Multiprocess(config, sockets=[listening_socket(settings.host, port)]).run()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket every worker process accepts on, with its protocol said (``IPPROTO_TCP``)
+    so that asyncio sets ``TCP_NODELAY`` on each connection (see the module's docstring)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InfrastructureError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock

@@ -1,11 +1,14 @@
 """The API's speed parts (issue 14 item 6) without a database: the reflected offsets are
 reused for ``reflects_cache_s`` and read again after it, the API's read-model pool is sized
 by its settings, and ``--workers N`` hands each uvicorn worker what it cannot get from the
-CLI's memory (the host, and one JWT key for all when none is configured)."""
+CLI's memory (the host, and one JWT key for all when none is configured) and a socket whose
+connections get TCP_NODELAY."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +18,7 @@ import uvicorn
 from es_sched import bootstrap
 from es_sched.api import reflected, server
 from es_sched.api.services import Lazy, Services
+from es_sched.errors import InfrastructureError
 from es_sched.projections.postgres import queries
 from es_sched.settings import ApiSettings, load_settings
 
@@ -57,15 +61,63 @@ def test_the_api_pool_is_sized_by_its_settings() -> None:
 
 def test_workers_share_one_jwt_key_and_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
+
+    class Supervisor:
+        def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+            c = config
+            ran.update(app=c.app, factory=c.factory, workers=c.workers, port=c.port)
+            ran["proto"] = sockets[0].proto
+            sockets[0].close()
+
+        def run(self) -> None:
+            ran["ran"] = True
+
+    monkeypatch.setattr(server, "Multiprocess", Supervisor)
     monkeypatch.delenv("ES_SCHED_API_JWT_SECRET", raising=False)
     monkeypatch.setenv("ES_SCHED_API_HOST", "127.0.0.1")
-    server.serve_workers(ApiSettings(host="localhost", auth="off"), 2, port=9999)
-    assert (ran["app"], ran["factory"], ran["workers"], ran["port"]) == (
-        "es_sched.bootstrap:api_app", True, 2, 9999)  # fmt: skip
+    server.serve_workers(ApiSettings(host="localhost", auth="off"), 2, port=0)
+    assert (ran["app"], ran["factory"], ran["workers"], ran["port"], ran["ran"]) == (
+        "es_sched.bootstrap:api_app", True, 2, 0, True)  # fmt: skip
+    assert ran["proto"] == socket.IPPROTO_TCP
     assert os.environ["ES_SCHED_API_HOST"] == "localhost"
     assert len(os.environ["ES_SCHED_API_JWT_SECRET"]) >= 32  # one key for every worker
     configured = "x" * 40
     monkeypatch.setenv("ES_SCHED_API_JWT_SECRET", configured)
-    server.serve_workers(ApiSettings(auth="off", jwt_secret=configured), 2)
+    server.serve_workers(ApiSettings(auth="off", jwt_secret=configured), 2, port=0)
     assert os.environ["ES_SCHED_API_JWT_SECRET"] == configured
+
+
+def test_the_workers_socket_gives_connections_tcp_nodelay() -> None:
+    """What the shared socket is for: asyncio sets TCP_NODELAY on a connection it accepts only
+    when the listener says IPPROTO_TCP (uvicorn's own ``bind_socket`` says 0: 44 ms per
+    keep-alive request, server.py's docstring). Read on the accepted socket itself."""
+    listener = server.listening_socket("127.0.0.1", 0)
+    nodelay: list[int] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            nodelay.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    async def accept_one() -> None:
+        srv = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        async with srv:
+            port = listener.getsockname()[1]
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            while not nodelay:
+                await asyncio.sleep(0.01)
+            writer.close()
+
+    asyncio.run(asyncio.wait_for(accept_one(), 10))
+    assert nodelay == [1]
+
+
+def test_a_port_in_use_is_an_infrastructure_error() -> None:
+    taken = server.listening_socket("127.0.0.1", 0)
+    taken.listen()
+    try:
+        with pytest.raises(InfrastructureError, match=r"cannot listen on 127\.0\.0\.1"):
+            server.listening_socket("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()
