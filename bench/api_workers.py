@@ -23,7 +23,7 @@ import statistics
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,7 @@ def http_vs_native(
     concurrency: int = 32,
     timeout_s: float = 600,
     api_workers: int = 1,
+    only: tuple[str, ...] = ("native", "http", "sdk"),
 ) -> dict[str, Any]:
     """tasks/s of the same fork of ``tasks`` no-op tasks: the native worker, HTTP pollers and
     the conductor-python SDK, all serving at once (each its own task type), rounds interleaved;
@@ -160,6 +161,7 @@ def http_vs_native(
     env = Env(extra={**FAST, "ES_SCHED_API_GATEWAY_CAPACITY": str(http_workers * batch * 2)})
     env.create()
     kinds = {"native": "bench.native", "http": "bench.http", "sdk": "bench.sdk"}
+    kinds = {k: t for k, t in kinds.items() if k in only or k == "native"}
     for kind, task_type in kinds.items():
         env.push(fork_dag(f"bench_{kind}", task_type, tasks), [])
     figures: dict[str, list[float]] = {k: [] for k in kinds}
@@ -168,26 +170,39 @@ def http_vs_native(
         roles(env, "decider", "dispatcher", "projector-pg"),
         api(env, **server_env) as server,
         native_worker(env, "bench.native", concurrency),
-        _http_pollers(server, "bench.http", http_workers, batch),
-        sdk_workers(server),
+        _http_pollers(server, "bench.http", http_workers, batch)
+        if "http" in kinds
+        else nullcontext(),
+        sdk_workers(server) if "sdk" in kinds else nullcontext(),
     ):
         for _ in range(rounds):
             for kind in kinds:
                 [s] = env.submit(f"bench_{kind}", [{}])
                 figures[kind].append(tasks_per_s(env, s.workflow_id, timeout_s))
     ratios = {k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
-              for k in ("http", "sdk")}  # fmt: skip
-    return {
+              for k in kinds if k != "native"}  # fmt: skip
+    got: dict[str, Any] = {
         "tasks": tasks, "rounds": rounds, "http_workers": http_workers, "batch": batch,
-        "native_concurrency": concurrency, "api_workers": api_workers,
-        "native_tasks_per_s": statistics.median(figures["native"]),
-        "http_tasks_per_s": statistics.median(figures["http"]),
-        "sdk_threads": SDK_THREADS,
-        "sdk_tasks_per_s": statistics.median(figures["sdk"]),
-        "http_over_native": statistics.median(ratios["http"]),
-        "sdk_over_native": statistics.median(ratios["sdk"]),
+        "native_concurrency": concurrency, "api_workers": api_workers, "sdk_threads": SDK_THREADS,
         "runs": figures,
     }  # fmt: skip
+    for kind in kinds:
+        got[f"{kind}_tasks_per_s"] = statistics.median(figures[kind])
+        if kind != "native":
+            got[f"{kind}_over_native"] = statistics.median(ratios[kind])
+    return got
+
+
+def _summary(got: dict[str, Any]) -> str:
+    parts = [f"native {got['native_tasks_per_s']:.1f} tasks/s"]
+    if "http_tasks_per_s" in got:
+        parts.append(f"HTTP pollers {got['http_tasks_per_s']:.1f} ({got['http_workers']} x "
+                     f"batch {got['batch']}; {got['http_over_native']:.2f} of native)")  # fmt: skip
+    if "sdk_tasks_per_s" in got:
+        parts.append(f"conductor-python SDK {got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} "
+                     f"threads; {got['sdk_over_native']:.2f} of native)")  # fmt: skip
+    return (f"{got['tasks']} tasks, {got['api_workers']} API worker(s), medians of "
+            f"{got['rounds']} rounds: {'; '.join(parts)}; runs {got['runs']}")  # fmt: skip
 
 
 def main() -> None:
@@ -197,19 +212,16 @@ def main() -> None:
     parser.add_argument("--http-workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--api-workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--only", nargs="+", choices=("http", "sdk"), default=["http", "sdk"],
+                        help="the HTTP workers to run beside the native one")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_workers.json")
     opts = parser.parse_args()
     results = []
     for n in opts.api_workers:
         got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch,
-                             api_workers=n)  # fmt: skip
+                             api_workers=n, only=tuple(opts.only))  # fmt: skip
         results.append(got)
-        print(f"{got['tasks']} tasks, {n} API worker(s), medians of {got['rounds']} rounds: "
-              f"native {got['native_tasks_per_s']:.1f} tasks/s; HTTP pollers "
-              f"{got['http_tasks_per_s']:.1f} ({got['http_workers']} x batch {got['batch']}; "
-              f"{got['http_over_native']:.2f} of native); conductor-python SDK "
-              f"{got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} threads; "
-              f"{got['sdk_over_native']:.2f} of native); runs {got['runs']}")  # fmt: skip
+        print(_summary(got))
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_bytes(orjson.dumps({"results": results}, option=orjson.OPT_INDENT_2))
     print(f"wrote {opts.out}")
