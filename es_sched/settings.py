@@ -268,8 +268,9 @@ class ApiSettings(BaseSettings):
     # most workflows one bulk action on "everything matching the filter" may touch.
     console_lag_cache_s: float = Field(default=3.0, ge=0)
     console_bulk_max: int = Field(default=10_000, ge=1, le=1_000_000)
-    # How long a task type stays wanted after an HTTP worker's last poll for it; a leased task
-    # no poll took that long after its type stopped being polled is handed back (ADR 24).
+    # The longest a task type stays wanted at one API process after an HTTP worker's last
+    # request for it there (ADR 24); within it, a few of the gaps between those requests
+    # (ADR 34). A leased task no poll took within that is handed back.
     gateway_demand_s: float = Field(default=10.0, gt=0, le=3600)
     # The read model's connections per API process (its own pool; projectors keep theirs).
     # FastAPI runs sync routes on 40 threads; beyond the pool they wait for a connection: an

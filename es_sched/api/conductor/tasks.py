@@ -169,7 +169,7 @@ async def _take(
     def wake() -> None:
         loop.call_soon_threadsafe(arrived.set)
 
-    gw.wake_on_arrival(wake, on=True)
+    gw.wake_on_arrival(task_type, wake, on=True)
     try:
         while True:
             arrived.clear()
@@ -180,7 +180,7 @@ async def _take(
             with suppress(TimeoutError):  # an arrival, or again within half the demand window
                 await asyncio.wait_for(arrived.wait(), min(left, gw.demand_s / 2))
     finally:
-        gw.wake_on_arrival(wake, on=False)
+        gw.wake_on_arrival(task_type, wake, on=False)
     if not took:
         return []
     names = await run_in_threadpool(_workflow_names, svc, [a.workflow_id for a in took])

@@ -8,13 +8,15 @@ its never-start-a-stale-lease rules (``StaleLeases``), not from ``Worker``: a ``
 handlers in its own threads, here an HTTP request takes the task and another request, maybe on
 another API process, ends it.
 
-Demand (ADR 24 a): the status announces only the task types HTTP workers polled in the last
-``demand_s`` seconds, and room for only as many tasks as they asked for (the ``count`` of
-their polls) beyond those it holds, capped by ``capacity``. A poll that finds nothing sends a
-status at once, so the dispatcher hears of the demand within its tick rather than a heartbeat.
-A task leased but not taken by any poll while its type is no longer polled is handed back
-after ``demand_s`` with ``worker.task_declined``: the decider ends the lease as an expiry, so
-the task is queued again with its attempt kept, and the gateway drops it from its status.
+Demand (ADR 24 a, ADR 34; the rules in ``es_sched.api.gateway.demand``): the status announces
+only the task types HTTP workers still ask this process for, and room for only as many tasks
+as they asked for (the ``count`` of their polls) beyond those it holds, capped by
+``capacity``. A poll that finds nothing sends a status at once, so the dispatcher hears of the
+demand within its tick rather than a heartbeat. A task leased but not taken by any poll while
+its type is idle here (no request within the type's patience, no long poll waiting) is handed
+back with ``worker.task_declined``: the decider ends the lease as an expiry, so the task is
+queued again with its attempt kept, and the gateway drops it from its status. The idle check
+runs every ``IDLE_CHECK_S`` in memory; the store is read only at heartbeats.
 
 A task taken by a poll is reported started (``worker.task_started`` with the gateway's lease)
 and stays in the status until some API process records its outcome in the gateway store
@@ -33,6 +35,7 @@ from typing import IO
 
 from confluent_kafka import Message
 
+from es_sched.api.gateway.demand import Demand
 from es_sched.api.gateway.store import GatewayStore, as_assignment
 from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
@@ -43,9 +46,12 @@ from es_sched.workers.admission import use_of
 from es_sched.workers.stale import StaleLeases
 
 log = logging.getLogger(__name__)
-NOT_POLLED = "gateway: no HTTP worker polled this task type for {s:g}s; handed back"
+NOT_POLLED = (
+    "gateway: no HTTP worker asked this API process for this task type for {s:.2g}s; handed back"
+)
 POLL_DATA_EVERY_S = 1.0
 KICK_EVERY_S = 0.1  # the least time between two statuses sent for new demand
+IDLE_CHECK_S = 0.1  # how often idle types are looked for (in memory: no I/O)
 # The gateway does not run the tasks: resources bound nothing but what its pollers can take.
 UNBOUNDED_CPU, UNBOUNDED_MEMORY_MB = 1e9, 1 << 40
 
@@ -84,9 +90,8 @@ class Gateway:
         self._lock = threading.Lock()
         self._waiting: dict[str, _Held] = {}  # leased, no poll took it yet (arrival order)
         self._taken: dict[str, wire.Assignment] = {}  # handed to an HTTP worker
-        # (type, HTTP worker) -> (its last poll, the count it asked for)
-        self._wanted: dict[tuple[str, str], tuple[float, int]] = {}
-        self._wakers: set[Callable[[], None]] = set()
+        self.demand = Demand(self.demand_s)
+        self._wakers: dict[Callable[[], None], str] = {}  # long polls waiting -> their type
         self._poll_written: dict[tuple[str, str, str], float] = {}
         self._stale = StaleLeases(self.heartbeat_s)
         self._kick = threading.Event()
@@ -103,19 +108,16 @@ class Gateway:
         """Up to ``count`` held tasks of ``task_type`` for ``http_worker``: recorded in the
         store, then reported started. Registers the demand either way.
 
-        ``next_of_update``: update-v2's take of the next task. It keeps a larger count the
-        same worker polled for within ``demand_s``: conductor-python's threads share one
-        worker id, and each thread's update-v2 asking for 1 announced room for 1 task where
-        its batch poll had asked for 32 (bench/api_workers.py: the SDK at 31 tasks/s against
-        the native worker's 214)."""
+        ``next_of_update``: update-v2's take of the next task (``Demand.asked``). It keeps a
+        larger count the same worker polled for: conductor-python's threads share one worker
+        id, and each thread's update-v2 asking for 1 announced room for 1 task where its batch
+        poll had asked for 32 (bench/api_workers.py: the SDK at 31 tasks/s against the native
+        worker's 214)."""
         now = time.monotonic()
         skipped: list[tuple[wire.Assignment, str]] = []
         with self._lock:
             before = self._room()
-            asked, want = self._wanted.get((task_type, http_worker)), count
-            if next_of_update and asked is not None and now - asked[0] < self.demand_s:
-                want = max(count, asked[1])
-            self._wanted[task_type, http_worker] = (now, want)
+            self.demand.asked(task_type, http_worker, count, now, next_of_update)
             took: list[wire.Assignment] = []
             for task_id, held in list(self._waiting.items()):
                 if len(took) >= count:
@@ -164,9 +166,15 @@ class Gateway:
         with self._lock:
             self._taken.pop(task_id, None)
 
-    def wake_on_arrival(self, waker: Callable[[], None], on: bool) -> None:
+    def wake_on_arrival(self, task_type: str, waker: Callable[[], None], on: bool) -> None:
+        """A long poll on ``task_type`` starts (``on``) or stops waiting: ``waker`` is called
+        when a task of that type arrives; while it waits the type is not idle here."""
         with self._lock:
-            (self._wakers.add if on else self._wakers.discard)(waker)
+            self.demand.waiting(task_type, time.monotonic(), on)
+            if on:
+                self._wakers[waker] = task_type
+            else:
+                self._wakers.pop(waker, None)
 
     def close(self) -> None:
         self._stop.set()
@@ -180,8 +188,7 @@ class Gateway:
     def _room(self) -> int:
         """Tasks at once the status announces: those held, plus what the pollers of recently
         polled types asked for beyond the ones waiting for them; at least one."""
-        wanted = sum(n for _t, n in self._wanted.values())
-        held = len(self._taken) + max(len(self._waiting), wanted)
+        held = len(self._taken) + max(len(self._waiting), self.demand.room())
         return max(1, min(self.capacity, held))
 
     def _run(self) -> None:
@@ -201,13 +208,16 @@ class Gateway:
             self.ready.set()
             log.info("gateway worker %s started (%s[%d])", self.worker_id, reader.topic,
                      reader.partition)  # fmt: skip
-            next_beat = last_status = time.monotonic()
+            next_beat = last_status = next_check = time.monotonic()
             next_beat += self.heartbeat_s
             while not self._stop.is_set():
                 msg = reader.poll(0.05)
                 if msg is not None:
                     self._on_record(msg)
                 now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + IDLE_CHECK_S
+                    self._idle_check(now)
                 kicked = self._kick.is_set() and now - last_status >= KICK_EVERY_S
                 if now >= next_beat or kicked:
                     if now >= next_beat:
@@ -251,8 +261,7 @@ class Gateway:
         return min([*waiting, position])
 
     def _settle(self, now: float) -> None:
-        """Each heartbeat: drop tasks some API process reported ended, forget stale demand,
-        and hand back tasks no poll of their type took within ``demand_s``."""
+        """Each heartbeat: drop tasks some API process reported ended, then the idle check."""
         with self._lock:
             taken = list(self._taken)
         try:
@@ -260,26 +269,34 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001  (the database is down: keep listing them)
             log.warning("gateway store unavailable: %s", exc)
             ended = set()
-        back: list[wire.Assignment] = []
         with self._lock:
             for task_id in ended:
                 self._taken.pop(task_id, None)
-            self._wanted = {k: w for k, w in self._wanted.items() if now - w[0] < self.demand_s}
-            wanted = {t for t, _worker in self._wanted}
+        self._idle_check(now)
+
+    def _idle_check(self, now: float) -> None:
+        """Forget the demand of types idle here (a status goes out at once if any was), and
+        hand back the tasks of idle types that no poll took within the type's patience."""
+        back: list[tuple[wire.Assignment, float]] = []
+        with self._lock:
+            if self.demand.expire(now):
+                self._kick.set()
             for task_id, held in list(self._waiting.items()):
-                idle = held.assignment.task_type not in wanted
-                if idle and now - held.since >= self.demand_s:
+                task_type = held.assignment.task_type
+                patience = self.demand.patience(task_type)
+                if self.demand.idle(task_type, now) and now - held.since >= patience:
                     del self._waiting[task_id]
-                    back.append(held.assignment)
-        for a in back:
-            log.info("handing back %s (%s): not polled", a.task_id, a.task_type)
-            reason = NOT_POLLED.format(s=self.demand_s)
+                    back.append((held.assignment, patience))
+        for a, patience in back:
+            log.info("handing back %s (%s): not polled for %.2fs", a.task_id, a.task_type,
+                     patience)  # fmt: skip
+            reason = NOT_POLLED.format(s=patience)
             self.reporter.send(runner.declined(a, self.worker_id, reason))
 
     def _heartbeat(self) -> None:
         with self._lock:
             held = [h.assignment for h in self._waiting.values()] + list(self._taken.values())
-            types = sorted({t for t, _worker in self._wanted})
+            types = sorted(self.demand.types())
             room = self._room()
         status = wire.WorkerStatus(
             worker_id=self.worker_id,
@@ -314,7 +331,7 @@ class Gateway:
                     if not known:
                         offset = msg.offset() or 0
                         self._waiting[record.task_id] = _Held(record, time.monotonic(), offset)
-                    wakers = list(self._wakers)
+                    wakers = [w for w, t in self._wakers.items() if t == record.task_type]
                 for wake in wakers:
                     wake()
             case wire.Cancel():

@@ -121,7 +121,7 @@ def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
 ) -> None:
     gw, rec = _gateway(settings)
     assert gw.take("t", 1, "w1") == []
-    polled_at = gw._wanted["t", "w1"][0]
+    polled_at = gw.demand.wanted["t", "w1"][0]
     gw._waiting["x"] = _Held(_assignment("x"), polled_at)
     gw._settle(polled_at + 1)  # still wanted: kept
     assert "x" in gw._waiting and rec.sent == []
@@ -130,9 +130,51 @@ def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
     [back] = rec.sent  # declined: the lease goes back unused, the attempt is not spent
     assert isinstance(back, c.ReportDeclined)
     assert (back.task_id, back.worker_id, back.lease_epoch) == ("x", "gw", 1)
-    assert "no HTTP worker polled" in back.reason
+    assert "no HTTP worker asked this API process" in back.reason
     gw._heartbeat()
-    assert rec.statuses[-1].running == []  # and dropped from the status
+    assert rec.statuses[-1].running == [] and rec.statuses[-1].types == []
+
+
+def test_a_task_is_handed_back_once_polls_that_came_every_100ms_stop(settings: Settings) -> None:
+    """ADR 34: behind two API processes an HTTP worker's polls may stop reaching this one for
+    good; its patience follows the gaps it saw (0.5 s here), not the 5 s window."""
+    gw, rec = _gateway(settings)
+    for i in range(20):  # what take() records, at the clock the polls came at
+        gw.demand.asked("t", "w1", 4, i * 0.1, next_of_update=False)
+    last = 1.9
+    gw._waiting["x"] = _Held(_assignment("x"), last)
+    gw._idle_check(last + 0.3)
+    assert "x" in gw._waiting and rec.sent == []
+    gw._idle_check(last + 0.6)
+    assert "x" not in gw._waiting
+    [back] = rec.sent
+    assert isinstance(back, c.ReportDeclined) and "for 0.5s" in back.reason
+    assert gw.demand.types() == set() and gw._kick.is_set()  # a status says so at once
+
+
+def test_a_long_poll_waiting_on_a_type_keeps_its_tasks(settings: Settings) -> None:
+    gw, rec = _gateway(settings)
+    woken: list[str] = []
+    gw.take("t", 1, "w1")
+    at = gw.demand.wanted["t", "w1"][0]
+    gw.wake_on_arrival("t", lambda: woken.append("t"), on=True)
+    gw.wake_on_arrival("u", lambda: woken.append("u"), on=True)
+    gw._waiting["x"] = _Held(_assignment("x"), at)
+    gw._idle_check(at + 60)
+    assert "x" in gw._waiting and rec.sent == []
+    gw._on_record(_Msg(wire.encode(_assignment("z"))))  # type: ignore[arg-type]
+    assert woken == ["t"]  # only the waiters of the arrived task's type
+
+
+class _Msg:
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def value(self) -> bytes:
+        return self._value
+
+    def offset(self) -> int:
+        return 3
 
 
 def test_a_restarted_gateway_lists_the_tasks_http_workers_still_hold(settings: Settings) -> None:
