@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -108,8 +109,12 @@ def sdk_workers(server: Api) -> Iterator[None]:
 
 
 @contextmanager
-def _http_pollers(server: Api, task_type: str, n: int, batch: int) -> Iterator[None]:
-    """``n`` threads, each a Conductor-style worker: batch poll, complete each, repeat."""
+def _http_pollers(
+    server: Api, task_type: str, n: int, batch: int, update_s: list[float]
+) -> Iterator[None]:
+    """``n`` threads, each a Conductor-style worker: batch poll, complete each, repeat; each
+    update's round trip is appended to ``update_s`` (the pollers' throughput is about
+    ``n`` x ``batch`` / (a poll + ``batch`` updates): the updates are sequential per thread)."""
     stop = threading.Event()
 
     def work(i: int) -> None:
@@ -121,6 +126,7 @@ def _http_pollers(server: Api, task_type: str, n: int, batch: int) -> Iterator[N
                         params={"workerid": f"h{i}", "count": batch, "timeout": 500},
                     )
                     for t in got.json() if got.status_code == 200 else []:
+                        began = time.perf_counter()
                         http.post(
                             "/api/tasks",
                             json={
@@ -131,6 +137,7 @@ def _http_pollers(server: Api, task_type: str, n: int, batch: int) -> Iterator[N
                                 "outputData": {},
                             },
                         )
+                        update_s.append(time.perf_counter() - began)
                 except httpx.HTTPError as exc:  # as a worker would: log, poll again
                     print(f"worker h{i}: {exc!r}", file=sys.stderr)  # fmt: skip
 
@@ -166,11 +173,12 @@ def http_vs_native(
         env.push(fork_dag(f"bench_{kind}", task_type, tasks), [])
     figures: dict[str, list[float]] = {k: [] for k in kinds}
     server_env = {"ES_SCHED_API_WORKERS": str(api_workers)}
+    update_s: list[float] = []
     with (
         roles(env, "decider", "dispatcher", "projector-pg"),
         api(env, **server_env) as server,
         native_worker(env, "bench.native", concurrency),
-        _http_pollers(server, "bench.http", http_workers, batch)
+        _http_pollers(server, "bench.http", http_workers, batch, update_s)
         if "http" in kinds
         else nullcontext(),
         sdk_workers(server) if "sdk" in kinds else nullcontext(),
@@ -186,6 +194,9 @@ def http_vs_native(
         "native_concurrency": concurrency, "api_workers": api_workers, "sdk_threads": SDK_THREADS,
         "runs": figures,
     }  # fmt: skip
+    if update_s:  # every round's, the first's included
+        cuts = statistics.quantiles(update_s, n=100)
+        got["http_update_ms"] = {"n": len(update_s), "p50": cuts[49] * 1e3, "p99": cuts[98] * 1e3}
     for kind in kinds:
         got[f"{kind}_tasks_per_s"] = statistics.median(figures[kind])
         if kind != "native":
@@ -196,8 +207,10 @@ def http_vs_native(
 def _summary(got: dict[str, Any]) -> str:
     parts = [f"native {got['native_tasks_per_s']:.1f} tasks/s"]
     if "http_tasks_per_s" in got:
+        upd = got["http_update_ms"]
         parts.append(f"HTTP pollers {got['http_tasks_per_s']:.1f} ({got['http_workers']} x "
-                     f"batch {got['batch']}; {got['http_over_native']:.2f} of native)")  # fmt: skip
+                     f"batch {got['batch']}; {got['http_over_native']:.2f} of native; update "
+                     f"p50 {upd['p50']:.1f} / p99 {upd['p99']:.1f} ms)")  # fmt: skip
     if "sdk_tasks_per_s" in got:
         parts.append(f"conductor-python SDK {got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} "
                      f"threads; {got['sdk_over_native']:.2f} of native)")  # fmt: skip
