@@ -127,10 +127,10 @@ class Delivery:
 
 
 class Reporter:
-    def __init__(self, bootstrap: str, topics: Topics) -> None:
+    def __init__(self, bootstrap: str, topics: Topics, **extra: Any) -> None:
         self.topics = topics
         self.delivery_failures = 0
-        self._producer = producer(bootstrap)
+        self._producer = producer(bootstrap, **extra)
 
     def _produce(
         self, topic: str, key: str, value: bytes | None, delivery: Delivery | None = None,
