@@ -19,7 +19,7 @@ from typing import Any
 from es_sched.domain import commands as c
 from es_sched.errors import EsSchedError
 from es_sched.serialization import wire
-from es_sched.workers import runner
+from es_sched.workers import reports
 
 log = logging.getLogger("es_sched.workers.sdk")
 
@@ -41,7 +41,7 @@ class TaskFailure(EsSchedError):
 class TaskContext:
     """What a handler knows about its task, and how it reports progress or sees cancellation."""
 
-    def __init__(self, assignment: wire.Assignment, worker_id: str, reporter: runner.Reporter):
+    def __init__(self, assignment: wire.Assignment, worker_id: str, reporter: reports.Reporter):
         self.assignment, self.worker_id, self._reporter = assignment, worker_id, reporter
         self.task_id, self.attempt = assignment.task_id, assignment.attempt
         self.workflow_id, self.task_type = assignment.workflow_id, assignment.task_type
@@ -98,16 +98,16 @@ def outcome(a: wire.Assignment, worker_id: str, future: Future[Any]) -> c.Worker
     any other exception retryable, anything but a JSON object a terminal failure."""
     exc = None if future.cancelled() else future.exception()
     if future.cancelled():
-        return runner.failed(a, worker_id, "handler was cancelled", terminal=False)
+        return reports.failed(a, worker_id, "handler was cancelled", terminal=False)
     if isinstance(exc, TaskFailure):
-        return runner.failed(a, worker_id, exc.message, not exc.retryable, exc.output)
+        return reports.failed(a, worker_id, exc.message, not exc.retryable, exc.output)
     if exc is not None:
         log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)
-        return runner.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False)
+        return reports.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False)
     output = future.result()
     if output is None:
         output = {}
     if not isinstance(output, dict):
         reason = f"handler returned {type(output).__name__}, not a dict"
-        return runner.failed(a, worker_id, reason, terminal=True)
-    return runner.completed(a, worker_id, output)
+        return reports.failed(a, worker_id, reason, terminal=True)
+    return reports.completed(a, worker_id, output)

@@ -1,4 +1,4 @@
-"""The Kafka edge of a worker: which partition it reads, what it writes, and the reports.
+"""The Kafka edge of a worker, its reading side: which partition it reads and what it holds.
 
 - ``partition_for`` (``es_sched.kafka.partitioner``) tells a worker where the dispatcher's
   records keyed by its id land (ADR 5).
@@ -7,12 +7,9 @@
   ``<prefix>-worker-<worker id>``. Without a committed position it starts at the partition's
   end, so a new worker never replays assignments meant for earlier workers. Offsets are
   committed explicitly, up to the first record not yet handled (``commit``).
-- ``Reporter``: one idempotent producer for decider inputs (``<prefix>.task-results``, keyed by
-  workflow id), worker status, progress and tombstones (``<prefix>.worker-status``) and dead
-  letters. Safe to call from handler threads.
-- ``started/progressed/completed/failed/cancelled``: the decider inputs a worker sends, echoing
-  task id, attempt, worker id, lease epoch and token; their input ids are uuid5s of those, so a
-  resent report is deduplicated by the decider.
+- ``Backlog``: assignments read but not started, in arrival order.
+
+What a worker writes (the reports and their producer) is ``es_sched.workers.reports``.
 """
 
 from __future__ import annotations
@@ -20,25 +17,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import Counter, deque
-from datetime import UTC, datetime
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from es_sched.domain import commands as c
-from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
-from es_sched.kafka.clients import consumer, producer, watermarks
-from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.partitioner import partition_for
-from es_sched.kafka.topics import Topics
-from es_sched.serialization import encode_input, wire
+from es_sched.serialization import wire
 
 log = logging.getLogger(__name__)
-HANDED_BACK = "worker shutting down; handed back"
-MAX_REASON = 1900  # the decider's schema allows 2000 characters
 ENDS_RENEW_S = 3.0  # the least time between two replacements of the "end" client
 OFFSET_UNSET = -1001  # librdkafka's OFFSET_INVALID: the group has no committed position
 _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not elected yet
@@ -49,170 +37,6 @@ _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 }
-
-
-def progress_key(worker_id: str, task_id: str) -> str:
-    return f"{worker_id}/{task_id}"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-# -- reports --------------------------------------------------------------------------------
-def _report_fields(a: wire.Assignment, worker_id: str, what: str) -> dict[str, Any]:
-    input_id = uuid.uuid5(NAMESPACE, f"worker:{a.task_id}:{a.attempt}:{a.lease_epoch}:{what}")
-    return {
-        "input_id": str(input_id),
-        "workflow_id": a.workflow_id,
-        "task_id": a.task_id,
-        "attempt": a.attempt,
-        "worker_id": worker_id,
-        "lease_epoch": a.lease_epoch,
-        "lease_token": a.lease_token,
-    }
-
-
-def started(a: wire.Assignment, worker_id: str) -> c.ReportStarted:
-    return c.ReportStarted(**_report_fields(a, worker_id, "started"))
-
-
-def progressed(
-    a: wire.Assignment, worker_id: str, seq: int, percent: float, message: str
-) -> c.ReportProgress:
-    return c.ReportProgress(
-        **_report_fields(a, worker_id, f"progress:{seq}"),
-        percent=min(100.0, max(0.0, float(percent))),
-        message=message[:MAX_REASON],
-    )
-
-
-def completed(a: wire.Assignment, worker_id: str, output: dict[str, Any]) -> c.ReportCompleted:
-    return c.ReportCompleted(**_report_fields(a, worker_id, "completed"), output=output)
-
-
-def failed(
-    a: wire.Assignment,
-    worker_id: str,
-    reason: str,
-    terminal: bool,
-    output: dict[str, Any] | None = None,
-) -> c.ReportFailed:
-    return c.ReportFailed(
-        **_report_fields(a, worker_id, "failed"),
-        reason=reason[:MAX_REASON],
-        terminal=terminal,
-        output=output or {},
-    )
-
-
-def cancelled(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportCancelled:
-    return c.ReportCancelled(
-        **_report_fields(a, worker_id, "cancelled"), reason=reason[:MAX_REASON]
-    )
-
-
-def declined(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportDeclined:
-    """The live lease given back unused: the task is queued again, its attempt not spent."""
-    return c.ReportDeclined(**_report_fields(a, worker_id, "declined"), reason=reason[:MAX_REASON])
-
-
-# -- producing ------------------------------------------------------------------------------
-class Delivery:
-    """One record's delivery report, for a sender that waits for its own records only."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: KafkaError | None = None
-
-
-class Reporter:
-    def __init__(self, bootstrap: str, topics: Topics, **extra: Any) -> None:
-        self.topics = topics
-        self.delivery_failures = 0
-        self._producer = producer(bootstrap, **extra)
-
-    def _produce(
-        self, topic: str, key: str, value: bytes | None, delivery: Delivery | None = None,
-        **extra: Any,
-    ) -> None:  # fmt: skip
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            self._delivered(err, msg)
-            if delivery is not None:
-                delivery.error = err
-                delivery.done.set()
-
-        for _ in range(50):  # a full local queue drains as deliveries complete
-            try:
-                self._producer.produce(
-                    topic, key=key.encode(), value=value, on_delivery=delivered, **extra
-                )
-                self._producer.poll(0)
-                return
-            except BufferError:
-                self._producer.poll(0.1)
-            except KafkaException as exc:
-                raise InfrastructureError(f"cannot produce to {topic}: {exc}") from exc
-        raise InfrastructureError(f"producer queue for {topic} stayed full")
-
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.delivery_failures += 1
-            log.error("delivery to %s failed: %s", msg.topic(), err)
-
-    def send(self, inp: c.Input, delivery: Delivery | None = None) -> None:
-        """A decider input; raises SchemaError/TypeError when it cannot be encoded."""
-        self._produce(self.topics.task_results, inp.workflow_id, encode_input(inp), delivery)
-
-    def status(
-        self, record: wire.WorkerStatus | wire.Progress, key: str, delivery: Delivery | None = None
-    ) -> None:
-        self._produce(self.topics.worker_status, key, wire.encode(record), delivery)
-
-    def progress(
-        self, a: wire.Assignment, worker_id: str, seq: int, percent: float, message: str
-    ) -> None:
-        """A ``progress`` record for the dispatcher and a ``worker.task_progress`` input."""
-        report = progressed(a, worker_id, seq, percent, message)
-        record = wire.Progress(
-            worker_id, a.task_id, a.lease_epoch, report.percent, report.message, now_iso()
-        )
-        self.status(record, progress_key(worker_id, a.task_id))
-        self.send(report)
-
-    def hand_back(self, a: wire.Assignment, worker_id: str) -> None:
-        self.send(failed(a, worker_id, HANDED_BACK, terminal=False))
-
-    def tombstone(self, key: str) -> None:
-        self._produce(self.topics.worker_status, key, None)
-
-    def dead_letter(self, msg: Message, reason: str, error_class: str) -> None:
-        key = msg.key()
-        self._produce(
-            self.topics.dead_letters,
-            key.decode(errors="replace") if isinstance(key, bytes) else "",
-            msg.value(),
-            headers=headers_for(msg, reason, error_class, "worker"),
-        )
-
-    def poll(self) -> None:
-        self._producer.poll(0)
-
-    def wait(self, deliveries: list[Delivery], timeout_s: float) -> int:
-        """Waits for these records' deliveries only; returns how many failed or are still out.
-
-        Not ``flush``: it waits until the whole queue is empty, and with several threads
-        sending (the API's concurrent task updates) records keep arriving behind each caller's
-        own, so every caller waited for everyone's."""
-        deadline = time.monotonic() + timeout_s
-        while not all(d.done.is_set() for d in deliveries) and time.monotonic() < deadline:
-            self._producer.poll(0.005)  # serves delivery reports, on whichever thread polls
-        return sum(not d.done.is_set() or d.error is not None for d in deliveries)
-
-    def flush(self, timeout_s: float) -> int:
-        """Waits for every record; returns how many are still undelivered."""
-        left: int = self._producer.flush(timeout_s)
-        return left
 
 
 # -- consuming ------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
 from es_sched.serialization import wire
 from es_sched.settings import Settings, load_settings
-from es_sched.workers import runner
+from es_sched.workers import reports, runner
 from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
 from es_sched.workers.context import Handler, TaskCancelled, TaskContext, TaskFailure, outcome
@@ -62,7 +62,7 @@ from es_sched.workers.stale import StaleLeases
 
 __all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]
 log = logging.getLogger(__name__)
-HANDED_BACK = runner.HANDED_BACK
+HANDED_BACK = reports.HANDED_BACK
 JSON = dict[str, Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,7 +136,7 @@ class Worker:
         if self.capacity is None:
             self.capacity = discover()
             self._refresh_gpus = bool(self.capacity.gpus)
-        self._reporter = runner.Reporter(kafka.bootstrap_servers, topics_for(self.settings))
+        self._reporter = reports.Reporter(kafka.bootstrap_servers, topics_for(self.settings))
         reader = runner.AssignmentReader(
             kafka.bootstrap_servers,
             assignment_topic(prefix, self.pool),
@@ -229,7 +229,7 @@ class Worker:
             running=sorted({a.task_id for a in held}),  # queued ones too
             concurrency=self.concurrency,
             used=use_of(held).report(),
-            sent_at=runner.now_iso(),
+            sent_at=reports.now_iso(),
         )
         self._reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -335,18 +335,18 @@ class Worker:
     def _skip(self, a: wire.Assignment, why: str) -> None:
         log.info("task %s (epoch %d) not started: %s", a.task_id, a.lease_epoch, why)
         self.m_tasks.inc(task_type=a.task_type, outcome="skipped")
-        self._reporter.send(runner.cancelled(a, self.worker_id, why))
+        self._reporter.send(reports.cancelled(a, self.worker_id, why))
 
     def _start(self, a: wire.Assignment) -> None:
         handler = self.handlers.get(a.task_type)
         if handler is None:
             reason = f"worker {self.worker_id} has no handler for {a.task_type!r}"
-            self._reporter.send(runner.failed(a, self.worker_id, reason, terminal=False))
+            self._reporter.send(reports.failed(a, self.worker_id, reason, terminal=False))
             return
         run = _Running(TaskContext(a, self.worker_id, self._reporter), time.monotonic())
         with self._lock:
             self._running[a.task_id] = run
-        self._reporter.send(runner.started(a, self.worker_id))
+        self._reporter.send(reports.started(a, self.worker_id))
         future: Future[Any]
         if handler.is_async:
             assert self._loop is not None
@@ -368,7 +368,7 @@ class Worker:
         if ctx.cancelled:
             log.info("task %s ended after cancellation: %s", ctx.task_id, ctx.cancel_reason)
             self.m_tasks.inc(task_type=a.task_type, outcome="cancelled")
-            self._reporter.send(runner.cancelled(a, self.worker_id, ctx.cancel_reason))
+            self._reporter.send(reports.cancelled(a, self.worker_id, ctx.cancel_reason))
             return
         try:
             report = outcome(a, self.worker_id, future)
@@ -377,11 +377,11 @@ class Worker:
             self._reporter.send(report)
         except (SchemaError, TypeError, ValueError) as exc:
             reason = f"output of {a.task_type} is not JSON: {exc}"
-            self._reporter.send(runner.failed(a, self.worker_id, reason, terminal=True))
+            self._reporter.send(reports.failed(a, self.worker_id, reason, terminal=True))
 
     def _end_progress(self, ctx: TaskContext) -> None:
         if ctx.progress_sent:  # the compacted topic forgets the finished task's progress
-            self._reporter.tombstone(runner.progress_key(self.worker_id, ctx.task_id))
+            self._reporter.tombstone(reports.progress_key(self.worker_id, ctx.task_id))
 
 
 async def _as_task(run: _Running, coro: Coroutine[Any, Any, Any]) -> Any:

@@ -35,7 +35,7 @@ from es_sched.workers.media.handlers import probe_source
 from es_sched.workers.media.package import package
 from es_sched.workers.media.thumbnail import thumbnail
 from es_sched.workers.media.transcode import transcode
-from es_sched.workers.runner import Reporter
+from es_sched.workers.reports import Reporter
 from tests.support.net import free_port
 from tests.support.procs import children
 from tests.support.settings import settings_with

@@ -1,4 +1,4 @@
-"""workers.runner.Reporter.wait: a sender waits for its own records' deliveries, not for the
+"""workers.reports.Reporter.wait: a sender waits for its own records' deliveries, not for the
 whole producer queue (``flush`` did, and the API's concurrent task updates each waited for
 everyone's records: bench/api_workers.py, conductor-python SDK 116 -> 138 tasks/s)."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from es_sched.workers import runner
+from es_sched.workers import reports
 
 
 class Producer:
@@ -41,8 +41,8 @@ class _Msg:
         return "t.task-results"
 
 
-def reporter() -> tuple[runner.Reporter, Producer]:
-    r = runner.Reporter.__new__(runner.Reporter)
+def reporter() -> tuple[reports.Reporter, Producer]:
+    r = reports.Reporter.__new__(reports.Reporter)
     r.delivery_failures = 0
     r._producer = fake = Producer()  # type: ignore[assignment]
     return r, fake
@@ -50,7 +50,7 @@ def reporter() -> tuple[runner.Reporter, Producer]:
 
 def test_a_sender_waits_for_its_own_records_only() -> None:
     r, fake = reporter()
-    mine = runner.Delivery()
+    mine = reports.Delivery()
     r._produce("t.task-results", "wf", b"mine", mine)
     r._produce("t.task-results", "wf", b"someone else's")  # never delivered
     fake.deliver(0)
@@ -60,7 +60,7 @@ def test_a_sender_waits_for_its_own_records_only() -> None:
 
 def test_a_failed_or_missing_delivery_is_counted() -> None:
     r, fake = reporter()
-    failed, missing = runner.Delivery(), runner.Delivery()
+    failed, missing = reports.Delivery(), reports.Delivery()
     r._produce("t.task-results", "wf", b"a", failed)
     r._produce("t.task-results", "wf", b"b", missing)
     fake.deliver(0, KafkaError(KafkaError._MSG_TIMED_OUT))

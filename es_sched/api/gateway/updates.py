@@ -32,7 +32,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
 from es_sched.serialization import wire
-from es_sched.workers import runner
+from es_sched.workers import reports
 
 DELIVERY_S = 10.0
 JSON = dict[str, Any]
@@ -68,13 +68,13 @@ def _digest(doc: Any) -> str:
 
 def _outcome(a: wire.Assignment, worker_id: str, u: Update) -> c.WorkerReport:
     if u.status == "COMPLETED":
-        return runner.completed(a, worker_id, u.output)
+        return reports.completed(a, worker_id, u.output)
     terminal = u.status == "FAILED_WITH_TERMINAL_ERROR"
-    return runner.failed(a, worker_id, u.reason or u.status, terminal, u.output)
+    return reports.failed(a, worker_id, u.reason or u.status, terminal, u.output)
 
 
-def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[runner.Delivery]) -> None:
-    message = "\n".join(u.logs)[-runner.MAX_REASON :] if u.logs else "IN_PROGRESS"
+def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[reports.Delivery]) -> None:
+    message = "\n".join(u.logs)[-reports.MAX_REASON :] if u.logs else "IN_PROGRESS"
     what = _digest([u.status, u.logs, u.output, u.callback_after_s])
     report = c.ReportProgress(
         input_id=_id("gateway", a.task_id, a.attempt, a.lease_epoch, "progress", what),
@@ -82,14 +82,14 @@ def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[runner.Deli
         worker_id=a.worker_id, lease_epoch=a.lease_epoch, lease_token=a.lease_token,
         percent=0.0, message=message,
     )  # fmt: skip
-    record = wire.Progress(a.worker_id, a.task_id, a.lease_epoch, 0.0, message, runner.now_iso())
-    sent += [runner.Delivery(), runner.Delivery()]
-    gw.reporter.status(record, runner.progress_key(a.worker_id, a.task_id), sent[-2])
+    record = wire.Progress(a.worker_id, a.task_id, a.lease_epoch, 0.0, message, reports.now_iso())
+    sent += [reports.Delivery(), reports.Delivery()]
+    gw.reporter.status(record, reports.progress_key(a.worker_id, a.task_id), sent[-2])
     gw.reporter.send(report, sent[-1])
 
 
 def _claim(
-    gw: Gateway, u: Update, lease: HeldLease | None, attempt: int, sent: list[runner.Delivery]
+    gw: Gateway, u: Update, lease: HeldLease | None, attempt: int, sent: list[reports.Delivery]
 ) -> str:
     """The caller's claim, sent for the decider to refuse and record."""
     epoch = lease.lease_epoch if lease is not None else 0
@@ -97,7 +97,7 @@ def _claim(
     a = wire.Assignment(claimer, u.workflow_id, u.task_id, "", attempt, epoch, "", "", {})
     report = _outcome(a, claimer, u)
     claim_id = _id("gateway-claim", u.task_id, claimer, attempt, epoch, u.status)
-    sent.append(runner.Delivery())
+    sent.append(reports.Delivery())
     gw.reporter.send(replace(report, input_id=claim_id), sent[-1])
     return claim_id
 
@@ -105,7 +105,7 @@ def _claim(
 def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> Answer:
     """Send what ``u`` means to the decider and say how the HTTP call is answered; raises
     ``InfrastructureError`` when the reports could not be delivered (the caller retries)."""
-    sent: list[runner.Delivery] = []  # this update's records, delivered before it answers
+    sent: list[reports.Delivery] = []  # this update's records, delivered before it answers
     if u.status == "IN_PROGRESS":
         lease, first = gw.store.lease(u.task_id), None
     else:  # the first outcome is recorded in the same round trip, if the lease is the caller's
@@ -133,7 +133,7 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
         _delivered(gw, sent)
         return Answer(200, u.task_id, "", lease.task_type)
     report = _outcome(a, lease.gateway_id, u)
-    sent.append(runner.Delivery())  # again on a retry: the same input id, one input to the decider
+    sent.append(reports.Delivery())  # again on a retry: the same input id, one input to the decider
     gw.reporter.send(report, sent[-1])
     _delivered(gw, sent)
     if lease.gateway_id == gw.worker_id:
@@ -144,7 +144,7 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
     return Answer(200, u.task_id, report.input_id, lease.task_type)
 
 
-def _delivered(gw: Gateway, sent: list[runner.Delivery]) -> None:
+def _delivered(gw: Gateway, sent: list[reports.Delivery]) -> None:
     """Waits for this update's own records (not the whole producer queue: ``Reporter.wait``)."""
     if gw.reporter.wait(sent, DELIVERY_S) > 0:
         raise InfrastructureError("the task-results topic did not take the report")

@@ -3,10 +3,10 @@
 To the dispatcher it is a worker like any other (ADR 23, 24): it reads its partition of
 ``<prefix>.assignments``, heartbeats a ``WorkerStatus`` listing every task it holds, and its
 leases are fenced and expire like any worker's. It is built from the worker SDK's Kafka edge
-(``es_sched.workers.runner``: ``AssignmentReader``, ``Reporter``, the report builders) and
-its never-start-a-stale-lease rules (``StaleLeases``), not from ``Worker``: a ``Worker`` runs
-handlers in its own threads, here an HTTP request takes the task and another request, maybe on
-another API process, ends it.
+(``es_sched.workers.runner.AssignmentReader``; ``es_sched.workers.reports``: ``Reporter``, the
+report builders) and its never-start-a-stale-lease rules (``StaleLeases``), not from
+``Worker``: a ``Worker`` runs handlers in its own threads, here an HTTP request takes the task
+and another request, maybe on another API process, ends it.
 
 Demand (ADR 24 a, ADR 34; the rules in ``es_sched.api.gateway.demand``): the status announces
 only the task types HTTP workers still ask this process for, and room for only as many tasks
@@ -41,7 +41,7 @@ from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.serialization import wire
 from es_sched.settings import Settings
-from es_sched.workers import runner
+from es_sched.workers import reports, runner
 from es_sched.workers.admission import use_of
 from es_sched.workers.stale import StaleLeases
 
@@ -89,7 +89,7 @@ class Gateway:
         # every other producer waits to fill a batch was most of the wait (bench/api_workers.py,
         # delivery p50 7.2 -> 1.8 ms); concurrent updates still share a request while one is
         # in flight.
-        self.reporter = runner.Reporter(
+        self.reporter = reports.Reporter(
             settings.kafka.bootstrap_servers, topics_for(settings), **{"linger.ms": 0}
         )
         self.ready = threading.Event()
@@ -140,7 +140,7 @@ class Gateway:
                 self._taken[task_id] = a
             grew = self._room() > before or not took
         for a, why in skipped:
-            self.reporter.send(runner.cancelled(a, self.worker_id, why))
+            self.reporter.send(reports.cancelled(a, self.worker_id, why))
         if grew:
             self._kick.set()
         if not took:
@@ -154,7 +154,7 @@ class Gateway:
                     self._waiting[a.task_id] = _Held(a, now)
             raise
         for a in took:
-            self.reporter.send(runner.started(a, self.worker_id))
+            self.reporter.send(reports.started(a, self.worker_id))
         return took
 
     def record_poll(self, task_type: str, domain: str, http_worker: str) -> None:
@@ -297,7 +297,7 @@ class Gateway:
             log.info("handing back %s (%s): not polled for %.2fs", a.task_id, a.task_type,
                      patience)  # fmt: skip
             reason = NOT_POLLED.format(s=patience)
-            self.reporter.send(runner.declined(a, self.worker_id, reason))
+            self.reporter.send(reports.declined(a, self.worker_id, reason))
 
     def _heartbeat(self) -> None:
         with self._lock:
@@ -315,7 +315,7 @@ class Gateway:
             running=sorted({a.task_id for a in held}),
             concurrency=room,
             used=use_of(held).report(),
-            sent_at=runner.now_iso(),
+            sent_at=reports.now_iso(),
         )
         self.reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -362,7 +362,7 @@ class Gateway:
                 taken = None
         if held is not None:
             reason = f"cancelled before an HTTP worker took it: {cancel.reason}"
-            self.reporter.send(runner.cancelled(held.assignment, self.worker_id, reason))
+            self.reporter.send(reports.cancelled(held.assignment, self.worker_id, reason))
         if taken is not None:
             try:
                 self.store.lease_over(cancel.task_id, cancel.lease_epoch, cancel.reason)
