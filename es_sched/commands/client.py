@@ -39,22 +39,18 @@ from confluent_kafka import Producer as KafkaProducer
 from es_sched.commands import files, watch
 from es_sched.commands.prepare import (
     Outcome,
-    awaited_final,
-    caused_by,
     definition_problems,
     prepare,
     resolve,
-    terminal_status,
 )
 from es_sched.domain import commands as c
 from es_sched.domain.definitions import DefinitionError
-from es_sched.domain.events import Event
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
-from es_sched.serialization import SchemaCatalog, decode_event
+from es_sched.serialization import SchemaCatalog
 from es_sched.serialization.definitions import encode_definition, key_of
 from es_sched.settings import Settings, load_settings
 
@@ -283,23 +279,10 @@ class CommandClient:
         Reads from ``start`` (``start_watermarks()`` taken before submitting); without it from
         the beginning of the events topic, which is correct but slow on a long history.
         """
-        result: dict[str, str | None] = dict.fromkeys(workflow_ids)
-        pending = set(result)
-        if not pending:
-            return result
         self.ensure_topics()
-
-        def seen(msg: Message) -> bool:
-            workflow_id = awaited_final(msg.value(), pending)
-            if workflow_id is not None:
-                status = terminal_status(decode_event(msg.value() or b"", self._catalog))
-                if status is not None:
-                    result[workflow_id] = status
-                    pending.discard(workflow_id)
-            return not pending
-
-        watch.watch(self._bootstrap, self.topics.events, start, timeout_s, seen)
-        return result
+        return watch.final_statuses(
+            self._bootstrap, self.topics.events, self._catalog, workflow_ids, timeout_s, start
+        )
 
     def outcome(
         self, sent: Submitted, timeout_s: float, start: Mapping[int, int] | None = None
@@ -312,25 +295,9 @@ class CommandClient:
         partition yields a record of another cause, or is read to its end.
         """
         self.ensure_topics()
-        caused: list[Event] = []
-        where: list[int] = []  # the partition of the command's events, once found
-
-        def seen(msg: Message) -> bool:
-            raw = msg.value()
-            event = (
-                decode_event(raw or b"", self._catalog) if caused_by(raw, sent.command_id) else None
-            )
-            if event is None or event.causation_id != sent.command_id:
-                return bool(caused) and msg.partition() == where[0]  # past the command's events
-            caused.append(event)
-            where[:] = [msg.partition() or 0]
-            return Outcome(sent.command_id, tuple(caused)).rejection is not None
-
-        def at_end(partition: int) -> bool:
-            return bool(caused) and partition == where[0]
-
-        watch.watch(self._bootstrap, self.topics.events, start, timeout_s, seen, at_end)
-        return Outcome(sent.command_id, tuple(caused)) if caused else None
+        return watch.outcome_of(
+            self._bootstrap, self.topics.events, self._catalog, sent.command_id, timeout_s, start
+        )
 
     # -- Kafka plumbing ---------------------------------------------------------------------
     def flush(self, timeout_s: float = 30.0) -> None:

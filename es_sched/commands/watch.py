@@ -5,14 +5,15 @@ assignment (no consumer group, no committed offsets: a read-only observer), from
 (partition -> offset, from ``end_offsets`` taken before the command was produced; None: the
 beginning, correct but slow on a long history). Each record goes to ``seen``; each time a
 partition is read to its end, its number goes to ``at_end``. Either returning True ends the
-watch (True); the deadline ends it with False. ``CommandClient.wait`` (submit's final statuses)
-and ``CommandClient.outcome`` (one control command's answer) are the two callers.
+watch (True); the deadline ends it with False. Its two uses are here: ``final_statuses``
+(``CommandClient.wait``: submit's final statuses) and ``outcome_of`` (``CommandClient.outcome``:
+one control command's answer).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -23,8 +24,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from es_sched.commands.prepare import Outcome, awaited_final, caused_by, terminal_status
+from es_sched.domain.events import Event
 from es_sched.errors import InfrastructureError
 from es_sched.kafka import clients
+from es_sched.serialization import SchemaCatalog, decode_event
 
 Seen = Callable[[Message], bool]
 AtEnd = Callable[[int], bool]
@@ -79,3 +83,54 @@ def partitions(reader: Consumer, topic: str) -> list[int]:
     if metadata is None or not metadata.partitions:
         raise InfrastructureError(f"topic {topic} is missing")
     return sorted(metadata.partitions)
+
+
+def final_statuses(
+    bootstrap: str, topic: str, catalog: SchemaCatalog, workflow_ids: Iterable[str],
+    timeout_s: float, start: Mapping[int, int] | None,
+) -> dict[str, str | None]:  # fmt: skip
+    """Final status per workflow (COMPLETED, FAILED, ..., REJECTED for a start refused), None
+    if not final by the timeout."""
+    result: dict[str, str | None] = dict.fromkeys(workflow_ids)
+    pending = set(result)
+    if not pending:
+        return result
+
+    def seen(msg: Message) -> bool:
+        workflow_id = awaited_final(msg.value(), pending)
+        if workflow_id is not None:
+            status = terminal_status(decode_event(msg.value() or b"", catalog))
+            if status is not None:
+                result[workflow_id] = status
+                pending.discard(workflow_id)
+        return not pending
+
+    watch(bootstrap, topic, start, timeout_s, seen)
+    return result
+
+
+def outcome_of(
+    bootstrap: str, topic: str, catalog: SchemaCatalog, command_id: str, timeout_s: float,
+    start: Mapping[int, int] | None,
+) -> Outcome | None:  # fmt: skip
+    """The events caused by ``command_id`` (accepted) or its rejection; None when nothing came
+    within ``timeout_s``. A rejection ends the wait at once. An accepted command's events were
+    written in one transaction, consecutively in its workflow's partition: they are all read
+    when that partition yields a record of another cause, or is read to its end."""
+    caused: list[Event] = []
+    where: list[int] = []  # the partition of the command's events, once found
+
+    def seen(msg: Message) -> bool:
+        raw = msg.value()
+        event = decode_event(raw or b"", catalog) if caused_by(raw, command_id) else None
+        if event is None or event.causation_id != command_id:
+            return bool(caused) and msg.partition() == where[0]  # past the command's events
+        caused.append(event)
+        where[:] = [msg.partition() or 0]
+        return Outcome(command_id, tuple(caused)).rejection is not None
+
+    def at_end(partition: int) -> bool:
+        return bool(caused) and partition == where[0]
+
+    watch(bootstrap, topic, start, timeout_s, seen, at_end)
+    return Outcome(command_id, tuple(caused)) if caused else None
