@@ -1,7 +1,8 @@
 """The exactly-once loop: consume, transform, produce in Kafka transactions, for every role.
 
 The decider, the timer service and the retry relay (``es_sched.runtime``) each give the loop a
-``TransactionalRole``: a ``step`` from input records to a ``Batch`` and two hooks. The loop owns
+``TransactionalRole`` (``es_sched.kafka.txn_role``): a ``step`` from input records to a
+``Batch`` and two hooks. The loop owns
 the transactional producer (``transactional.id`` = the role's id, one per running process).
 
 Each iteration: ``consume`` up to ``max_records`` from the role's group consumer (consumer errors
@@ -50,14 +51,11 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.bounded import BoundedCaller, Wedged
-from es_sched.kafka.dead_letters import Headers
 from es_sched.kafka.failures import (
     GroupConsumer,
     Kind,
@@ -69,80 +67,20 @@ from es_sched.kafka.failures import (
     wait,
 )
 from es_sched.kafka.static import TROUBLE_WINDOW_S, InstanceFenced
+from es_sched.kafka.txn_role import (
+    TP,
+    Batch,
+    BatchSizer,
+    Out,
+    ProducerFactory,
+    TransactionalRole,
+    TxnProducer,
+)
 from es_sched.metrics import Registry
 
 log = logging.getLogger(__name__)
-TP = tuple[str, int]
 RETRY_PAUSE_S = 0.2  # rdkafka.h: retry "preferably after a shorter grace period"
 ERROR_LOG_EVERY_S = 10.0
-
-
-class Out(NamedTuple):
-    """One record to produce inside the transaction (``partition=None``: by key, murmur2).
-    A named tuple, not a frozen dataclass: a decider batch makes thousands, and a frozen
-    dataclass's ``__init__`` (``object.__setattr__`` per field) cost several times as much."""
-
-    topic: str
-    key: str | bytes | None
-    value: bytes | None
-    headers: Headers | None = None
-    partition: int | None = None
-
-
-def _nothing() -> None:
-    return None
-
-
-@dataclass
-class Batch:
-    """What one step writes: records, and the next offset per input partition to commit with
-    them (``None``: the consumer's current positions)."""
-
-    records: list[Out]
-    offsets: dict[TP, int] | None
-    on_commit: Callable[[], None] = field(default=_nothing)
-
-
-class TransactionalRole(Protocol):
-    def step(self, records: list[Message]) -> Batch | None:
-        """Apply the consumed records; what to write now, or None when there is nothing."""
-
-    def rewind(self, producer_lost: bool) -> None:
-        """The last batch did not commit (or, ``producer_lost``, may have): drop or rebuild the
-        state that depends on it."""
-
-    def tick(self) -> None:
-        """End of an iteration: metrics, pausing and resuming partitions."""
-
-
-class TxnProducer(Protocol):
-    """The part of ``confluent_kafka.Producer`` the loop uses (tests pass fakes)."""
-
-    def init_transactions(self, timeout: float = -1) -> None: ...
-    def begin_transaction(self) -> None: ...
-    def produce(
-        self,
-        topic: str,
-        value: str | bytes | None = None,
-        key: str | bytes | None = None,
-        partition: int = -1,
-        *,
-        headers: Headers | None = None,
-    ) -> None: ...
-    def poll(self, timeout: float = -1) -> int: ...
-    def send_offsets_to_transaction(
-        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
-    ) -> None: ...
-    def commit_transaction(self, timeout: float = -1) -> None: ...
-    def abort_transaction(self, timeout: float = -1) -> None: ...
-    def purge(
-        self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True
-    ) -> None: ...
-    def close(self) -> bool: ...
-
-
-class ProducerFactory(Protocol):
-    def producer(self, transactional_id: str | None = None, **extra: Any) -> TxnProducer: ...
 
 
 class _Failed(Exception):
@@ -152,27 +90,6 @@ class _Failed(Exception):
     def __init__(self, kind: Kind, reason: str, wedged: bool = False) -> None:
         super().__init__(reason)
         self.kind, self.reason, self.wedged = kind, reason, wedged
-
-
-class BatchSizer:
-    """How many records the next poll asks for (ADR 30): ``base`` while input trickles in, so
-    an idle system commits small batches at once; doubled, up to ``ceiling``, while polls come
-    back full (a backlog) and a whole iteration (decide, produce, commit) stays within half of
-    ``budget_s``; halved again when a poll comes back under half full or an iteration went
-    over the budget. A transaction's fixed cost (offsets, commit markers, two round trips) is
-    then spread over more inputs exactly when there is a queue to drain, and the latency a
-    batch adds is bounded by the budget, not by the ceiling."""
-
-    def __init__(self, base: int, ceiling: int | None = None, budget_s: float = math.inf) -> None:
-        self.base, self.ceiling, self.budget_s = base, max(base, ceiling or base), budget_s
-        self.size = base
-
-    def observe(self, got: int, took_s: float) -> None:
-        """The last poll returned ``got`` records and its iteration took ``took_s``."""
-        if took_s > self.budget_s or got < self.size // 2:
-            self.size = max(self.base, self.size // 2)
-        elif got >= self.size and took_s <= self.budget_s / 2:
-            self.size = min(self.ceiling, self.size * 2)
 
 
 class TransactionalLoop:

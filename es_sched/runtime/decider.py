@@ -64,7 +64,8 @@ from es_sched.kafka.failures import seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
-from es_sched.kafka.transactional import Batch, BatchSizer, Out, TransactionalLoop
+from es_sched.kafka.transactional import TransactionalLoop
+from es_sched.kafka.txn_role import Batch, BatchSizer, Out
 from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement

@@ -53,7 +53,8 @@ from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.failures import wait
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import topics_for
-from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
+from es_sched.kafka.transactional import TransactionalLoop
+from es_sched.kafka.txn_role import Batch, Out
 from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization.codec import decode_input, encode_input
 from es_sched.serialization.records import decode_timer

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from es_sched.kafka.transactional import Batch, BatchSizer, TransactionalLoop
+from es_sched.kafka.transactional import TransactionalLoop
+from es_sched.kafka.txn_role import Batch, BatchSizer
 
 
 def test_full_polls_double_the_batch_up_to_the_ceiling() -> None:

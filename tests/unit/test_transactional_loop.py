@@ -17,7 +17,8 @@ from es_sched.errors import InfrastructureError
 from es_sched.kafka.bounded import BoundedCaller, Wedged
 from es_sched.kafka.dead_letters import Headers
 from es_sched.kafka.failures import Kind, Stopped, classify, rejoins, seek_to_committed
-from es_sched.kafka.transactional import Batch, Out, TransactionalLoop
+from es_sched.kafka.transactional import TransactionalLoop
+from es_sched.kafka.txn_role import Batch, Out
 
 HANG = "hang"
 Outcome = KafkaError | str | None
