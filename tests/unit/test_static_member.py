@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from es_sched.kafka.static import MAX_REJOINS, InstanceFenced, StaticMember, rejoining
-from tests.unit.test_transactional_loop import (
+from tests.support.fake_txn import (
     FakeClients,
     FakeConsumer,
     FakeProducer,
