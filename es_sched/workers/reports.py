@@ -28,6 +28,7 @@ from es_sched.kafka.clients import producer
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_input, wire
+from es_sched.workers.stale import Stale
 
 log = logging.getLogger(__name__)
 HANDED_BACK = "worker shutting down; handed back"
@@ -98,6 +99,15 @@ def cancelled(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportCancel
 def declined(a: wire.Assignment, worker_id: str, reason: str) -> c.ReportDeclined:
     """The live lease given back unused: the task is queued again, its attempt not spent."""
     return c.ReportDeclined(**_report_fields(a, worker_id, "declined"), reason=reason[:MAX_REASON])
+
+
+def not_started(a: wire.Assignment, worker_id: str, stale: Stale) -> c.WorkerReport:
+    """What a worker sends for an assignment it must not start (``StaleLeases.why_not``): an
+    audit record when a cancel ended the lease, else the lease given back, fenced by its epoch
+    (the decider refuses it as stale if the dispatcher had ended the lease already)."""
+    if stale.cancelled:
+        return cancelled(a, worker_id, stale.reason)
+    return declined(a, worker_id, stale.reason)
 
 
 # -- producing ------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ from es_sched.workers import reports, runner
 from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
 from es_sched.workers.context import Handler, TaskCancelled, TaskContext, TaskFailure, outcome
-from es_sched.workers.stale import StaleLeases
+from es_sched.workers.stale import Stale, StaleLeases
 
 __all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]
 log = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class Worker:
         self._stale.cancelled(cancel.task_id, cancel.lease_epoch)
         waiting = self._pending.drop(cancel.task_id, cancel.lease_epoch)
         for a in waiting:
-            self._skip(a, f"cancelled before it started: {cancel.reason}")
+            self._skip(a, Stale(f"cancelled before it started: {cancel.reason}", cancelled=True))
         with self._lock:
             run = self._running.get(cancel.task_id)
         if run is not None and run.ctx.assignment.lease_epoch <= cancel.lease_epoch:
@@ -332,10 +332,10 @@ class Worker:
                 self._on_record(msg, stopping=False)
         return True
 
-    def _skip(self, a: wire.Assignment, why: str) -> None:
-        log.info("task %s (epoch %d) not started: %s", a.task_id, a.lease_epoch, why)
+    def _skip(self, a: wire.Assignment, why: Stale) -> None:
+        log.info("task %s (epoch %d) not started: %s", a.task_id, a.lease_epoch, why.reason)
         self.m_tasks.inc(task_type=a.task_type, outcome="skipped")
-        self._reporter.send(reports.cancelled(a, self.worker_id, why))
+        self._reporter.send(reports.not_started(a, self.worker_id, why))
 
     def _start(self, a: wire.Assignment) -> None:
         handler = self.handlers.get(a.task_type)

@@ -15,7 +15,12 @@ record and starting it, as the SDK did, ran stale epochs whose cancel was the ve
    not started: the dispatcher extends every lease of a worker at each of its heartbeats, so
    a lease can only run out across a gap in them. A gap is ``GAP_HEARTBEATS`` heartbeats
    without one (the shortest lease, 3 heartbeats); the run of heartbeats without a gap began
-   at ``heartbeating_since``, and a lease that expired before then is over.
+   at ``heartbeating_since``, and a lease that expired before then may be over. *May*: the
+   dispatcher may not have expired it (a late heartbeat still reached it, or its own expiry
+   runs late), so such a task is given back (``worker.task_declined``, fenced by its epoch),
+   not reported cancelled: a cancelled report is only an audit record, and a task skipped that
+   way while its lease lived waited forever (bench/api_workers.py, 9 tasks of a 600-task fork
+   behind a gateway starved for CPU past its 1.5 s gap).
 
 Clock assumption: ``lease_expires_at`` is the dispatcher's clock and rule 3 compares it with
 this worker's UTC wall clock, so the two hosts must agree to well within a lease (3 to 6
@@ -31,12 +36,24 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from es_sched.serialization import wire
 from es_sched.serialization.codec import parse_time
 
 REMEMBER = 10_000  # tasks whose last cancelled epoch is kept
 GAP_HEARTBEATS = 3.0
+
+
+class Stale(NamedTuple):
+    """Why an assignment must not start. ``cancelled``: a cancel record ended its lease (rule
+    2), so no lease is live and the worker's word is an audit record; else only its time ran out
+    while this worker was silent (rule 3), which the dispatcher may not have acted on (a
+    heartbeat of ours reached it in time, or its expiry runs late), so the worker must give
+    the lease back itself (``reports.not_started``)."""
+
+    reason: str
+    cancelled: bool
 
 
 def _utcnow() -> datetime:
@@ -78,11 +95,12 @@ class StaleLeases:
         (a worker that just woke up has not been heartbeating)."""
         return self._since if self._beating() else self._wall()
 
-    def why_not(self, a: wire.Assignment) -> str | None:
+    def why_not(self, a: wire.Assignment) -> Stale | None:
         """Why ``a`` must not start, or None when its lease may be live."""
         if self._cancelled.get(a.task_id, 0) >= a.lease_epoch:
-            return "cancelled before it started"
+            return Stale("cancelled before it started", cancelled=True)
         expires = parse_time(a.lease_expires_at, "assignment.lease_expires_at")
         if expires <= self.heartbeating_since:
-            return f"lease expired at {a.lease_expires_at} while this worker was not heartbeating"
+            why = f"lease expired at {a.lease_expires_at} while this worker was not heartbeating"
+            return Stale(why, cancelled=False)
         return None

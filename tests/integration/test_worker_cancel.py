@@ -3,8 +3,10 @@ dispatcher (``worker_harness.Dispatcher``):
 
 - a worker frozen (SIGSTOP) while the dispatcher wrote to its partition starts, when it wakes,
   nothing whose lease ended there: not an assignment followed by its cancel, not one whose
-  lease ran out during the freeze, not one read after its cancel; each is reported
-  ``worker.task_cancelled`` instead, and a live one behind them starts;
+  lease ran out during the freeze, not one read after its cancel; those a cancel ended are
+  reported ``worker.task_cancelled``, the one whose time ran out ``worker.task_declined`` (the
+  dispatcher may not have ended that lease: declining ends it if it lives), and a live one
+  behind them starts;
 - an async handler's asyncio task is cancelled (the handler sees ``CancelledError``);
 - a cancelled transcode ends ffmpeg's whole process group, and the worker reports the cancel.
 """
@@ -97,9 +99,12 @@ def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None
         worker.stop()
         d.close()
     assert {t: [r.TYPE for r in rs] for t, rs in reports.items()} == {
-        t: ["worker.task_cancelled"] for t in reports
+        "cancelled": ["worker.task_cancelled"],
+        "expired": ["worker.task_declined"],
+        "overtaken": ["worker.task_cancelled"],
     }
-    reasons = {t: rs[0].reason for t, rs in reports.items() if isinstance(rs[0], c.ReportCancelled)}
+    reasons = {t: rs[0].reason for t, rs in reports.items()
+               if isinstance(rs[0], c.ReportCancelled | c.ReportDeclined)}  # fmt: skip
     assert reasons["cancelled"] == "cancelled before it started: canceled"
     assert "lease expired" in reasons["expired"] and "not heartbeating" in reasons["expired"]
     assert reasons["overtaken"] == "cancelled before it started"

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from es_sched.domain import commands as c
 from es_sched.serialization import wire
-from es_sched.workers import stale
-from es_sched.workers.stale import StaleLeases
+from es_sched.workers import reports, stale
+from es_sched.workers.stale import Stale, StaleLeases
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 H = 1.0
@@ -47,8 +48,8 @@ def test_a_cancelled_epoch_and_every_older_one_never_start() -> None:
     leases = beating(Clocks(), 0)
     leases.cancelled("t1", 3)
     leases.cancelled("t1", 2)  # an older cancel read later changes nothing
-    assert leases.why_not(assignment(epoch=2)) == "cancelled before it started"
-    assert leases.why_not(assignment(epoch=3)) == "cancelled before it started"
+    assert leases.why_not(assignment(epoch=2)) == Stale("cancelled before it started", True)
+    assert leases.why_not(assignment(epoch=3)) == Stale("cancelled before it started", True)
     assert leases.why_not(assignment(epoch=4)) is None
     assert leases.why_not(assignment("t2", epoch=1)) is None
 
@@ -75,7 +76,8 @@ def test_a_lease_that_ran_out_while_the_worker_was_frozen_never_starts() -> None
     clocks.s = 20.0
     assert leases.heartbeating_since == clocks.wall()  # woke up: not heartbeating yet
     why = leases.why_not(assignment(expires_s=8))
-    assert why is not None and "while this worker was not heartbeating" in why
+    assert why is not None and "while this worker was not heartbeating" in why.reason
+    assert not why.cancelled  # the dispatcher may not have ended it: given back, not confirmed
     assert leases.why_not(assignment(expires_s=25)) is None
     leases.beat()  # the first heartbeat after the gap starts a new run
     clocks.s = 21.0
@@ -92,3 +94,16 @@ def test_a_short_stall_is_not_a_gap() -> None:
     leases.beat()
     assert leases.heartbeating_since == T0
     assert leases.why_not(assignment(expires_s=6)) is None
+
+
+def test_a_stale_lease_is_reported_cancelled_after_a_cancel_and_given_back_after_a_gap() -> None:
+    """A cancelled report is an audit record (the decider changes nothing); a task skipped
+    only because its time ran out while the worker was silent may still hold a live lease at
+    the dispatcher, so it is declined: the decider ends that lease (if still live) and the
+    task is queued again. Reporting it cancelled left it waiting forever."""
+    a = assignment(expires_s=8)
+    after_cancel = reports.not_started(a, "w", Stale("cancelled before it started", True))
+    after_gap = reports.not_started(a, "w", Stale("lease expired ... not heartbeating", False))
+    assert isinstance(after_cancel, c.ReportCancelled)
+    assert isinstance(after_gap, c.ReportDeclined)
+    assert (after_gap.task_id, after_gap.lease_epoch) == (a.task_id, a.lease_epoch)

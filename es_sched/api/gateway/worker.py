@@ -43,7 +43,7 @@ from es_sched.serialization import wire
 from es_sched.settings import Settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import use_of
-from es_sched.workers.stale import StaleLeases
+from es_sched.workers.stale import Stale, StaleLeases
 
 log = logging.getLogger(__name__)
 NOT_POLLED = (
@@ -120,7 +120,7 @@ class Gateway:
         poll had asked for 32 (bench/api_workers.py: the SDK at 31 tasks/s against the native
         worker's 214)."""
         now = time.monotonic()
-        skipped: list[tuple[wire.Assignment, str]] = []
+        skipped: list[tuple[wire.Assignment, Stale]] = []
         with self._lock:
             before = self._room()
             self.demand.asked(task_type, http_worker, count, now, next_of_update)
@@ -140,7 +140,7 @@ class Gateway:
                 self._taken[task_id] = a
             grew = self._room() > before or not took
         for a, why in skipped:
-            self.reporter.send(reports.cancelled(a, self.worker_id, why))
+            self.reporter.send(reports.not_started(a, self.worker_id, why))
         if grew:
             self._kick.set()
         if not took:

@@ -4,6 +4,7 @@ window. Reports go to a recording stand-in for the SDK's ``Reporter``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -101,6 +102,22 @@ def test_update_v2_taking_the_next_task_keeps_the_workers_batch_demand(
     assert gw.take("t", 2, "sdk") == []  # a poll says what the worker wants now
     gw._heartbeat()
     assert rec.statuses[-1].concurrency == 1 + 2
+
+
+def test_a_task_whose_lease_ran_out_while_the_gateway_was_silent_is_given_back(
+    settings: Settings,
+) -> None:
+    """A gateway starved past 3 heartbeats skips what may be stale; the dispatcher may still
+    hold the lease (bench/api_workers.py: 9 tasks reported cancelled that way waited forever),
+    so it is declined, which ends a live lease and re-queues the task, not cancelled."""
+    gw, rec = _gateway(settings)
+    gw._stale.beat()
+    expired = replace(_assignment("x"), lease_expires_at="2000-01-01T00:00:00+00:00")
+    gw._waiting["x"] = _Held(expired, 0.0)
+    assert gw.take("t", 5, "w1") == []
+    [back] = rec.sent
+    assert isinstance(back, c.ReportDeclined) and "not heartbeating" in back.reason
+    assert "x" not in gw._waiting
 
 
 def test_a_held_task_goes_to_the_poll_and_is_reported_started(settings: Settings) -> None:
