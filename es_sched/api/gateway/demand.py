@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MIN_PATIENCE_S = 0.5  # a request seen every 100 ms (the SDKs' default poll interval) is 5 gaps
+# At least this long: a worker's polls pause while it updates what it took (bench/api_workers.py:
+# 4 pollers each updating 8 tasks one by one, ~20 ms each, more on a loaded host); at 0.5 s a
+# loaded run handed back 32-49 tasks it would have polled a moment later.
+MIN_PATIENCE_S = 1.0
 IDLE_GAPS = 4.0  # gaps without a request before a type counts as no longer asked for here
 SMOOTHING = 0.2  # weight of the newest gap in the moving average
 
@@ -57,6 +60,13 @@ class Demand:
         if next_of_update and before is not None and now - before[0] < self.window_s:
             want = max(count, before[1])
         self.wanted[task_type, worker] = (now, want)
+
+    def busy(self, task_type: str, now: float) -> None:
+        """An HTTP worker updated a task of a type asked for here: it is working on the type
+        and will ask again, so the type is not idle (the gap average is left alone)."""
+        seen = self._types.get(task_type)
+        if seen is not None:
+            seen.last = max(seen.last, now)
 
     def waiting(self, task_type: str, now: float, on: bool) -> None:
         """A long poll on ``task_type`` starts (``on``) or ends waiting."""

@@ -125,6 +125,7 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
         _delivered(gw, sent)
         return Answer(refused[0], refused[1], claim_id, None)
     assert lease is not None
+    gw.heard(lease.task_type)
     a = as_assignment(lease)
     if u.logs and u.status != "IN_PROGRESS":
         _progress(gw, a, u, sent)

@@ -167,6 +167,11 @@ class Gateway:
             self._poll_written[key] = now
         self.store.polled(task_type, domain, http_worker)
 
+    def heard(self, task_type: str) -> None:
+        """An HTTP worker updated a task of ``task_type`` through this process (ADR 34)."""
+        with self._lock:
+            self.demand.busy(task_type, time.monotonic())
+
     def forget(self, task_id: str) -> None:
         """An outcome of this task was reported (by this process): stop listing it."""
         with self._lock:

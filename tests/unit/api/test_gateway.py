@@ -154,19 +154,32 @@ def test_an_unpolled_task_is_handed_back_once_its_type_is_no_longer_polled(
 
 def test_a_task_is_handed_back_once_polls_that_came_every_100ms_stop(settings: Settings) -> None:
     """ADR 34: behind two API processes an HTTP worker's polls may stop reaching this one for
-    good; its patience follows the gaps it saw (0.5 s here), not the 5 s window."""
+    good; its patience follows the gaps it saw (the 1 s floor here), not the 5 s window."""
     gw, rec = _gateway(settings)
     for i in range(20):  # what take() records, at the clock the polls came at
         gw.demand.asked("t", "w1", 4, i * 0.1, next_of_update=False)
     last = 1.9
     gw._waiting["x"] = _Held(_assignment("x"), last)
-    gw._idle_check(last + 0.3)
-    assert "x" in gw._waiting and rec.sent == []
     gw._idle_check(last + 0.6)
+    assert "x" in gw._waiting and rec.sent == []
+    gw._idle_check(last + 1.1)
     assert "x" not in gw._waiting
     [back] = rec.sent
-    assert isinstance(back, c.ReportDeclined) and "for 0.5s" in back.reason
+    assert isinstance(back, c.ReportDeclined) and "for 1s" in back.reason
     assert gw.demand.types() == set() and gw._kick.is_set()  # a status says so at once
+
+
+def test_updates_of_a_types_tasks_keep_it_from_idling(settings: Settings) -> None:
+    """A worker updating what it took does not poll meanwhile: its updates count as asking."""
+    gw, rec = _gateway(settings)
+    for i in range(20):
+        gw.demand.asked("t", "w1", 4, i * 0.1, next_of_update=False)
+    gw._waiting["x"] = _Held(_assignment("x"), 1.9)
+    gw.demand.busy("t", 2.5)  # what Gateway.heard records for an update at 2.5 s
+    gw._idle_check(3.1)
+    assert "x" in gw._waiting and rec.sent == []
+    gw._idle_check(3.6)
+    assert "x" not in gw._waiting
 
 
 def test_a_long_poll_waiting_on_a_type_keeps_its_tasks(settings: Settings) -> None:

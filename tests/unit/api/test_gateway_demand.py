@@ -45,7 +45,7 @@ def test_patience_follows_gaps_that_grow() -> None:
     last = _polled(d, 0.1, 10)
     before = d.patience("t")
     _polled(d, 1.0, 10, start=last + 1.0)
-    assert d.patience("t") > before * 4
+    assert d.patience("t") > 3 * before  # from the 1 s floor to ~4 gaps of ~0.9 s
 
 
 def test_a_long_poll_waiting_keeps_the_type_asked_for() -> None:
@@ -82,7 +82,7 @@ def test_update_v2s_next_task_keeps_the_batch_count_a_poll_replaces_it() -> None
 def test_a_type_forgotten_for_a_window_starts_again_from_the_window() -> None:
     d = Demand(WINDOW)
     last = _polled(d, 0.1, 10)
-    d.expire(last + 1.0)
+    d.expire(last + 1.5)
     assert d.types() == set() and d.patience("t") == MIN_PATIENCE_S
     d.expire(last + WINDOW)
     assert d.patience("t") == WINDOW
