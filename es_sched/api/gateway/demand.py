@@ -10,7 +10,8 @@ rules below are tested without a broker or sleeps (tests/unit/api/test_gateway_d
 - **Patience** (ADR 34): how long a type may go without a request here before the gateway
   stops announcing it and hands back the tasks leased for it that no poll took. It follows the
   requests this gateway sees: ``IDLE_GAPS`` times the smoothed gap between two requests for
-  the type, at least ``MIN_PATIENCE_S``, at most ``window_s`` (``ES_SCHED_API_GATEWAY_DEMAND_S``,
+  the type (an HTTP update of one of its tasks counts as a request for staying alive,
+  ``busy``), at least ``MIN_PATIENCE_S``, at most ``window_s`` (``ES_SCHED_API_GATEWAY_DEMAND_S``,
   also the patience before a second request has shown a gap). A type with a long poll waiting
   on it is never idle. Why: behind several API processes (``--workers N``, or hosts behind a
   load balancer) an HTTP worker's connections, not its wishes, decide which gateway its
@@ -63,7 +64,8 @@ class Demand:
 
     def busy(self, task_type: str, now: float) -> None:
         """An HTTP worker updated a task of a type asked for here: it is working on the type
-        and will ask again, so the type is not idle (the gap average is left alone)."""
+        and will ask again, so the type is not idle. The average is not fed (an update is not
+        a poll), but the next request's gap is counted from this update."""
         seen = self._types.get(task_type)
         if seen is not None:
             seen.last = max(seen.last, now)
