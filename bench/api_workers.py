@@ -12,8 +12,8 @@ of each round's ratio. tasks/s = tasks / (last ``task.completed`` - first ``task
 from the events' own timestamps.
 
 The bench helper calls it from bench/api.py; run alone: `.venv/bin/python bench/api_workers.py
-[--tasks 200 --rounds 3 --api-workers 1 2]` (needs `es-sched stack up`): prints the figures and
-writes bench/results/api_workers.json.
+[--tasks 200 --rounds 3 --api-workers 1 2 --routes lean fastapi]` (needs `es-sched stack up`):
+prints the figures and writes bench/results/api_workers.json.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from proc_cpu import tree_cpu_s  # noqa: E402
 from sdk_noop_worker import THREADS as SDK_THREADS  # noqa: E402
 
 from es_sched.workers import Capacity, TaskContext, Worker  # noqa: E402
@@ -161,10 +162,14 @@ def http_vs_native(
     timeout_s: float = 600,
     api_workers: int = 1,
     only: tuple[str, ...] = ("native", "http", "sdk"),
+    lean: bool = True,
 ) -> dict[str, Any]:
     """tasks/s of the same fork of ``tasks`` no-op tasks: the native worker, HTTP pollers and
     the conductor-python SDK, all serving at once (each its own task type), rounds interleaved;
-    a projector-pg runs, as in a deployment (a poll reads the workflows' names from it)."""
+    a projector-pg runs, as in a deployment (a poll reads the workflows' names from it).
+    ``lean``: the API serves the worker routes outside FastAPI (ADR 36). ``api_cpu_ms`` is the
+    API processes' CPU per task while each kind's workflow ran (idle polls of the others
+    included, alike for every kind)."""
     env = Env(extra={**FAST, "ES_SCHED_API_GATEWAY_CAPACITY": str(http_workers * batch * 2)})
     env.create()
     kinds = {"native": "bench.native", "http": "bench.http", "sdk": "bench.sdk"}
@@ -172,8 +177,10 @@ def http_vs_native(
     for kind, task_type in kinds.items():
         env.push(fork_dag(f"bench_{kind}", task_type, tasks), [])
     figures: dict[str, list[float]] = {k: [] for k in kinds}
-    server_env = {"ES_SCHED_API_WORKERS": str(api_workers)}
+    server_env = {"ES_SCHED_API_WORKERS": str(api_workers),
+                  "ES_SCHED_API_LEAN_WORKER_ROUTES": str(lean).lower()}  # fmt: skip
     update_s: list[float] = []
+    cpu_ms: dict[str, list[float]] = {k: [] for k in kinds}
     with (
         roles(env, "decider", "dispatcher", "projector-pg"),
         api(env, **server_env) as server,
@@ -185,14 +192,17 @@ def http_vs_native(
     ):
         for _ in range(rounds):
             for kind in kinds:
+                before = tree_cpu_s(server.role.proc.pid)
                 [s] = env.submit(f"bench_{kind}", [{}])
                 figures[kind].append(tasks_per_s(env, s.workflow_id, timeout_s))
+                cpu_ms[kind].append((tree_cpu_s(server.role.proc.pid) - before) * 1e3 / tasks)
     ratios = {k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
               for k in kinds if k != "native"}  # fmt: skip
     got: dict[str, Any] = {
         "tasks": tasks, "rounds": rounds, "http_workers": http_workers, "batch": batch,
         "native_concurrency": concurrency, "api_workers": api_workers, "sdk_threads": SDK_THREADS,
-        "runs": figures,
+        "lean_worker_routes": lean, "runs": figures,
+        "api_cpu_ms": {k: statistics.median(v) for k, v in cpu_ms.items()},
     }  # fmt: skip
     if update_s:  # every round's, the first's included
         cuts = statistics.quantiles(update_s, n=100)
@@ -214,7 +224,11 @@ def _summary(got: dict[str, Any]) -> str:
     if "sdk_tasks_per_s" in got:
         parts.append(f"conductor-python SDK {got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} "
                      f"threads; {got['sdk_over_native']:.2f} of native)")  # fmt: skip
-    return (f"{got['tasks']} tasks, {got['api_workers']} API worker(s), medians of "
+    cpu = ", ".join(f"{k} {v:.2f}" for k, v in got["api_cpu_ms"].items())
+    parts.append(f"API CPU ms/task: {cpu}")
+    routes = "lean" if got["lean_worker_routes"] else "FastAPI"
+    return (f"{got['tasks']} tasks, {got['api_workers']} API worker(s), {routes} worker routes, "
+            f"medians of "
             f"{got['rounds']} rounds: {'; '.join(parts)}; runs {got['runs']}")  # fmt: skip
 
 
@@ -227,14 +241,23 @@ def main() -> None:
     parser.add_argument("--api-workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--only", nargs="+", choices=("http", "sdk"), default=["http", "sdk"],
                         help="the HTTP workers to run beside the native one")  # fmt: skip
+    parser.add_argument(
+        "--routes",
+        nargs="+",
+        choices=("lean", "fastapi"),
+        default=["lean"],
+        help="how the API serves the worker routes (both: an A/B in one run)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_workers.json")
     opts = parser.parse_args()
     results = []
     for n in opts.api_workers:
-        got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch,
-                             api_workers=n, only=tuple(opts.only))  # fmt: skip
-        results.append(got)
-        print(_summary(got))
+        for routes in opts.routes:
+            got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch,
+                                 api_workers=n, only=tuple(opts.only),
+                                 lean=routes == "lean")  # fmt: skip
+            results.append(got)
+            print(_summary(got))
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_bytes(orjson.dumps({"results": results}, option=orjson.OPT_INDENT_2))
     print(f"wrote {opts.out}")

@@ -272,6 +272,9 @@ class ApiSettings(BaseSettings):
     # request for it there (ADR 24); within it, a few of the gaps between those requests
     # (ADR 34). A leased task no poll took within that is handed back.
     gateway_demand_s: float = Field(default=10.0, gt=0, le=3600)
+    # Serve the batch poll and the two task updates outside FastAPI's routing and dependencies
+    # (ADR 36: same answers, less CPU per HTTP task); false serves them through FastAPI.
+    lean_worker_routes: bool = True
     # The read model's connections per API process (its own pool; projectors keep theirs).
     # FastAPI runs sync routes on 40 threads; beyond the pool they wait for a connection: an
     # overflow connection is closed on return, so under load each would cost a new connect

@@ -11,6 +11,7 @@ from fastapi.responses import RedirectResponse
 from es_sched import __version__
 from es_sched.api import errors, tokens
 from es_sched.api.conductor import metadata, rerun, tasks, workflows
+from es_sched.api.conductor.lean import LeanWorkerRoutes
 from es_sched.api.native import routes as native
 from es_sched.api.services import Services
 from es_sched.api.ui import login, ops
@@ -40,6 +41,8 @@ def create_app(svc: Services) -> FastAPI:
     for module in (tokens, workflows, rerun, metadata, tasks, native, ui, ops, login):
         app.include_router(module.router)
     app.mount("/ui/static", static, name="static")
+    if svc.settings.api.lean_worker_routes:  # ADR 36: the hot worker routes outside FastAPI
+        app.add_middleware(LeanWorkerRoutes, svc=svc)
 
     @app.get("/", include_in_schema=False)
     def _root() -> RedirectResponse:

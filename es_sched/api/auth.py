@@ -36,7 +36,10 @@ from es_sched.api.roles import ROLES, grants
 from es_sched.api.services import Lazy, Services, services
 from es_sched.settings import ApiSettings
 
-__all__ = ["ROLES", "Authenticator", "Principal", "Unauthenticated", "authenticated", "require"]
+__all__ = [
+    "ROLES", "Authenticator", "Principal", "Unauthenticated", "admitted", "authenticated",
+    "require",
+]  # fmt: skip
 
 COOKIE = "es_sched_token"
 ALGORITHM = "HS256"
@@ -157,15 +160,20 @@ def require(role: str) -> Any:
         raise ValueError(f"unknown role {role!r}")
 
     def check(request: Request, svc: Services = Depends(services)) -> Principal:  # noqa: B008
-        principal = _caller(request, svc)
-        if not grants(principal.role, role):
-            raise ApiError(
-                403, f"key {principal.name} has role {principal.role}, which does not grant {role}"
-            )
-        return principal
+        return admitted(request, svc, role)
 
     dependency: Callable[..., Principal] = check
     return Depends(dependency)
+
+
+def admitted(request: Request, svc: Services, role: str) -> Principal:
+    """The caller, if its role grants ``role``: 401 or 403 (``ApiError``) otherwise."""
+    principal = _caller(request, svc)
+    if not grants(principal.role, role):
+        raise ApiError(
+            403, f"key {principal.name} has role {principal.role}, which does not grant {role}"
+        )
+    return principal
 
 
 def authenticated() -> Any:

@@ -73,25 +73,37 @@ def _answer(status: int, message: str, validation: list[JSON] | None = None) -> 
     return JSONResponse(body(status, message, validation), status_code=status)
 
 
-def install(app: FastAPI) -> None:
-    """Register the handlers that turn every failure into Conductor's error body."""
+HANDLED: tuple[type[Exception], ...] = (
+    ApiError, StarletteHTTPException, RequestValidationError, SchemaError, ConfigError,
+    InfrastructureError, DataError, EsSchedError, Exception,
+)  # fmt: skip
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+
+def install(app: FastAPI) -> None:
+    """Register ``answer`` for every failure, so each becomes Conductor's error body."""
+
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return answer(request, exc)
+
+    for kind in HANDLED:
+        app.add_exception_handler(kind, handler)
+
+
+def answer(request: Request, exc: Exception) -> JSONResponse:
+    """The response to ``exc`` raised while serving ``request``: the one place that maps a
+    failure to its status and body (the handlers ``install`` registers, and the lean worker
+    routes of ``es_sched.api.conductor.lean``, which run outside FastAPI's handlers)."""
+    if isinstance(exc, ApiError):
         if exc.error is not None:
             extra = {"error": exc.error}
             return JSONResponse({**body(exc.status, exc.message), **extra}, exc.status)
         return _answer(exc.status, exc.message, exc.validation)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, StarletteHTTPException):
         response = _answer(exc.status_code, str(exc.detail))
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
         return response
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    if isinstance(exc, RequestValidationError):
         problems = [
             {
                 "path": ".".join(str(p) for p in err.get("loc", ())),
@@ -102,36 +114,19 @@ def install(app: FastAPI) -> None:
         ]
         summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
         return _answer(400, f"invalid request: {summary}", problems)
-
-    @app.exception_handler(SchemaError)
-    async def _schema(_request: Request, exc: SchemaError) -> JSONResponse:
-        return _answer(400, str(exc))
-
-    @app.exception_handler(ConfigError)
-    async def _config(_request: Request, exc: ConfigError) -> JSONResponse:
-        return _answer(400, str(exc))
-
-    @app.exception_handler(InfrastructureError)
-    async def _backend(request: Request, exc: InfrastructureError) -> JSONResponse:
+    if isinstance(exc, InfrastructureError):
         log.warning("%s %s: backend unavailable: %s", request.method, request.url.path, exc)
         return _answer(503, f"a backend is unavailable: {exc}")
-
-    @app.exception_handler(DataError)
-    async def _bad_value(request: Request, exc: DataError) -> JSONResponse:
+    if isinstance(exc, SchemaError | ConfigError | EsSchedError):
+        return _answer(400, str(exc))
+    if isinstance(exc, DataError):
         # PostgreSQL refused a value the request carried into a query (a NUL character in an
         # id, a number out of range): the request's fault, found by fuzzing the bulk routes.
         first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
         log.info("%s %s: the database refused a value: %s", request.method, request.url.path, first)
         return _answer(400, f"a value in the request cannot be used: {first}")
-
-    @app.exception_handler(EsSchedError)
-    async def _ours(_request: Request, exc: EsSchedError) -> JSONResponse:
-        return _answer(400, str(exc))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return _answer(500, f"internal error ({type(exc).__name__}); see the API's log")
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _answer(500, f"internal error ({type(exc).__name__}); see the API's log")
 
 
 def _printable(value: Any) -> Any:

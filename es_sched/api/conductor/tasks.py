@@ -30,7 +30,7 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.errors import ApiError
 from es_sched.api.gateway import Gateway, gateway_of
-from es_sched.api.gateway.updates import Update, apply
+from es_sched.api.gateway.updates import Answer, Update, apply
 from es_sched.api.services import Services, services
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
@@ -144,7 +144,7 @@ def _name(what: str, value: str) -> str:
     return value
 
 
-async def _take(
+async def take_tasks(
     svc: Services,
     gw: Gateway,
     task_type: str,
@@ -198,7 +198,7 @@ async def batch_poll(
     gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> list[JSON]:
-    return await _take(svc, gw, taskType, count, workerid, domain or "", timeout)
+    return await take_tasks(svc, gw, taskType, count, workerid, domain or "", timeout)
 
 
 @router.get("/poll/{taskType}", summary="Poll for one task of a type", response_model=None)
@@ -210,11 +210,12 @@ async def poll(
     gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> JSON | Response:
-    found = await _take(svc, gw, taskType, 1, workerid, domain or "", 0)
+    found = await take_tasks(svc, gw, taskType, 1, workerid, domain or "", 0)
     return found[0] if found else Response(status_code=204)
 
 
-def _update(svc: Services, gw: Gateway, result: TaskResult) -> tuple[int, str, str, str | None]:
+def apply_result(svc: Services, gw: Gateway, result: TaskResult) -> Answer:
+    """``result`` applied as a worker's reports (``updates.apply``); blocks (call off the loop)."""
     for what, value in (
         ("workflowInstanceId", result.workflowInstanceId),
         ("taskId", result.taskId),
@@ -227,8 +228,7 @@ def _update(svc: Services, gw: Gateway, result: TaskResult) -> tuple[int, str, s
         worker_id=result.workerId or "", logs=[x.log for x in result.logs if x.log],
         callback_after_s=result.callbackAfterSeconds,
     )  # fmt: skip
-    answer = apply(gw, u, lambda task_id: _attempt(svc, task_id))
-    return answer.status, answer.message, answer.input_id, answer.task_type
+    return apply(gw, u, lambda task_id: _attempt(svc, task_id))
 
 
 def _attempt(svc: Services, task_id: str) -> int | None:
@@ -244,13 +244,27 @@ def _attempt(svc: Services, task_id: str) -> int | None:
         return None
 
 
-def _refused(status: int, message: str, input_id: str) -> HTTPException:
-    """Conductor's error body (``errors.install``), with the id of the claim the decider
-    refuses and records, so a caller can find the refusal in the log."""
-    return HTTPException(
-        status, f"{message}; sent for the record as input {input_id}",
-        headers={INPUT_ID_HEADER: input_id},
-    )  # fmt: skip
+async def updated(svc: Services, gw: Gateway, result: TaskResult) -> Answer:
+    """``POST /api/tasks``'s work: the accepted update's answer, or the refusal raised as
+    Conductor's error body (``errors.answer``) with the id of the claim the decider refuses
+    and records, so a caller can find the refusal in the log."""
+    answer = await run_in_threadpool(apply_result, svc, gw, result)
+    if answer.status != 200:
+        raise HTTPException(
+            answer.status, f"{answer.message}; sent for the record as input {answer.input_id}",
+            headers={INPUT_ID_HEADER: answer.input_id},
+        )  # fmt: skip
+    return answer
+
+
+async def next_task(svc: Services, gw: Gateway, result: TaskResult, answer: Answer) -> JSON | None:
+    """``update-v2``'s next task after an accepted update: one of the lease's type, taken
+    without waiting, or None (none held, or the update was progress: the task goes on)."""
+    if answer.task_type is None or result.status == "IN_PROGRESS":
+        return None
+    worker = result.workerId or ""
+    found = await take_tasks(svc, gw, answer.task_type, 1, worker, "", 0, next_of_update=True)
+    return found[0] if found else None
 
 
 @router.post("", summary="Update a task", response_class=PlainTextResponse)
@@ -260,10 +274,8 @@ async def update(
     gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> PlainTextResponse:
-    status, message, input_id, _type = await run_in_threadpool(_update, svc, gw, result)
-    if status != 200:
-        raise _refused(status, message, input_id)
-    return PlainTextResponse(message, headers={INPUT_ID_HEADER: input_id})
+    answer = await updated(svc, gw, result)
+    return PlainTextResponse(answer.message, headers={INPUT_ID_HEADER: answer.input_id})
 
 
 @router.post("/update-v2", summary="Update a task and poll the next one", response_model=None)
@@ -273,13 +285,8 @@ async def update_v2(
     gw: Gateway = Depends(gateway),  # noqa: B008
     _who: Principal = WORKER,
 ) -> JSON | Response:
-    status, message, input_id, task_type = await run_in_threadpool(_update, svc, gw, result)
-    if status != 200:
-        raise _refused(status, message, input_id)
-    if task_type is None or result.status == "IN_PROGRESS":
-        return Response(status_code=204)
-    found = await _take(svc, gw, task_type, 1, result.workerId or "", "", 0, next_of_update=True)
-    return found[0] if found else Response(status_code=204)
+    task = await next_task(svc, gw, result, await updated(svc, gw, result))
+    return task if task is not None else Response(status_code=204)
 
 
 def _waiting(svc: Services, types: list[str]) -> dict[str, int]:
