@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from es_sched.api.gateway.conns import Connections
 from es_sched.projections.postgres.store import available, engine_for
 from es_sched.serialization import wire
 from es_sched.settings import Settings
@@ -38,6 +39,29 @@ _DDL = (
     """CREATE TABLE IF NOT EXISTS {schema}.poll_data (
         task_type text NOT NULL, domain text NOT NULL, worker_id text NOT NULL,
         last_poll_at timestamptz NOT NULL, PRIMARY KEY (task_type, domain, worker_id))""",
+)
+
+# The per-task statements, run on ``conns.Connections`` (ADR 36), in psycopg's parameter style.
+_HANDED = (
+    "INSERT INTO leases (task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
+    " gateway_id, http_worker_id, polled_at)"
+    " SELECT t, wf, tt, at, e, tok, %(g)s, %(w)s, %(now)s FROM unnest(%(task_id)s::text[],"
+    " %(workflow_id)s::text[], %(task_type)s::text[], %(attempt)s::int[], %(lease_epoch)s::int[],"
+    " %(lease_token)s::text[]) AS r(t, wf, tt, at, e, tok)"
+    " ON CONFLICT (task_id) DO UPDATE SET workflow_id = excluded.workflow_id,"
+    " attempt = excluded.attempt, lease_epoch = excluded.lease_epoch,"
+    " lease_token = excluded.lease_token, gateway_id = excluded.gateway_id,"
+    " http_worker_id = excluded.http_worker_id, polled_at = excluded.polled_at, ended = NULL,"
+    " ended_at = NULL, lease_over = NULL"
+)
+_END = (
+    "WITH marked AS (UPDATE leases SET ended = %(o)s, ended_at = %(now)s"
+    " WHERE task_id = %(t)s AND workflow_id = %(wf)s AND (%(w)s = '' OR http_worker_id = %(w)s)"
+    " AND lease_over IS NULL AND ended IS NULL RETURNING task_id)"
+    " SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
+    " gateway_id, http_worker_id, ended, lease_over,"
+    " (SELECT count(*) FROM marked) AS marked"
+    " FROM leases WHERE task_id = %(t)s"
 )
 
 
@@ -75,8 +99,8 @@ class GatewayStore:
         # most updates pay a connect under 4 HTTP workers (bench/api_workers.py's profile).
         a = settings.api
         self.engine: Engine = engine_for(settings, self.schema, a.pg_pool_size, a.pg_max_overflow)
-        # One statement needs no BEGIN and COMMIT round trips around it: it is atomic alone.
-        self._one = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        # The per-task statements bypass SQLAlchemy (``conns``): no pre-ping, no BEGIN/COMMIT.
+        self._hot = Connections(settings.postgres.libpq_dsn, self.schema, a.pg_pool_size)
         self._ready = False
 
     def ensure(self) -> None:
@@ -89,31 +113,18 @@ class GatewayStore:
         self._ready = True
 
     def handed(self, gateway_id: str, http_worker_id: str, tasks: list[wire.Assignment]) -> None:
-        """The poll hands ``tasks`` to ``http_worker_id``: written before it answers."""
+        """The poll hands ``tasks`` to ``http_worker_id``: written before it answers (one
+        statement for the poll's rows)."""
         self.ensure()
-        rows = [
-            {"task_id": a.task_id, "workflow_id": a.workflow_id, "task_type": a.task_type,
-             "attempt": a.attempt, "lease_epoch": a.lease_epoch, "lease_token": a.lease_token,
-             "gateway_id": gateway_id, "http_worker_id": http_worker_id, "polled_at": _now()}
-            for a in tasks
-        ]  # fmt: skip
-        if not rows:
+        if not tasks:
             return
-        with available("gateway"), self.engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO leases (task_id, workflow_id, task_type, attempt,"
-                    " lease_epoch, lease_token, gateway_id, http_worker_id, polled_at) VALUES"
-                    " (:task_id, :workflow_id, :task_type, :attempt, :lease_epoch, :lease_token,"
-                    " :gateway_id, :http_worker_id, :polled_at) ON CONFLICT (task_id) DO UPDATE"
-                    " SET workflow_id = excluded.workflow_id, attempt = excluded.attempt,"
-                    " lease_epoch = excluded.lease_epoch, lease_token = excluded.lease_token,"
-                    " gateway_id = excluded.gateway_id, http_worker_id = excluded.http_worker_id,"
-                    " polled_at = excluded.polled_at, ended = NULL, ended_at = NULL,"
-                    " lease_over = NULL"
-                ),
-                rows,
-            )
+        columns = {
+            "task_id": [a.task_id for a in tasks], "workflow_id": [a.workflow_id for a in tasks],
+            "task_type": [a.task_type for a in tasks], "attempt": [a.attempt for a in tasks],
+            "lease_epoch": [a.lease_epoch for a in tasks],
+            "lease_token": [a.lease_token for a in tasks],
+        }  # fmt: skip
+        self._hot.execute(_HANDED, {**columns, "g": gateway_id, "w": http_worker_id, "now": _now()})
 
     def taken_by(self, gateway_id: str) -> list[HeldLease]:
         """The tasks HTTP workers took from ``gateway_id`` that have not ended."""
@@ -149,22 +160,11 @@ class GatewayStore:
         SELECT beside it sees the row as it was before (a data-modifying WITH's snapshot).
         """
         self.ensure()
-        query = text(
-            "WITH marked AS (UPDATE leases SET ended = :o, ended_at = :now"
-            " WHERE task_id = :t AND workflow_id = :wf AND (:w = '' OR http_worker_id = :w)"
-            " AND lease_over IS NULL AND ended IS NULL RETURNING task_id)"
-            " SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
-            " gateway_id, http_worker_id, ended, lease_over,"
-            " (SELECT count(*) FROM marked) AS marked"
-            " FROM leases WHERE task_id = :t"
-        )
         params = {"o": outcome, "now": _now(), "t": task_id, "wf": workflow_id,
                   "w": http_worker_id}  # fmt: skip
-        with available("gateway"), self._one.connect() as conn:
-            row = conn.execute(query, params).mappings().first()
-        if row is None:
+        found = self._hot.fetch_one(_END, params)
+        if found is None:
             return None, None
-        found = dict(row)
         marked = found.pop("marked")
         lease = HeldLease(**found)
         return lease, outcome if marked else lease.ended
@@ -222,4 +222,5 @@ class GatewayStore:
             return [dict(r) for r in rows]
 
     def close(self) -> None:
+        self._hot.close()
         self.engine.dispose()
