@@ -7,9 +7,11 @@ SDK's ``Worker`` (in this process, concurrency ``concurrency``) serving the fork
 with ``http_workers`` threads that batch-poll (``count`` = ``batch``, long poll) and update
 through the API, once with conductor-python's own ``TaskHandler`` (bench/sdk_noop_worker.py, 32
 threads, the SDK's defaults otherwise: update-v2, 100 ms poll interval). Each round runs the
-three, one after the other; the figures are the medians over ``rounds``, the ratios the medians
-of each round's ratio. tasks/s = tasks / (last ``task.completed`` - first ``task.scheduled``),
-from the events' own timestamps.
+three, one after the other, each kind's workers started for its workflow and stopped after it
+(``--together``: all serving throughout, as before stop 22); the figures are the medians over
+``rounds``, the ratios the medians of each round's ratio; ``api_cpu_ms``, the API processes'
+CPU per task while each kind ran. tasks/s = tasks / (last ``task.completed`` - first
+``task.scheduled``), from the events' own timestamps.
 
 The bench helper calls it from bench/api.py; run alone: `.venv/bin/python bench/api_workers.py
 [--tasks 200 --rounds 3 --api-workers 1 2 --routes lean fastapi]` (needs `es-sched stack up`):
@@ -24,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +165,13 @@ def http_vs_native(
     api_workers: int = 1,
     only: tuple[str, ...] = ("native", "http", "sdk"),
     lean: bool = True,
+    together: bool = False,
 ) -> dict[str, Any]:
     """tasks/s of the same fork of ``tasks`` no-op tasks: the native worker, HTTP pollers and
-    the conductor-python SDK, all serving at once (each its own task type), rounds interleaved;
-    a projector-pg runs, as in a deployment (a poll reads the workflows' names from it).
+    the conductor-python SDK (each its own task type), rounds interleaved; a projector-pg runs,
+    as in a deployment (a poll reads the workflows' names from it). Each kind's workers serve
+    only while its workflow runs, so the others' idle polls do not load the API meanwhile;
+    ``together``: all serve through every round (the figures before this stop).
     ``lean``: the API serves the worker routes outside FastAPI (ADR 36). ``api_cpu_ms`` is the
     API processes' CPU per task while each kind's workflow ran (idle polls of the others
     included, alike for every kind)."""
@@ -181,27 +186,34 @@ def http_vs_native(
                   "ES_SCHED_API_LEAN_WORKER_ROUTES": str(lean).lower()}  # fmt: skip
     update_s: list[float] = []
     cpu_ms: dict[str, list[float]] = {k: [] for k in kinds}
+
+    def serving(kind: str) -> AbstractContextManager[Any]:
+        if kind == "native":
+            return native_worker(env, "bench.native", concurrency)
+        if kind == "http":
+            return _http_pollers(server, "bench.http", http_workers, batch, update_s)
+        return sdk_workers(server)
+
     with (
         roles(env, "decider", "dispatcher", "projector-pg"),
         api(env, **server_env) as server,
-        native_worker(env, "bench.native", concurrency),
-        _http_pollers(server, "bench.http", http_workers, batch, update_s)
-        if "http" in kinds
-        else nullcontext(),
-        sdk_workers(server) if "sdk" in kinds else nullcontext(),
+        ExitStack() as everyone,
     ):
+        for kind in kinds if together else ():  # together: every kind serves every round
+            everyone.enter_context(serving(kind))
         for _ in range(rounds):
             for kind in kinds:
-                before = tree_cpu_s(server.role.proc.pid)
-                [s] = env.submit(f"bench_{kind}", [{}])
-                figures[kind].append(tasks_per_s(env, s.workflow_id, timeout_s))
-                cpu_ms[kind].append((tree_cpu_s(server.role.proc.pid) - before) * 1e3 / tasks)
+                with nullcontext() if together else serving(kind):
+                    before = tree_cpu_s(server.role.proc.pid)
+                    [s] = env.submit(f"bench_{kind}", [{}])
+                    figures[kind].append(tasks_per_s(env, s.workflow_id, timeout_s))
+                    cpu_ms[kind].append((tree_cpu_s(server.role.proc.pid) - before) * 1e3 / tasks)
     ratios = {k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
               for k in kinds if k != "native"}  # fmt: skip
     got: dict[str, Any] = {
         "tasks": tasks, "rounds": rounds, "http_workers": http_workers, "batch": batch,
         "native_concurrency": concurrency, "api_workers": api_workers, "sdk_threads": SDK_THREADS,
-        "lean_worker_routes": lean, "runs": figures,
+        "lean_worker_routes": lean, "together": together, "runs": figures,
         "api_cpu_ms": {k: statistics.median(v) for k, v in cpu_ms.items()},
     }  # fmt: skip
     if update_s:  # every round's, the first's included
@@ -227,7 +239,9 @@ def _summary(got: dict[str, Any]) -> str:
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in got["api_cpu_ms"].items())
     parts.append(f"API CPU ms/task: {cpu}")
     routes = "lean" if got["lean_worker_routes"] else "FastAPI"
+    serving = "all kinds serving together" if got["together"] else "each kind alone"
     return (f"{got['tasks']} tasks, {got['api_workers']} API worker(s), {routes} worker routes, "
+            f"{serving}, "
             f"medians of "
             f"{got['rounds']} rounds: {'; '.join(parts)}; runs {got['runs']}")  # fmt: skip
 
@@ -248,6 +262,11 @@ def main() -> None:
         default=["lean"],
         help="how the API serves the worker routes (both: an A/B in one run)",
     )
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="every kind's workers serve through every round (idle polls too)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_workers.json")
     opts = parser.parse_args()
     results = []
@@ -255,7 +274,7 @@ def main() -> None:
         for routes in opts.routes:
             got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch,
                                  api_workers=n, only=tuple(opts.only),
-                                 lean=routes == "lean")  # fmt: skip
+                                 lean=routes == "lean", together=opts.together)  # fmt: skip
             results.append(got)
             print(_summary(got))
     opts.out.parent.mkdir(parents=True, exist_ok=True)
