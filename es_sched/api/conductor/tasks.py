@@ -81,8 +81,7 @@ def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
     projected yet, no projector, database down): the poll already took its tasks, so nothing
     here may fail it. A workflow's name never changes, so the names found are kept (the
     ``NAMES_KEPT`` last used): the tasks of one workflow, polled one by one, ask once."""
-    names = svc.extras.setdefault("workflow-names", _Names())
-    assert isinstance(names, _Names)
+    names = _names_of(svc)
     found, missing = names.get(ids)
     if not missing:
         return found
@@ -96,6 +95,12 @@ def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
         return found
     names.put(read)
     return found | read
+
+
+def _names_of(svc: Services) -> _Names:
+    names = svc.extras.setdefault("workflow-names", _Names())
+    assert isinstance(names, _Names)
+    return names
 
 
 class _Names:
@@ -163,7 +168,8 @@ async def take_tasks(
     count = min(count, gw.capacity)
     wait_s = min(max(wait_ms, 0), svc.settings.api.long_poll_max_ms) / 1000
     deadline = time.monotonic() + wait_s
-    await run_in_threadpool(gw.record_poll, task_type, domain, worker)
+    if gw.poll_due(task_type, domain, worker):  # once a second: no thread hand-off otherwise
+        await run_in_threadpool(gw.store.polled, task_type, domain, worker)
     loop, arrived = asyncio.get_running_loop(), asyncio.Event()
 
     def wake() -> None:
@@ -173,7 +179,8 @@ async def take_tasks(
     try:
         while True:
             arrived.clear()
-            took = await run_in_threadpool(gw.take, task_type, count, worker, next_of_update)
+            claim = gw.claim(task_type, count, worker, next_of_update)  # in memory
+            took = await run_in_threadpool(gw.hand, claim, worker) if claim.needs_io else []
             left = deadline - time.monotonic()
             if took or left <= 0:
                 break
@@ -183,7 +190,10 @@ async def take_tasks(
         gw.wake_on_arrival(task_type, wake, on=False)
     if not took:
         return []
-    names = await run_in_threadpool(_workflow_names, svc, [a.workflow_id for a in took])
+    ids = [a.workflow_id for a in took]
+    names, missing = _names_of(svc).get(ids)  # in memory: a thread only for a miss
+    if missing:
+        names = await run_in_threadpool(_workflow_names, svc, ids)
     return [task_json(a, worker, names.get(a.workflow_id, "")) for a in took]
 
 

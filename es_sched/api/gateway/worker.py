@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 from confluent_kafka import Message
@@ -68,6 +68,19 @@ class _Held:
     assignment: wire.Assignment
     since: float  # monotonic, when read
     offset: int = -1  # on the assignments partition: the position is committed up to it
+
+
+@dataclass
+class Claim:
+    """What one poll claimed of the held tasks, before any I/O (``Gateway.claim``)."""
+
+    at: float
+    took: list[wire.Assignment] = field(default_factory=list)
+    skipped: list[tuple[wire.Assignment, Stale]] = field(default_factory=list)
+
+    @property
+    def needs_io(self) -> bool:
+        return bool(self.took or self.skipped)
 
 
 class Gateway:
@@ -111,8 +124,14 @@ class Gateway:
     def take(
         self, task_type: str, count: int, http_worker: str, next_of_update: bool = False
     ) -> list[wire.Assignment]:
-        """Up to ``count`` held tasks of ``task_type`` for ``http_worker``: recorded in the
-        store, then reported started. Registers the demand either way.
+        """Up to ``count`` held tasks of ``task_type`` for ``http_worker`` (``claim``, ``hand``)."""
+        return self.hand(self.claim(task_type, count, http_worker, next_of_update), http_worker)
+
+    def claim(
+        self, task_type: str, count: int, http_worker: str, next_of_update: bool = False
+    ) -> Claim:
+        """``take``'s part in memory, registering the demand either way (a route on the event
+        loop calls it, and hands ``hand`` to a thread only when it claimed or skipped some).
 
         ``next_of_update``: update-v2's take of the next task (``Demand.asked``). It keeps a
         larger count the same worker polled for: conductor-python's threads share one worker
@@ -120,13 +139,12 @@ class Gateway:
         poll had asked for 32 (bench/api_workers.py: the SDK at 31 tasks/s against the native
         worker's 214)."""
         now = time.monotonic()
-        skipped: list[tuple[wire.Assignment, Stale]] = []
+        claim = Claim(now)
         with self._lock:
             before = self._room()
             self.demand.asked(task_type, http_worker, count, now, next_of_update)
-            took: list[wire.Assignment] = []
             for task_id, held in list(self._waiting.items()):
-                if len(took) >= count:
+                if len(claim.took) >= count:
                     break
                 a = held.assignment
                 if a.task_type != task_type:
@@ -134,38 +152,48 @@ class Gateway:
                 del self._waiting[task_id]
                 why = self._stale.why_not(a)
                 if why is not None:
-                    skipped.append((a, why))
+                    claim.skipped.append((a, why))
                     continue
-                took.append(a)
+                claim.took.append(a)
                 self._taken[task_id] = a
-            grew = self._room() > before or not took
-        for a, why in skipped:
-            self.reporter.send(reports.not_started(a, self.worker_id, why))
+            grew = self._room() > before or not claim.took
         if grew:
             self._kick.set()
-        if not took:
+        return claim
+
+    def hand(self, claim: Claim, http_worker: str) -> list[wire.Assignment]:
+        """``take``'s I/O: what ``claim`` skipped is given back, what it took is written to
+        the store (put back to wait for the next poll if that fails) and reported started."""
+        for a, why in claim.skipped:
+            self.reporter.send(reports.not_started(a, self.worker_id, why))
+        if not claim.took:
             return []
         try:
-            self.store.handed(self.worker_id, http_worker, took)
+            self.store.handed(self.worker_id, http_worker, claim.took)
         except Exception:
             with self._lock:  # not handed: offer them to the next poll
-                for a in took:
+                for a in claim.took:
                     self._taken.pop(a.task_id, None)
-                    self._waiting[a.task_id] = _Held(a, now)
+                    self._waiting[a.task_id] = _Held(a, claim.at)
             raise
-        for a in took:
+        for a in claim.took:
             self.reporter.send(reports.started(a, self.worker_id))
-        return took
+        return claim.took
 
     def record_poll(self, task_type: str, domain: str, http_worker: str) -> None:
         """Poll data for ``GET /api/tasks/queue/polldata``: written at most once a second per
         worker and type (an idle SDK worker polls every 100 ms)."""
+        if self.poll_due(task_type, domain, http_worker):
+            self.store.polled(task_type, domain, http_worker)
+
+    def poll_due(self, task_type: str, domain: str, http_worker: str) -> bool:
+        """Whether to write this poll (in memory: a route hands only the write to a thread)."""
         key, now = (task_type, domain, http_worker), time.monotonic()
         with self._lock:
             if now - self._poll_written.get(key, -POLL_DATA_EVERY_S) < POLL_DATA_EVERY_S:
-                return
+                return False
             self._poll_written[key] = now
-        self.store.polled(task_type, domain, http_worker)
+        return True
 
     def heard(self, task_type: str) -> None:
         """An HTTP worker updated a task of ``task_type`` through this process (ADR 34)."""
