@@ -10,8 +10,10 @@ threads, the SDK's defaults otherwise: update-v2, 100 ms poll interval). Each ro
 three, one after the other, each kind's workers started for its workflow and stopped after it
 (``--together``: all serving throughout, as before stop 22); the figures are the medians over
 ``rounds``, the ratios the medians of each round's ratio; ``api_cpu_ms``, the API processes'
-CPU per task while each kind ran. tasks/s = tasks / (last ``task.completed`` - first
-``task.scheduled``), from the events' own timestamps.
+CPU per task while each kind ran, ``client_cpu_ms`` this process's and its children's (the
+workers, and this process's own waiting on the events topic, alike for every kind).
+tasks/s = tasks / (last ``task.completed`` - first ``task.scheduled``), from the events' own
+timestamps.
 
 The bench helper calls it from bench/api.py; run alone: `.venv/bin/python bench/api_workers.py
 [--tasks 200 --rounds 3 --api-workers 1 2 --routes lean fastapi]` (needs `es-sched stack up`):
@@ -21,10 +23,12 @@ prints the figures and writes bench/results/api_workers.json.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
@@ -32,16 +36,20 @@ from typing import Any
 
 import httpx
 import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from proc_cpu import tree_cpu_s  # noqa: E402
 from sdk_noop_worker import THREADS as SDK_THREADS  # noqa: E402
 
+from es_sched.domain.events import Event  # noqa: E402
+from es_sched.kafka.clients import consumer  # noqa: E402
+from es_sched.serialization.codec import decode_event  # noqa: E402
 from es_sched.workers import Capacity, TaskContext, Worker  # noqa: E402
 from tests.integration.api_harness import Api, api  # noqa: E402
-from tests.integration.runtime_harness import Env, final_status, read_events, roles  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from tests.integration.runtime_harness import Env, final_status, roles  # noqa: E402
+from tests.support.kafka import partitions_of  # noqa: E402
 
 FAST = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "20"}
 JSON = dict[str, Any]
@@ -60,10 +68,43 @@ def fork_dag(name: str, task_type: str, tasks: int) -> JSON:
     }  # fmt: skip
 
 
-def tasks_per_s(env: Env, wf: str, timeout_s: float) -> float:
-    wait_until(lambda: final_status(read_events(env).get(wf, [])) != "RUNNING", timeout_s,
-               f"workflow {wf} to end")  # fmt: skip
-    events = read_events(env)[wf]
+def task_def(task_type: str) -> JSON:
+    """A response timeout of 20 s (Conductor's default: an hour), so a task whose update a
+    worker lost runs again within the round instead of holding it: conductor-python 2.x, when
+    a read on its shared httpx client fails (``[Errno 9] Bad file descriptor``), closes and
+    rebuilds that client under every other thread's request, and some of those updates were
+    never sent again (9 of a 600-task round, once in a dozen runs)."""
+    return {"name": task_type, "retryCount": 3, "responseTimeoutSeconds": 20, "timeoutSeconds": 0}
+
+
+class EventTail:
+    """The events topic read as it grows, each record decoded once. The wait for a workflow's
+    end used to re-read the whole topic (``read_events``) in a polling check: up to half a
+    core of this 2-core machine, growing round by round, taken from the kind being measured."""
+
+    def __init__(self, env: Env) -> None:
+        topic = env.topics.events
+        self.reader = consumer(env.bootstrap, None, **{"isolation.level": "read_committed"})
+        parts = partitions_of(self.reader, topic)
+        self.reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        self.by_wf: dict[str, list[Event]] = defaultdict(list)
+
+    def ended(self, wf: str, timeout_s: float) -> list[Event]:
+        deadline = time.monotonic() + timeout_s
+        while final_status(self.by_wf[wf]) == "RUNNING":
+            assert time.monotonic() < deadline, f"workflow {wf} did not end in {timeout_s} s"
+            for msg in self.reader.consume(1000, 0.2):
+                if msg.error() is None:
+                    event = decode_event(msg.value() or b"")
+                    self.by_wf[event.workflow_id].append(event)
+        return self.by_wf[wf]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def tasks_per_s(tail: EventTail, wf: str, timeout_s: float) -> float:
+    events = tail.ended(wf, timeout_s)
     if final_status(events) != "COMPLETED":
         why = [(e.type, e.payload) for e in events if e.type in ("task.failed", "workflow.ended")]
         raise AssertionError(f"{wf} ended {final_status(events)}: {why[:3]}")
@@ -180,12 +221,13 @@ def http_vs_native(
     kinds = {"native": "bench.native", "http": "bench.http", "sdk": "bench.sdk"}
     kinds = {k: t for k, t in kinds.items() if k in only or k == "native"}
     for kind, task_type in kinds.items():
-        env.push(fork_dag(f"bench_{kind}", task_type, tasks), [])
+        env.push(fork_dag(f"bench_{kind}", task_type, tasks), [task_def(task_type)])
     figures: dict[str, list[float]] = {k: [] for k in kinds}
     server_env = {"ES_SCHED_API_WORKERS": str(api_workers),
                   "ES_SCHED_API_LEAN_WORKER_ROUTES": str(lean).lower()}  # fmt: skip
     update_s: list[float] = []
     cpu_ms: dict[str, list[float]] = {k: [] for k in kinds}
+    client_ms: dict[str, list[float]] = {k: [] for k in kinds}
 
     def serving(kind: str) -> AbstractContextManager[Any]:
         if kind == "native":
@@ -199,15 +241,18 @@ def http_vs_native(
         api(env, **server_env) as server,
         ExitStack() as everyone,
     ):
+        tail = EventTail(env)
+        everyone.callback(tail.close)
         for kind in kinds if together else ():  # together: every kind serves every round
             everyone.enter_context(serving(kind))
         for _ in range(rounds):
             for kind in kinds:
                 with nullcontext() if together else serving(kind):
-                    before = tree_cpu_s(server.role.proc.pid)
+                    before, mine = tree_cpu_s(server.role.proc.pid), tree_cpu_s(os.getpid())
                     [s] = env.submit(f"bench_{kind}", [{}])
-                    figures[kind].append(tasks_per_s(env, s.workflow_id, timeout_s))
+                    figures[kind].append(tasks_per_s(tail, s.workflow_id, timeout_s))
                     cpu_ms[kind].append((tree_cpu_s(server.role.proc.pid) - before) * 1e3 / tasks)
+                    client_ms[kind].append((tree_cpu_s(os.getpid()) - mine) * 1e3 / tasks)
     ratios = {k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
               for k in kinds if k != "native"}  # fmt: skip
     got: dict[str, Any] = {
@@ -215,6 +260,7 @@ def http_vs_native(
         "native_concurrency": concurrency, "api_workers": api_workers, "sdk_threads": SDK_THREADS,
         "lean_worker_routes": lean, "together": together, "runs": figures,
         "api_cpu_ms": {k: statistics.median(v) for k, v in cpu_ms.items()},
+        "client_cpu_ms": {k: statistics.median(v) for k, v in client_ms.items()},
     }  # fmt: skip
     if update_s:  # every round's, the first's included
         cuts = statistics.quantiles(update_s, n=100)
@@ -238,6 +284,8 @@ def _summary(got: dict[str, Any]) -> str:
                      f"threads; {got['sdk_over_native']:.2f} of native)")  # fmt: skip
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in got["api_cpu_ms"].items())
     parts.append(f"API CPU ms/task: {cpu}")
+    mine = ", ".join(f"{k} {v:.2f}" for k, v in got["client_cpu_ms"].items())
+    parts.append(f"this process's and its children's (the workers') CPU ms/task: {mine}")
     routes = "lean" if got["lean_worker_routes"] else "FastAPI"
     serving = "all kinds serving together" if got["together"] else "each kind alone"
     return (f"{got['tasks']} tasks, {got['api_workers']} API worker(s), {routes} worker routes, "
