@@ -15,6 +15,7 @@ from tests.support.fake_txn import (
     FakeClients,
     FakeConsumer,
     FakeProducer,
+    abortable,
     batch,
     retriable,
     run_loop,
@@ -89,6 +90,23 @@ def test_a_fence_after_a_retried_transaction_call_is_after_trouble() -> None:
         run_loop(FakeClients(slow), batch([]), consumer=FakeConsumer([[], [fenced]]))
     assert troubled.value.after_trouble
     assert slow.names().count("commit_transaction") == 3  # committed, not aborted
+
+
+def test_a_twins_fence_seen_first_by_the_transaction_is_not_trouble() -> None:
+    """CI, stop 22: a twin decider joined; the first decider's ``send_offsets_to_transaction``
+    failed with FENCED_INSTANCE_ID (the transaction was aborted), then its consumer reported the
+    fence. The aborted transaction was the fence itself, not Kafka trouble before it: the
+    decider must stop (a twin), not rejoin and fence the twin."""
+    fenced = Message(error=KafkaError(KafkaError._FATAL, FENCED_TEXT))
+    twin = FakeProducer({"send_offsets_to_transaction": [abortable(KafkaError.FENCED_INSTANCE_ID)]})
+    with pytest.raises(InstanceFenced) as quiet:
+        run_loop(FakeClients(twin), batch([]), consumer=FakeConsumer([[], [fenced]]))
+    assert not quiet.value.after_trouble
+    assert "abort_transaction" in twin.names()  # the fence did reach the transaction first
+    other = FakeProducer({"send_offsets_to_transaction": [abortable()]})  # any other abort is
+    with pytest.raises(InstanceFenced) as troubled:
+        run_loop(FakeClients(other), batch([]), consumer=FakeConsumer([[], [fenced]]))
+    assert troubled.value.after_trouble
 
 
 def test_a_fence_after_the_consumer_logged_a_broker_connection_failure_rejoins() -> None:
