@@ -20,7 +20,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 import jwt
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from es_sched.api.errors import ApiError
@@ -111,6 +112,18 @@ class Authenticator:
             raise Unauthenticated("INVALID_TOKEN", "the token's key is revoked or unknown")
         return Principal(key.key_id, key.role)
 
+    def answers_offline(self, token: str) -> bool:
+        """Whether ``principal(token)`` would answer without reading the key store: the token
+        is invalid or expired, or its key was read less than ``key_cache_s`` ago."""
+        try:
+            claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], options=CHECKS)
+            key_id = str(claims["sub"])
+        except (jwt.PyJWTError, TypeError, ValueError, KeyError):
+            return True
+        with self._lock:
+            seen = self._seen.get(key_id)
+        return seen is not None and self._clock() - seen[0] < self._cache_s
+
     def _key(self, key_id: str) -> StoredKey | None:
         """The key as read at most ``key_cache_s`` ago; each read also records its use."""
         now = self._clock()
@@ -159,10 +172,12 @@ def require(role: str) -> Any:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
 
-    def check(request: Request, svc: Services = Depends(services)) -> Principal:  # noqa: B008
-        return admitted(request, svc, role)
+    async def check(request: Request, svc: Services = Depends(services)) -> Principal:  # noqa: B008
+        if _offline(request, svc):
+            return admitted(request, svc, role)
+        return await run_in_threadpool(admitted, request, svc, role)
 
-    dependency: Callable[..., Principal] = check
+    dependency: Callable[..., Awaitable[Principal]] = check
     return Depends(dependency)
 
 
@@ -179,11 +194,23 @@ def admitted(request: Request, svc: Services, role: str) -> Principal:
 def authenticated() -> Any:
     """A dependency admitting any caller with a valid token, whatever its role."""
 
-    def check(request: Request, svc: Services = Depends(services)) -> Principal:  # noqa: B008
-        return _caller(request, svc)
+    async def check(request: Request, svc: Services = Depends(services)) -> Principal:  # noqa: B008
+        if _offline(request, svc):
+            return _caller(request, svc)
+        return await run_in_threadpool(_caller, request, svc)
 
-    dependency: Callable[..., Principal] = check
+    dependency: Callable[..., Awaitable[Principal]] = check
     return Depends(dependency)
+
+
+def _offline(request: Request, svc: Services) -> bool:
+    """Whether deciding who calls needs no store read, so the dependency may answer on the
+    event loop (a thread-pool hop per request cost more than the check itself): auth off, or
+    a token whose key was read less than ``key_cache_s`` ago (or that fails before any read)."""
+    if svc.settings.api.auth == "off":
+        return True
+    token = token_of(request)
+    return not token or authenticator(svc).answers_offline(token)
 
 
 def _caller(request: Request, svc: Services) -> Principal:

@@ -70,7 +70,9 @@ class Services:
                 close()
 
 
-def services(request: Request) -> Services:
-    """The FastAPI dependency: ``Depends(services)``."""
+async def services(request: Request) -> Services:
+    """The FastAPI dependency: ``Depends(services)``. A coroutine, so FastAPI calls it on the
+    event loop: a plain ``def`` dependency costs every request a hop to the thread pool and
+    back (with ``require``'s, a fifth of the API's Python time on a workflow's detail)."""
     found: Services = request.app.state.services
     return found
