@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
+from starlette.concurrency import run_in_threadpool
+
 from es_sched.api.services import Services
 from es_sched.projections.postgres import queries
 
@@ -45,10 +47,26 @@ class Reflected:
         finally:
             self._lock.release()
 
+    def fresh(self) -> dict[str, dict[int, int]] | None:
+        """The value when it needs no read (younger than the ttl), else None."""
+        return self._value if time.monotonic() - self._at < self._ttl else None
 
-def reflected(svc: Services, topic: str) -> dict[int, int]:
-    """partition -> next offset the rows of ``topic``'s events reflect (a lower bound)."""
+
+def _of(svc: Services) -> Reflected:
     found = svc.extras.get(EXTRA)
     if not isinstance(found, Reflected):
         found = svc.extras.setdefault(EXTRA, Reflected(svc))
-    return dict(found.get().get(topic, {}))
+    return found
+
+
+def reflected(svc: Services, topic: str) -> dict[int, int]:
+    """partition -> next offset the rows of ``topic``'s events reflect (a lower bound)."""
+    return dict(_of(svc).get().get(topic, {}))
+
+
+async def reflected_async(svc: Services, topic: str) -> dict[int, int]:
+    """``reflected`` for a coroutine: the kept value on the event loop, a read on a thread."""
+    value = _of(svc).fresh()
+    if value is None:
+        return await run_in_threadpool(reflected, svc, topic)
+    return dict(value.get(topic, {}))

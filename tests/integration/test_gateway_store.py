@@ -16,6 +16,7 @@ import pytest
 
 from es_sched.api.gateway.store import GatewayStore
 from es_sched.serialization import wire
+from tests.support.pg import terminate_backends
 from tests.support.settings import settings_with, unique_name
 
 
@@ -64,14 +65,8 @@ def test_an_update_on_a_connection_the_server_dropped_runs_again_on_a_new_one(
     store.handed("gw", "w1", [_task(1), _task(2)])
     held = _backends(store)
     assert held, "the store keeps its connection between statements"
-    with psycopg.connect(store._hot._dsn, autocommit=True) as admin:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [list(held)]
-        )
-        alive = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [list(held)]
-        ).fetchone()
-    assert alive == (0,), "the fault fired: the store's backends are gone"
+    alive = terminate_backends(store._hot._dsn, held)
+    assert alive == 0, "the fault fired: the store's backends are gone"
     lease, outcome = store.end("t1", "wf1", "w1", "COMPLETED")
     assert lease is not None and outcome == "COMPLETED"
     assert _backends(store).isdisjoint(held)  # it ran on a new connection

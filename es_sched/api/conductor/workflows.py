@@ -22,17 +22,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 
 from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.conductor.query import QueryError, parse_query, parse_sort
 from es_sched.api.errors import ApiError
-from es_sched.api.reflected import reflected
+from es_sched.api.reflected import reflected, reflected_async
 from es_sched.api.services import Services, services
 from es_sched.commands.client import Submitted
 from es_sched.commands.prepare import UnknownDefinition
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
+from es_sched.projections.postgres.aio import AsyncReads
 from es_sched.projections.views import Row
 
 router = APIRouter(prefix="/api", tags=["workflow"])
@@ -47,6 +49,7 @@ TEXT: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/plain": {"schema": {"type": "string"}}}}
 }
 SVC = Depends(services)
+READS = "api.reads"
 OPERATOR = require("operator")
 VIEWER = require("viewer")
 
@@ -54,7 +57,25 @@ VIEWER = require("viewer")
 def reflects(svc: Services) -> str:
     """The events offsets the PostgreSQL rows reflect, as ``partition:offset,...``."""
     offsets = reflected(svc, topics_for(svc.settings).events)  # a lower bound, cached briefly
+    return _header(offsets)
+
+
+async def reflects_async(svc: Services) -> str:
+    return _header(await reflected_async(svc, topics_for(svc.settings).events))
+
+
+def _header(offsets: dict[int, int]) -> str:
     return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
+
+
+def reads(svc: Services) -> AsyncReads:
+    """This process's reads on asyncio (ADR 37), made on first use."""
+    found = svc.extras.get(READS)
+    if not isinstance(found, AsyncReads):
+        made = AsyncReads(svc.settings.postgres.libpq_dsn, svc.pg.get().schema,
+                          svc.settings.api.pg_pool_size)  # fmt: skip
+        found = svc.extras.setdefault(READS, made)
+    return found
 
 
 def _accepted(svc: Services, sent: Submitted, response: Response) -> None:
@@ -259,17 +280,18 @@ def _absent(svc: Services, workflow_id: str) -> ApiError:
 
 
 @router.get("/workflow/{workflowId}", response_model=models.Workflow)
-def get_workflow(
+async def get_workflow(
     workflowId: str,
     response: Response,
     includeTasks: bool = True,
     svc: Services = SVC,
     _who: Principal = VIEWER,
 ) -> models.Workflow:
-    offsets = reflects(svc)  # read first: the rows then reflect at least these offsets
-    row, tasks = queries.workflow(svc.engine, workflowId)
+    """On the event loop (ADR 37): the most requested read answers without a thread."""
+    offsets = await reflects_async(svc)  # read first: the rows then reflect at least these
+    row, tasks = await reads(svc).workflow(workflowId)
     if row is None:
-        raise _absent(svc, workflowId)
+        raise await run_in_threadpool(_absent, svc, workflowId)
     response.headers[REFLECTS] = offsets
     return models.workflow(row, tasks, includeTasks)
 

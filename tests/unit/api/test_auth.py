@@ -124,6 +124,27 @@ def test_keys_are_read_once_per_cache_period() -> None:
     assert keys.reads == before + 1
 
 
+def test_a_check_answers_offline_exactly_when_it_would_not_read_the_keys() -> None:
+    """The dependency answers on the event loop when ``answers_offline``; otherwise on a
+    thread, because ``principal`` will read the key store."""
+    keys, clock = MemoryKeys(), Clock()
+    auth = authenticator(keys, clock, cache_s=5)
+    key_id, secret = key(keys, "viewer", clock)
+    token = auth.issue(key_id, secret)
+    assert not auth.answers_offline(token)  # never read: principal() reads the store
+    before = keys.reads
+    auth.principal(token)
+    assert keys.reads == before + 1 and auth.answers_offline(token)
+    auth.principal(token)
+    assert keys.reads == before + 1  # offline, as it said
+    clock.now += 5
+    assert not auth.answers_offline(token)  # the cached read is too old
+    assert auth.answers_offline("not-a-jwt")  # refused before any read
+    with pytest.raises(Unauthenticated):
+        auth.principal("not-a-jwt")
+    assert keys.reads == before + 1
+
+
 def test_without_a_configured_secret_each_process_has_its_own() -> None:
     keys, clock = MemoryKeys(), Clock()
     one, other = authenticator(keys, clock, ""), authenticator(keys, clock, "")

@@ -1,0 +1,113 @@
+"""The API's reads on asyncio against a real PostgreSQL (ADR 37).
+
+``AsyncReads.workflow`` must answer exactly what ``queries.workflow`` answers (the rows the
+Conductor detail and the console are built from): same keys, same values, same task order.
+The fault: ``pg_terminate_backend`` on every connection it keeps; what proves it fired is that
+those backends are gone from ``pg_stat_activity``, and the next read ran on another backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from sqlalchemy import insert
+
+from es_sched.projections.postgres import queries
+from es_sched.projections.postgres.aio import AsyncReads
+from es_sched.projections.postgres.models import TASKS, WORKFLOWS
+from es_sched.projections.postgres.store import PgStore
+from tests.support.pg import terminate_backends
+from tests.support.settings import settings_with, unique_name
+
+T0 = datetime(2026, 12, 2, 19, 0, tzinfo=UTC)
+
+
+DSN = settings_with({}).postgres.libpq_dsn
+
+
+@pytest.fixture
+def store() -> Iterator[PgStore]:
+    found = PgStore(settings_with({"ES_SCHED_PG_SCHEMA_NAME": unique_name()}))
+    found.ensure()
+    yield found
+    found.engine.dispose()
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{found.schema}" CASCADE')
+
+
+def _task(n: int) -> dict[str, object]:
+    return {
+        "task_id": f"t{n}", "workflow_id": "wf1", "ref": f"r{n}", "name": "transcode",
+        "task_type": "transcode", "attempt": 1 + (n == 1), "iteration": 0,
+        "status": "COMPLETED" if n else "FAILED", "worker_id": f"w{n}" if n else None,
+        "lease_epoch": n, "reason": "" if n else "boom", "resources": {"cpu": 1},
+        "input": {"height": 720 + n}, "output": {"ok": n} if n else {},
+        "progress": 0.25 * n, "scheduled_at": T0 + timedelta(seconds=3 - n),
+        "started_at": T0 if n else None, "ended_at": T0 + timedelta(seconds=n),
+        "retried": n == 0, "version": 10 - n,
+    }  # fmt: skip
+
+
+def _seed(store: PgStore) -> None:
+    workflow = {
+        "workflow_id": "wf1", "name": "media", "def_version": 3, "tenant": None,
+        "priority": 2, "status": "RUNNING", "ending": None, "reason": "",
+        "correlation_id": "c-1", "parent_workflow_id": None,
+        "input": {"src": "s3://in/a.mp4", "n": [1, 2.5, None, True], "deep": {"é": "ü"}},
+        "output": {}, "created_at": T0, "updated_at": T0 + timedelta(seconds=3),
+        "ended_at": None, "version": 7,
+    }  # fmt: skip
+    tasks = [_task(n) for n in range(3)]
+    tasks.append({**tasks[0], "task_id": "t9", "version": 1})  # a tie in scheduled_at
+    with store.engine.begin() as conn:
+        conn.execute(insert(WORKFLOWS), [workflow])
+        conn.execute(insert(TASKS), tasks)
+
+
+def _backends(reads: AsyncReads) -> set[int]:
+    return {conn.info.backend_pid for conn in reads._idle}
+
+
+def test_a_workflow_reads_as_the_sqlalchemy_query_reads_it(store: PgStore) -> None:
+    _seed(store)
+    reads = AsyncReads(DSN, store.schema, 4)
+    try:
+        row, tasks = asyncio.run(reads.workflow("wf1"))
+        expected_row, expected_tasks = queries.workflow(store.engine, "wf1")
+        assert row == expected_row and row is not None and row["input"]["deep"] == {"é": "ü"}
+        assert tasks == expected_tasks and [t["task_id"] for t in tasks] == ["t2", "t1", "t9", "t0"]
+        assert asyncio.run(reads.workflow("nope")) == queries.workflow(store.engine, "nope")
+        assert asyncio.run(reads.workflow("nope")) == (None, [])
+    finally:
+        reads.close()
+
+
+def test_a_read_on_a_connection_the_server_dropped_runs_again_on_a_new_one(
+    store: PgStore,
+) -> None:
+    _seed(store)
+    reads = AsyncReads(DSN, store.schema, 4)
+
+    async def scenario() -> None:
+        await reads.workflow("wf1")
+        held = _backends(reads)
+        assert held, "the reads keep their connection between requests"
+        alive = terminate_backends(DSN, held)
+        assert alive == 0, "the fault fired: the kept backends are gone"
+        row, tasks = await reads.workflow("wf1")
+        assert _backends(reads) and _backends(reads).isdisjoint(held)  # a new connection
+        # Invariant: the read after the fault is the read model, whole.
+        assert (row, tasks) == queries.workflow(store.engine, "wf1") and len(tasks) == 4
+
+    try:
+        asyncio.run(scenario())
+        # Kept connections belong to their loop: a read on another loop opens its own.
+        before = _backends(reads)
+        assert asyncio.run(reads.workflow("wf1"))[0] is not None
+        assert _backends(reads).isdisjoint(before)
+    finally:
+        reads.close()
