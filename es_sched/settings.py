@@ -281,6 +281,11 @@ class ApiSettings(BaseSettings):
     # (a profile at 20 clients showed one per request). 2 cores gain nothing past ~16 queries.
     pg_pool_size: int = Field(default=16, ge=1, le=200)
     pg_max_overflow: int = Field(default=0, ge=0, le=200)
+    # Reads on the event loop (ADR 37) at once per API process, each on a kept connection. One
+    # loop keeps few busy (a read is ~1 ms of the server's); the connections count against
+    # PostgreSQL's max_connections with the pool above and the gateway's: 16 each on 2
+    # processes exhausted the default 100 (503 "too many clients" on search, list and polls).
+    pg_async_pool_size: int = Field(default=4, ge=1, le=200)
     # How long an API process reuses the offsets its rows reflect (``X-Es-Sched-Reflects``):
     # read before the rows, an older value is still a lower bound of what they reflect.
     reflects_cache_s: float = Field(default=0.5, ge=0, le=10)

@@ -64,6 +64,11 @@ def reflected(svc: Services, topic: str) -> dict[int, int]:
     return dict(_of(svc).get().get(topic, {}))
 
 
+def reflected_is_fresh(svc: Services) -> bool:
+    """Whether ``reflected`` would answer without reading PostgreSQL."""
+    return _of(svc).fresh() is not None
+
+
 async def reflected_async(svc: Services, topic: str) -> dict[int, int]:
     """``reflected`` for a coroutine: the kept value on the event loop, a read on a thread."""
     value = _of(svc).fresh()

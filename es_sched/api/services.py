@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from es_sched.commands.client import CommandClient
+    from es_sched.projections.postgres.aio import AsyncReads
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
 
@@ -60,6 +61,19 @@ class Services:
     def engine(self) -> Engine:
         """The read model's engine (the live schema's ``search_path``)."""
         return self.pg.get().engine
+
+    @property
+    def reads(self) -> AsyncReads:
+        """The read model's reads on asyncio (ADR 37), made on first use."""
+        found = self.extras.get("reads")
+        if found is None:
+            from es_sched.projections.postgres.aio import AsyncReads  # noqa: PLC0415
+
+            made = AsyncReads(self.settings.postgres.libpq_dsn, self.pg.get().schema,
+                              self.settings.api.pg_async_pool_size)  # fmt: skip
+            found = self.extras.setdefault("reads", made)
+        reads: AsyncReads = found
+        return reads
 
     def close(self) -> None:
         if self.commands.built:

@@ -34,7 +34,6 @@ from es_sched.commands.client import Submitted
 from es_sched.commands.prepare import UnknownDefinition
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
-from es_sched.projections.postgres.aio import AsyncReads
 from es_sched.projections.views import Row
 
 router = APIRouter(prefix="/api", tags=["workflow"])
@@ -49,7 +48,6 @@ TEXT: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/plain": {"schema": {"type": "string"}}}}
 }
 SVC = Depends(services)
-READS = "api.reads"
 OPERATOR = require("operator")
 VIEWER = require("viewer")
 
@@ -66,16 +64,6 @@ async def reflects_async(svc: Services) -> str:
 
 def _header(offsets: dict[int, int]) -> str:
     return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
-
-
-def reads(svc: Services) -> AsyncReads:
-    """This process's reads on asyncio (ADR 37), made on first use."""
-    found = svc.extras.get(READS)
-    if not isinstance(found, AsyncReads):
-        made = AsyncReads(svc.settings.postgres.libpq_dsn, svc.pg.get().schema,
-                          svc.settings.api.pg_pool_size)  # fmt: skip
-        found = svc.extras.setdefault(READS, made)
-    return found
 
 
 def _accepted(svc: Services, sent: Submitted, response: Response) -> None:
@@ -141,7 +129,7 @@ def start_workflow(
 
 # -- searching (before /workflow/{id}, which would take "search" for an id) ------------------
 @router.get("/workflow/search", response_model=models.SearchResultWorkflowSummary)
-def search(
+async def search(
     response: Response,
     start: Annotated[int, Query(ge=0)] = 0,
     size: Annotated[int, Query(ge=0, le=1000)] = 100,
@@ -156,20 +144,25 @@ def search(
         order = parse_sort(sort)
     except QueryError as exc:
         raise ApiError(400, str(exc)) from None
+    """On the event loop (ADR 37); free text asks the search store on a thread."""
     text = freeText.strip()
     if text and text != "*":
-        hits = svc.search.get().search_text(text, limit=FREE_TEXT_LIMIT)
+        hits = await run_in_threadpool(_search_text, svc, text)
         found = tuple(dict.fromkeys(str(h["workflow_id"]) for h in hits))
         ids = found if f.ids is None else tuple(i for i in f.ids if i in found)
         f = replace(f, ids=ids)
-    response.headers[REFLECTS] = reflects(svc)
+    response.headers[REFLECTS] = await reflects_async(svc)
     cap = svc.settings.api.count_max
-    total, capped, rows = queries.search_page(svc.engine, f, start, size, order, cap)
+    total, capped, rows = await svc.reads.search_page(f, start, size, order, cap)
     if capped:  # totalHits is then a lower bound: at least this many match
         response.headers[TOTAL_CAPPED] = str(total)
     return models.SearchResultWorkflowSummary(
         totalHits=total, results=[models.summary(r) for r in rows]
     )
+
+
+def _search_text(svc: Services, text: str) -> list[Row]:
+    return svc.search.get().search_text(text, limit=FREE_TEXT_LIMIT)
 
 
 # -- bulk (before /workflow/{id}/..., which would take "bulk" for an id) ---------------------
@@ -289,7 +282,7 @@ async def get_workflow(
 ) -> models.Workflow:
     """On the event loop (ADR 37): the most requested read answers without a thread."""
     offsets = await reflects_async(svc)  # read first: the rows then reflect at least these
-    row, tasks = await reads(svc).workflow(workflowId)
+    row, tasks = await svc.reads.workflow(workflowId)
     if row is None:
         raise await run_in_threadpool(_absent, svc, workflowId)
     response.headers[REFLECTS] = offsets

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
+from starlette.concurrency import run_in_threadpool
 
-from es_sched.api.reflected import reflected
+from es_sched.api.reflected import reflected, reflected_is_fresh
 from es_sched.api.services import Services
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
@@ -76,6 +77,11 @@ class LogEnds:
         finally:
             self._lock.release()
 
+    @property
+    def fresh(self) -> bool:
+        """Whether ``get`` would answer without reading the broker."""
+        return time.monotonic() - self._at < self._ttl
+
     def close(self) -> None:
         self._close()
 
@@ -101,3 +107,12 @@ def freshness(svc: Services) -> Freshness:
     reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
     ends = _log_ends(svc).get()
     return Freshness(topic, reflects, ends, lag_of(reflects, ends) if ends else 0)
+
+
+async def freshness_async(svc: Services) -> Freshness:
+    """``freshness`` for a coroutine: on the event loop when both caches are fresh, else on a
+    thread (a broker or PostgreSQL read)."""
+    ends = svc.extras.get(EXTRA)
+    if isinstance(ends, LogEnds) and ends.fresh and reflected_is_fresh(svc):
+        return freshness(svc)
+    return await run_in_threadpool(freshness, svc)

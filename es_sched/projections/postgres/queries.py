@@ -296,6 +296,20 @@ def _ordered(
     return query.order_by(*order, c.workflow_id.asc()).offset(start).limit(size)
 
 
+def search_statements(
+    f: WorkflowFilter, start: int, size: int, sort: Sequence[tuple[str, bool]], cap: int
+) -> tuple[Select[Any], Select[Any]]:
+    """``search_page``'s two statements: its capped count and its page (ADR 37 runs them on
+    asyncio too)."""
+    count = select(_capped_count(f, start + cap))
+    return count, _ordered(apply_filter(select(WORKFLOWS), f), sort, start, size)
+
+
+def capped(total: int, start: int, cap: int) -> tuple[int, bool]:
+    """A count made by ``_capped_count``: (at most ``start + cap``, whether it stopped there)."""
+    return min(total, start + cap), total > start + cap
+
+
 def search_page(
     engine: Engine, f: WorkflowFilter, start: int, size: int,
     sort: Sequence[tuple[str, bool]], cap: int,
@@ -303,12 +317,32 @@ def search_page(
     """``search_workflows`` with a bounded total: (total, capped, rows). The total counts at
     most ``start + cap`` rows (an exact count scans every match: 58k rows for one status at
     100k workflows); ``capped`` says there are more. Count and page share one snapshot."""
-    limit = start + cap
+    count, page = search_statements(f, start, size, sort, cap)
     with snapshot(engine, "search") as conn:
-        total = int(conn.execute(select(_capped_count(f, limit))).scalar_one())
-        rows = [dict(r) for r in conn.execute(_ordered(apply_filter(select(WORKFLOWS), f), sort,
-                                                       start, size)).mappings()]  # fmt: skip
-    return min(total, limit), total > limit, rows
+        total = int(conn.execute(count).scalar_one())
+        rows = [dict(r) for r in conn.execute(page).mappings()]
+    return *capped(total, start, cap), rows
+
+
+def console_statements(
+    f: WorkflowFilter, statuses: Sequence[str], start: int, size: int, cap: int
+) -> tuple[Select[Any], Select[Any]]:
+    """``console_page``'s two statements: one row of a capped count per status in
+    ``statuses`` (over ``f`` without its statuses), and the page of ``f``'s rows."""
+    others = replace(f, statuses=())
+    limit = start + cap
+    counted = select(*(_capped_count(replace(others, statuses=(s,)), limit) for s in statuses))
+    page = _ordered(apply_filter(select(WORKFLOWS), f), (("created_at", True),), start, size)
+    return counted, page
+
+
+def console_counts(
+    statuses: Sequence[str], found: Sequence[int], start: int, cap: int
+) -> tuple[dict[str, int], frozenset[str]]:
+    """The counts per status a ``console_statements`` count row holds, and the statuses whose
+    count stopped at ``start + cap``."""
+    seen = {s: capped(int(n), start, cap) for s, n in zip(statuses, found, strict=True) if n}
+    return {s: n for s, (n, _) in seen.items()}, frozenset(s for s, (_, c) in seen.items() if c)
 
 
 def console_page(
@@ -319,14 +353,8 @@ def console_page(
     its statuses, each counted to at most ``start + cap``: one index range per status, not a
     scan of the table), the statuses whose count stopped there, and one page of ``f``'s rows,
     newest first; all in one snapshot, so the counts and the page agree."""
-    limit = start + cap
-    others = replace(f, statuses=())
-    counted = select(*(_capped_count(replace(others, statuses=(s,)), limit) for s in statuses))
-    page = apply_filter(select(WORKFLOWS), f)
+    counted, page = console_statements(f, statuses, start, size, cap)
     with snapshot(engine, "count") as conn:
         found = conn.execute(counted).one() if statuses else ()
-        rows = [dict(r) for r in conn.execute(_ordered(page, (("created_at", True),), start,
-                                                       size)).mappings()]  # fmt: skip
-    counts = {s: min(int(n), limit) for s, n in zip(statuses, found, strict=True) if n}
-    capped = frozenset(s for s, n in zip(statuses, found, strict=True) if n > limit)
-    return counts, capped, rows
+        rows = [dict(r) for r in conn.execute(page).mappings()]
+    return *console_counts(statuses, found, start, cap), rows

@@ -127,7 +127,15 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
     class Pg:
         engine = None
 
+    class Reads:  # the reads on the event loop (ADR 37), over the same fakes
+        async def console_page(self, f: Any, statuses: Any, start: int, size: int, cap: int) -> Any:
+            return console_page(None, f, statuses, start, size, cap)
+
+        async def workflow(self, wid: str) -> Any:
+            return workflow(None, wid)
+
     svc = Services(settings, Lazy(Pg), Lazy(Search), Lazy(lambda: commands))  # type: ignore[arg-type, return-value]
+    svc.extras["reads"] = Reads()
     svc.extras[freshness.EXTRA] = freshness.LogEnds(lambda: {0: 5, 1: 30}, 60, lambda: None)
     return Fakes(TestClient(create_app(svc)), commands, asked)
 
