@@ -139,12 +139,12 @@ async def search(
     svc: Services = SVC,
     _who: Principal = VIEWER,
 ) -> models.SearchResultWorkflowSummary:
+    # On the event loop (ADR 37); free text asks the search store on a thread.
     try:
         f = parse_query(query)
         order = parse_sort(sort)
     except QueryError as exc:
         raise ApiError(400, str(exc)) from None
-    """On the event loop (ADR 37); free text asks the search store on a thread."""
     text = freeText.strip()
     if text and text != "*":
         hits = await run_in_threadpool(_search_text, svc, text)
@@ -280,7 +280,7 @@ async def get_workflow(
     svc: Services = SVC,
     _who: Principal = VIEWER,
 ) -> models.Workflow:
-    """On the event loop (ADR 37): the most requested read answers without a thread."""
+    # On the event loop (ADR 37): the most requested read answers without a thread.
     offsets = await reflects_async(svc)  # read first: the rows then reflect at least these
     row, tasks = await svc.reads.workflow(workflowId)
     if row is None:
