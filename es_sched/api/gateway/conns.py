@@ -66,8 +66,9 @@ class Connections:
             try:
                 found = run(conn)
             except psycopg.OperationalError as exc:
+                dropped = conn.broken  # read first: broken is False once closed by us
                 conn.close()
-                if attempt == 2 or not conn.broken:
+                if attempt == 2 or not dropped:
                     raise StoreUnavailable(f"PostgreSQL gateway: {exc}") from exc
                 continue
             except BaseException:

@@ -161,8 +161,9 @@ class AsyncReads:
             try:
                 found = await run(conn)
             except psycopg.OperationalError as exc:
+                dropped = conn.broken  # read first: broken is False once closed by us
                 await conn.close()
-                if attempt == 2 or not conn.broken:
+                if attempt == 2 or not dropped:
                     raise StoreUnavailable(f"PostgreSQL read: {exc}") from exc
                 continue
             except BaseException:
