@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 from sqlalchemy import insert
 
-from es_sched.projections.postgres import queries
+from es_sched.projections.postgres import pages, queries
 from es_sched.projections.postgres.aio import AsyncReads
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.queries import WorkflowFilter
@@ -159,13 +160,22 @@ def test_search_and_the_console_read_as_the_sqlalchemy_queries_read(
             (0, 3, (("updated_at", False),), 4),  # the total stops counting at start + cap
         ]:
             got = asyncio.run(reads.search_page(f, start, size, sort, cap))
-            assert got == queries.search_page(store.engine, f, start, size, sort, cap)
+            assert got == pages.search_page(store.engine, f, start, size, sort, cap)
+            # Both ran ``pages``' bound statements: hold them to the filter written with its
+            # values (``apply_filter``), counted exactly, too.
+            total, rows = queries.search_workflows(store.engine, f, start, size, sort)
+            assert got == (min(total, start + cap), total > start + cap, rows)
         for start, size, cap in [(0, 50, 1000), (1, 4, 3)]:
             got_page = asyncio.run(reads.console_page(f, STATUSES, start, size, cap))
-            expected = queries.console_page(store.engine, f, STATUSES, start, size, cap)
+            expected = pages.console_page(store.engine, f, STATUSES, start, size, cap)
             assert got_page == expected
+            exact = queries.status_counts(store.engine, replace(f, statuses=()))
+            assert got_page[0] == {s: min(n, start + cap) for s, n in exact.items()}
+            newest = queries.newest_workflows(store.engine, f, start, size)
+            listed = [c.name for c in pages.LISTED]
+            assert got_page[2] == [{k: r[k] for k in listed} for r in newest]
             assert asyncio.run(reads.console_page(f, (), start, size, cap)) == (
-                queries.console_page(store.engine, f, (), start, size, cap)
+                pages.console_page(store.engine, f, (), start, size, cap)
             )
     finally:
         reads.close()
@@ -174,6 +184,6 @@ def test_search_and_the_console_read_as_the_sqlalchemy_queries_read(
 def test_the_filters_select_different_rows(store: PgStore) -> None:
     """The comparison above is not between two empty answers."""
     _many(store)
-    totals = [queries.search_page(store.engine, f, 0, 100, (), 1000)[0] for f in FILTERS]
+    totals = [pages.search_page(store.engine, f, 0, 100, (), 1000)[0] for f in FILTERS]
     # n in 0..29: status n % 4; name n % 3, version and tenant n % 2; created n // 2 min
     assert totals == [30, 15, 10, 3, 0, 3, 20, 5]

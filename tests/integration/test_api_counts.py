@@ -15,7 +15,7 @@ from sqlalchemy import insert
 
 from es_sched import bootstrap
 from es_sched.api.app import create_app
-from es_sched.projections.postgres import queries
+from es_sched.projections.postgres import pages, queries
 from es_sched.projections.postgres.models import WORKFLOWS
 from es_sched.projections.postgres.store import PgStore
 from es_sched.settings import ApiSettings
@@ -54,10 +54,10 @@ def test_search_counts_to_the_cap_then_says_so_and_is_exact_below(env: Env) -> N
     engine = PgStore(env.settings).engine
     completed = queries.WorkflowFilter(statuses=("COMPLETED",))
     newest = (("created_at", True),)
-    assert queries.search_page(engine, completed, 0, 2, newest, cap=5)[:2] == (5, True)
-    assert queries.search_page(engine, completed, 0, 2, newest, cap=7)[:2] == (7, False)
+    assert pages.search_page(engine, completed, 0, 2, newest, cap=5)[:2] == (5, True)
+    assert pages.search_page(engine, completed, 0, 2, newest, cap=7)[:2] == (7, False)
     # Past the start: the count goes cap rows further, so paging on always knows there is more.
-    total, capped, rows = queries.search_page(engine, completed, 4, 2, newest, cap=2)
+    total, capped, rows = pages.search_page(engine, completed, 4, 2, newest, cap=2)
     assert (total, capped, [r["workflow_id"] for r in rows]) == (6, True, ["wf-002", "wf-001"])
     engine.dispose()
 
@@ -66,7 +66,7 @@ def test_the_console_counts_each_status_to_the_cap_beside_its_page(env: Env) -> 
     engine = PgStore(env.settings).engine
     failed = queries.WorkflowFilter(statuses=("FAILED",))
     order = ("RUNNING", "COMPLETED", "FAILED", "PAUSED")
-    counts, capped, rows = queries.console_page(engine, failed, order, 0, 10, cap=3)
+    counts, capped, rows = pages.console_page(engine, failed, order, 0, 10, cap=3)
     assert counts == {"RUNNING": 1, "COMPLETED": 3, "FAILED": 3}
     assert capped == {"COMPLETED"}  # 7 rows: "3+"; FAILED has exactly 3
     assert [r["workflow_id"] for r in rows] == ["wf-009", "wf-008", "wf-007"]

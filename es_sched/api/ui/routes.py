@@ -2,7 +2,7 @@
 workflow's page lives in ``es_sched.api.ui.workflow`` (included here).
 
 The list is two PostgreSQL reads in one snapshot whatever the table's size
-(``queries.console_page``'s statements, run on the event loop in one round trip: ADR 37):
+(``pages.console_page``'s statements, run on the event loop in one round trip: ADR 37):
 the counts per status (over the filter without its statuses, so each count is a link that
 narrows; the total is their sum), each counted to at most ``ES_SCHED_API_CONSOLE_COUNT_MAX``
 rows past the page's start and shown "N+" beyond (an exact count scanned the whole table: 513

@@ -7,10 +7,13 @@ more round trips and SQLAlchemy's execution context and result wrapping: at 50 c
 process answered 124 to 238 requests/s at 7 to 4 ms of CPU each. Here the same two statements
 (compiled once from ``queries``' SQLAlchemy selects, so the SQL lives in one place) run in one
 psycopg pipeline (one round trip) on a kept autocommit ``AsyncConnection``, in the event loop.
-Search and the console's list run ``queries``' statements for them (built per request from
-the filter, compiled here) in one pipeline too, inside ``BEGIN ISOLATION LEVEL REPEATABLE READ
-READ ONLY`` ... ``COMMIT``: the count and the page see the same rows, as in ``queries.snapshot``.
-``tests/integration/test_aio_reads.py`` holds every answer equal to ``queries``'.
+Search and the console's list run ``pages``' statements for them (built and compiled once per
+shape of filter, each request binding its values) in one pipeline too, inside ``BEGIN
+ISOLATION LEVEL REPEATABLE READ READ ONLY`` ... ``COMMIT``: the count and the page see the same
+rows, as in ``pages.snapshot``. Sessions run in UTC: timestamps decode to ``timezone.utc``
+(``ZoneInfo('Etc/UTC')``, the server's default here, cost each of them a lookup when read and
+formatted).
+``tests/integration/test_aio_reads.py`` holds every answer equal to ``queries``' and ``pages``'.
 
 No pre-ping: a connection found dead (the server restarted, the network dropped it) fails with
 ``OperationalError``; it is closed and the read runs once more on a new connection (a read is
@@ -27,16 +30,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
-from es_sched.projections.postgres import queries
+from es_sched.projections.postgres import pages
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.queries import WorkflowFilter
 from es_sched.projections.store import StoreUnavailable
@@ -54,29 +58,27 @@ def _sql(statement: Any) -> str:
     return str(statement.compile(dialect=DIALECT))
 
 
-COMPILED: dict[Any, Any] = {}  # statement shape (SQLAlchemy's cache key) -> its compiled form
+COMPILED: dict[Any, Any] = {}  # (statement shape, which statement) -> its compiled form
 COMPILED_MAX = 512
 
 
-def _compiled(statement: Select[Any]) -> tuple[str, dict[str, Any]]:
-    """A statement built per request, as SQL and parameters (its filter's IN lists expanded).
+def _compiled(found: pages.Statements) -> list[tuple[str, dict[str, Any]]]:
+    """Each statement of ``found`` as SQL and parameters (their IN lists expanded).
 
-    Compiling took 0.61 ms a statement (a fifth of a search's CPU); statements of one shape
-    (the same conditions and order, whatever their values or IN lists' lengths) share a
-    cache key, so each shape is compiled once and each request only fills in its values, as
-    SQLAlchemy's own engine does (0.07 ms). ``test_aio_reads`` holds the answers equal to the
-    SQLAlchemy queries' over filters of every kind."""
-    key = statement._generate_cache_key()
-    if key is None:  # pragma: no cover - every select of ``queries`` has one
-        raise TypeError("a statement without a cache key cannot be compiled once")
-    done = COMPILED.get(key.key)
-    if done is None:
-        if len(COMPILED) >= COMPILED_MAX:
-            COMPILED.clear()
-        done = COMPILED[key.key] = DIALECT.statement_compiler(DIALECT, statement, cache_key=key)
-    params = done.construct_params(extracted_parameters=key.bindparams, escape_names=False)
-    expanded = done.construct_expanded_state(params, escape_names=False)
-    return str(expanded.statement), dict(expanded.parameters)
+    Compiling took 0.61 ms a statement (a fifth of a search's CPU); each shape is compiled
+    once and each request only fills in its values, as SQLAlchemy's own engine does.
+    ``test_aio_reads`` holds the answers equal to the SQLAlchemy queries' over filters of
+    every kind."""
+    out = []
+    for n, statement in enumerate(found.statements):
+        done = COMPILED.get((found.shape, n))
+        if done is None:
+            if len(COMPILED) >= COMPILED_MAX:
+                COMPILED.clear()
+            done = COMPILED[found.shape, n] = DIALECT.statement_compiler(DIALECT, statement)
+        expanded = done.construct_expanded_state(found.params, escape_names=False)
+        out.append((str(expanded.statement), dict(expanded.parameters)))
+    return out
 
 
 # The statements of ``queries.workflow``, with its order (attempts in schedule order).
@@ -111,25 +113,25 @@ class AsyncReads:
         self, f: WorkflowFilter, start: int, size: int, sort: Sequence[tuple[str, bool]],
         cap: int,
     ) -> tuple[int, bool, list[Row]]:  # fmt: skip
-        """``queries.search_page``: its statements, in one snapshot, in one round trip."""
-        count, page = await self._snapshot(queries.search_statements(f, start, size, sort, cap))
-        return *queries.capped(int(next(iter(count[0].values()))), start, cap), page
+        """``pages.search_page``: its statements, in one snapshot, in one round trip."""
+        count, page = await self._snapshot(pages.search_statements(f, start, size, sort, cap))
+        return *pages.capped(int(next(iter(count[0].values()))), start, cap), page
 
     async def console_page(
         self, f: WorkflowFilter, statuses: Sequence[str], start: int, size: int, cap: int
     ) -> tuple[dict[str, int], frozenset[str], list[Row]]:
-        """``queries.console_page``: its statements, in one snapshot, in one round trip."""
-        counted, page = queries.console_statements(f, statuses, start, size, cap)
-        if not statuses:
-            (rows,) = await self._snapshot((page,))
+        """``pages.console_page``: its statements, in one snapshot, in one round trip."""
+        found = pages.console_statements(f, statuses, start, size, cap)
+        if not statuses:  # the page alone
+            (rows,) = await self._snapshot(replace(found, statements=found.statements[1:]))
             return {}, frozenset(), rows
-        found, rows = await self._snapshot((counted, page))
-        return *queries.console_counts(statuses, list(found[0].values()), start, cap), rows
+        counts, rows = await self._snapshot(found)
+        return *pages.console_counts(statuses, list(counts[0].values()), start, cap), rows
 
-    async def _snapshot(self, statements: Sequence[Select[Any]]) -> list[list[Row]]:
+    async def _snapshot(self, found: pages.Statements) -> list[list[Row]]:
         """Each statement's rows, all in one REPEATABLE READ, read-only transaction (the same
         rows for every statement), sent in one pipeline."""
-        compiled = [_compiled(statement) for statement in statements]
+        compiled = _compiled(found)
 
         async def run(conn: Conn) -> list[list[Row]]:
             async with conn.pipeline():
@@ -179,7 +181,8 @@ class AsyncReads:
         try:
             conn = await psycopg.AsyncConnection.connect(
                 self._dsn, autocommit=True, row_factory=dict_row,
-                connect_timeout=CONNECT_TIMEOUT_S, options=f"-c search_path={self._schema}",
+                connect_timeout=CONNECT_TIMEOUT_S,
+                options=f"-c search_path={self._schema} -c TimeZone=UTC",
             )  # fmt: skip
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"PostgreSQL read: {exc}") from exc

@@ -8,13 +8,20 @@ text index over inputs and outputs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, ScalarSelect, Select, func, literal_column, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Engine,
+    Select,
+    bindparam,
+    func,
+    select,
+)
 
 from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, REJECTIONS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
@@ -63,30 +70,70 @@ class WorkflowFilter:
     updated_to: datetime | None = None
 
 
-def apply_filter(query: Select[Any], f: WorkflowFilter) -> Select[Any]:
-    c = WORKFLOWS.c
-    for column, values in (
-        (c.name, f.names),
-        (c.def_version, f.versions),
-        (c.status, f.statuses),
-        (c.tenant, f.tenants),
-        (c.correlation_id, f.correlation_ids),
-    ):
-        if values:
-            query = query.where(column.in_(values))
-    if f.ids is not None:
-        query = query.where(c.workflow_id.in_(f.ids))
-    if f.parent_workflow_id is not None:
-        query = query.where(c.parent_workflow_id == f.parent_workflow_id)
-    for column, low, high in (
-        (c.created_at, f.created_from, f.created_to),
-        (c.updated_at, f.updated_from, f.updated_to),
-    ):
-        if low is not None:
-            query = query.where(column >= low)
-        if high is not None:
-            query = query.where(column < high)
+# Each condition a filter can set, on a bind parameter named after its field: ``apply_filter``
+# writes them with the filter's values; ``pages`` writes a shape of them once and binds each
+# request's values (``filter_params``), so the rule for a field lives here alone.
+_C = WORKFLOWS.c
+CONDITIONS: dict[str, Callable[[BindParameter[Any]], ColumnElement[bool]]] = {
+    "names": _C.name.in_, "versions": _C.def_version.in_, "statuses": _C.status.in_,
+    "tenants": _C.tenant.in_, "correlation_ids": _C.correlation_id.in_,
+    "ids": _C.workflow_id.in_, "parent_workflow_id": lambda p: _C.parent_workflow_id == p,
+    "created_from": lambda p: _C.created_at >= p, "created_to": lambda p: _C.created_at < p,
+    "updated_from": lambda p: _C.updated_at >= p, "updated_to": lambda p: _C.updated_at < p,
+}  # fmt: skip
+LISTS = frozenset({"names", "versions", "statuses", "tenants", "correlation_ids", "ids"})
+
+
+def filter_params(f: WorkflowFilter, suffix: str = "") -> dict[str, Any]:
+    """The conditions ``f`` sets, as bind parameter (field + ``suffix``) -> value, in
+    ``CONDITIONS``' order: its keys are the filter's shape. An empty list constrains nothing,
+    except ``ids``: () there matches no row (None: any)."""
+    found: dict[str, Any] = {}
+    for field in CONDITIONS:
+        value = getattr(f, field)
+        if field == "ids" and value is not None:
+            found[field + suffix] = list(value)
+        elif field in LISTS:
+            if value:
+                found[field + suffix] = list(value)
+        elif value is not None:
+            found[field + suffix] = value
+    return found
+
+
+def where(
+    query: Select[Any], fields: Iterable[str], suffix: str = "",
+    values: Mapping[str, Any] | None = None,
+) -> Select[Any]:  # fmt: skip
+    """``query`` with the condition of each field in ``fields``, on ``bindparam(field +
+    suffix)``, holding its entry of ``values`` when given (else bound at execution)."""
+    for field in fields:
+        name = field + suffix
+        expanding = field in LISTS
+        param: BindParameter[Any]
+        if values is None:
+            param = bindparam(name, expanding=expanding)
+        else:
+            param = bindparam(name, values[name], expanding=expanding)
+        query = query.where(CONDITIONS[field](param))
     return query
+
+
+def apply_filter(query: Select[Any], f: WorkflowFilter) -> Select[Any]:
+    values = filter_params(f)
+    return where(query, values, values=values)
+
+
+def ordering(sort: Sequence[tuple[str, bool]]) -> list[ColumnElement[Any]]:
+    """``sort``'s (column, descending) pairs as an ORDER BY over ``SORTABLE`` columns, ties
+    broken by workflow id (so pages never overlap)."""
+    c = WORKFLOWS.c
+    order = []
+    for column, descending in sort:
+        if column not in SORTABLE:
+            raise ValueError(f"cannot sort by {column!r}; choose from {sorted(SORTABLE)}")
+        order.append(c[column].desc() if descending else c[column].asc())
+    return [*order, c.workflow_id.asc()]
 
 
 def search_workflows(
@@ -98,13 +145,7 @@ def search_workflows(
 ) -> tuple[int, list[Row]]:
     """One page of rows matching ``f`` and their total; ``sort`` is (column, descending) pairs
     over ``SORTABLE`` (ties broken by workflow id, so pages never overlap)."""
-    c = WORKFLOWS.c
-    order = []
-    for column, descending in sort:
-        if column not in SORTABLE:
-            raise ValueError(f"cannot sort by {column!r}; choose from {sorted(SORTABLE)}")
-        order.append(c[column].desc() if descending else c[column].asc())
-    order.append(c.workflow_id.asc())
+    order = ordering(sort)
     rows_query = apply_filter(select(WORKFLOWS), f).order_by(*order).offset(start).limit(size)
     total_query = apply_filter(select(func.count()).select_from(WORKFLOWS), f)
     with available("search"), engine.connect() as conn:
@@ -265,96 +306,3 @@ def queues(engine: Engine) -> list[Row]:
     )
     with available("queues"), engine.connect() as conn:
         return [dict(r) for r in conn.execute(query).mappings()]
-
-
-# -- reads sized for the API at 100k rows (issue 14 item 6) ----------------------------------
-@contextmanager
-def snapshot(engine: Engine, what: str) -> Iterator[Connection]:
-    """One connection, one REPEATABLE READ transaction: every query in it sees the same rows,
-    so a count and the page it counts agree even while projectors write."""
-    with available(what), engine.connect() as conn:
-        conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            yield conn
-
-
-def _capped_count(f: WorkflowFilter, limit: int) -> ScalarSelect[Any]:
-    """How many rows match ``f``, counting at most ``limit + 1`` (one past: "more than")."""
-    matching = apply_filter(select(literal_column("1")).select_from(WORKFLOWS), f)
-    return select(func.count()).select_from(matching.limit(limit + 1).subquery()).scalar_subquery()
-
-
-def _ordered(
-    query: Select[Any], sort: Sequence[tuple[str, bool]], start: int, size: int
-) -> Select[Any]:
-    c = WORKFLOWS.c
-    order = []
-    for column, descending in sort:
-        if column not in SORTABLE:
-            raise ValueError(f"cannot sort by {column!r}; choose from {sorted(SORTABLE)}")
-        order.append(c[column].desc() if descending else c[column].asc())
-    return query.order_by(*order, c.workflow_id.asc()).offset(start).limit(size)
-
-
-def search_statements(
-    f: WorkflowFilter, start: int, size: int, sort: Sequence[tuple[str, bool]], cap: int
-) -> tuple[Select[Any], Select[Any]]:
-    """``search_page``'s two statements: its capped count and its page (ADR 37 runs them on
-    asyncio too)."""
-    count = select(_capped_count(f, start + cap))
-    return count, _ordered(apply_filter(select(WORKFLOWS), f), sort, start, size)
-
-
-def capped(total: int, start: int, cap: int) -> tuple[int, bool]:
-    """A count made by ``_capped_count``: (at most ``start + cap``, whether it stopped there)."""
-    return min(total, start + cap), total > start + cap
-
-
-def search_page(
-    engine: Engine, f: WorkflowFilter, start: int, size: int,
-    sort: Sequence[tuple[str, bool]], cap: int,
-) -> tuple[int, bool, list[Row]]:  # fmt: skip
-    """``search_workflows`` with a bounded total: (total, capped, rows). The total counts at
-    most ``start + cap`` rows (an exact count scans every match: 58k rows for one status at
-    100k workflows); ``capped`` says there are more. Count and page share one snapshot."""
-    count, page = search_statements(f, start, size, sort, cap)
-    with snapshot(engine, "search") as conn:
-        total = int(conn.execute(count).scalar_one())
-        rows = [dict(r) for r in conn.execute(page).mappings()]
-    return *capped(total, start, cap), rows
-
-
-def console_statements(
-    f: WorkflowFilter, statuses: Sequence[str], start: int, size: int, cap: int
-) -> tuple[Select[Any], Select[Any]]:
-    """``console_page``'s two statements: one row of a capped count per status in
-    ``statuses`` (over ``f`` without its statuses), and the page of ``f``'s rows."""
-    others = replace(f, statuses=())
-    limit = start + cap
-    counted = select(*(_capped_count(replace(others, statuses=(s,)), limit) for s in statuses))
-    page = _ordered(apply_filter(select(WORKFLOWS), f), (("created_at", True),), start, size)
-    return counted, page
-
-
-def console_counts(
-    statuses: Sequence[str], found: Sequence[int], start: int, cap: int
-) -> tuple[dict[str, int], frozenset[str]]:
-    """The counts per status a ``console_statements`` count row holds, and the statuses whose
-    count stopped at ``start + cap``."""
-    seen = {s: capped(int(n), start, cap) for s, n in zip(statuses, found, strict=True) if n}
-    return {s: n for s, (n, _) in seen.items()}, frozenset(s for s, (_, c) in seen.items() if c)
-
-
-def console_page(
-    engine: Engine, f: WorkflowFilter, statuses: Sequence[str], start: int, size: int,
-    cap: int,
-) -> tuple[dict[str, int], frozenset[str], list[Row]]:  # fmt: skip
-    """The console's list: rows matching ``f`` per status in ``statuses`` (over ``f`` without
-    its statuses, each counted to at most ``start + cap``: one index range per status, not a
-    scan of the table), the statuses whose count stopped there, and one page of ``f``'s rows,
-    newest first; all in one snapshot, so the counts and the page agree."""
-    counted, page = console_statements(f, statuses, start, size, cap)
-    with snapshot(engine, "count") as conn:
-        found = conn.execute(counted).one() if statuses else ()
-        rows = [dict(r) for r in conn.execute(page).mappings()]
-    return *console_counts(statuses, found, start, cap), rows

@@ -107,7 +107,6 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
 
     for name, fake in {
         "newest_workflows": newest_workflows, "status_counts": status_counts,
-        "console_page": console_page,
         "workflow": workflow,
         "reflected": lambda _e: {topic: {0: 5, 1: 9}},
         "workflow_ids": lambda _e, f, limit: ["w1", "w2"],
