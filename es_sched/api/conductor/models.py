@@ -134,9 +134,15 @@ def iso(when: datetime | None) -> str:
     """Conductor's summary time format (``yyyy-MM-dd'T'HH:mm:ss.SSS'Z'``); '' when not yet."""
     if when is None:
         return ""
-    # isoformat truncates to milliseconds as Conductor does; 40% cheaper than strftime, which
-    # was 14% of the API's Python samples on a 100-row search (three times per row).
-    return when.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    # Fields formatted by hand, truncated to milliseconds as Conductor does: 2.2 us against
+    # isoformat's 3.8 and an f-string's 4.5 (strftime's was 14% of the API's samples on a
+    # 100-row search, three times per row). The reads ask PostgreSQL for UTC (``aio``).
+    if when.tzinfo is not UTC:
+        when = when.astimezone(UTC)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031 - the fastest, above
+        when.year, when.month, when.day, when.hour, when.minute, when.second,
+        when.microsecond // 1000,
+    )  # fmt: skip
 
 
 def workflow_status(status: str) -> str:
@@ -203,21 +209,25 @@ def workflow(row: Row, tasks: list[Row], include_tasks: bool = True) -> Workflow
     )
 
 
-def summary(row: Row) -> WorkflowSummary:
+def summary(row: Row) -> dict[str, Any]:
+    """A ``WorkflowSummary`` as the JSON object search answers (``test_conductor_models``
+    holds it to the model). Plain data, not the model: building and validating a model per
+    row, then dumping it, was 27 us of each of a search's 100 rows (py-spy: a third of the
+    API process's samples on search)."""
     created, ended = row["created_at"], row.get("ended_at")
-    return WorkflowSummary(
-        workflowType=row["name"],
-        version=int(row["def_version"]),
-        workflowId=row["workflow_id"],
-        correlationId=row.get("correlation_id"),
-        startTime=iso(created),
-        updateTime=iso(row.get("updated_at")),
-        endTime=iso(ended),
-        status=workflow_status(row["status"]),
-        input=orjson.dumps(row.get("input") or {}).decode(),
-        output=orjson.dumps(row.get("output") or {}).decode(),
-        reasonForIncompletion=row.get("reason") or None,
-        executionTime=epoch_ms(ended) - epoch_ms(created) if ended else 0,
-        failedReferenceTaskNames="",
-        priority=int(row.get("priority") or 0),
-    )
+    return {
+        "workflowType": row["name"],
+        "version": int(row["def_version"]),
+        "workflowId": row["workflow_id"],
+        "correlationId": row.get("correlation_id"),
+        "startTime": iso(created),
+        "updateTime": iso(row.get("updated_at")),
+        "endTime": iso(ended),
+        "status": workflow_status(row["status"]),
+        "input": orjson.dumps(row.get("input") or {}).decode(),
+        "output": orjson.dumps(row.get("output") or {}).decode(),
+        "reasonForIncompletion": row.get("reason") or None,
+        "executionTime": epoch_ms(ended) - epoch_ms(created) if ended else 0,
+        "failedReferenceTaskNames": "",
+        "priority": int(row.get("priority") or 0),
+    }

@@ -4,7 +4,7 @@ resource answers before it touches Kafka or PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -93,20 +93,25 @@ def test_a_canceled_workflow_reads_as_terminated() -> None:
     data = models.workflow(_wf(status="CANCELED", reason="canceled: x", ended_at=T0), [])
     assert data.status == "TERMINATED"
     assert _sdk(data.model_dump(mode="json"), "Workflow").status == "TERMINATED"
-    assert models.summary(_wf(status="CANCELED")).status == "TERMINATED"
+    assert models.summary(_wf(status="CANCELED"))["status"] == "TERMINATED"
 
 
 def test_summary_is_conductors_workflow_summary() -> None:
     ended = _wf(status="COMPLETED", ended_at=T0 + timedelta(seconds=3), output={"ok": True})
-    data = models.summary(ended).model_dump(mode="json")
+    data = models.summary(ended)
+    # The plain object search answers is the model the OpenAPI document describes, exactly.
+    assert models.WorkflowSummary.model_validate(data).model_dump(mode="json") == data
+    assert list(data) == list(models.WorkflowSummary.model_fields)
     assert data["workflowType"] == "media.ingest"
     assert data["startTime"] == "2026-11-30T12:00:00.123Z"
     assert data["endTime"] == "2026-11-30T12:00:03.123Z"
+    # Another zone reads as the same instant in UTC.
+    later = _wf(created_at=T0.astimezone(timezone(timedelta(hours=-5))))
+    assert models.summary(later)["startTime"] == "2026-11-30T12:00:00.123Z"
     assert data["executionTime"] == 3000
     assert data["input"] == '{"a":1}'
     assert data["output"] == '{"ok":true}'
-    page = models.SearchResultWorkflowSummary(totalHits=1, results=[models.summary(ended)])
-    found = _sdk(page.model_dump(mode="json"), "SearchResultWorkflowSummary")
+    found = _sdk({"totalHits": 1, "results": [data]}, "SearchResultWorkflowSummary")
     assert found.total_hits == 1
     assert found.results[0].workflow_id == "w1"
     assert found.results[0].status == "COMPLETED"
