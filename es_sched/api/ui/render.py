@@ -6,6 +6,7 @@ rendered on the server and htmx swaps fragments the server renders, so there is 
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from fastapi.staticfiles import StaticFiles
@@ -14,3 +15,14 @@ from fastapi.templating import Jinja2Templates
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 static = StaticFiles(directory=HERE / "static")
+
+
+def clock(when: datetime, date: bool = False) -> str:
+    """``HH:MM:SS`` of ``when`` (with ``YYYY-MM-DD `` before it when ``date``), in its zone:
+    the list's times, twice per row (strftime called from a template was 11% of the list
+    page's samples)."""
+    time = "%02d:%02d:%02d" % (when.hour, when.minute, when.second)  # noqa: UP031 - fastest
+    return f"{when.year:04d}-{when.month:02d}-{when.day:02d} {time}" if date else time
+
+
+templates.env.filters["clock"] = clock

@@ -87,6 +87,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
     topic = topics_for(settings).events
     asked: dict[str, Any] = {}
     rows = [wf_row("w1"), wf_row("w2", "COMPLETED")]
+    asked["rows"] = rows  # a test may add one
 
     def newest_workflows(_e: Any, f: Any, start: int, size: int) -> Any:
         asked["search"] = (f, start, size)
@@ -165,6 +166,21 @@ def test_the_list_reads_the_filter_from_the_url_and_shows_counts_and_freshness(
 def test_bad_filters_are_a_400_naming_the_parameter(fakes: Fakes, query: str, reason: str) -> None:
     answer = fakes.client.get(f"/ui/?{query}")
     assert answer.status_code == 400 and reason in answer.json()["message"]
+
+
+def test_the_list_escapes_every_value_a_row_shows(fakes: Fakes) -> None:
+    # The rows' cells escape their values themselves (autoescape is off there: ADR 38).
+    evil = "<i id=evil>x</i>&\"'"
+    strings = {k: evil for k in ("name", "reason", "correlation_id", "tenant")}
+    fakes.asked["rows"].append({**wf_row(evil, evil), **strings})
+    page = fakes.client.get("/ui/")
+    assert page.status_code == 200, page.text
+    assert "<i id=evil>" not in page.text
+    escaped = "&lt;i id=evil&gt;x&lt;/i&gt;&amp;&#34;&#39;"
+    # id thrice (value, label, text), status thrice, name, reason, correlation id, tenant
+    assert page.text.count(escaped) >= 10, page.text
+    assert "/ui/workflows/%3Ci%20id%3Devil%3Ex%3C/i%3E%26%22%27" in page.text
+    assert T0.strftime("%Y-%m-%d %H:%M:%S") in page.text  # the time, formatted by ``clock``
 
 
 def test_a_bulk_action_confirms_with_the_count_before_sending(fakes: Fakes) -> None:
