@@ -64,6 +64,7 @@ class Workflow(Base):
         Index("ix_workflows_tenant_created", "tenant", "created_at"),
         Index("ix_workflows_created", "created_at"),
         Index("ix_workflows_correlation_created", "correlation_id", "created_at"),
+        Index("ix_workflows_name_status_version", "name", "status", "def_version"),
     )
 
 
