@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -119,10 +120,12 @@ def answer(request: Request, exc: Exception) -> JSONResponse:
         return _answer(503, f"a backend is unavailable: {exc}")
     if isinstance(exc, SchemaError | ConfigError | EsSchedError):
         return _answer(400, str(exc))
-    if isinstance(exc, DataError):
+    if isinstance(exc, DataError | psycopg.DataError):
         # PostgreSQL refused a value the request carried into a query (a NUL character in an
-        # id, a number out of range): the request's fault, found by fuzzing the bulk routes.
-        first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        # id, a number out of range): the request's fault, found by fuzzing the bulk routes;
+        # psycopg's own on the reads that run on asyncio (ADR 37), found by fuzzing search.
+        why = exc.orig if isinstance(exc, DataError) else exc
+        first = str(why).strip().splitlines()[0] if why else type(exc).__name__
         log.info("%s %s: the database refused a value: %s", request.method, request.url.path, first)
         return _answer(400, f"a value in the request cannot be used: {first}")
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)

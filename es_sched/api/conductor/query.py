@@ -194,16 +194,25 @@ def _narrow_range(f: WorkflowFilter, field: str, op: str, value: str) -> Workflo
     return _with(f, high_attr, when if current is None else min(current, when))
 
 
+EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)  # room for offsets and
+LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)  # ONE_MS either side
+
+
 def _instant(field: str, value: str) -> datetime:
-    if value.lstrip("-").isdigit():
-        return datetime.fromtimestamp(int(value) / 1000, UTC)
     try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise QueryError(
-            f"query: {field} takes epoch milliseconds or ISO 8601, not {value!r}"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        if value.lstrip("-").isdigit():
+            parsed = datetime.fromtimestamp(int(value) / 1000, UTC)
+        else:
+            parsed = datetime.fromisoformat(value)
+            parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        if EARLIEST <= parsed <= LATEST:
+            return parsed
+    except (ValueError, OverflowError, OSError):  # not a time, or past what a datetime holds
+        pass
+    raise QueryError(
+        f"query: {field} takes epoch milliseconds or ISO 8601 between "
+        f"{EARLIEST.date().isoformat()} and {LATEST.date().isoformat()}, not {value!r}"
+    )
 
 
 def _unknown(field: str, op: str) -> str:

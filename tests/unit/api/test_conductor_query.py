@@ -67,6 +67,10 @@ def test_keywords_are_case_insensitive_and_quotes_escape() -> None:
         ("workflowType > a", "workflowType does not take >"),
         ("version = two", "whole numbers"),
         ("startTime > yesterday", "epoch milliseconds or ISO 8601"),
+        # Past what a datetime holds (a 500 until schemathesis sent one), or at its very edge
+        ("startTime > 99999999999999999", "between 0001-01-02 and 9999-12-30"),
+        ("updateTime < 9999-12-31T23:59:59.999999", "between 0001-01-02 and 9999-12-30"),
+        ("startTime > 0001-01-01T00:00:00+05:00", "between"),
         ("status IN (RUNNING", "found the end of the query"),
         ("status IN RUNNING", "'(' after status IN"),
         ("status =", "found the end of the query"),

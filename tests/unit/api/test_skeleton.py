@@ -64,6 +64,14 @@ def test_a_value_the_database_refuses_is_the_requests_fault() -> None:
             psycopg.errors.DataError("A string literal cannot contain NUL (0x00) characters."),
         )
 
-    answer = TestClient(app, raise_server_exceptions=False).get("/probe")
+    @app.get("/probe-async")
+    async def probe_async() -> None:  # the reads on asyncio raise psycopg's own (ADR 37)
+        raise psycopg.errors.NumericValueOutOfRange("bigint out of range")
+
+    client = TestClient(app, raise_server_exceptions=False)
+    answer = client.get("/probe")
     assert answer.status_code == 400
     assert "NUL" in answer.json()["message"]
+    answer = client.get("/probe-async")
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "a value in the request cannot be used: bigint out of range"
