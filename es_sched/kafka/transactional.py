@@ -27,7 +27,10 @@ handling: INTRODUCTION.md and ``rdkafka.h``):
   Except ``_CONFLICT`` (another call, our timed-out commit, still runs): counted as fatal.
 - abortable: ``abort_transaction``, then ``role.rewind(producer_lost=False)``: the batch is
   known not to be committed.
-- fenced: ``InfrastructureError`` naming the transactional id; the role stops.
+- fenced: ``InfrastructureError`` naming the transactional id; the role stops. Except once
+  the transaction has outlived its timeout: the coordinator's abort fences the old epoch too,
+  so that fence counts as fatal (``_timed_out``); a twin started meanwhile is fenced back by
+  the new producer and stops (one of the two runs on, never both).
 - fatal, a failed abort, or a call that never returns: the producer is left behind and a new
   one initialised (``init_transactions`` fences our older epoch and completes or aborts its
   open transaction), then ``role.rewind(producer_lost=True)``: the batch may have committed or
@@ -201,7 +204,7 @@ class TransactionalLoop:
                 )
             self._call("commit_transaction", p.commit_transaction, deadline, stop)
         except _Failed as failed:
-            self._recover(failed, stop, role)
+            self._recover(failed, stop, role, deadline)
             return False
         self.m_commits.inc(role=self.role)
         batch.on_commit()
@@ -273,7 +276,26 @@ class TransactionalLoop:
                 raise _Failed(Kind.ABORTABLE, f"{what}: stopping")
 
     # -- recovery ---------------------------------------------------------------------------
-    def _recover(self, failed: _Failed, stop: threading.Event, role: TransactionalRole) -> None:
+    @staticmethod
+    def _timed_out(failed: _Failed, deadline: float) -> _Failed:
+        """A fence seen once the transaction has outlived its timeout is the coordinator's
+        abort, not a twin: it aborts a timed-out transaction by bumping the producer epoch, so
+        the old epoch's next call is refused as fenced (apache/kafka#12392; librdkafka#3297:
+        "the transaction times out because the producer doesn't commit the transaction in
+        time. This results in a producer fenced error", KIP-588). A process paused that long
+        (SIGSTOP, a stalled VM) re-creates its producer like after a fatal error. Our clock
+        starts before the coordinator's (at ``begin``, not its first AddPartitions), so a
+        fence before our deadline cannot be the coordinator's: that one stays a twin's."""
+        if failed.kind is not Kind.FENCED or time.monotonic() < deadline:
+            return failed
+        why = f"{failed.reason} (past the transaction timeout: the coordinator's abort)"
+        return _Failed(Kind.FATAL, why)
+
+    def _recover(
+        self, failed: _Failed, stop: threading.Event, role: TransactionalRole, deadline: float
+    ) -> None:
+        """``deadline``: when the coordinator may abort the transaction (``_timed_out``)."""
+        failed = self._timed_out(failed, deadline)
         # A twin's fence may reach the producer before the consumer (CI, stop 22: the aborted
         # transaction counted as trouble, the decider rejoined and fenced the twin instead of
         # stopping); only what came before the fence tells a self-fence (kafka/static.py).
@@ -286,7 +308,7 @@ class TransactionalLoop:
             # Leave the transaction open: the coordinator aborts it after the transaction
             # timeout, or the next owner's init_transactions does at once.
             raise Stopped(f"transaction not committed ({failed.reason})")
-        lost = failed.kind is not Kind.ABORTABLE or not self._abort(failed, stop)
+        lost = failed.kind is not Kind.ABORTABLE or not self._abort(failed, stop, deadline)
         if lost:
             log.error(
                 "%s %s: %s; re-creating the transactional producer",
@@ -295,13 +317,14 @@ class TransactionalLoop:
             self._open(stop, first=False)
         role.rewind(producer_lost=lost)
 
-    def _abort(self, failed: _Failed, stop: threading.Event) -> bool:
+    def _abort(self, failed: _Failed, stop: threading.Event, txn_deadline: float) -> bool:
         p = self._producer
         assert p is not None
         try:
             deadline = time.monotonic() + self.txn_s
             self._call("abort_transaction", p.abort_transaction, deadline, stop)
         except _Failed as abort_failed:
+            abort_failed = self._timed_out(abort_failed, txn_deadline)
             if abort_failed.kind is Kind.FENCED:
                 raise self._fenced(abort_failed.reason) from None
             log.warning("%s: abort failed too (%s)", self.role, abort_failed.reason)

@@ -8,9 +8,18 @@ test ends with the log's invariants: each submitted workflow completed, each wor
 
 from __future__ import annotations
 
-import pytest
+import threading
 
-from tests.integration.faulty_role import faulty
+import pytest
+from confluent_kafka import Consumer, Message
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from es_sched.kafka.clients import consumer, read_partition
+from es_sched.kafka.failures import seek_to_committed
+from es_sched.kafka.transactional import TransactionalLoop
+from es_sched.kafka.txn_role import Batch, Out
+from tests.integration.faulty_role import Faults, FaultyClients, faulty
 from tests.integration.runtime_harness import (
     MEDIA,
     Env,
@@ -20,6 +29,7 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
+from tests.support.settings import BOOTSTRAP, unique_name
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -91,3 +101,67 @@ def test_an_aborted_and_an_ambiguous_transaction_are_recovered_without_duplicate
     assert "rebuilding partitions" in log
     assert victim.proc.returncode == 0, log[-3000:]
     assert_log_invariants(env, ids)
+
+
+class Copier:
+    """A role copying each input record to ``out``; stops the loop after its first commit."""
+
+    def __init__(self, stop: threading.Event, cons: Consumer, out: str) -> None:
+        self.stop, self.cons, self.out = stop, cons, out
+        self.pending: list[Message] = []
+        self.rewinds: list[bool] = []
+
+    def step(self, records: list[Message]) -> Batch | None:
+        self.pending += records
+        if not self.pending:
+            return None
+        outs = [Out(self.out, m.key(), m.value()) for m in self.pending]
+        return Batch(outs, None, self.stop.set)
+
+    def rewind(self, producer_lost: bool) -> None:
+        self.rewinds.append(producer_lost)
+        self.pending = []
+        seek_to_committed(self.cons, self.stop)
+
+    def tick(self) -> None:
+        return None
+
+
+def test_a_transaction_outliving_its_timeout_is_aborted_by_the_coordinator_and_the_loop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The zombie decider of test_role_faults in one process, without its race: the coordinator
+    aborts a transaction older than ``transaction.timeout.ms`` (2 s here) by bumping the
+    producer's epoch, so the call the process was paused in comes back ``_FENCED`` (CI, stop
+    24: the zombie took that for a twin's fence and stopped). The pause (15 s) stays under the
+    loop's limit for a call (grace 60 s), so the reply is the broker's, not a given-up call.
+    Proof the fault fired: the pause logged inside the open transaction with its record
+    flushed, and the ``_FENCED`` reply. Invariants: the record is copied once, the paused
+    transaction's flushed copy is invisible to ``read_committed``, the group's offset is past
+    the input."""
+    name = unique_name()
+    src, out = f"{name}.in", f"{name}.out"
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in (src, out)]).values():
+        f.result(30)
+    p = FaultyClients(BOOTSTRAP).producer()
+    p.produce(src, b"input", b"k")
+    assert p.flush(30) == 0
+    stop = threading.Event()
+    cons = consumer(BOOTSTRAP, f"{name}.g", **{"enable.auto.commit": False})
+    cons.subscribe([src])
+    role = Copier(stop, cons, out)
+    clients = FaultyClients(BOOTSTRAP, Faults(pause_after_txns=1, pause_s=15))
+    loop = TransactionalLoop(clients, f"{name}-copier", "copier", 2000, 10.0, 60.0)
+    caplog.set_level("INFO")
+    try:
+        loop.run(stop, cons, role, 10, 0.5)  # an InfrastructureError here: taken for a twin
+        committed = cons.committed(cons.assignment(), 30)
+    finally:
+        cons.close()
+    assert "fault: transaction open with records flushed" in caplog.text
+    assert "_FENCED" in caplog.text and "the coordinator's abort" in caplog.text, caplog.text
+    assert role.rewinds == [True]
+    copies = read_partition(BOOTSTRAP, out, 0)
+    assert [(m.key(), m.value()) for m in copies] == [(b"k", b"input")]
+    assert [tp.offset for tp in committed] == [1]

@@ -18,7 +18,9 @@ One system, the faults in turn:
    first decider took its partitions, then SIGCONT. Proof: the other decider restored the
    zombie's partitions while it was stopped, and the zombie's log shows that transaction ended
    uncommitted (``ENDED``: aborted, or fenced by its producer's re-creation once its call had
-   not returned in time) before it left the group and rejoined.
+   not returned in time, or refused as fenced by the coordinator's own abort of the timed-out
+   transaction, which the zombie answers by re-creating its producer) before it left the group
+   and rejoined.
 4. A decider started with the first decider's instance id fences it at once: the fenced
    process stops saying so. Proof: its log line and its exit.
 5. PostgreSQL and the search engine stopped for the projectors (their forwarders taken down):

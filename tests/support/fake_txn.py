@@ -1,10 +1,12 @@
 """A scripted transactional producer, group consumer and role for ``TransactionalLoop``'s
 unit tests (tests/unit/test_transactional_loop.py): each fake call pops the next scripted
-outcome (success, a ``KafkaError``, or a hang)."""
+outcome (success, a ``KafkaError``, a hang, or a ``KafkaError`` after a pause: ``Late``)."""
 
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -14,7 +16,18 @@ from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out
 
 HANG = "hang"
-Outcome = KafkaError | str | None
+
+
+@dataclass(frozen=True)
+class Late:
+    """The call fails with ``error`` after ``seconds``: the process was paused inside it (a
+    SIGSTOP, a stalled VM), the fault itself, not a wait for one."""
+
+    seconds: float
+    error: KafkaError
+
+
+Outcome = KafkaError | str | Late | None
 
 
 def retriable(code: int = KafkaError._TIMED_OUT) -> KafkaError:
@@ -46,6 +59,9 @@ class FakeProducer:
         outcome = todo.pop(0) if todo else None
         if isinstance(outcome, str):  # HANG (KafkaError.__eq__ must not meet a str)
             self.release.wait(30)
+        elif isinstance(outcome, Late):
+            time.sleep(outcome.seconds)
+            raise KafkaException(outcome.error)
         elif isinstance(outcome, KafkaError):
             raise KafkaException(outcome)
 

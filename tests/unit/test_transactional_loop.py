@@ -24,6 +24,8 @@ from tests.support.fake_txn import (
     FakeConsumer,
     FakeProducer,
     FakeRole,
+    Late,
+    Outcome,
     abortable,
     batch,
     fatal,
@@ -177,6 +179,34 @@ def test_fenced_stops_the_role_with_a_message_naming_the_transactional_id(where:
     assert "ES_SCHED_RUN_INSTANCE" in str(caught.value)
     assert committed == [] and role.rewinds == [] and len(clients.made) == 1
     assert p.closed.wait(5), "the fenced producer is closed on its own thread"
+
+
+def fenced() -> KafkaError:
+    return KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # CI, stop 24: the zombie decider, SIGSTOPped ~40 s inside send_offsets_to_transaction
+        # (30 s transaction timeout), got _FENCED back on SIGCONT and stopped as if a twin ran.
+        {"send_offsets_to_transaction": [Late(1.1, fenced())]},
+        # Past the timeout the commit fails abortable and the abort meets the bumped epoch.
+        {"commit_transaction": [Late(1.1, abortable())], "abort_transaction": [fenced()]},
+    ],
+    ids=["send_offsets", "abort"],
+)
+def test_fenced_past_the_transaction_timeout_is_the_coordinators_abort_and_re_creates_the_producer(
+    script: dict[str, list[Outcome]], caplog: pytest.LogCaptureFixture
+) -> None:
+    old = FakeProducer(dict(script))
+    clients, committed, stop = FakeClients(old), list[str](), threading.Event()
+    role = FakeRole(stop, batch(committed, "b1"), batch(committed, "b2"))
+    loop = TransactionalLoop(clients, "p-decider-0", "decider", 1000, 10.0, 5.0)
+    loop.run(stop, FakeConsumer(), role, 100, 0.0)  # raises InfrastructureError if it stops
+    assert len(clients.made) == 2 and clients.made[1].names()[0] == "init_transactions"
+    assert role.rewinds == [True] and committed == ["b2"]
+    assert "past the transaction timeout: the coordinator's abort" in caplog.text
 
 
 # -- fatal and wedged -------------------------------------------------------------------------
