@@ -4,7 +4,7 @@ uvicorn installs signal handlers only on the main thread; in ``es-sched run`` th
 a thread, so the stop event (set by ``run``'s own handlers) asks the server to exit, which
 finishes requests in flight and runs the application's shutdown (closing its clients).
 
-``serve_workers`` runs N processes on one socket instead (``es-sched api --workers N``): one
+``serve_workers`` runs N processes on one port instead (``es-sched api --workers N``): one
 Python process uses one core for the routes' Python, so a 2-core machine needs two. uvicorn's
 supervisor owns the signals then (the CLI's main thread), and builds the application in each
 worker from an import string (``bootstrap.api_app``), so everything a worker needs comes
@@ -21,6 +21,16 @@ connection), which was the whole gap between 1 and 2 API processes in bench/api_
 (an update took 55 ms over HTTP while its handler took 15). Reported upstream as
 Kludex/uvicorn#3149, open when this was written.
 
+On Linux each worker process listens on a socket of its own, all bound to the port with
+``SO_REUSEPORT``, so the kernel spreads new connections over the processes by a hash of the
+connection's addresses. On one shared socket, whichever process was in ``accept`` first took
+them: 50 keep-alive clients split 13/37 to 21/29 between two processes from run to run, and
+the busier process set the tail (p99 2-3x p50, ADR 38). The supervisor binds the port first
+(``PortClaim``: bound, never listening, so it takes no connection; it fails at once when the
+port is taken) and uvicorn hands it to each child, where unpickling it opens that child's own
+listener (``own_listener``). BSD and macOS do not balance ``SO_REUSEPORT`` listeners (the last
+bound gets every connection): elsewhere the shared socket stays.
+
 Both paths run uvicorn on httptools (its C HTTP parser) and uvloop, named here rather than left
 to uvicorn's "auto", which falls back to h11 and asyncio without a word when they are missing
 (ADR 35: the API's CPU per HTTP task -19%). uvloop turns ``TCP_NODELAY`` on for every TCP
@@ -33,6 +43,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import threading
 from typing import Any
 
@@ -86,19 +97,56 @@ def serve_workers(settings: ApiSettings, workers: int, port: int | None = None) 
         FACTORY, factory=True, workers=workers, host=settings.host, port=port,
         log_level="warning", access_log=False, timeout_graceful_shutdown=10, **SERVER,
     )  # fmt: skip
-    Multiprocess(config, sockets=[listening_socket(settings.host, port)]).run()
+    claim = PortClaim.of(settings.host, port) if BALANCED else listening_socket(settings.host, port)
+    Multiprocess(config, sockets=[claim]).run()
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The socket every worker process accepts on, with its protocol said (``IPPROTO_TCP``)
-    so that asyncio sets ``TCP_NODELAY`` on each connection (see the module's docstring)."""
+# Linux balances SO_REUSEPORT TCP listeners by a hash of each connection (since 3.9).
+BALANCED = sys.platform == "linux"
+
+
+def listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A socket bound to ``host:port``, with its protocol said (``IPPROTO_TCP``) so that
+    asyncio sets ``TCP_NODELAY`` on each connection (see the module's docstring)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    _bind(sock, host, port, reuse_port)
+    sock.set_inheritable(True)
+    return sock
+
+
+def own_listener(host: str, port: int) -> socket.socket:
+    """One worker process's listener on the port its supervisor claimed (``PortClaim``)."""
+    return listening_socket(host, port, reuse_port=True)
+
+
+class PortClaim(socket.socket):
+    """The port, bound with ``SO_REUSEPORT`` in the supervisor and never listening; pickled
+    into a worker process (how uvicorn passes its sockets) it becomes ``own_listener``."""
+
+    @classmethod
+    def of(cls, host: str, port: int) -> PortClaim:
+        """Claim ``port`` (0: a free one). Probed with a plain bind first: another process's
+        ``SO_REUSEPORT`` listener (a second ``es-sched api`` of the same user) would otherwise
+        let this one join its port and share its connections instead of failing."""
+        with listening_socket(host, port) as probe:
+            port = probe.getsockname()[1]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = cls(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        _bind(sock, host, port, reuse_port=True)
+        return sock
+
+    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
+        host, port = self.getsockname()[:2]
+        return own_listener, (host, port)
+
+
+def _bind(sock: socket.socket, host: str, port: int, reuse_port: bool) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise InfrastructureError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.set_inheritable(True)
-    return sock

@@ -2,14 +2,18 @@
 reused for ``reflects_cache_s`` and read again after it, the API's read-model pool is sized
 by its settings, and ``--workers N`` hands each uvicorn worker what it cannot get from the
 CLI's memory (the host, and one JWT key for all when none is configured) and a socket whose
-connections get TCP_NODELAY."""
+connections get TCP_NODELAY; on Linux, a listener of its own on the claimed port, so the
+kernel spreads connections over the processes."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+import select
 import socket
 from dataclasses import replace
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import pytest
@@ -121,3 +125,44 @@ def test_a_port_in_use_is_an_infrastructure_error() -> None:
             server.listening_socket("127.0.0.1", taken.getsockname()[1])
     finally:
         taken.close()
+
+
+@pytest.mark.skipif(not server.BALANCED, reason="SO_REUSEPORT balances TCP only on Linux")
+def test_each_worker_unpickles_a_listener_of_its_own_and_connections_spread_over_them() -> None:
+    """What uvicorn's spawn does with the supervisor's sockets (multiprocessing's pickler),
+    twice: each worker gets its own listener on the claimed port. The claim itself never
+    listens (a connection with no worker is refused), and 64 connections reach both."""
+    claim = server.PortClaim.of("127.0.0.1", 0)
+    port = claim.getsockname()[1]
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    workers = [pickle.loads(ForkingPickler.dumps(claim)) for _ in range(2)]  # noqa: S301 (ours)
+    clients: list[socket.socket] = []
+    try:
+        for w in workers:
+            assert w.getsockname()[1] == port and w.proto == socket.IPPROTO_TCP
+            assert w.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+            w.listen(128)
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(64)]
+        accepted = [0, 0]
+        while sum(accepted) < len(clients):
+            ready, _, _ = select.select(workers, [], [], 5)
+            assert ready, f"only {sum(accepted)} of {len(clients)} connections accepted"
+            for w in ready:
+                w.accept()[0].close()
+                accepted[workers.index(w)] += 1
+        assert all(accepted), accepted  # one listener for all would be the shared socket's way
+    finally:
+        for sock in [claim, *workers, *clients]:
+            sock.close()
+
+
+@pytest.mark.skipif(not server.BALANCED, reason="SO_REUSEPORT balances TCP only on Linux")
+def test_a_port_another_api_shares_with_reuse_port_is_not_joined() -> None:
+    other = server.own_listener("127.0.0.1", 0)  # another es-sched api's worker, same user
+    other.listen()
+    try:
+        with pytest.raises(InfrastructureError, match=r"cannot listen on 127\.0\.0\.1"):
+            server.PortClaim.of("127.0.0.1", other.getsockname()[1])
+    finally:
+        other.close()
