@@ -180,14 +180,10 @@ class Gateway:
             self.reporter.send(reports.started(a, self.worker_id))
         return claim.took
 
-    def record_poll(self, task_type: str, domain: str, http_worker: str) -> None:
-        """Poll data for ``GET /api/tasks/queue/polldata``: written at most once a second per
-        worker and type (an idle SDK worker polls every 100 ms)."""
-        if self.poll_due(task_type, domain, http_worker):
-            self.store.polled(task_type, domain, http_worker)
-
     def poll_due(self, task_type: str, domain: str, http_worker: str) -> bool:
-        """Whether to write this poll (in memory: a route hands only the write to a thread)."""
+        """Whether to write this poll's data (``GET /api/tasks/queue/polldata``): at most once a
+        second per worker and type, as an idle SDK worker polls every 100 ms. In memory: a
+        route hands only the write (``store.polled``) to a thread."""
         key, now = (task_type, domain, http_worker), time.monotonic()
         with self._lock:
             if now - self._poll_written.get(key, -POLL_DATA_EVERY_S) < POLL_DATA_EVERY_S:

@@ -228,7 +228,7 @@ def test_poll_data_is_written_at_most_once_a_second_per_worker_and_type(
     settings: Settings,
 ) -> None:
     gw, _rec = _gateway(settings)
-    for _ in range(5):
-        gw.record_poll("t", "", "w1")
-    gw.record_poll("t", "", "w2")
-    assert gw.store.calls == [("w1", ["t"]), ("w2", ["t"])]  # type: ignore[attr-defined]
+    assert [gw.poll_due("t", "", "w1") for _ in range(5)] == [True, False, False, False, False]
+    assert gw.poll_due("t", "", "w2") and gw.poll_due("u", "", "w1")
+    gw._poll_written[("t", "", "w1")] -= 1.0  # its last write a second further back
+    assert gw.poll_due("t", "", "w1")
