@@ -108,8 +108,7 @@ BALANCED = sys.platform == "linux"
 def listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A socket bound to ``host:port``, with its protocol said (``IPPROTO_TCP``) so that
     asyncio sets ``TCP_NODELAY`` on each connection (see the module's docstring)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = socket.socket(_family(host), socket.SOCK_STREAM, socket.IPPROTO_TCP)
     _bind(sock, host, port, reuse_port)
     sock.set_inheritable(True)
     return sock
@@ -131,14 +130,17 @@ class PortClaim(socket.socket):
         let this one join its port and share its connections instead of failing."""
         with listening_socket(host, port) as probe:
             port = probe.getsockname()[1]
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = cls(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = cls(_family(host), socket.SOCK_STREAM, socket.IPPROTO_TCP)
         _bind(sock, host, port, reuse_port=True)
         return sock
 
     def __reduce__(self) -> tuple[Any, tuple[str, int]]:
         host, port = self.getsockname()[:2]
         return own_listener, (host, port)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _bind(sock: socket.socket, host: str, port: int, reuse_port: bool) -> None:

@@ -30,6 +30,7 @@ import click
 
 from es_sched import bootstrap
 from es_sched.bootstrap import OPTIONAL_ROLES, ROLES, Role
+from es_sched.cli import stacks
 from es_sched.cli.processes import Supervisor, slot_instance
 from es_sched.errors import EsSchedError
 from es_sched.metrics import Registry, serve
@@ -91,6 +92,7 @@ def run(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    stacks.install()
     if processes > 1:
         if "api" in role:
             raise click.UsageError("--processes does not multiply the api role: run it alone "
@@ -146,6 +148,7 @@ def run(
                     EsSchedError(f"role(s) {stuck} did not stop within {STOP_GRACE_S:.0f}s")
                 )
                 logging.getLogger("es_sched").error("%s; exiting without them", failures[-1])
+                stacks.log_stacks("did not stop", only=set(stuck))
                 break
     if server is not None:
         server.shutdown()

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from es_sched.cli import stacks
 from es_sched.metrics import serve
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
@@ -159,6 +160,7 @@ def worker(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    stacks.install()
     server = serve(w.metrics, metrics_port)
     try:
         w.run(stop)

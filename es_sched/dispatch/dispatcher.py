@@ -68,7 +68,7 @@ from es_sched.dispatch.ready_offsets import ReadyOffsets
 from es_sched.domain.commands import Input
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
-from es_sched.kafka.failures import wait
+from es_sched.kafka.failures import assign_at_committed, wait
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
@@ -221,11 +221,12 @@ class Dispatcher(Inputs):
             return True
         return False
 
-    def _on_assign(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         """Resume the journaled tasks of these ready partitions before any of their ready
-        records is read (a record of a resumed task is then a re-delivery, skipped). A broker
-        outage is waited out; stopping the role ends the wait. Tenant limits are shared by
-        ready partition: our share follows what we own (ADR 13)."""
+        records is read (a record of a resumed task is then a re-delivery, skipped), then read
+        from the committed offsets (``assign_at_committed``). A broker outage is waited out;
+        stopping the role ends the wait. Tenant limits are shared by ready partition: our share
+        follows what we own (ADR 13)."""
         parts = [tp.partition for tp in partitions]
         self.core.limits.assigned(parts, self.topics.partitions, self.clock())
         log.info("assigned %s", parts)
@@ -248,6 +249,7 @@ class Dispatcher(Inputs):
                 leased += entry.lease is not None
             log.info("ready partition %d: rebuilt %d leases, %d queued", number, leased,
                      len(entries) - leased)  # fmt: skip
+        assign_at_committed(cons, partitions, self._stop)
 
     def _on_revoke(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
         """These partitions' tasks are now another dispatcher's: deliver and commit what is

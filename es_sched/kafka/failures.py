@@ -23,7 +23,8 @@ A static member (ADR 21) fenced by another process with its ``group.instance.id`
 (``instance_fenced``) is an operator error, as a fenced producer is: the role stops.
 ``retrying`` repeats a consumer call (``committed``) through a broker outage, checking a stop
 flag between tries, so a role never dies of a broker restart; ``seek_to_committed`` uses it to
-rewind a consumer to its group's committed offsets.
+rewind a consumer to its group's committed offsets, ``assign_at_committed`` to start a new
+assignment at them (every group consumer's ``on_assign``: librdkafka#5586, below).
 """
 
 from __future__ import annotations
@@ -158,22 +159,67 @@ class GroupConsumer(Protocol):
     def consumer_group_metadata(self) -> Any: ...
 
 
+class Committing(Protocol):
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]: ...
+
+
+def committed_offsets(
+    consumer: Committing, partitions: list[TopicPartition], stop: threading.Event
+) -> list[TopicPartition]:
+    """The group's committed offset of each of ``partitions``, or ``OFFSET_BEGINNING`` where
+    nothing is committed (as ``auto.offset.reset=earliest``, which every group consumer here
+    uses); waits out a broker outage, a moving coordinator and a pending transactional commit
+    (``UNSTABLE_OFFSET_COMMIT``)."""
+
+    def committed() -> list[TopicPartition]:
+        tps = consumer.committed(partitions, timeout=10)
+        for tp in tps:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        return tps
+
+    return [
+        TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+        for tp in retrying(committed, "reading the committed offsets", stop)
+    ]
+
+
+class Assigning(Committing, Protocol):
+    """The part of ``confluent_kafka.Consumer`` an ``on_assign`` callback uses."""
+
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+
+
+def assign_at_committed(
+    consumer: Assigning, partitions: list[TopicPartition], stop: threading.Event
+) -> list[TopicPartition]:
+    """Assign ``partitions`` (from ``on_assign``) at offsets read here, never at "the stored
+    offset"; returns what was assigned.
+
+    Why: assigned without an offset, librdkafka fetches the committed offsets itself, and if
+    that OffsetFetch meets a stale coordinator whose answer is a request-level
+    ``NOT_COORDINATOR`` with no partitions, the partitions stay "being queried" for good: no
+    retry, no fetch, no error after the one "Failed to fetch committed offsets for 0
+    partition(s)" (librdkafka#5586, open in 2.16). Our CI met it after a 30 s SIGSTOP of the
+    broker: the dispatcher logged that line once and dispatched nothing after it (0 of 1,200
+    workflows completed in the next 10 minutes). ``committed()`` surfaces the
+    same error to us instead, and ``retrying`` asks again.
+    """
+    at = committed_offsets(consumer, partitions, stop)
+    consumer.assign(at)
+    return at
+
+
 def seek_to_committed(consumer: GroupConsumer, stop: threading.Event) -> None:
     """Point every assigned partition back at the group's committed offset (its beginning when
     nothing is committed, as ``auto.offset.reset=earliest``); waits out a broker outage."""
     assigned = consumer.assignment()
     if not assigned:
         return
-
-    def committed() -> list[TopicPartition]:
-        tps = consumer.committed(assigned, timeout=10)
-        for tp in tps:
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-        return tps
-
-    for tp in retrying(committed, "reading the committed offsets", stop):
-        offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+    for tp in committed_offsets(consumer, assigned, stop):
+        offset = tp.offset
         try:
             consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
         except KafkaException as exc:

@@ -2,18 +2,17 @@
 
 The decider, the timer service and the retry relay (``es_sched.runtime``) each give the loop a
 ``TransactionalRole`` (``es_sched.kafka.txn_role``): a ``step`` from input records to a
-``Batch`` and two hooks. The loop owns
-the transactional producer (``transactional.id`` = the role's id, one per running process).
+``Batch`` and two hooks. The loop owns the transactional producer (``transactional.id`` = the
+role's id, one per running process).
 
 Each iteration: ``consume`` up to ``max_records`` from the role's group consumer (consumer errors
 are not records: ``_PARTITION_EOF`` is dropped, a fatal error raises ``InfrastructureError``, the
-rest is logged; a static member fenced by another process with its ``group.instance.id``, which
-is the transactional id (ADR 21), stops the role as a fenced producer does),
-``role.step(records)``, and when it returns a ``Batch``, ONE transaction:
-begin, produce every record, ``send_offsets_to_transaction`` with the consumer's group metadata
-(KIP-447: the group coordinator fences a zombie of an older generation), commit. Offsets are
-committed only there, then ``batch.on_commit()`` keeps the role's staged state. ``role.tick()``
-ends the iteration (metrics, flow control).
+rest is logged; a static member fenced by another process with its ``group.instance.id`` (its
+transactional id, ADR 21) stops the role as a fenced producer does), ``role.step(records)``, and
+when it returns a ``Batch``, ONE transaction: begin, produce every record,
+``send_offsets_to_transaction`` with the consumer's group metadata (KIP-447: the group coordinator
+fences a zombie of an older generation), commit. Offsets are committed only there, then
+``batch.on_commit()`` keeps the role's staged state. ``role.tick()`` ends the iteration.
 
 Guarantee: a batch's outputs and input offsets commit atomically; ``read_committed`` readers see
 each output once, or not at all until the role decides the batch again.

@@ -40,7 +40,7 @@ from es_sched.domain.events import Event, WorkflowStarted
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients, watermarks
 from es_sched.kafka.dead_letters import headers_for
-from es_sched.kafka.failures import Stopped, retrying
+from es_sched.kafka.failures import Stopped, committed_offsets
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
 from es_sched.projections import views
@@ -185,15 +185,18 @@ class Projector:
         stored = self.retry(lambda: self.store.checkpoints(self.topic, parts), None, poll=False)
         # Retried through a broker outage (a raise here would escape consume() and stop the
         # role); only the stop flag ends the wait.
-        committed = {tp.partition: tp.offset for tp in retrying(
-            lambda: cons.committed(partitions, timeout=10), "reading committed offsets", self._stop
-        )}  # fmt: skip
+        # Every offset explicit: left unset, librdkafka's own fetch of the committed offsets can
+        # stall for good (librdkafka#5586, see ``assign_at_committed``).
+        committed = {tp.partition: tp.offset
+                     for tp in committed_offsets(cons, partitions, self._stop)}  # fmt: skip
         for tp in partitions:
             checkpoint = stored.get(tp.partition)
             self.next_offset[tp.partition] = checkpoint or 0
-            kafka = committed.get(tp.partition, -1)
+            kafka = committed[tp.partition]  # OFFSET_BEGINNING (< 0) where nothing is committed
             if checkpoint is not None and (kafka < 0 or kafka > checkpoint):
                 tp.offset = checkpoint
+            else:
+                tp.offset = kafka
         cons.assign(partitions)
         log.info("projector %s: assigned %s at %s", self.store.name, parts, stored)
 

@@ -60,7 +60,7 @@ from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
 from es_sched.kafka.clients import KafkaClients, read_partitions
 from es_sched.kafka.dead_letters import headers_for
-from es_sched.kafka.failures import seek_to_committed, wait
+from es_sched.kafka.failures import assign_at_committed, seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
@@ -193,6 +193,7 @@ class Decider:
         numbers = {tp.partition for tp in partitions}
         log.info("assigned partitions %s", sorted(numbers))
         self._restore(numbers)
+        assign_at_committed(cons, partitions, self._stop)
 
     def _restore(self, numbers: set[int]) -> None:
         """The partitions' states from their changelog partitions, read together by one

@@ -37,6 +37,7 @@ from es_sched.domain.timers import retry_input
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import headers_for
+from es_sched.kafka.failures import assign_at_committed
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import topics_for
 from es_sched.kafka.transactional import TransactionalLoop
@@ -196,6 +197,7 @@ class RetryRelay:
         self.m_backlog = r.gauge("es_sched_retry_backlog", "Retries waiting, by tier topic.")
         self.lag = LagGauge(r, "retry")
         self._logged_at, self._logged_total = monotonic(), 0
+        self._stop = threading.Event()  # the role's, once it runs
         self._loop = TransactionalLoop(
             self._clients, self._txn_id, ROLE, settings.runtime.transaction_timeout_ms, registry=r
         )
@@ -203,11 +205,13 @@ class RetryRelay:
     def run(self, stop: threading.Event) -> None:
         """Relay retries until ``stop`` is set; raises ``InfrastructureError`` if fenced or
         Kafka fails for good."""
+        self._stop = stop
         rejoining(stop, self._member, lambda: self._session(stop), self._drop_all)
 
     def _session(self, stop: threading.Event) -> None:
         self._cons = cons = self._clients.consumer(self._group, **self._member.config())
-        cons.subscribe(self._tiers, on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        cons.subscribe(self._tiers, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                       on_lost=self._on_revoke)  # fmt: skip
         try:
             self._loop.run(stop, cons, self, MAX_DRAIN, TICK_S)
             self._report(cons, final=True)
@@ -217,6 +221,9 @@ class RetryRelay:
     def _drop_all(self) -> None:
         every = [TopicPartition(t, p) for t in self._tiers for p in range(self._topics.partitions)]
         self._on_revoke(self._cons, every)
+
+    def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
+        assign_at_committed(cons, partitions, self._stop)
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in partitions]

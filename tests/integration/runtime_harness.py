@@ -46,6 +46,7 @@ from es_sched.settings import Settings
 from tests.support import ROOT
 from tests.support.cli import es_sched
 from tests.support.kafka import read_to_end
+from tests.support.procs import stacks
 from tests.support.settings import BOOTSTRAP, private_vars, settings_with, unique_name
 from tests.support.wait import wait_for_log, wait_until
 
@@ -149,6 +150,7 @@ class Role:
         logs.mkdir(exist_ok=True)
         self.log = logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log"
         command = list(argv) or ["run", "--role", role]
+        self.has_stacks = module == "es_sched" and command[0] in ("run", "worker")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *command],
             env={**os.environ, **env.vars, **extra_env},
@@ -392,6 +394,7 @@ def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -
         lines.append(f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the"
                      " last 15:")  # fmt: skip
         lines += trouble[-15:]
-        lines.append(f"--- {role.log.name}: tail")
-        lines.append(text[-2500:])
+        lines += [f"--- {role.log.name}: tail", text[-2500:]]
+        if role.has_stacks and code is None:  # where each thread waits now
+            lines.append(stacks(role.proc, role.log))
     return "\n".join(lines)

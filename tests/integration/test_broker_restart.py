@@ -7,7 +7,9 @@ projectors (``projector-pg``, ``projector-search``, on the shared PostgreSQL and
 another, and one ``es-sched worker --noop``. 1,200 media workflows are submitted; the fault
 fires once 200 tasks have completed, with over 1,000 workflows in flight (counted on the events
 topic just before it). Before the transactional loop was bounded the decider blocked for good
-inside ``send_offsets_to_transaction`` and the dispatcher exited on a failed commit.
+inside ``send_offsets_to_transaction`` and the dispatcher exited on a failed commit; before ADR
+40 a fresh-clone CI run saw the dispatcher's ready partitions, assigned again after the
+SIGSTOP, never fetched (librdkafka#5586).
 
 What proves the fault fired:
 - kill -9: the broker's pid is gone (no such process, or a zombie not reaped yet), and the

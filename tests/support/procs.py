@@ -1,9 +1,15 @@
 """Processes as ``/proc`` shows them (Linux): the children of a process, and their command
-lines, to wait for what a child process is doing right now."""
+lines, to wait for what a child process is doing right now; and the thread stacks of a
+running es-sched process, for a timeout's message."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
+
+from es_sched.cli.stacks import MARKER
+from tests.support.wait import wait_until
 
 
 def children(parent: int, name: str) -> list[int]:
@@ -29,3 +35,20 @@ def cmdline(pid: int) -> list[str]:
     except OSError:
         return []
     return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
+def stacks(proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 10.0) -> str:
+    """Every thread's stack of a running ``es-sched run`` or ``es-sched worker`` whose output
+    goes to ``log``: SIGUSR1 makes it log them (``es_sched.cli.stacks``); the block it wrote,
+    or why there is none. Only for those commands: SIGUSR1 ends any other process."""
+    if proc.poll() is not None:
+        return "(exited: no stacks)"
+    before = log.read_text(errors="replace").count(MARKER)
+    proc.send_signal(signal.SIGUSR1)
+    try:
+        wait_until(lambda: log.read_text(errors="replace").count(MARKER) > before, timeout_s,
+                   "the stacks in the log")  # fmt: skip
+    except AssertionError:
+        return f"(no stacks logged within {timeout_s:g}s of SIGUSR1)"
+    text = log.read_text(errors="replace")
+    return text[text.rindex(MARKER) :][:8000]

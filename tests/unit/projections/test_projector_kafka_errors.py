@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from es_sched.kafka.failures import Stopped
 from es_sched.metrics import LagGauge, Registry
@@ -75,3 +75,16 @@ def test_a_stopped_role_ends_the_wait() -> None:
 def test_the_lag_metric_skips_a_watermark_query_that_fails() -> None:
     gauge = LagGauge(Registry(), "projector-pg")
     assert gauge.update(FlakyConsumer(0), force=True, cached=False) == {"t": 0}  # type: ignore[arg-type]
+
+
+class EmptyStore(FakeStore):
+    def checkpoints(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        return {}
+
+
+def test_every_partition_is_assigned_at_an_explicit_offset() -> None:
+    """No checkpoint and nothing committed: the beginning, never "the stored offset" (-1001),
+    whose fetch by librdkafka itself can stall for good (``failures.assign_at_committed``)."""
+    p, cons = Projector(private_settings(), EmptyStore()), FlakyConsumer(failures=0)  # type: ignore[arg-type]
+    p._on_assign(cons, [TopicPartition(p.topic, 0)])  # type: ignore[arg-type]
+    assert [(tp.partition, tp.offset) for tp in cons.assigned] == [(0, OFFSET_BEGINNING)]
