@@ -19,7 +19,11 @@ two consumers of distinct client ids). What tells them apart is what came before
 follows a coordinator change, which the role has seen as consumer errors, a transaction call
 retried or a failed transaction, or as its consumer's broker connection failures (librdkafka
 logs them, ``consume`` returns none: with a node of three killed, that log line or a retried
-``commit_transaction`` was all the decider saw); a twin arrives out of a quiet sky. So
+``commit_transaction`` was all the decider saw), or as a broker that stopped answering: a
+request in flight with nothing received for ``UNANSWERED_S`` (librdkafka's statistics each
+second: ``waitresp_cnt``, ``rxidle``). That last one is all an idle decider sees of a broker
+paused (SIGSTOP) for 30 s: no connection fails and no call of its times out, and it was fenced
+on SIGCONT (`test_broker_restart.py`, 2026-12-03). A twin arrives out of a quiet sky. So
 ``InstanceFenced.after_trouble`` says whether the loop saw trouble within ``TROUBLE_WINDOW_S``,
 ``StaticMember.troubled`` whether its consumer did: without either the role stops, with one
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
@@ -40,6 +44,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from es_sched.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,10 @@ librdkafka = logging.getLogger("es_sched.kafka.librdkafka")  # static members' c
 TROUBLE_WINDOW_S = 120.0  # a broker's restart and the rejoins after it fit well inside
 MAX_REJOINS = 5  # in a row: a fence that keeps coming back is not a coordinator hiccup
 STEADY_S = 60.0  # a session that ran this long ends a row of rejoins
+# A broker that has answered nothing for this long with requests in flight is away: a consumer
+# in a group hears from its brokers every fetch.wait.max.ms (500 ms) and heartbeat (3 s).
+UNANSWERED_S = 5.0
+STATS_EVERY_MS = 1000
 
 
 class InstanceFenced(InfrastructureError):
@@ -74,7 +84,8 @@ class StaticMember:
         if not self.enabled:
             return {}
         return {"group.instance.id": self.instance_id, "client.id": self.client_id,
-                "logger": self}  # fmt: skip
+                "logger": self, "statistics.interval.ms": STATS_EVERY_MS,
+                "stats_cb": self.stats}  # fmt: skip
 
     def log(self, level: int, msg: str, *args: Any) -> None:
         """A librdkafka log line (``args``: facility, client name, text), passed on to Python
@@ -85,8 +96,25 @@ class StaticMember:
             self.trouble_at = time.monotonic()
         librdkafka.log(level, msg, *args)
 
+    def stats(self, report: str) -> None:
+        """librdkafka's statistics (served by ``consume``): a broker that stopped answering is
+        trouble, as a failed connection is."""
+        if unanswered(report, UNANSWERED_S):
+            self.trouble_at = time.monotonic()
+
     def troubled(self) -> bool:
         return time.monotonic() - self.trouble_at < TROUBLE_WINDOW_S
+
+
+def unanswered(report: str, after_s: float) -> list[str]:
+    """The brokers of a librdkafka statistics report (JSON) with a request in flight and nothing
+    received for over ``after_s``."""
+    try:
+        brokers = orjson.loads(report).get("brokers", {})
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    return [name for name, b in brokers.items()
+            if b.get("waitresp_cnt", 0) > 0 and b.get("rxidle", -1) > after_s * 1e6]  # fmt: skip
 
 
 def rejoining(

@@ -7,10 +7,18 @@ import logging
 import threading
 from collections.abc import Callable
 
+import orjson
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from es_sched.kafka.static import MAX_REJOINS, InstanceFenced, StaticMember, rejoining
+from es_sched.kafka.static import (
+    MAX_REJOINS,
+    UNANSWERED_S,
+    InstanceFenced,
+    StaticMember,
+    rejoining,
+    unanswered,
+)
 from tests.support.fake_txn import (
     FakeClients,
     FakeConsumer,
@@ -129,9 +137,37 @@ def test_a_fence_after_the_consumer_logged_a_broker_connection_failure_rejoins()
     assert (len(ran), dropped) == (2, [True])
 
 
+def report(**brokers: tuple[int, int]) -> str:
+    """A librdkafka statistics report naming, per broker, (waitresp_cnt, rxidle in us)."""
+    return orjson.dumps({"brokers": {name: {"waitresp_cnt": w, "rxidle": rx, "state": "UP"}
+                                     for name, (w, rx) in brokers.items()}}).decode()  # fmt: skip
+
+
+def test_a_broker_that_stopped_answering_a_request_in_flight_is_trouble() -> None:
+    """The SIGSTOP test's idle decider: no connection failed and no call timed out in 30 s, only
+    its requests went unanswered; then the fence on SIGCONT. Idle connections (nothing in
+    flight) and brokers answering within ``UNANSWERED_S`` are not trouble."""
+    member = StaticMember("g", "p-decider-0", enabled=True)
+    stats = member.config()["stats_cb"]
+    for quiet in (report(b1=(0, 60_000_000)), report(b1=(3, int(UNANSWERED_S * 1e6) - 1)),
+                  "not json", report()):  # fmt: skip
+        stats(quiet)
+        assert not member.troubled(), quiet
+    _, fenced = sessions(fences=1, after_trouble=False)
+    with pytest.raises(InstanceFenced):
+        rejoining(threading.Event(), member, fenced, lambda: None)
+    stats(report(b1=(0, 10), GroupCoordinator=(1, int(UNANSWERED_S * 1e6) + 1)))
+    assert member.troubled()
+    ran, troubled = sessions(fences=1, after_trouble=False)
+    rejoining(threading.Event(), member, troubled, lambda: None)
+    assert len(ran) == 2
+    assert unanswered(report(a=(1, 9_000_000), b=(1, 10)), UNANSWERED_S) == ["a"]
+
+
 def test_the_consumer_settings_name_the_instance_and_a_client_id_of_this_process() -> None:
     on = StaticMember("g", "p-timers-0", enabled=True).config()
     assert on["group.instance.id"] == "p-timers-0"
     assert on["client.id"].startswith("p-timers-0/")
     assert on["logger"] is not None  # librdkafka's lines, to Python logging, noting trouble
+    assert on["statistics.interval.ms"] > 0 and on["stats_cb"] is not None  # unanswered brokers
     assert StaticMember("g", "p-timers-0", enabled=False).config() == {}
