@@ -9,9 +9,13 @@ the same data (log recovery included).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from es_sched.settings import (
     DispatchSettings,
@@ -82,3 +86,23 @@ class PrivateKafka:
                 os.kill(self.pid, signal.SIGKILL)
                 process.wait_exit(self.pid, 10)
             self.pid = None
+
+
+def private_kafka(state_dir: Path, port: int, controller_port: int) -> Iterator[PrivateKafka]:
+    """A fixture's body: a started ``PrivateKafka``, stopped afterwards even if a test left it
+    SIGSTOPped (a stopped JVM does not handle SIGTERM); skipped without java and mvn."""
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.skip("a private broker needs java and mvn (the local stack's Kafka build)")
+    broker = PrivateKafka(state_dir, port, controller_port)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        if broker.pid is not None and Path(f"/proc/{broker.pid}").exists():
+            os.kill(broker.pid, signal.SIGCONT)
+        broker.stop()
+
+
+def process_state(pid: int) -> str:
+    """The process state letter of ``/proc/<pid>/stat`` (R, S, T stopped, Z, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +47,7 @@ from es_sched.kafka.clients import check_delivery, producer
 from es_sched.kafka.topics import assignment_topic, ensure_topic
 from es_sched.projections.replay import projected
 from es_sched.serialization import decode_input
-from tests.integration.private_kafka import PrivateKafka
+from tests.integration.private_kafka import PrivateKafka, private_kafka, process_state
 from tests.integration.projection_harness import dropped_schemas
 from tests.integration.runtime_harness import (
     MEDIA,
@@ -82,16 +81,7 @@ TIMEOUTS = (  # what the roles log when their requests to a frozen broker time o
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[PrivateKafka]:
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        pytest.skip("a private broker needs java and mvn (the local stack's Kafka build)")
-    broker = PrivateKafka(tmp_path / "state", PORT, CONTROLLER_PORT)
-    try:
-        broker.start()
-        yield broker
-    finally:
-        if broker.pid is not None and Path(f"/proc/{broker.pid}").exists():
-            os.kill(broker.pid, signal.SIGCONT)  # a stopped JVM does not handle SIGTERM
-        broker.stop()
+    yield from private_kafka(tmp_path / "state", PORT, CONTROLLER_PORT)
 
 
 def histories(env: Env) -> dict[str, str]:
@@ -150,11 +140,6 @@ def probe_times_out(probe: Producer, topic: str) -> str:
     return str(errors[0].name())
 
 
-def state(pid: int) -> str:
-    """The process state letter of ``/proc/<pid>/stat`` (R, S, T stopped, ...)."""
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-
-
 def timeouts(procs: tuple[Role, ...]) -> dict[str, int]:
     """How many times the roles logged each of ``TIMEOUTS`` so far."""
     texts = [r.text() for r in procs]
@@ -186,8 +171,9 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
             assert pid is not None
             if fault == "kill":
                 kafka.kill()  # kill -9; returns once the process is gone
-                gone = not Path(f"/proc/{pid}").exists() or state(pid) == "Z"  # Z: not reaped
-                assert gone, f"broker pid {pid} is still running: {state(pid)}"
+                # Z: a zombie not reaped yet
+                gone = not Path(f"/proc/{pid}").exists() or process_state(pid) == "Z"
+                assert gone, f"broker pid {pid} is still running: {process_state(pid)}"
                 roles.wait_log(f"127.0.0.1:{PORT} failed: Connection refused", 60)
                 proof = f"broker pid {pid} gone after SIGKILL; roles logged Connection refused"
                 kafka.start()  # same data folder: log recovery, then the same topics and groups
@@ -198,17 +184,17 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
                 stopped_at = time.monotonic()
                 # kill() returns before every thread of the JVM is stopped: wait for the state
                 # (CI read it once at once, and failed on a broker still stopping).
-                wait_until(lambda: state(pid) == "T", 10,
-                           lambda: f"broker pid {pid} to stop: {state(pid)}")  # fmt: skip
+                wait_until(lambda: process_state(pid) == "T", 10,
+                           lambda: f"broker pid {pid} to stop: {process_state(pid)}")  # fmt: skip
                 logged = timeouts(procs)
                 probe_error = probe_times_out(probe, probe_topic)
                 # Held for STOPPED_S (the fault's length, not a wait for something to happen);
                 # the roles' logged timeouts are gathered meanwhile.
                 while time.monotonic() - stopped_at < STOPPED_S:
-                    assert state(pid) == "T"
+                    assert process_state(pid) == "T"
                     time.sleep(1.0)
                 os.kill(pid, signal.SIGCONT)
-                wait_until(lambda: state(pid) != "T", 10, "the broker to run again")
+                wait_until(lambda: process_state(pid) != "T", 10, "the broker to run again")
                 stopped_s = time.monotonic() - stopped_at
             ready = time.time()
             before = checkpoints(env)

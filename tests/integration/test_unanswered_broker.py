@@ -11,7 +11,6 @@ What proves the fault fired: ``/proc/<pid>/stat`` shows the broker stopped (``T`
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -24,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from es_sched.kafka.clients import consumer
 from es_sched.kafka.static import UNANSWERED_S, StaticMember
 from es_sched.kafka.topics import ensure_topic
-from tests.integration.private_kafka import PrivateKafka
+from tests.integration.private_kafka import PrivateKafka, private_kafka, process_state
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -33,20 +32,7 @@ PORT, CONTROLLER_PORT = 19140, 19141
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[PrivateKafka]:
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        pytest.skip("a private broker needs java and mvn (the local stack's Kafka build)")
-    broker = PrivateKafka(tmp_path / "state", PORT, CONTROLLER_PORT)
-    try:
-        broker.start()
-        yield broker
-    finally:
-        if broker.pid is not None and Path(f"/proc/{broker.pid}").exists():
-            os.kill(broker.pid, signal.SIGCONT)  # a stopped JVM does not handle SIGTERM
-        broker.stop()
-
-
-def state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    yield from private_kafka(tmp_path / "state", PORT, CONTROLLER_PORT)
 
 
 def test_a_paused_broker_is_trouble_for_a_static_member_and_an_answering_one_is_not(
@@ -74,16 +60,16 @@ def test_a_paused_broker_is_trouble_for_a_static_member_and_an_answering_one_is_
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         try:
-            wait_until(lambda: state(pid) == "T", 10, "the broker to stop")
+            wait_until(lambda: process_state(pid) == "T", 10, "the broker to stop")
             wait_until(lambda: cons.poll(0.2) is None and member.troubled(), 30,
                        "the member to see trouble")  # fmt: skip
             took = time.monotonic() - stopped_at
-            assert state(pid) == "T", "still stopped when the trouble was seen"
+            assert process_state(pid) == "T", "still stopped when the trouble was seen"
         finally:
             os.kill(pid, signal.SIGCONT)
         print(f"\n[unanswered broker] trouble seen {took:.1f}s after SIGSTOP")
         assert took >= UNANSWERED_S - 1, f"trouble after {took:.1f}s: before the threshold"
-        wait_until(lambda: state(pid) != "T", 10, "the broker to run again")
+        wait_until(lambda: process_state(pid) != "T", 10, "the broker to run again")
         cons.commit(offsets=[TopicPartition("paused", 0, 0)], asynchronous=False)  # answers
     finally:
         cons.close()
