@@ -42,8 +42,8 @@ class EsSched:
 
     mode = "es-sched"
 
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
+    def __init__(self, logs: Path, code: Path = e2e.ROOT) -> None:
+        self.logs, self.code = logs, code  # code: the checkout whose es_sched runs
         self.env = Env(partitions=12, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
         self.done: dict[str, float] = {}  # workflow id -> read time
         self.dag_of: dict[str, str] = {}  # workflow id -> dag id
@@ -54,7 +54,9 @@ class EsSched:
     def start(self) -> None:
         self.env.create()
         self.env.push_files(*MEDIA)
-        self.procs = e2e.start_processes(self.env, self.logs, "side-es", branch_1080=True)
+        self.procs = e2e.start_processes(
+            self.env, self.logs, "side-es", branch_1080=True, code=self.code
+        )
         self.out = producer(BOOTSTRAP)
         self.tail = threading.Thread(target=self._tail, daemon=True)
         self.tail.start()

@@ -160,7 +160,7 @@ class RuntimeSettings(BaseSettings):
 
     instance: str = "0"  # stable per process slot: the decider's transactional.id suffix
     batch_max_records: int = Field(default=500, ge=1)
-    batch_max_ms: int = Field(default=50, ge=1)
+    batch_max_ms: int = Field(default=50, ge=1)  # an idle decider's wait for input (ADR 41)
     transaction_timeout_ms: int = Field(default=30_000, ge=1000)
     command_max_bytes: int = Field(default=256 * 1024, ge=1024)
     retry_tiers_s: str = "5,30,300,3600"

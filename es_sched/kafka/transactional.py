@@ -5,7 +5,7 @@ The decider, the timer service and the retry relay (``es_sched.runtime``) each g
 ``Batch`` and two hooks. The loop owns the transactional producer (``transactional.id`` = the
 role's id, one per running process).
 
-Each iteration: ``consume`` up to ``max_records`` from the role's group consumer (consumer errors
+Each iteration: up to ``max_records`` from the role's group consumer (consumer errors
 are not records: ``_PARTITION_EOF`` is dropped, a fatal error raises ``InfrastructureError``, the
 rest is logged; a static member fenced by another process with its ``group.instance.id`` (its
 transactional id, ADR 21) stops the role as a fenced producer does), ``role.step(records)``, and
@@ -89,14 +89,12 @@ class _Failed(Exception):
     """A transaction step failed; ``kind`` says how to recover, ``wedged`` that the call never
     returned (the producer is stuck, not necessarily broken for good)."""
 
-    def __init__(
-        self, kind: Kind, reason: str, wedged: bool = False, instance_fence: bool = False
-    ) -> None:
+    def __init__(self, kind: Kind, reason: str, wedged: bool = False, fence: bool = False) -> None:
         super().__init__(reason)
         self.kind, self.reason, self.wedged = kind, reason, wedged
         # FENCED_INSTANCE_ID from a transaction call (``send_offsets_to_transaction``): the
         # consumer's fence showing through the producer first, not trouble before it.
-        self.instance_fence = instance_fence
+        self.instance_fence = fence
 
 
 class TransactionalLoop:
@@ -109,10 +107,12 @@ class TransactionalLoop:
         call_timeout_s: float = 10.0,
         grace_s: float = 5.0,
         registry: Registry | None = None,
+        prompt: bool = False,
     ) -> None:
         self.clients, self.txn_id, self.role = clients, transactional_id, role
-        self.txn_s = transaction_timeout_ms / 1000
-        self.call_timeout_s, self.grace_s = min(call_timeout_s, self.txn_s), grace_s
+        self.prompt = prompt  # the decider's (ADR 41): a transaction as soon as input comes
+        self.txn_s, self.grace_s = transaction_timeout_ms / 1000, grace_s
+        self.call_timeout_s = min(call_timeout_s, self.txn_s)
         self._config = {"transaction.timeout.ms": transaction_timeout_ms}
         self._producer: TxnProducer | None = None
         self._caller: BoundedCaller | None = None
@@ -122,9 +122,8 @@ class TransactionalLoop:
         self.m_commits = r.counter("es_sched_txn_commits_total", "Transactions committed.")
         self.m_aborts = r.counter("es_sched_txn_aborts_total", "Transactions aborted or lost.")
         self.m_retries = r.counter("es_sched_txn_retries_total", "Retriable errors retried.")
-        self.m_restarts = r.counter(
-            "es_sched_txn_producer_restarts_total", "Transactional producers re-created."
-        )
+        restarts = "es_sched_txn_producer_restarts_total", "Transactional producers re-created."
+        self.m_restarts = r.counter(*restarts)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(
@@ -155,8 +154,14 @@ class TransactionalLoop:
             self._retire()
 
     def poll(self, consumer: GroupConsumer, max_records: int, wait_s: float) -> list[Message]:
+        """``prompt``: up to ``wait_s`` for the first record, then what else came, without
+        waiting (a batch short of ``max_records`` took all of ``wait_s``: 50 ms a decider step
+        at light load, issue 15); else a window of ``wait_s``, a transaction per window."""
+        got = consumer.consume(1 if self.prompt else max_records, wait_s)
+        if self.prompt and got and max_records > 1:
+            got += consumer.consume(max_records - 1, 0)
         out: list[Message] = []
-        for msg in consumer.consume(max_records, wait_s):
+        for msg in got:
             err = msg.error()
             if err is None:
                 out.append(msg)
@@ -171,8 +176,7 @@ class TransactionalLoop:
         return out
 
     def _consumer_error(self, err: KafkaError) -> None:
-        # While the broker is down the consumer reports the same transport errors many times a
-        # second; one line per ERROR_LOG_EVERY_S says as much.
+        # A broker away repeats its transport errors many times a second: one line per 10 s.
         now = self._trouble_at = time.monotonic()
         if now - self._errors_at < ERROR_LOG_EVERY_S:
             self._errors_quiet += 1
@@ -265,7 +269,7 @@ class TransactionalLoop:
                     kind = Kind.FATAL
                 if kind is not Kind.RETRIABLE:
                     fence = err is not None and err.code() == KafkaError.FENCED_INSTANCE_ID
-                    raise _Failed(kind, f"{what}: {exc}", instance_fence=fence) from None
+                    raise _Failed(kind, f"{what}: {exc}", fence=fence) from None
                 # Trouble even if the retry succeeds: a coordinator's node killed may show only
                 # as such retries, and a self-fence may follow (kafka/static.py).
                 self._trouble_at = time.monotonic()
@@ -383,16 +387,12 @@ class TransactionalLoop:
 
 
 def _positions(consumer: GroupConsumer) -> dict[TP, int]:
-    return {
-        (tp.topic, tp.partition): tp.offset
-        for tp in consumer.position(consumer.assignment())
-        if tp.offset >= 0
-    }
+    positions = consumer.position(consumer.assignment())
+    return {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}
 
 
 def _close(producer: TxnProducer) -> None:
-    """Drop what it still queues and destroy it (on its caller's thread, see ``_retire``):
-    after ``close`` the Python object's own destructor has nothing left that could block."""
+    # On its caller's thread (``_retire``); after ``close`` its destructor cannot block.
     try:
         producer.purge()
         producer.close()

@@ -133,7 +133,7 @@ class Decider:
         self.lag = LagGauge(r, "decider")
         self.loop = TransactionalLoop(
             self.clients, self.txn_id, "decider", settings.runtime.transaction_timeout_ms,
-            registry=r,
+            registry=r, prompt=True,
         )  # fmt: skip
         self._stop = threading.Event()
 

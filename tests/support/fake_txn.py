@@ -134,9 +134,17 @@ class FakeConsumer:
         self.committed_offsets = {("in", 0): 40}
         self.committed_errors: list[KafkaError] = []
         self.seeks: list[tuple[str, int, int]] = []
+        self.calls: list[tuple[int, float]] = []  # (num_messages, timeout) of each consume
+        self.rest: list[Message] = []
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        return self.batches.pop(0) if self.batches else []
+        """A scripted batch is what has arrived by the time a waiting call returns: a call
+        with ``timeout=0`` takes only what is left of it, a waiting one starts the next."""
+        self.calls.append((num_messages, timeout))
+        if timeout != 0 and not self.rest and self.batches:
+            self.rest = self.batches.pop(0)
+        got, self.rest = self.rest[:num_messages], self.rest[num_messages:]
+        return got
 
     def assignment(self) -> list[TopicPartition]:
         return list(self.assigned)
@@ -196,9 +204,12 @@ def run_loop(
     consumer: FakeConsumer | None = None,
     txn_ms: int = 30_000,
     call_timeout_s: float = 10.0,
+    prompt: bool = False,
 ) -> tuple[FakeRole, FakeConsumer]:
     stop = threading.Event()
     role, cons = FakeRole(stop, *batches), consumer or FakeConsumer()
-    loop = TransactionalLoop(clients, "p-decider-0", "decider", txn_ms, call_timeout_s, 0.3)
-    loop.run(stop, cons, role, 100, 0.0)
+    loop = TransactionalLoop(
+        clients, "p-decider-0", "decider", txn_ms, call_timeout_s, 0.3, prompt=prompt
+    )
+    loop.run(stop, cons, role, 100, 0.05)
     return role, cons

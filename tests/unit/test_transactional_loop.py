@@ -88,6 +88,31 @@ def test_a_batch_is_produced_then_its_offsets_sent_with_the_group_metadata_then_
     assert committed == ["b1"] and role.rewinds == [] and role.ticks == 2
 
 
+def test_a_prompt_loop_waits_for_the_first_record_only_then_takes_what_has_arrived() -> None:
+    """The decider's (ADR 41): ``consume(100, wait)`` would hold a batch of three for the whole
+    wait (librdkafka returns early only with 100): the loop asks for one record with the wait,
+    then for the rest without one, and hands the three to one step."""
+    a, b, c = (Message(topic="in", partition=0, offset=n, value=b"x") for n in (1, 2, 3))
+    cons = FakeConsumer([[a, b, c]])
+    role, _ = run_loop(FakeClients(), batch([]), consumer=cons, prompt=True)
+    assert cons.calls[:2] == [(1, 0.05), (99, 0)]
+    assert [m.offset() for m in role.seen[0]] == [1, 2, 3]
+
+
+def test_an_idle_prompt_poll_does_not_ask_again_without_waiting() -> None:
+    cons = FakeConsumer([])
+    run_loop(FakeClients(), consumer=cons, prompt=True)
+    assert cons.calls == [(1, 0.05)]
+
+
+def test_a_windowed_loop_takes_a_batch_per_wait() -> None:
+    """The timer service's and retry relay's: their inputs wait for due times anyway, and a
+    transaction per record arriving cost more CPU than the decider's (ADR 41)."""
+    cons = FakeConsumer([[Message(topic="in", partition=0, offset=1, value=b"x")]])
+    run_loop(FakeClients(), batch([]), consumer=cons)
+    assert cons.calls[0] == (100, 0.05) and all(t != 0 for _, t in cons.calls)
+
+
 def test_without_explicit_offsets_the_consumer_positions_are_committed() -> None:
     p = FakeProducer()
     run_loop(FakeClients(p), Batch([Out("commands", "wf", b"x")], None))
