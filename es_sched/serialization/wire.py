@@ -21,7 +21,7 @@ strings in the classes). A v2 of a kind will raise ``wire_version`` and add an u
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -117,7 +117,9 @@ def _compiled(kind: str) -> Compiled:
 
 
 def encode(record: Record) -> bytes:
-    return orjson.dumps({"wire_version": WIRE_VERSION, **asdict(record)})
+    """The fields in their order, nested ``GpuStatus`` written by orjson itself: the bytes of
+    ``asdict``, whose deep copy of a task's input was 7% of the roles' CPU (issue 15)."""
+    return orjson.dumps({"wire_version": WIRE_VERSION, **record.__dict__})
 
 
 def decode(raw: bytes | None) -> Record:

@@ -33,6 +33,9 @@ from es_sched.workers.stale import Stale
 log = logging.getLogger(__name__)
 HANDED_BACK = "worker shutting down; handed back"
 MAX_REASON = 1900  # the decider's schema allows 2000 characters
+# A completion waits out the producer's linger before the decider can see it: librdkafka's
+# 5 ms on each step of a workflow (the dispatcher's reason for 1 ms, ADR 31; issue 15).
+REPORT_LINGER_MS = 1
 
 
 def progress_key(worker_id: str, task_id: str) -> str:
@@ -123,7 +126,7 @@ class Reporter:
     def __init__(self, bootstrap: str, topics: Topics, **extra: Any) -> None:
         self.topics = topics
         self.delivery_failures = 0
-        self._producer = producer(bootstrap, **extra)
+        self._producer = producer(bootstrap, **{"linger.ms": REPORT_LINGER_MS, **extra})
 
     def _produce(
         self, topic: str, key: str, value: bytes | None, delivery: Delivery | None = None,

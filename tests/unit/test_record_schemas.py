@@ -5,6 +5,7 @@ releases wrote them still decode."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -147,6 +148,8 @@ def test_wire_records_round_trip(kind: str) -> None:
     assert record.kind == kind
     assert wire.decode(wire.encode(record)) == record
     assert orjson.loads(wire.encode(record)) == orjson.loads(raw)
+    # the bytes the deep copy wrote before (issue 15), nested GpuStatus and key order included
+    assert wire.encode(record) == orjson.dumps({"wire_version": 1, **dataclasses.asdict(record)})
 
 
 def test_definition_records() -> None:

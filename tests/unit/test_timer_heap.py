@@ -140,3 +140,11 @@ def test_parse_timer_and_its_deterministic_fire_input() -> None:
 def test_parse_timer_rejects_poison(value: bytes) -> None:
     with pytest.raises(SchemaError):
         parse_timer("t-1", value)
+
+
+def test_parse_timer_refuses_a_timer_whose_fired_input_the_decider_would_refuse() -> None:
+    """A 190-character timer id fits the timer record's schema (200), not the fired input's id
+    (``timer:<id>:<due>``, 200 at most): the check is the decider's schema, not the timer's."""
+    key = "t" * 190
+    with pytest.raises(SchemaError, match="input_id"):
+        parse_timer(key, _record(timer_id=key))
