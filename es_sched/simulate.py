@@ -27,6 +27,7 @@ from typing import Any, assert_never
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.effects import (
+    ClearTimer,
     Effect,
     NotifyParent,
     QueueTask,
@@ -83,6 +84,9 @@ class Simulation:
         self.timers: list[tuple[datetime, int, str, c.FireTimer]] = []
         self.input_ids = counter_ids("in")
         self.timer_seq = itertools.count()
+        self.cleared: list[str] = []  # the ids of every ClearTimer, in order
+        self._timer_seqs: dict[str, int] = {}  # timer id -> its live heap entry's seq
+        self._dropped: set[int] = set()  # heap entries of cleared timers, skipped when due
 
     # -- definitions ------------------------------------------------------------------------
     def find(self, name: str, version: int | None) -> dict[str, Any] | None:
@@ -155,7 +159,12 @@ class Simulation:
             case QueueTask():
                 self._work(wf_id, wf, fx)
             case SetTimer():
-                self._at(fx.timer.due_at, fx.fire)
+                self._timer_seqs[fx.timer.timer_id] = self._at(fx.timer.due_at, fx.fire)
+            case ClearTimer():
+                self.cleared.append(fx.timer_id)
+                seq = self._timer_seqs.pop(fx.timer_id, None)
+                if seq is not None:
+                    self._dropped.add(seq)
             case WakeRetry():
                 self._at(fx.due_at, fx.fire)
             case StartChild():
@@ -165,8 +174,10 @@ class Simulation:
             case _:
                 assert_never(fx)
 
-    def _at(self, due: datetime, fire: c.FireTimer) -> None:
-        heapq.heappush(self.timers, (due, next(self.timer_seq), fire.workflow_id, fire))
+    def _at(self, due: datetime, fire: c.FireTimer) -> int:
+        seq = next(self.timer_seq)
+        heapq.heappush(self.timers, (due, seq, fire.workflow_id, fire))
+        return seq
 
     def resolve(self, name: str, version: int | None) -> Found | None:
         """The simulation's registry: its definitions, with all its TaskDefs."""
@@ -245,9 +256,9 @@ class Simulation:
 
     def _fire_next_timer(self) -> bool:
         while self.timers:
-            due, _, wf_id, fire = heapq.heappop(self.timers)
+            due, seq, wf_id, fire = heapq.heappop(self.timers)
             st = self.workflows[wf_id].state
-            if st is None or st.terminal:
+            if st is None or st.terminal or seq in self._dropped:
                 continue
             self.now = max(self.now, due)
             self.queue.append((wf_id, fire))

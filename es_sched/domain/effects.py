@@ -12,6 +12,8 @@ timers first), the follow-up work another part of the system must do:
   ``requeue_after`` (seconds; the runtime passes ``ES_SCHED_RUN_REQUEUE_AFTER_S``) every
   ``QueueTask`` also sets the reconciler's ``timers.requeue_timer`` (ADR 15); without it
   (the simulator, whose queue loses nothing) there is none.
+- ``ClearTimer``: a timer its task or workflow outlived (``timers.timers_cleared``): forget it
+  unfired.
 - ``WakeRetry``: a failed attempt to retry after ``delay_seconds``; when due, deliver ``fire``.
 - ``StartChild``: a workflow to start, with the definition and TaskDefs its parent pinned when
   it started (``pins.pinned_child``). Finding an unpinned one by name is the caller's I/O;
@@ -71,7 +73,14 @@ from es_sched.domain.events import (
 from es_sched.domain.evolve import AnyPayload
 from es_sched.domain.pins import Lookup, pinned_child
 from es_sched.domain.state import WorkflowState
-from es_sched.domain.timers import Timer, requeue_timer, retry_input, timer_input, timers_for
+from es_sched.domain.timers import (
+    Timer,
+    requeue_timer,
+    retry_input,
+    timer_input,
+    timers_cleared,
+    timers_for,
+)
 
 JSON = dict[str, Any]
 
@@ -94,6 +103,11 @@ class SetTimer:
     @property
     def fire(self) -> c.FireTimer:
         return timer_input(self.timer)
+
+
+@dataclass(frozen=True)
+class ClearTimer:
+    timer_id: str
 
 
 @dataclass(frozen=True)
@@ -137,7 +151,7 @@ class NotifyParent:
     input: c.ChildWorkflowEnded
 
 
-Effect = QueueTask | SetTimer | WakeRetry | StartChild | TerminateChild | NotifyParent
+Effect = QueueTask | SetTimer | ClearTimer | WakeRetry | StartChild | TerminateChild | NotifyParent
 
 
 def child_start_id(child_workflow_id: str) -> str:
@@ -154,6 +168,7 @@ def effects(
     out: list[Effect] = []
     for event in events:
         follow = _follow(st, event)
+        out += [ClearTimer(t) for t in timers_cleared(st, event)]
         out += [SetTimer(timer) for timer in timers_for(st, event)]
         if requeue_after is not None:
             at = event.occurred_at

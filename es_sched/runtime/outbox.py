@@ -3,8 +3,9 @@
 ``outbound(topics, state, events, resolve)`` maps one workflow's new events (and its state after
 them) to Kafka records: every event to ``events``, then each of ``domain.effects.effects`` as a
 record. ``QueueTask`` -> ``ready`` (keyed by rate-limit key, else task name); ``SetTimer`` ->
-``timers`` (keyed by timer id); ``WakeRetry`` -> its delay tier (keyed by workflow); ``StartChild``,
-``TerminateChild`` and ``NotifyParent`` -> the input for the other workflow on ``commands``
+``timers`` (keyed by timer id), ``ClearTimer`` -> its tombstone there; ``WakeRetry`` -> its
+delay tier (keyed by workflow); ``StartChild``, ``TerminateChild`` and ``NotifyParent`` -> the
+input for the other workflow on ``commands``
 (keyed by that workflow). What follows an event is decided in the domain, not here; ``resolve``
 is the registry look-up a ``StartChild`` without an embedded definition needs, ``requeue_after``
 the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR 15). The changelog snapshot is
@@ -21,6 +22,7 @@ from typing import NamedTuple, assert_never
 from es_sched.domain import commands as c
 from es_sched.domain.definitions import TaskLimits
 from es_sched.domain.effects import (
+    ClearTimer,
     NotifyParent,
     QueueTask,
     SetTimer,
@@ -107,6 +109,8 @@ def outbound(
                 out.append(ready_record(topics, st, fx.task_id, fx.limits))
             case SetTimer():
                 out.append(timer_record(topics, fx.timer))
+            case ClearTimer():  # a tombstone: the timer service forgets the timer unfired
+                out.append(Record(topics.timers, fx.timer_id, None))
             case WakeRetry():
                 out.append(retry_record(topics, fx))
             case StartChild():

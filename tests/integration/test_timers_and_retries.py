@@ -102,6 +102,20 @@ def timers_due(topics: Topics) -> dict[str, datetime]:
     return {timer.kind: timer.due_at for timer in timers}
 
 
+def live_timers(topics: Topics) -> tuple[int, dict[str, bytes]]:
+    """How many timer records were written, and the timers still live once each key's last
+    record (a tombstone deletes) is taken, as compaction will."""
+    armed, live = 0, dict[str, bytes]()
+    for m in read_to_end(topics.timers):
+        key = (m.key() or b"").decode()
+        if m.value() is None:
+            live.pop(key, None)
+        else:
+            armed += 1
+            live[key] = m.value() or b""
+    return armed, live
+
+
 def attempts(events: list[Event]) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in events:
@@ -281,6 +295,10 @@ def test_thirty_percent_failures_retry_only_through_the_retry_topic() -> None:
     assert "retry" not in timers_due(env.topics)  # retries never go through the timers topic
     for v in by_wf.values():
         assert [e.seq for e in v] == list(range(1, len(v) + 1))
+    # ADR 42: every timer armed (requeue timers of each queued attempt at least) was cleared
+    # when its task or workflow ended, so none will come back as a timer.fired input.
+    armed, live = live_timers(env.topics)
+    assert armed >= len(worker.executions) and live == {}, (armed, list(live)[:5])
 
 
 WAITING = {

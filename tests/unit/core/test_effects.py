@@ -9,6 +9,7 @@ from typing import Any
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide
 from es_sched.domain.effects import (
+    ClearTimer,
     Effect,
     NotifyParent,
     QueueTask,
@@ -98,6 +99,29 @@ def test_timeouts_and_wait_deadlines_are_timers_with_deterministic_fire_ids() ->
     )  # fmt: skip
 
 
+def test_an_ended_task_and_workflow_clear_the_timers_they_outlived() -> None:
+    """Issue 15: armed and never cleared, every one of them came back when due as a
+    ``timer.fired`` the decider ignores (28 per 1080p media workflow)."""
+    taskdef = {"name": "encode", "responseTimeoutSeconds": 30, "timeoutSeconds": 120}
+    d = Driver(
+        workflow(task("enc", name="encode"), timeoutSeconds=600), taskdefs=[taskdef]
+    )  # fmt: skip
+    assert of(ClearTimer, effects(d.st, d.events)) == []
+    d.report("enc", "STARTED")
+    tid = d.latest("enc").task_id
+    found = last(d, d.report("enc", "COMPLETED"))
+    assert of(ClearTimer, found) == [
+        ClearTimer(timer_id("wf-1", kind, tid))
+        for kind in ("response_timeout", "total_timeout", "requeue")
+    ] + [ClearTimer(timer_id("wf-1", "workflow_timeout", "-"))]  # the workflow completed
+    assert of(SetTimer, found) == []
+
+
+def test_a_system_task_ending_clears_nothing() -> None:
+    d = Driver(workflow(task("v", type_="SET_VARIABLE", inputParameters={"x": 1})))
+    assert d.st.status == "COMPLETED" and of(ClearTimer, effects(d.st, d.events)) == []
+
+
 def test_a_wait_with_a_duration_sets_a_wait_timer() -> None:
     d = Driver(workflow(task("w", type_="WAIT", inputParameters={"duration": "10s"})))
     (fx,) = of(SetTimer, effects(d.st, d.events))
@@ -110,7 +134,7 @@ def test_a_failed_attempt_with_retries_left_wakes_through_the_retry_tiers() -> N
     d = Driver(workflow(task("enc", name="encode")), taskdefs=[TASKDEF])
     first = d.latest("enc")
     events = d.report("enc", "FAILED", reason="crash")
-    found = last(d, events)
+    found: list[Effect] = [fx for fx in last(d, events) if not isinstance(fx, ClearTimer)]
     assert of(SetTimer, found) == [] and of(QueueTask, found) == []  # a retry is not a timer
     due = T0 + timedelta(seconds=5)
     assert found == [WakeRetry("wf-1", first.task_id, 1, 2, due, 5.0)]
@@ -249,4 +273,4 @@ def test_a_top_level_workflow_notifies_nobody() -> None:
     d = Driver(workflow(task("a")))
     events = d.report("a")
     assert d.st.status == "COMPLETED"
-    assert last(d, events) == []
+    assert [fx for fx in last(d, events) if not isinstance(fx, ClearTimer)] == []

@@ -50,6 +50,9 @@ def runtime_work(st: Any, events: list[Event], sim: Simulation) -> list[Work]:
     """The follow-up records of one decision, decoded by the roles that consume them."""
     out: list[Work] = []
     for rec in outbound(TOPICS, st, events, sim.resolve, sim.requeue_after):
+        if rec.topic == TOPICS.timers and rec.value is None:  # a ClearTimer's tombstone
+            out.append(("clear", rec.key))
+            continue
         assert rec.value is not None
         if rec.topic == TOPICS.events:
             continue
@@ -80,8 +83,9 @@ class Parity(Simulation):
 
     def follow(self, wf_id: str, events: list[Event]) -> None:
         queued, timers = len(self.queue), {seq for _, seq, _, _ in self.timers}
+        cleared = len(self.cleared)
         super().follow(wf_id, events)
-        done: list[Work] = []
+        done: list[Work] = [("clear", timer) for timer in self.cleared[cleared:]]
         for target, inp in list(self.queue)[queued:]:
             assert target == inp.workflow_id
             if isinstance(inp, c.DispatchTask):  # the in-memory dispatcher took a queued task
