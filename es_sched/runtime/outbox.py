@@ -3,14 +3,14 @@
 ``outbound(topics, state, events, resolve)`` maps one workflow's new events (and its state after
 them) to Kafka records: every event to ``events``, then each of ``domain.effects.effects`` as a
 record. ``QueueTask`` -> ``ready`` (keyed by rate-limit key, else task name); ``SetTimer`` ->
-``timers`` (keyed by timer id), ``ClearTimer`` -> its tombstone there; ``WakeRetry`` -> its
-delay tier (keyed by workflow); ``StartChild``, ``TerminateChild`` and ``NotifyParent`` -> the
-input for the other workflow on ``commands``
-(keyed by that workflow). What follows an event is decided in the domain, not here; ``resolve``
-is the registry look-up a ``StartChild`` without an embedded definition needs, ``requeue_after``
-the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR 15). The changelog snapshot is
-added once per workflow per batch by the caller (``snapshot``), on the workflow's partition,
-after the definition bundle it names when that partition does not hold it yet (ADR 18).
+``timers`` (keyed by timer id), ``ClearTimer`` -> its tombstone there; ``WakeRetry`` -> its delay
+tier (keyed by workflow); ``StartChild``, ``TerminateChild`` and ``NotifyParent`` -> the input for
+the other workflow on ``commands`` (keyed by that workflow). What follows an event is decided in
+the domain, not here; ``resolve`` is the registry look-up a ``StartChild`` without an embedded
+definition needs, ``requeue_after`` the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR
+15). The changelog snapshot is added once per workflow per batch by the caller (``snapshot``), on
+the workflow's partition, after the definition bundle it names when that partition does not hold it
+yet (ADR 18).
 ``refused(topics, events)`` maps a refusal outside any history (``workflow.rejected``) to its
 event record alone.
 """
