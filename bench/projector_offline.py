@@ -1,5 +1,6 @@
 """The PostgreSQL projector's batch path without Kafka: ``Projector.project`` over records
-made in memory (the golden 1080p media history under W workflow ids, 12 partitions), into a
+made in memory (the golden 1080p media history, re-encoded at the current schema versions as
+the decider writes it, under W workflow ids, 12 partitions), into a
 fresh schema: decode, fold, write (rows, archive, checkpoints), offsets "committed" to a fake.
 
 It isolates what ADR 32 changed in the projector (the writer thread, no lookup for starting
@@ -60,9 +61,12 @@ def measure(workflows: int, batch: int) -> dict[str, Any]:
 
     from es_sched.projections.postgres.store import PgStore, engine_for  # noqa: PLC0415
     from es_sched.projections.projector import Projector  # noqa: PLC0415
+    from es_sched.serialization import decode_logged_event, encode_event  # noqa: PLC0415
     from tests.support.settings import private_settings  # noqa: PLC0415
 
-    lines = [line.encode() for line in GOLDEN.read_text().splitlines() if line.strip()]
+    # As the decider writes them today: the golden history's v1 events at their current version.
+    lines = [encode_event(decode_logged_event(line.encode()))
+             for line in GOLDEN.read_text().splitlines() if line.strip()]  # fmt: skip
     msgs, next_offset = [], [0] * 12
     for w in range(workflows):
         wid, part = f'"wf-bench-{w}"'.encode(), w % 12

@@ -5,6 +5,8 @@ Families (``schemas/<family>/<type>.v<N>.json``) and their modules:
 
 - ``events``, ``commands`` (``codec``): event <-> envelope <-> bytes, decider inputs; older
   ``schema_version``s are upcast (``upcasters``) so the fold only ever sees current versions.
+  Events read back from the log, which only the decider writes, decode in one typed pass
+  (``logged``).
 - ``records`` (``records``): ready, timer and retry records the decider writes for the
   dispatcher, the timer service and the retry relay.
 - ``wire`` (``wire``): dispatcher <-> worker records (assignment, cancel, worker_status,
@@ -23,7 +25,6 @@ from es_sched.serialization import config, definitions, records, wire
 from es_sched.serialization.codec import (
     decode_event,
     decode_input,
-    decode_logged_event,
     encode_event,
     encode_input,
     event_from_dict,
@@ -33,6 +34,7 @@ from es_sched.serialization.codec import (
     parse_time,
 )
 from es_sched.serialization.definitions import decode_definition, encode_definition
+from es_sched.serialization.logged import decode_logged_event
 from es_sched.serialization.records import (
     decode_ready,
     decode_retry,

@@ -166,18 +166,6 @@ def decode_event(raw: bytes, catalog: SchemaCatalog | None = None) -> Event:
     return event_from_dict(_loads(raw), catalog)
 
 
-def decode_logged_event(raw: bytes) -> Event:
-    """An event read back from the events topic, which only the decider writes (from typed,
-    validated inputs, through ``encode_event``): parsed with orjson and upcast, not validated
-    against its schema again. For the projectors and auditors, which read every event; a
-    record that is not an event still raises ``SchemaError``."""
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise SchemaError(f"not JSON: {str(exc)[:200]}") from None
-    return event_from_dict(doc, validate=False)
-
-
 # -- inputs ---------------------------------------------------------------------------------
 def input_to_dict(inp: Input) -> dict[str, Any]:
     doc = {"type": inp.TYPE, "schema_version": inp.SCHEMA_VERSION, **_fields_to_dict(inp)}
