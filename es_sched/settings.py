@@ -179,9 +179,10 @@ class RuntimeSettings(BaseSettings):
     # keeps them (idle) until it returns or its session ends. Off: dynamic members, which
     # hand their partitions over on a stop and are waited for a whole session after a crash.
     static_membership: bool = True
-    # The decider's young-generation GC threshold (ADR 30): CPython's default 700 runs the
-    # cycle collector every few inputs over a batch's thousands of fresh, acyclic objects
-    # (about a quarter of the decider's CPU); 0 keeps the interpreter's default.
+    # The young-generation GC threshold of a process running the decider, a projector or a
+    # replay (ADR 30, es_sched.tuning): CPython's default 700 runs the cycle collector every
+    # few inputs over a batch's thousands of fresh, acyclic objects (about a quarter of the
+    # decider's CPU, a sixth of a projector's); 0 keeps the interpreter's default.
     gc_young_threshold: int = Field(default=50_000, ge=0)
     # Adaptive decider batches (ADR 30): while polls come back full, a batch doubles from
     # ``batch_max_records`` up to this ceiling, as long as one batch (decide, produce, commit)

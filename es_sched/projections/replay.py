@@ -46,6 +46,7 @@ from es_sched.projections.views import Row, comparable, rows_of
 from es_sched.serialization import decode_logged_event
 from es_sched.serialization.changelog import Changelog
 from es_sched.settings import Settings
+from es_sched.tuning import tune_gc
 
 Progress = Callable[[int], None]  # records read so far
 CHUNK = 2000
@@ -96,6 +97,7 @@ def replay(
     """The fold of the whole log (or of ``workflow_id``). ``workers``: processes folding one
     group of partitions each (a workflow lives on one partition, so the groups' states are
     disjoint and merge by union); None picks ``parallelism`` for the log's size."""
+    tune_gc(settings.runtime.gc_young_threshold)  # folds the whole log: es_sched.tuning
     parts = partitions(settings)
     if workers is None:
         workers = 1 if workflow_id is not None else parallelism(events_total(settings))

@@ -38,7 +38,6 @@ by hash; the bundle is written once per changelog partition.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -73,6 +72,7 @@ from es_sched.serialization import decode_input
 from es_sched.serialization.changelog import Changelog
 from es_sched.serialization.chunks import chunk_count
 from es_sched.settings import Settings
+from es_sched.tuning import tune_gc
 
 log = logging.getLogger("es_sched.decider")
 RESTORE_RETRY_S = 2.0
@@ -80,16 +80,6 @@ RESTORE_RETRY_S = 2.0
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def tune_gc(young: int) -> None:
-    """The young-generation threshold of the cycle collector, process-wide (0: unchanged).
-    A batch makes thousands of short-lived, acyclic objects (events, states, records); at
-    CPython's default of 700 the collector ran every few inputs and rescanned a batch's staged
-    states each time, about a quarter of the decider's CPU (ADR 30). Reference counting still
-    frees them at once; only cycles wait longer."""
-    if young:
-        gc.set_threshold(young, *gc.get_threshold()[1:])
 
 
 class Decider:

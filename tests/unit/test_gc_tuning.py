@@ -1,0 +1,66 @@
+"""The processes that decide, project or replay raise the cycle collector's young threshold
+(ADR 30, ``es_sched.tuning``) and leave it alone at 0."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from es_sched.projections import replay
+from es_sched.projections.projector import Projector
+from es_sched.settings import Settings
+from es_sched.tuning import tune_gc
+from tests.support.settings import private_settings
+
+
+@pytest.fixture
+def restore_gc() -> Iterator[None]:
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_young_threshold_is_raised_and_older_ones_kept() -> None:
+    gc.set_threshold(700, 11, 12)
+    tune_gc(50_000)
+    assert gc.get_threshold() == (50_000, 11, 12)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_zero_keeps_the_interpreters_default() -> None:
+    gc.set_threshold(700, 10, 10)
+    tune_gc(0)
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def _young(threshold: int) -> Settings:
+    return private_settings(ES_SCHED_RUN_GC_YOUNG_THRESHOLD=str(threshold))
+
+
+class _Store:
+    name = "pg"
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_a_projector_tunes_its_process() -> None:
+    gc.set_threshold(700, 10, 10)
+    Projector(_young(12_345), _Store())  # type: ignore[arg-type]
+    assert gc.get_threshold() == (12_345, 10, 10)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_a_replay_tunes_its_process_before_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Reached(Exception):
+        pass
+
+    def partitions(settings: object) -> list[int]:
+        raise Reached
+
+    monkeypatch.setattr(replay, "partitions", partitions)
+    gc.set_threshold(700, 10, 10)
+    with pytest.raises(Reached):
+        replay.replay(_young(23_456))
+    assert gc.get_threshold() == (23_456, 10, 10)
