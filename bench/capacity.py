@@ -119,8 +119,8 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
         tasks_per_workflow=med["tasks_per_second"] / med["workflows_per_second"],
         inputs_per_transaction=float(dec["mean_inputs_per_transaction"]),
         dispatcher_tasks_per_s=float(dispatcher),
-        pg_events_per_s=float(proj["median"]["pg_events_per_second"]),
-        search_events_per_s=float(proj["median"]["search_events_per_second"]),
+        pg_events_per_s=_projection_rate(proj, "pg"),
+        search_events_per_s=_projection_rate(proj, "search"),
         restore_records_per_s=statistics.median(r["records"] / r["seconds"] for r in restore),
         records_per_state=restore[0]["records"] / restore[0]["live"],
         kib_per_state=(points[-1]["rss_mib"] - points[0]["rss_mib"])
@@ -132,6 +132,13 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
         side_by_side_workflows_per_s=side,
         sources=tuple(used),
     )
+
+
+def _projection_rate(proj: dict[str, Any], kind: str) -> float:
+    """events/s of one projection: a plain run's median, or this code's in a --before run."""
+    if "median" in proj:
+        return float(proj["median"][f"{kind}_events_per_second"])
+    return float(proj["median_events_per_second"]["after"][kind])
 
 
 def records_per_workflow(m: Measured) -> float:

@@ -8,7 +8,9 @@ history; 12 partitions). It is projected once into PostgreSQL and the search eng
 - replay: ``projections.replay.replay`` folds the whole events topic with the decider's core
   (read, decode, fold) -- what ``es-sched replay`` does without ``--verify``;
 - verify: the same plus what ``--verify`` adds: every workflow compared with the PostgreSQL
-  rows, the search documents and the changelog's snapshots (mismatches must be 0).
+  rows, the search documents and the changelog's snapshots (mismatches must be 0); on a
+  checkout with ``projections/verified.py`` (ADR 43) as ``es-sched replay --verify`` runs it,
+  each partition group's process comparing its own workflows.
 
 With ``--before PATH`` (a checkout of another commit, e.g. ``git archive main | tar -x -C
 /tmp/base``) each measurement runs in a child process on that code and on this one, interleaved
@@ -47,6 +49,17 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
 
     settings = Env(prefix=prefix, partitions=12).settings
     started, cpu = time.monotonic(), cpu_seconds()
+    if kind == "verify" and (CODE / "es_sched" / "projections" / "verified.py").exists():
+        # ADR 43: each partition group's process folds and compares its own workflows
+        from functools import partial  # noqa: PLC0415
+
+        from es_sched.projections.verified import replay_verified  # noqa: PLC0415
+
+        targets = ("pg", "search", "changelog")
+        checked = replay_verified(settings, targets, partial(bootstrap.store, settings))
+        assert not checked.mismatches(), [m.line() for m in checked.mismatches()[:3]]
+        seconds, cpu = time.monotonic() - started, cpu_seconds() - cpu
+        return figures(kind, checked.events + checked.refusals, seconds, cpu)
     done = audit.replay(settings)
     if kind == "verify":  # what `es-sched replay --verify` compares, as it compares it
         ids, targets = audit.comparable_ids(done, None), ("pg", "search", "changelog")

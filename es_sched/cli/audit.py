@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import click
@@ -30,10 +31,11 @@ from es_sched import bootstrap
 from es_sched.audit.check import check as check_log
 from es_sched.audit.log import At, Report, Violation
 from es_sched.audit.read import read_log
-from es_sched.errors import EsSchedError
+from es_sched.errors import EsSchedError, InfrastructureError
 from es_sched.kafka.topics import topics_for
 from es_sched.projections import replay as audit
 from es_sched.projections.postgres.rebuild import rebuild_pg
+from es_sched.projections.verified import replay_verified
 from es_sched.settings import Settings, load_settings
 
 err = Console(stderr=True)
@@ -58,32 +60,10 @@ def replay(
     settings = load_settings()
     if until is not None and until.tzinfo is None:
         until = until.astimezone()
-    with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("replaying the events topic", total=audit.events_total(settings))
-        done = audit.replay(settings, until, workflow_id, lambda n: bar.update(task, completed=n))
-    statuses: dict[str, int] = {}
-    for st in done.states.values():
-        statuses[st.status] = statuses.get(st.status, 0) + 1
-    report: dict[str, Any] = {
-        "events": done.events, "refusals": done.refusals, "workflows": len(done.states),
-        "statuses": statuses,
-        "seconds": round(done.seconds, 3),
-        "events_per_second": round(done.events / done.seconds) if done.seconds else None,
-    }  # fmt: skip
-    mismatches: list[audit.Mismatch] = []
     if verify:
-        ids = audit.comparable_ids(done, until)
-        report["compared"] = len(ids)
-        targets = against or ("pg", "search", "changelog")
-        try:
-            mismatches = audit.verify_all(
-                settings, done, ids, targets, lambda t: bootstrap.store(settings, t),
-                whole=workflow_id is None,
-            )  # fmt: skip
-        except EsSchedError as exc:
-            err.print(f"[red]cannot read a projection:[/] {exc}")
-            sys.exit(2)
-        report["mismatches"] = len(mismatches)
+        report, mismatches = _replay_verified(settings, until, workflow_id, against)
+    else:
+        report, mismatches = _replay_only(settings, until, workflow_id), []
     if as_json:
         report["mismatch_list"] = [m.__dict__ for m in mismatches]
         click.echo(
@@ -97,6 +77,45 @@ def replay(
         click.echo(" ".join(f"{k}={v}" for k, v in report.items()))
     if mismatches:
         sys.exit(1)
+
+
+def _replay_only(settings: Settings, until: datetime | None, wf: str | None) -> dict[str, Any]:
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("replaying the events topic", total=audit.events_total(settings))
+        done = audit.replay(settings, until, wf, lambda n: bar.update(task, completed=n))
+    statuses: dict[str, int] = {}
+    for st in done.states.values():
+        statuses[st.status] = statuses.get(st.status, 0) + 1
+    return {
+        "events": done.events, "refusals": done.refusals, "workflows": len(done.states),
+        "statuses": statuses, "seconds": round(done.seconds, 3),
+        "events_per_second": round(done.events / done.seconds) if done.seconds else None,
+    }  # fmt: skip
+
+
+def _replay_verified(
+    settings: Settings, until: datetime | None, wf: str | None, against: tuple[str, ...]
+) -> tuple[dict[str, Any], list[audit.Mismatch]]:
+    """The fold and the comparisons in each partition group's process (ADR 43); ``seconds``
+    and ``events_per_second`` count both."""
+    targets = against or ("pg", "search", "changelog")
+    try:
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("replaying and comparing", total=audit.events_total(settings))
+            done = replay_verified(
+                settings, targets, partial(bootstrap.store, settings), until, wf,
+                lambda n: bar.update(task, completed=n),
+            )  # fmt: skip
+    except InfrastructureError as exc:
+        err.print(f"[red]cannot read a projection:[/] {exc}")
+        sys.exit(2)
+    mismatches = done.mismatches()
+    return {
+        "events": done.events, "refusals": done.refusals, "workflows": done.workflows,
+        "statuses": done.statuses, "seconds": round(done.seconds, 3),
+        "events_per_second": round(done.events / done.seconds) if done.seconds else None,
+        "compared": done.compared, "mismatches": len(mismatches),
+    }, mismatches  # fmt: skip
 
 
 @click.group("projections")

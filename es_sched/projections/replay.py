@@ -227,13 +227,17 @@ def verify_store(
     return found
 
 
-def verify_changelog(settings: Settings, replayed: Replayed, ids: set[str]) -> list[Mismatch]:
+def verify_changelog(
+    settings: Settings, replayed: Replayed, ids: set[str], parts: list[int] | None = None
+) -> list[Mismatch]:
     """The decider's latest snapshot of each workflow against the fold of its events (the
-    topic is compacted, but not at once: the last record of a key is the snapshot)."""
+    topic is compacted, but not at once: the last record of a key is the snapshot). ``parts``:
+    the changelog partitions to read (default all; a workflow's snapshots are on the partition
+    of its events, both keyed by its id)."""
     topics, latest, ended = topics_for(settings), {}, {}
     logs: dict[int, Changelog] = {}  # a partition's records in order, one reader for all
     bootstrap = settings.kafka.bootstrap_servers
-    for msg in read_partitions(bootstrap, topics.changelog, partitions(settings)):
+    for msg in read_partitions(bootstrap, topics.changelog, parts or partitions(settings)):
         changelog = logs.setdefault(msg.partition() or 0, Changelog())
         key, value = msg.key(), msg.value()
         changelog.feed(key.decode() if isinstance(key, bytes) else str(key),

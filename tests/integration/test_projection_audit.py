@@ -18,6 +18,7 @@ from es_sched.cli.main import cli
 from es_sched.projections import replay as audit
 from es_sched.projections.catch_up import catch_up
 from es_sched.projections.postgres.store import PgStore, engine_for
+from es_sched.projections.verified import Verified, replay_verified
 from tests.integration.projection_harness import by_id, dropped_schemas, pg_rows, projected
 from tests.integration.runtime_harness import (
     MEDIA,
@@ -94,6 +95,48 @@ def test_a_replay_split_over_processes_folds_what_one_process_folds(live: Env) -
     ids = audit.comparable_ids(split, None)
     stores = lambda t: bootstrap.store(live.settings, t)  # noqa: E731
     assert audit.verify_all(live.settings, split, ids, ("pg", "changelog"), stores, True) == []
+
+
+def test_verifying_in_each_groups_process_finds_what_one_process_finds(live: Env) -> None:
+    """ADR 43: partition groups fold and compare their own workflows in forked processes;
+    figures and mismatches equal one process's, a corrupted row is named by both."""
+    victim = sorted(w["workflow_id"] for w in pg_rows(live)[0])[3]
+    engine = engine_for(live.settings)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE workflows SET priority = 99 WHERE workflow_id = :w"), {"w": victim}
+        )
+    try:
+        stores, targets = partial(bootstrap.store, live.settings), ("pg", "changelog")
+        one = replay_verified(live.settings, targets, stores, workers=1)
+        split = replay_verified(live.settings, targets, stores, workers=3)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE workflows SET priority = :p WHERE workflow_id = :w"),
+                {"w": victim, "p": one_priority(live, victim)},
+            )
+        engine.dispose()
+    assert _figures(split) == _figures(one) and one.workflows == 40
+    assert sorted(split.mismatches(), key=_key) == sorted(one.mismatches(), key=_key)
+    assert ("pg", "workflow", victim, "priority") in {_key(m) for m in split.mismatches()}
+
+
+CORRUPT = "UPDATE workflows SET priority = 99 WHERE workflow_id = :w"
+
+
+def _figures(v: Verified) -> tuple[object, ...]:
+    return (v.events, v.refusals, v.workflows, v.compared, v.statuses)
+
+
+def _key(m: audit.Mismatch) -> tuple[str, str, str, str]:
+    return (m.source, m.kind, m.id, m.field)
+
+
+def one_priority(live: Env, wf: str) -> int:
+    """The priority the log gives ``wf`` (the fold's, which the row held before the test)."""
+    state = audit.replay(live.settings, workflow_id=wf, workers=1).states[wf]
+    return int(state.priority)
 
 
 def test_partition_groups_in_processes_project_what_one_projector_does(live: Env) -> None:
