@@ -5,8 +5,9 @@ and a worker double, on fresh topics), or reused with ``--prefix`` (the topics o
 history; 12 partitions). It is projected once into PostgreSQL and the search engine, so
 ``--verify`` has read models to compare. Then ``--runs`` times each (default 3):
 
-- replay: ``projections.replay.replay`` folds the whole events topic with the decider's core
-  (read, decode, fold) -- what ``es-sched replay`` does without ``--verify``;
+- replay: the whole events topic folded with the decider's core (read, decode, fold) -- what
+  ``es-sched replay`` does without ``--verify`` (``projections.replay.replay``, or on a checkout
+  with ``projections/verified.py`` its ``replay_verified`` with no target: ADR 43);
 - verify: the same plus what ``--verify`` adds: every workflow compared with the PostgreSQL
   rows, the search documents and the changelog's snapshots (mismatches must be 0); on a
   checkout with ``projections/verified.py`` (ADR 43) as ``es-sched replay --verify`` runs it,
@@ -39,45 +40,24 @@ TARGETS: dict[str, int | None] = {"replay": None, "verify": 50_000}
 
 
 def measure(kind: str, prefix: str) -> dict[str, Any]:
-    """One figure with the es_sched on sys.path (this checkout's or --before's)."""
+    """One figure with the es_sched on sys.path (this checkout's or --before's): the command
+    itself, ``es-sched replay --json [--verify]``, run in this process, so each checkout is
+    measured doing what its command does (ADR 43 changed how, not what)."""
+    from click.testing import CliRunner  # noqa: PLC0415
     from projections import cpu_seconds, figures  # noqa: PLC0415
 
-    from es_sched import bootstrap  # noqa: PLC0415
-    from es_sched.projections import replay as audit  # noqa: PLC0415
-    from es_sched.projections.postgres import queries  # noqa: PLC0415
+    from es_sched.cli.main import cli  # noqa: PLC0415
     from tests.integration.runtime_harness import Env  # noqa: PLC0415
+    from tests.support.settings import vars_of  # noqa: PLC0415
 
-    settings = Env(prefix=prefix, partitions=12).settings
+    os.environ.update(vars_of(Env(prefix=prefix, partitions=12).settings))
+    args = ["replay", "--json", *(["--verify"] if kind == "verify" else [])]
     started, cpu = time.monotonic(), cpu_seconds()
-    if kind == "verify" and (CODE / "es_sched" / "projections" / "verified.py").exists():
-        # ADR 43: each partition group's process folds and compares its own workflows
-        from functools import partial  # noqa: PLC0415
-
-        from es_sched.projections.verified import replay_verified  # noqa: PLC0415
-
-        targets = ("pg", "search", "changelog")
-        checked = replay_verified(settings, targets, partial(bootstrap.store, settings))
-        assert not checked.mismatches(), [m.line() for m in checked.mismatches()[:3]]
-        seconds, cpu = time.monotonic() - started, cpu_seconds() - cpu
-        return figures(kind, checked.events + checked.refusals, seconds, cpu)
-    done = audit.replay(settings)
-    if kind == "verify":  # what `es-sched replay --verify` compares, as it compares it
-        ids, targets = audit.comparable_ids(done, None), ("pg", "search", "changelog")
-        if hasattr(audit, "verify_all"):
-            stores = lambda t: bootstrap.store(settings, t)  # noqa: E731
-            found = audit.verify_all(settings, done, ids, targets, stores, whole=True)
-        else:  # before it: one target after the other
-            found = []
-            for target in targets[:2]:
-                store = bootstrap.store(settings, target)
-                pg = target == "pg"
-                total = queries.total_workflows(store.engine) if pg else None  # type: ignore[attr-defined]
-                found += audit.verify_store(done, store, ids, total)
-                store.close()
-            found += audit.verify_changelog(settings, done, set(ids))
-        assert not found, [m.line() for m in found[:3]]
+    result = CliRunner().invoke(cli, args)
     seconds, cpu = time.monotonic() - started, cpu_seconds() - cpu
-    return figures(kind, done.events + done.refusals, seconds, cpu)
+    assert result.exit_code == 0, result.output[-2000:]
+    report = json.loads(result.stdout)
+    return figures(kind, report["events"] + report["refusals"], seconds, cpu)
 
 
 def main() -> None:

@@ -60,10 +60,7 @@ def replay(
     settings = load_settings()
     if until is not None and until.tzinfo is None:
         until = until.astimezone()
-    if verify:
-        report, mismatches = _replay_verified(settings, until, workflow_id, against)
-    else:
-        report, mismatches = _replay_only(settings, until, workflow_id), []
+    report, mismatches = _replay_report(settings, until, workflow_id, against, verify)
     if as_json:
         report["mismatch_list"] = [m.__dict__ for m in mismatches]
         click.echo(
@@ -79,43 +76,34 @@ def replay(
         sys.exit(1)
 
 
-def _replay_only(settings: Settings, until: datetime | None, wf: str | None) -> dict[str, Any]:
-    with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("replaying the events topic", total=audit.events_total(settings))
-        done = audit.replay(settings, until, wf, lambda n: bar.update(task, completed=n))
-    statuses: dict[str, int] = {}
-    for st in done.states.values():
-        statuses[st.status] = statuses.get(st.status, 0) + 1
-    return {
-        "events": done.events, "refusals": done.refusals, "workflows": len(done.states),
-        "statuses": statuses, "seconds": round(done.seconds, 3),
-        "events_per_second": round(done.events / done.seconds) if done.seconds else None,
-    }  # fmt: skip
-
-
-def _replay_verified(
-    settings: Settings, until: datetime | None, wf: str | None, against: tuple[str, ...]
-) -> tuple[dict[str, Any], list[audit.Mismatch]]:
-    """The fold and the comparisons in each partition group's process (ADR 43); ``seconds``
-    and ``events_per_second`` count both."""
-    targets = against or ("pg", "search", "changelog")
+def _replay_report(
+    settings: Settings, until: datetime | None, wf: str | None, against: tuple[str, ...],
+    verify: bool,
+) -> tuple[dict[str, Any], list[audit.Mismatch]]:  # fmt: skip
+    """The fold, and with ``verify`` the comparisons, in each partition group's process (ADR
+    43): only figures and mismatches come back; ``seconds`` and ``events_per_second`` count
+    both."""
+    targets = (against or ("pg", "search", "changelog")) if verify else ()
+    what = "replaying and comparing" if verify else "replaying the events topic"
     try:
         with Progress(console=err, transient=True) as bar:
-            task = bar.add_task("replaying and comparing", total=audit.events_total(settings))
+            task = bar.add_task(what, total=audit.events_total(settings))
             done = replay_verified(
                 settings, targets, partial(bootstrap.store, settings), until, wf,
                 lambda n: bar.update(task, completed=n),
             )  # fmt: skip
     except InfrastructureError as exc:
-        err.print(f"[red]cannot read a projection:[/] {exc}")
+        err.print(f"[red]cannot read the log or a projection:[/] {exc}")
         sys.exit(2)
     mismatches = done.mismatches()
-    return {
+    report: dict[str, Any] = {
         "events": done.events, "refusals": done.refusals, "workflows": done.workflows,
         "statuses": done.statuses, "seconds": round(done.seconds, 3),
         "events_per_second": round(done.events / done.seconds) if done.seconds else None,
-        "compared": done.compared, "mismatches": len(mismatches),
-    }, mismatches  # fmt: skip
+    }  # fmt: skip
+    if verify:
+        report.update(compared=done.compared, mismatches=len(mismatches))
+    return report, mismatches
 
 
 @click.group("projections")

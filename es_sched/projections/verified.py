@@ -7,7 +7,8 @@ parent were 16 % of a verify's samples over 105,000 events, py-spy ``--gil``) an
 comparisons ran after the fold, in one process. A workflow, its events, its changelog
 snapshots and its rows all belong to one partition group, so a group's process can compare
 them itself (ADR 43): the work that was serial is spread over the processes and nothing but
-figures and mismatches crosses a process boundary. What is compared, and how, is
+figures and mismatches crosses a process boundary. ``es-sched replay`` without ``--verify``
+takes the same path with no target: only the fold's figures come back. What is compared, and how, is
 ``replay.verify_store`` and ``replay.verify_changelog``, unchanged; ``replay.verify_all``
 stays for callers that hold a replay already (``audit check``).
 """
@@ -75,7 +76,8 @@ def replay_verified(
     progress: Progress | None = None, workers: int | None = None,
 ) -> Verified:  # fmt: skip
     """Fold the log (to ``until``, for ``workflow_id`` or all) and compare every workflow whose
-    whole history was folded with ``targets`` ("pg", "search", "changelog"). ``workers``:
+    whole history was folded with ``targets`` ("pg", "search", "changelog"; none: the fold's
+    figures only, which is ``es-sched replay`` without ``--verify``). ``workers``:
     processes, one partition group each (None: ``replay.parallelism`` for the log's size).
     Without ``workflow_id`` or ``until``, PostgreSQL must also hold no workflow the log lacks:
     its row count is compared once, here. An error of a target is raised after all ended."""
@@ -129,8 +131,10 @@ def _group(
         finally:
             store.close()
 
-    with ThreadPoolExecutor(len(targets), thread_name_prefix="verify") as pool:
-        futures = {target: pool.submit(one, target) for target in targets}
+    futures = {}
+    if targets:
+        with ThreadPoolExecutor(len(targets), thread_name_prefix="verify") as pool:
+            futures = {target: pool.submit(one, target) for target in targets}
     return Verified(
         events=done.events, refusals=done.refusals, workflows=len(done.states),
         compared=len(ids), statuses=dict(Counter(st.status for st in done.states.values())),

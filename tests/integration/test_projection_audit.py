@@ -86,6 +86,19 @@ def test_replay_verify_finds_nothing_then_names_the_corrupted_row(live: Env) -> 
     assert (m["id"], m["field"], m["log"], m["store"]) == (victim, "status", "COMPLETED", "FAILED")
 
 
+def test_replay_without_verify_reports_the_fold_of_every_history(live: Env) -> None:
+    """``es-sched replay`` folds in the groups' processes and gets figures back (ADR 43):
+    they are the library fold's, and nothing is compared."""
+    result = CliRunner().invoke(cli, ["replay", "--json"])
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    one = audit.replay(live.settings, workers=1)
+    assert (report["events"], report["refusals"], report["workflows"]) == (
+        one.events, one.refusals, len(one.states),
+    )  # fmt: skip
+    assert report["statuses"] == {"COMPLETED": 40} and "mismatches" not in report
+
+
 def test_a_replay_split_over_processes_folds_what_one_process_folds(live: Env) -> None:
     """Partition groups in forked workers (ADR 32) merge into the same fold as one reader."""
     one = audit.replay(live.settings, workers=1)
