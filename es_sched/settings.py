@@ -226,6 +226,16 @@ class DispatchSettings(BaseSettings):
     commit_every_ms: int = Field(default=200, ge=0, le=60_000)
 
 
+class WorkerSettings(BaseSettings):
+    """``ES_SCHED_WORKER_*``: the worker SDK (``es_sched.workers.Worker``)."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_WORKER_", frozen=True)
+
+    # ADR 44: a task still running this long is reported started on its own; a shorter one's
+    # start travels with its outcome (one decider input fewer). 0: before the handler runs.
+    started_after_s: float = Field(default=0.5, ge=0)
+
+
 class MediaSettings(BaseSettings):
     """``ES_SCHED_MEDIA_*``: the built-in media task handlers (``es-sched worker --media``)."""
 
@@ -332,6 +342,7 @@ class Settings:
     dispatch: DispatchSettings
     media: MediaSettings = field(default_factory=MediaSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -360,4 +371,5 @@ def load_settings() -> Settings:
         dispatch=_load(DispatchSettings),
         media=_load(MediaSettings),
         api=_load(ApiSettings),
+        worker=_load(WorkerSettings),
     )

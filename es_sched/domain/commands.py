@@ -170,16 +170,23 @@ class ReportProgress(WorkerReport):
 
 @dataclass(frozen=True)
 class ReportCompleted(WorkerReport):
+    """``started`` (v2, ADR 44): the handler ran and its start was not reported on its own;
+    the decider records ``task.started`` with the outcome. v1 had no such field (false)."""
+
     TYPE = "worker.task_completed"
+    SCHEMA_VERSION = 2
     output: JSON = field(default_factory=dict)
+    started: bool = False
 
 
 @dataclass(frozen=True)
 class ReportFailed(WorkerReport):
     TYPE = "worker.task_failed"
+    SCHEMA_VERSION = 2  # v2 added ``started``, as ReportCompleted's
     reason: str = ""
     terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR
     output: JSON = field(default_factory=dict)
+    started: bool = False
 
 
 @dataclass(frozen=True)

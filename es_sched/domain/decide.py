@@ -322,10 +322,13 @@ def _report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
                 [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
             )
             return [*started, TaskProgressed(task.task_id, inp.percent, inp.message)]
-        case c.ReportCompleted():
-            return [TaskCompleted(task.task_id, dict(inp.output))]
-        case c.ReportFailed():
-            return [TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
+        case c.ReportCompleted() | c.ReportFailed():
+            # ADR 44: a short task's start travels with its outcome; the log still has both.
+            implied = inp.started and task.status != IN_PROGRESS
+            started = [TaskStarted(task.task_id, inp.worker_id)] if implied else []
+            if isinstance(inp, c.ReportCompleted):
+                return [*started, TaskCompleted(task.task_id, dict(inp.output))]
+            return [*started, TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
         case c.ReportDeclined():
             # Started or not, the lease is given back as if it expired (ExpireLease): the
             # worker gives up early what its silence would lose anyway; the attempt is kept.

@@ -178,7 +178,13 @@ def effects(
                 if isinstance(fx, QueueTask)
             ]
         out += follow
-    return out
+    # ADR 44: a timer armed and cleared by one decision (a start reported with its outcome)
+    # is not written; the clear stays, for a timer of that id an earlier decision armed.
+    cleared = {fx.timer_id: i for i, fx in enumerate(out) if isinstance(fx, ClearTimer)}
+    return [
+        fx for i, fx in enumerate(out)
+        if not (isinstance(fx, SetTimer) and cleared.get(fx.timer.timer_id, -1) > i)
+    ]  # fmt: skip
 
 
 def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:

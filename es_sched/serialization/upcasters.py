@@ -58,3 +58,11 @@ def _task_scheduled_v1(doc: Doc) -> Doc:
     payload.setdefault("callback", False)
     doc["payload"] = payload
     return doc
+
+
+@upcaster("commands", "worker.task_completed", 1)
+@upcaster("commands", "worker.task_failed", 1)
+def _outcome_v1(doc: Doc) -> Doc:
+    """v2 added ``started`` (ADR 44): a v1 outcome never implied its task's start."""
+    doc.setdefault("started", False)
+    return doc

@@ -6,11 +6,12 @@ and the exceptions it raises (``TaskFailure``) or that tell it to stop (``TaskCa
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -93,21 +94,45 @@ class Handler:
         return inspect.iscoroutinefunction(self.fn)
 
 
-def outcome(a: wire.Assignment, worker_id: str, future: Future[Any]) -> c.WorkerReport:
+def outcome(
+    a: wire.Assignment, worker_id: str, future: Future[Any], started: bool = False
+) -> c.WorkerReport:
     """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says,
-    any other exception retryable, anything but a JSON object a terminal failure."""
+    any other exception retryable, anything but a JSON object a terminal failure.
+    ``started``: the handler's start was not reported on its own (ADR 44)."""
     exc = None if future.cancelled() else future.exception()
     if future.cancelled():
-        return reports.failed(a, worker_id, "handler was cancelled", terminal=False)
+        return reports.failed(a, worker_id, "handler was cancelled", False, started=started)
     if isinstance(exc, TaskFailure):
-        return reports.failed(a, worker_id, exc.message, not exc.retryable, exc.output)
+        return reports.failed(a, worker_id, exc.message, not exc.retryable, exc.output, started)
     if exc is not None:
         log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)
-        return reports.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False)
+        return reports.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False, started=started)
     output = future.result()
     if output is None:
         output = {}
     if not isinstance(output, dict):
         reason = f"handler returned {type(output).__name__}, not a dict"
-        return reports.failed(a, worker_id, reason, terminal=True)
-    return reports.completed(a, worker_id, output)
+        return reports.failed(a, worker_id, reason, terminal=True, started=started)
+    return reports.completed(a, worker_id, output, started)
+
+
+@dataclass
+class Running:
+    """A handler running at the worker (``es_sched.workers.sdk``)."""
+
+    ctx: TaskContext
+    started: float  # monotonic
+    handed_back: bool = False
+    start_reported: bool = False
+    task: asyncio.Task[Any] | None = None  # an async handler's, once it runs on the loop
+
+
+async def as_task(run: Running, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Runs an async handler as this task, kept in ``run`` so a cancel can cancel it; the
+    future ends only once the handler has unwound."""
+    run.task = asyncio.current_task()
+    if run.ctx.cancelled:  # cancelled before the loop got to it
+        coro.close()
+        raise asyncio.CancelledError
+    return await coro

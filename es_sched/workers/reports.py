@@ -74,8 +74,12 @@ def progressed(
     )
 
 
-def completed(a: wire.Assignment, worker_id: str, output: dict[str, Any]) -> c.ReportCompleted:
-    return c.ReportCompleted(**_report_fields(a, worker_id, "completed"), output=output)
+def completed(
+    a: wire.Assignment, worker_id: str, output: dict[str, Any], started: bool = False
+) -> c.ReportCompleted:
+    """``started``: the start was not reported on its own; the decider records it (ADR 44)."""
+    fields = _report_fields(a, worker_id, "completed")
+    return c.ReportCompleted(**fields, output=output, started=started)
 
 
 def failed(
@@ -84,12 +88,14 @@ def failed(
     reason: str,
     terminal: bool,
     output: dict[str, Any] | None = None,
+    started: bool = False,
 ) -> c.ReportFailed:
     return c.ReportFailed(
         **_report_fields(a, worker_id, "failed"),
         reason=reason[:MAX_REASON],
         terminal=terminal,
         output=output or {},
+        started=started,
     )
 
 

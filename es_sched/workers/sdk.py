@@ -13,9 +13,10 @@
 
 Sync handlers run in a thread pool, ``async def`` handlers on one asyncio loop; together at most
 ``concurrency`` run at once (further assignments wait in order, and the partition is paused while
-that backlog is full). Reports go to ``<prefix>.task-results`` as decider inputs: started before
-the handler runs, then completed with its return value, or failed: ``TaskFailure`` says whether
-it is retryable, any other exception is retryable. A ``cancel`` record sets ``ctx.cancelled``
+that backlog is full). Reports go to ``<prefix>.task-results`` as decider inputs: started once
+the handler has run ``started_after_s`` (a shorter task's start travels with its outcome, ADR 44),
+then completed with its return value, or failed: ``TaskFailure`` says whether it is retryable,
+any other exception is retryable. A ``cancel`` record sets ``ctx.cancelled``
 and cancels an async handler's asyncio task; once the handler has ended, the worker reports
 ``worker.task_cancelled`` (the decider records it, nothing more: the dispatcher already took the
 lease back, ADR 5). Nothing starts whose lease has ended (``es_sched.workers.stale``): before a
@@ -43,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from confluent_kafka import Message
@@ -57,7 +58,15 @@ from es_sched.settings import Settings, load_settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
-from es_sched.workers.context import Handler, TaskCancelled, TaskContext, TaskFailure, outcome
+from es_sched.workers.context import (
+    Handler,
+    Running,
+    TaskCancelled,
+    TaskContext,
+    TaskFailure,
+    as_task,
+    outcome,
+)  # fmt: skip
 from es_sched.workers.stale import Stale, StaleLeases
 
 __all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]
@@ -65,14 +74,6 @@ log = logging.getLogger(__name__)
 HANDED_BACK = reports.HANDED_BACK
 JSON = dict[str, Any]
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass
-class _Running:
-    ctx: TaskContext
-    started: float  # monotonic
-    handed_back: bool = False
-    task: asyncio.Task[Any] | None = None  # an async handler's, once it runs on the loop
 
 
 def default_worker_id() -> str:
@@ -92,6 +93,7 @@ class Worker:
         capacity: Capacity | None = None,
         grace_s: float = 30.0,
         registry: Registry | None = None,
+        started_after_s: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -101,11 +103,13 @@ class Worker:
         # The dispatcher's heartbeat: it releases a lease missing from our status that long.
         self.heartbeat_s = heartbeat_s or self.settings.dispatch.heartbeat_s
         self.labels, self.grace_s = dict(labels or {}), grace_s
+        after = started_after_s
+        self.started_after_s = self.settings.worker.started_after_s if after is None else after
         self.capacity, self._refresh_gpus = capacity, capacity is None
         self.handlers: dict[str, Handler] = {}
         self.ready = threading.Event()  # set once the partition is assigned and announced
         self._lock = threading.Lock()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, Running] = {}
         self._pending = runner.Backlog()
         self._stale = StaleLeases(self.heartbeat_s)
         r = self.metrics = registry or Registry()
@@ -175,6 +179,7 @@ class Worker:
             msg = reader.poll(0.05)
             if msg is not None:
                 self._on_record(msg, stopping=False)
+            self._report_starts()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + self.heartbeat_s
                 self._heartbeat()
@@ -192,6 +197,7 @@ class Worker:
             msg = reader.poll(0.05)  # cancels still apply; new assignments are handed back
             if msg is not None:
                 self._on_record(msg, stopping=True)
+            self._report_starts()
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + self.heartbeat_s
                 self._heartbeat()
@@ -282,7 +288,7 @@ class Worker:
         elif not waiting:
             log.debug("cancel for unknown task %s ignored", cancel.task_id)
 
-    def _stop_handler(self, run: _Running, reason: str) -> None:
+    def _stop_handler(self, run: Running, reason: str) -> None:
         """Set the context's flag; an async handler's task is cancelled on its loop as well."""
         run.ctx.cancel_reason = reason
         run.ctx.cancel_event.set()
@@ -343,20 +349,22 @@ class Worker:
             reason = f"worker {self.worker_id} has no handler for {a.task_type!r}"
             self._reporter.send(reports.failed(a, self.worker_id, reason, terminal=False))
             return
-        run = _Running(TaskContext(a, self.worker_id, self._reporter), time.monotonic())
+        run = Running(TaskContext(a, self.worker_id, self._reporter), time.monotonic())
         with self._lock:
             self._running[a.task_id] = run
-        self._reporter.send(reports.started(a, self.worker_id))
+        if self.started_after_s <= 0:
+            run.start_reported = True
+            self._reporter.send(reports.started(a, self.worker_id))
         future: Future[Any]
         if handler.is_async:
             assert self._loop is not None
             coro: Coroutine[Any, Any, Any] = handler.fn(run.ctx, a.input)
-            future = asyncio.run_coroutine_threadsafe(_as_task(run, coro), self._loop)
+            future = asyncio.run_coroutine_threadsafe(as_task(run, coro), self._loop)
         else:
             future = self._threads.submit(handler.fn, run.ctx, a.input)
         future.add_done_callback(lambda f: self._finish(run, f))
 
-    def _finish(self, run: _Running, future: Future[Any]) -> None:
+    def _finish(self, run: Running, future: Future[Any]) -> None:
         """Runs on the handler's thread (or the asyncio loop's) when the handler returned."""
         ctx, a = run.ctx, run.ctx.assignment
         with self._lock:
@@ -371,24 +379,24 @@ class Worker:
             self._reporter.send(reports.cancelled(a, self.worker_id, ctx.cancel_reason))
             return
         try:
-            report = outcome(a, self.worker_id, future)
+            report = outcome(a, self.worker_id, future, started=True)
             ended = "completed" if isinstance(report, c.ReportCompleted) else "failed"
             self.m_tasks.inc(task_type=a.task_type, outcome=ended)
             self._reporter.send(report)
         except (SchemaError, TypeError, ValueError) as exc:
             reason = f"output of {a.task_type} is not JSON: {exc}"
-            self._reporter.send(reports.failed(a, self.worker_id, reason, terminal=True))
+            self._reporter.send(reports.failed(a, self.worker_id, reason, True, started=True))
+
+    def _report_starts(self) -> None:
+        """ADR 44: the start of a task that has run ``started_after_s``. Under the lock that
+        ``_finish`` takes the run out with, so it is sent before the outcome or not at all."""
+        due = time.monotonic() - self.started_after_s
+        with self._lock:
+            for run in self._running.values():
+                if not run.start_reported and run.started <= due:
+                    run.start_reported = True
+                    self._reporter.send(reports.started(run.ctx.assignment, self.worker_id))
 
     def _end_progress(self, ctx: TaskContext) -> None:
         if ctx.progress_sent:  # the compacted topic forgets the finished task's progress
             self._reporter.tombstone(reports.progress_key(self.worker_id, ctx.task_id))
-
-
-async def _as_task(run: _Running, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Runs an async handler as this task, kept in ``run`` so a cancel can cancel it; the
-    future ends only once the handler has unwound."""
-    run.task = asyncio.current_task()
-    if run.ctx.cancelled:  # cancelled before the loop got to it
-        coro.close()
-        raise asyncio.CancelledError
-    return await coro

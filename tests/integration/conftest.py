@@ -4,8 +4,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from es_sched.settings import Settings
 from es_sched.stack import probes
 from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
+from tests.integration.worker_harness import Dispatcher
 from tests.support.kafka import delete_new_topics  # noqa: F401 - autouse fixture
 from tests.support.settings import unique_name
 
@@ -36,3 +38,12 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 def unique() -> str:
     """A name no other test uses: each test gets its own topic, schema or index."""
     return unique_name()
+
+
+@pytest.fixture
+def dispatcher(settings: Settings) -> Iterator[Dispatcher]:
+    """The test playing the dispatcher for a worker (``worker_harness``), on the module's
+    ``settings``."""
+    d = Dispatcher(settings)
+    yield d
+    d.close()

@@ -19,7 +19,6 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -117,13 +116,6 @@ def settings(unique: str) -> Settings:
     s = settings_with({**private_vars(unique), "ES_SCHED_MEDIA_CALLBACK_SECRET": "test-secret"})
     ensure_topics(BOOTSTRAP, topics_for(s))
     return s
-
-
-@pytest.fixture
-def dispatcher(settings: Settings) -> Iterator[Dispatcher]:
-    d = Dispatcher(settings)
-    yield d
-    d.close()
 
 
 def test_an_async_handlers_task_is_cancelled(settings: Settings, dispatcher: Dispatcher) -> None:

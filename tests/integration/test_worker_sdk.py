@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -48,13 +47,6 @@ def settings(unique: str) -> Settings:
     s = private_settings(unique, PARTITIONS, PARTITIONS)
     ensure_topics(BOOTSTRAP, topics_for(s))
     return s
-
-
-@pytest.fixture
-def dispatcher(settings: Settings) -> Iterator[Dispatcher]:
-    d = Dispatcher(settings)
-    yield d
-    d.close()
 
 
 def test_sync_and_async_handlers_report_started_then_completed(

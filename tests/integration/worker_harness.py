@@ -112,6 +112,9 @@ def make_worker(settings: Settings, **kw: Any) -> Worker:
     kw.setdefault("heartbeat_s", 0.2)
     kw.setdefault("capacity", Capacity(cpu=2.0, memory_mb=4096))
     kw.setdefault("worker_id", f"w-{uuid.uuid4().hex[:8]}")
+    # Starts reported before the handler runs, as these tests' report sequences say; the
+    # deferred start (ADR 44, the SDK's default) is test_worker_start_report's.
+    kw.setdefault("started_after_s", 0.0)
     return Worker(settings=settings, **kw)
 
 
