@@ -184,6 +184,10 @@ class RuntimeSettings(BaseSettings):
     # few inputs over a batch's thousands of fresh, acyclic objects (about a quarter of the
     # decider's CPU, a sixth of a projector's); 0 keeps the interpreter's default.
     gc_young_threshold: int = Field(default=50_000, ge=0)
+    # The thread switch interval of the same processes (es_sched.tuning): CPython's 5 ms made a
+    # thread whose socket answered wait up to that long for the GIL while another folded; a
+    # PostgreSQL projector's writer paid it on every statement. 0 keeps the interpreter's.
+    switch_interval_us: int = Field(default=500, ge=0)
     # Adaptive decider batches (ADR 30): while polls come back full, a batch doubles from
     # ``batch_max_records`` up to this ceiling, as long as one batch (decide, produce, commit)
     # stays within half of ``batch_budget_ms``; it shrinks back when the backlog is gone.

@@ -47,7 +47,7 @@ from es_sched.projections import views
 from es_sched.projections.store import Archived, Batch, Store, StoreUnavailable
 from es_sched.serialization import decode_logged_event
 from es_sched.settings import Settings
-from es_sched.tuning import tune_gc
+from es_sched.tuning import tune_gc, tune_switch
 
 log = logging.getLogger("es_sched.projector")
 BATCH_RECORDS = 2000
@@ -78,6 +78,7 @@ class Projector:
     ) -> None:
         self.settings, self.store = settings, store
         tune_gc(settings.runtime.gc_young_threshold)  # a process that projects: es_sched.tuning
+        tune_switch(settings.runtime.switch_interval_us)  # its writer thread: es_sched.tuning
         self.clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
         self.topics = topics_for(settings)
         self.topic = self.topics.events

@@ -72,7 +72,7 @@ from es_sched.serialization import decode_input
 from es_sched.serialization.changelog import Changelog
 from es_sched.serialization.chunks import chunk_count
 from es_sched.settings import Settings
-from es_sched.tuning import tune_gc
+from es_sched.tuning import tune_gc, tune_switch
 
 log = logging.getLogger("es_sched.decider")
 RESTORE_RETRY_S = 2.0
@@ -131,6 +131,7 @@ class Decider:
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
         tune_gc(self.run_settings.gc_young_threshold)
+        tune_switch(self.run_settings.switch_interval_us)
         ensure_topics(self.bootstrap, self.topics)
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()

@@ -1,9 +1,11 @@
 """The processes that decide, project or replay raise the cycle collector's young threshold
-(ADR 30, ``es_sched.tuning``) and leave it alone at 0."""
+(ADR 30, ``es_sched.tuning``), the decider and projectors lower the thread switch interval,
+and each knob at 0 leaves the interpreter alone."""
 
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -11,15 +13,16 @@ import pytest
 from es_sched.projections import replay
 from es_sched.projections.projector import Projector
 from es_sched.settings import Settings
-from es_sched.tuning import tune_gc
+from es_sched.tuning import tune_gc, tune_switch
 from tests.support.settings import private_settings
 
 
 @pytest.fixture
 def restore_gc() -> Iterator[None]:
-    before = gc.get_threshold()
+    before, interval = gc.get_threshold(), sys.getswitchinterval()
     yield
     gc.set_threshold(*before)
+    sys.setswitchinterval(interval)
 
 
 @pytest.mark.usefixtures("restore_gc")
@@ -64,3 +67,20 @@ def test_a_replay_tunes_its_process_before_it_reads(monkeypatch: pytest.MonkeyPa
     with pytest.raises(Reached):
         replay.replay(_young(23_456))
     assert gc.get_threshold() == (23_456, 10, 10)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_the_switch_interval_is_set_in_microseconds_and_zero_keeps_it() -> None:
+    sys.setswitchinterval(0.005)
+    tune_switch(0)
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+    tune_switch(500)
+    assert sys.getswitchinterval() == pytest.approx(0.0005)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_a_projector_lowers_its_process_switch_interval() -> None:
+    sys.setswitchinterval(0.005)
+    settings = private_settings(ES_SCHED_RUN_SWITCH_INTERVAL_US="250")
+    Projector(settings, _Store())  # type: ignore[arg-type]
+    assert sys.getswitchinterval() == pytest.approx(0.00025)
