@@ -11,7 +11,7 @@ from es_sched.errors import ConfigError, StackError
 from es_sched.kafka.topics import Topics, _under_replicated
 from es_sched.settings import load_settings
 from es_sched.stack.kafka import LocalKafka, server_properties
-from es_sched.stack.manager import Stack
+from es_sched.stack.manager import ServiceStatus, Stack
 
 
 def _props(text: str) -> dict[str, str]:
@@ -103,3 +103,39 @@ def test_a_topic_below_the_required_replication_is_refused() -> None:
     assert _under_replicated(events, _Meta([1, 2, 3]), low, None) == [
         "p.events has min.insync.replicas=1, es-sched needs 2"
     ]
+
+
+def _node(name: str, healthy: bool, managed: str = "local") -> ServiceStatus:
+    detail = "3 broker(s)" if healthy else "metadata lists 2 of 3 broker(s)"
+    return ServiceStatus("kafka", name, "127.0.0.1:1", healthy, detail, managed)  # type: ignore[arg-type]
+
+
+def test_up_returns_once_every_node_of_ours_is_healthy_at_the_same_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node already running saw 2 of 3 brokers just after the two restarted ones were ready;
+    ``up`` reports the cluster once it has settled, not that moment."""
+    stack = Stack(load_settings(), ("kafka",))
+    views = iter([
+        [_node("kafka", True), _node("kafka-2", False), _node("kafka-3", True)],
+        [_node("kafka", True), _node("kafka-2", True), _node("kafka-3", True)],
+    ])  # fmt: skip
+    calls: list[list[ServiceStatus]] = []
+
+    def status() -> list[ServiceStatus]:
+        calls.append(next(views))
+        return calls[-1]
+
+    monkeypatch.setattr(stack, "status", status)
+    monkeypatch.setattr("es_sched.stack.manager.time.sleep", lambda s: None)
+    assert all(s.healthy for s in stack._settled())
+    assert len(calls) == 2
+
+
+def test_up_does_not_wait_for_an_endpoint_it_does_not_manage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stack = Stack(load_settings(), ("kafka",))
+    external = [_node("kafka", False, "external")]
+    monkeypatch.setattr(stack, "status", lambda: external)
+    assert stack._settled() == external
