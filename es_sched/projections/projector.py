@@ -41,6 +41,7 @@ from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients, watermarks
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import Stopped, committed_offsets
+from es_sched.kafka.stall import FetchStall
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.metrics import LagGauge, Registry
 from es_sched.projections import views
@@ -108,6 +109,7 @@ class Projector:
         self.lag = LagGauge(r, f"projector-{store.name}")
         self._writer = self._new_writer()
         self._in_flight: _InFlight | None = None
+        self.stall = FetchStall()  # a fetcher that stopped after a broker outage (ADR 46)
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -128,6 +130,8 @@ class Projector:
                     self.project(msgs, stop)
                 else:
                     self.flush(stop)  # idle: nothing to overlap the write with
+                if (offsets := self.stall.check(self.consumer)) is not None:
+                    self.consumer.assign(offsets)
                 self._export(self.lag.update(self.consumer))
             self.flush(stop)
         except Stopped:  # stopped while a rebalance callback waited for the broker
@@ -201,6 +205,7 @@ class Projector:
             else:
                 tp.offset = kafka
         cons.assign(partitions)
+        self.stall.assigned(partitions)
         log.info("projector %s: assigned %s at %s", self.store.name, parts, stored)
 
     def _on_revoke(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
@@ -329,6 +334,7 @@ class Projector:
                 self.m_up.set(1, **self.labels)
                 if paused:
                     self.consumer.resume(self.consumer.assignment())
+                    self.stall.reset()  # paused is not stalled
                     log.info("projector %s: store is back", self.store.name)
                 return result
             except StoreUnavailable as exc:

@@ -16,9 +16,9 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from es_sched.kafka.clients import check_delivery, consumer, producer
+from es_sched.kafka.clients import consumer
 from es_sched.kafka.failures import assign_at_committed
-from es_sched.kafka.topics import ensure_topic
+from tests.support.kafka import numbered_topic
 from tests.support.settings import BOOTSTRAP, unique_name
 
 pytestmark = pytest.mark.integration
@@ -26,14 +26,8 @@ RECORDS = 6
 
 
 def test_a_new_member_starts_at_the_committed_offsets_or_the_beginning() -> None:
-    topic, group = f"{unique_name()}.assign", unique_name()
-    ensure_topic(BOOTSTRAP, topic, 2)
-    p = producer(BOOTSTRAP, None)
-    for partition in (0, 1):
-        for i in range(RECORDS):
-            p.produce(topic, f"{partition}-{i}".encode(), partition=partition,
-                      on_delivery=check_delivery)  # fmt: skip
-    assert p.flush(30) == 0
+    topic = numbered_topic(f"{unique_name()}.assign", 2, RECORDS)
+    group = unique_name()
     first = consumer(BOOTSTRAP, group)  # commits offset 4 of partition 0 only, as the group
     first.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
     first.close()

@@ -240,6 +240,10 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
         [f"{role} {s:.1f}s" for role, s in firsts.items() if s is not None]
         + [f"projector-{t} {s:.1f}s" for t, s in sorted(moved.items())]
     )
+    # Reported, not required: whether a projector's fetcher stalled after the outage and the
+    # watch (ADR 46, es_sched/kafka/stall.py) assigned its partitions again.
+    stalls = projectors.text().count("again at their positions")
+    recovery += f"; stalled fetchers assigned again (ADR 46): {stalls}"
     print(f"\n[broker {fault}] in flight {in_flight}; first record after ready: {recovery}")
     record(Row(
         fault="kill -9 of the Kafka broker, restart on the same data" if fault == "kill"

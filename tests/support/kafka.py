@@ -6,6 +6,8 @@ stay hidden; ``read_uncommitted`` shows what an open transaction wrote. ``Reader
 topic from its beginning across ``read()`` calls, for tests that watch records arrive. Neither
 joins a consumer group or commits anything.
 
+``numbered_topic`` creates a topic with records ``"<partition>-<i>"`` at known offsets.
+
 ``delete_new_topics`` is an autouse fixture (the integration and e2e conftests import it): it
 snapshots the topic list before each test and, after it, deletes the new topics whose names
 hold a name ``unique_name`` gave this process. Every test works under its own prefix; left
@@ -30,7 +32,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from es_sched.kafka.clients import consumer
+from es_sched.kafka.clients import check_delivery, consumer, producer
+from es_sched.kafka.topics import ensure_topic
 from es_sched.stack import probes
 from tests.support.settings import BOOTSTRAP, HANDED_OUT
 
@@ -134,3 +137,16 @@ def require_kafka(bootstrap: str = BOOTSTRAP) -> None:
     probe = probes.kafka(bootstrap)
     if not probe.healthy:
         pytest.fail(f"Kafka not healthy at {bootstrap} ({probe.detail}): run `es-sched stack up`")
+
+
+def numbered_topic(name: str, partitions: int, records: int, bootstrap: str = BOOTSTRAP) -> str:
+    """A new topic whose partition ``p`` holds ``records`` records ``"p-0"``, ``"p-1"``...
+    (offsets 0.. in order), all acknowledged."""
+    ensure_topic(bootstrap, name, partitions)
+    p = producer(bootstrap, None)
+    for partition in range(partitions):
+        for i in range(records):
+            p.produce(name, f"{partition}-{i}".encode(), partition=partition,
+                      on_delivery=check_delivery)  # fmt: skip
+    assert p.flush(30) == 0, f"records of {name} not acknowledged"
+    return name

@@ -62,6 +62,9 @@ def test_committed_offsets_are_read_again_through_a_broker_outage() -> None:
     p._on_assign(cons, [TopicPartition(topic, 0), TopicPartition(topic, 1)])  # type: ignore[arg-type]
     assert [(tp.partition, tp.offset) for tp in cons.assigned] == [(0, 7), (1, 7)]
     assert cons.failures == 0
+    # The stalled-fetcher watch (ADR 46) knows where each partition starts before its first
+    # record, so it can assign a partition stuck from the start again there.
+    assert p.stall.assigned_at == {(topic, 0): 7, (topic, 1): 7}
 
 
 def test_a_stopped_role_ends_the_wait() -> None:
