@@ -87,7 +87,11 @@ def start_decider(
         ]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "1", *cmd]
-    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    # Its working directory too: ``python -m`` puts the working directory on sys.path ahead of
+    # PYTHONPATH, so without it every "before" ran this checkout (found 2026-12-04: a py-spy
+    # profile of a --code run showed functions the older checkout does not have).
+    return subprocess.Popen(cmd, env=env, cwd=code or ROOT, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)  # fmt: skip
 
 
 class DeciderCpu:
