@@ -10,12 +10,12 @@ from typing import Any
 
 from es_sched.domain import commands as c
 from es_sched.kafka.clients import producer
-from es_sched.kafka.topics import assignment_topic, topics_for
+from es_sched.kafka.topics import assignment_topic, ensure_topics, topics_for
 from es_sched.serialization import decode_input, wire
 from es_sched.settings import Settings
 from es_sched.workers import Capacity, Worker
 from tests.support.kafka import Reader
-from tests.support.settings import BOOTSTRAP
+from tests.support.settings import BOOTSTRAP, private_settings
 from tests.support.wait import wait_until
 
 JSON = dict[str, Any]
@@ -106,6 +106,13 @@ class Running:
         self.stop.set()
         self.thread.join(60)
         assert not self.thread.is_alive()
+
+
+def worker_settings(unique: str, partitions: int = 4) -> Settings:
+    """Private topics for one worker test (``unique``: the test's prefix)."""
+    s = private_settings(unique, partitions, partitions)
+    ensure_topics(BOOTSTRAP, topics_for(s))
+    return s
 
 
 def make_worker(settings: Settings, **kw: Any) -> Worker:
