@@ -1,0 +1,161 @@
+"""Where a media workflow's CPU goes: every process's CPU per workflow, at a steady load.
+
+es-sched as bench/side_by_side.py runs it (es_system.EsSched: fresh topics, the roles in one
+process, two no-op workers, the 1080p media DAG of nine worker tasks) takes DAGs open-loop at
+``--rate`` for ``--seconds`` and is waited for until every one completed; ``--runs`` windows
+one after the other. Each process's CPU (``/proc``: utime + stime of it and its children,
+bench/proc_cpu.py) is sampled before and after a window and divided by its workflows:
+
+- ``roles``: the decider, timers, retry relay and dispatcher (``es-sched run``, one process);
+- ``worker 0``, ``worker 1``: the no-op workers (bench/noop_worker.py, the SDK);
+- ``broker``: the local Kafka node (the JVM named ``kafka.Kafka``);
+- ``load``: this process alone (the feeder and the completion reader: the bench, not
+  es-sched; es-sched's processes are its children, counted under their own names);
+- ``postgres``, ``opensearch``: the stack's stores, which nothing here writes to (their idle).
+
+Before the windows, ``--idle`` seconds with no load give each process's idle rate (polls,
+heartbeats, the broker's housekeeping); ``marginal`` is the window's CPU minus that rate times
+the window's length, per workflow: the cost a workflow adds, which is what the capacity model's
+CPU ceiling needs (issue 15 put the whole at ~35 ms; docs/capacity.md).
+
+Medians of the windows. Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python
+bench/cpu_split.py [--rate 26 --seconds 20 --runs 3 --idle 10]`; writes
+bench/results/cpu_split.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(BENCH.parent)]
+import side_by_side as sbs  # noqa: E402
+from es_system import EsSched  # noqa: E402
+from proc_cpu import tree_cpu_s  # noqa: E402
+
+STORES = {"broker": "kafka.Kafka", "postgres": "postgres -D", "opensearch": "OpenSearch"}
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def processes(system: EsSched) -> dict[str, int]:
+    """The pids measured: es-sched's processes, the stack's (the first match of each, its
+    children counted with it: postgres's backends) and this one."""
+    run, *workers = system.procs
+    found = {"roles": run.pid, **{f"worker {i}": p.pid for i, p in enumerate(workers)}}
+    cmdlines = {pid: _cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit()}
+    for name, needle in STORES.items():
+        pids = sorted(int(pid) for pid, text in cmdlines.items() if needle in text)
+        if pids:
+            found[name] = pids[0]
+    found["load"] = os.getpid()
+    return found
+
+
+def sample(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds of each process and its children; this process's own only (es-sched's
+    processes are its children, counted under their own names)."""
+    own = os.times()
+    return {name: own.user + own.system if pid == os.getpid() else tree_cpu_s(pid)
+            for name, pid in pids.items()}  # fmt: skip
+
+
+def window(system: EsSched, pids: dict[str, int], rate: float, seconds: float, tag: str,
+           idle_rate: dict[str, float]) -> dict[str, Any]:  # fmt: skip
+    n = int(rate * seconds)
+    system.done.clear()
+    before, t0 = sample(pids), time.monotonic()
+    for i in range(n):
+        time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+        system.submit(f"{tag}-{i}")
+    system.flush()
+    deadline = time.monotonic() + 180
+    while system.done_count() < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    took, after = time.monotonic() - t0, sample(pids)
+    done = system.done_count()
+    if done < n:
+        raise RuntimeError(f"{tag}: {done} of {n} workflows completed in 180 s")
+    spent = {name: after[name] - before[name] for name in pids}
+    return {
+        "workflows": n,
+        "seconds": round(took, 2),
+        "cpu_s": {k: round(v, 3) for k, v in spent.items()},
+        "ms_per_workflow": {k: 1000 * v / n for k, v in spent.items()},
+        "marginal_ms_per_workflow": {
+            k: 1000 * max(0.0, v - idle_rate[k] * took) / n for k, v in spent.items()
+        },
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", type=float, default=26.0, help="DAGs per second, open loop")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle measured first")
+    ap.add_argument("--out", type=Path, default=BENCH / "results" / "cpu_split.json")
+    opts = ap.parse_args()
+    system = EsSched(Path(tempfile.mkdtemp(prefix="cpu-split-")))
+    windows: list[dict[str, Any]] = []
+    with Progress() as progress:
+        bar = progress.add_task("idle, then windows", total=opts.runs + 1)
+        system.start()
+        try:
+            pids = processes(system)
+            before, t0 = sample(pids), time.monotonic()
+            time.sleep(opts.idle)
+            idle_s, after = time.monotonic() - t0, sample(pids)
+            idle_rate = {k: (after[k] - before[k]) / idle_s for k in pids}
+            progress.advance(bar)
+            for r in range(opts.runs):
+                windows.append(window(system, pids, opts.rate, opts.seconds, f"w{r}", idle_rate))
+                progress.advance(bar)
+        finally:
+            system.stop()
+    names = list(pids)
+    medians = {
+        kind: {k: round(statistics.median(w[kind][k] for w in windows), 2) for k in names}
+        for kind in ("ms_per_workflow", "marginal_ms_per_workflow")
+    }
+    total = {kind: round(sum(v.values()), 2) for kind, v in medians.items()}
+    table = Table(title=f"CPU ms per media workflow at {opts.rate:g} DAGs/s, "
+                        f"medians of {opts.runs} windows")  # fmt: skip
+    for col in ("process", "idle CPU %", "ms / workflow", "marginal ms / workflow", "share"):
+        table.add_column(col, justify="left" if col == "process" else "right")
+    for k in names:
+        share = medians["marginal_ms_per_workflow"][k] / total["marginal_ms_per_workflow"]
+        table.add_row(k, f"{100 * idle_rate[k]:.1f}", f"{medians['ms_per_workflow'][k]:.2f}",
+                      f"{medians['marginal_ms_per_workflow'][k]:.2f}", f"{share:.0%}")  # fmt: skip
+    table.add_row("total", f"{100 * sum(idle_rate.values()):.1f}",
+                  f"{total['ms_per_workflow']:.2f}", f"{total['marginal_ms_per_workflow']:.2f}",
+                  "")  # fmt: skip
+    Console().print(table)
+    result = {"benchmark": "cpu_split", "command": " ".join(sys.argv),
+              "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
+              "idle_cpu_per_s": {k: round(v, 4) for k, v in idle_rate.items()},
+              "medians": medians, "total": total, "windows": windows}  # fmt: skip
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
