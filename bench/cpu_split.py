@@ -79,16 +79,9 @@ def sample(pids: dict[str, int]) -> dict[str, float]:
 
 def window(system: EsSched, pids: dict[str, int], rate: float, seconds: float, tag: str,
            idle_rate: dict[str, float]) -> dict[str, Any]:  # fmt: skip
-    n = int(rate * seconds)
     system.done.clear()
     before, t0 = sample(pids), time.monotonic()
-    for i in range(n):
-        time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
-        system.submit(f"{tag}-{i}")
-    system.flush()
-    deadline = time.monotonic() + 180
-    while system.done_count() < n and time.monotonic() < deadline:
-        time.sleep(0.02)
+    n = system.open_loop(rate, seconds, tag, wait_s=180)
     took, after = time.monotonic() - t0, sample(pids)
     done = system.done_count()
     if done < n:

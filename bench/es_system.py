@@ -98,6 +98,20 @@ class EsSched:
     def done_count(self) -> int:
         return len(self.done)
 
+    def open_loop(self, rate: float, seconds: float, tag: str, wait_s: float = 120.0) -> int:
+        """``rate`` DAGs per second for ``seconds`` (ids ``<tag>-<n>``), then up to ``wait_s``
+        for all of them to complete; how many were submitted."""
+        n = int(rate * seconds)
+        t0 = time.monotonic()
+        for i in range(n):
+            time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+            self.submit(f"{tag}-{i}")
+        self.flush()
+        deadline = time.monotonic() + wait_s
+        while self.done_count() < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return n
+
     def completions(self) -> dict[str, float]:
         return {self.dag_of[w]: t for w, t in list(self.done.items()) if w in self.dag_of}
 

@@ -29,7 +29,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -109,15 +108,7 @@ def window(system: EsSched, rate: float, seconds: float, tag: str) -> dict[str, 
              "assignments": assignment_topic(system.env.prefix, "default")}  # fmt: skip
     for topic in names.values():  # start after what earlier windows (and the warm-up) wrote
         system._read_new(topic)
-    n = int(rate * seconds)
-    t0 = time.monotonic()
-    for i in range(n):
-        time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
-        system.submit(f"{tag}-{i}")
-    system.flush()
-    deadline = time.monotonic() + 120
-    while system.done_count() < n and time.monotonic() < deadline:
-        time.sleep(0.05)
+    n = system.open_loop(rate, seconds, tag)
     records = {k: system._read_new(t) for k, t in names.items()}
     found = hops(records)
     return {
