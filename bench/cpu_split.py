@@ -20,7 +20,10 @@ CPU ceiling needs (issue 15 put the whole at ~35 ms; docs/capacity.md).
 
 Medians of the windows. Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python
 bench/cpu_split.py [--rate 26 --seconds 20 --runs 3 --idle 10]`; writes
-bench/results/cpu_split.json.
+bench/results/cpu_split.json. ``--before TREE`` (an earlier checkout: `git worktree add
+/tmp/before REV`) measures both in one run, a fresh es-sched each, before then after in each
+of ``--runs`` rounds (one window each, its own idle rates), and writes
+bench/results/cpu_split_ab.json with the ratios.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 BENCH = Path(__file__).resolve().parent
@@ -98,39 +101,38 @@ def window(system: EsSched, pids: dict[str, int], rate: float, seconds: float, t
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rate", type=float, default=26.0, help="DAGs per second, open loop")
-    ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle measured first")
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "cpu_split.json")
-    opts = ap.parse_args()
-    system = EsSched(Path(tempfile.mkdtemp(prefix="cpu-split-")))
+def measure(code: Path, opts: argparse.Namespace, windows_n: int, progress: Progress,
+            bar: TaskID) -> tuple[dict[str, float], list[dict[str, Any]]]:  # fmt: skip
+    """One fresh es-sched from ``code``: its idle rates, then ``windows_n`` windows."""
+    system = EsSched(Path(tempfile.mkdtemp(prefix="cpu-split-")), code=code)
     windows: list[dict[str, Any]] = []
-    with Progress() as progress:
-        bar = progress.add_task("idle, then windows", total=opts.runs + 1)
-        system.start()
-        try:
-            pids = processes(system)
-            before, t0 = sample(pids), time.monotonic()
-            time.sleep(opts.idle)
-            idle_s, after = time.monotonic() - t0, sample(pids)
-            idle_rate = {k: (after[k] - before[k]) / idle_s for k in pids}
+    system.start()
+    try:
+        pids = processes(system)
+        before, t0 = sample(pids), time.monotonic()
+        time.sleep(opts.idle)
+        idle_s, after = time.monotonic() - t0, sample(pids)
+        idle_rate = {k: (after[k] - before[k]) / idle_s for k in pids}
+        progress.advance(bar)
+        for r in range(windows_n):
+            windows.append(window(system, pids, opts.rate, opts.seconds, f"w{r}", idle_rate))
             progress.advance(bar)
-            for r in range(opts.runs):
-                windows.append(window(system, pids, opts.rate, opts.seconds, f"w{r}", idle_rate))
-                progress.advance(bar)
-        finally:
-            system.stop()
-    names = list(pids)
+    finally:
+        system.stop()
+    return idle_rate, windows
+
+
+def summary(
+    idle_rate: dict[str, float], windows: list[dict[str, Any]], title: str
+) -> dict[str, Any]:
+    """Medians of the windows, per process and in total, printed as a table."""
+    names = list(idle_rate)
     medians = {
         kind: {k: round(statistics.median(w[kind][k] for w in windows), 2) for k in names}
         for kind in ("ms_per_workflow", "marginal_ms_per_workflow")
     }
     total = {kind: round(sum(v.values()), 2) for kind, v in medians.items()}
-    table = Table(title=f"CPU ms per media workflow at {opts.rate:g} DAGs/s, "
-                        f"medians of {opts.runs} windows")  # fmt: skip
+    table = Table(title=title)
     for col in ("process", "idle CPU %", "ms / workflow", "marginal ms / workflow", "share"):
         table.add_column(col, justify="left" if col == "process" else "right")
     for k in names:
@@ -141,13 +143,53 @@ def main() -> None:
                   f"{total['ms_per_workflow']:.2f}", f"{total['marginal_ms_per_workflow']:.2f}",
                   "")  # fmt: skip
     Console().print(table)
-    result = {"benchmark": "cpu_split", "command": " ".join(sys.argv),
-              "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
-              "idle_cpu_per_s": {k: round(v, 4) for k, v in idle_rate.items()},
-              "medians": medians, "total": total, "windows": windows}  # fmt: skip
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {opts.out}")
+    return {"idle_cpu_per_s": {k: round(v, 4) for k, v in idle_rate.items()},
+            "medians": medians, "total": total, "windows": windows}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", type=float, default=26.0, help="DAGs per second, open loop")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle measured first")
+    ap.add_argument("--before", type=Path, help="an earlier checkout: A/B, a round each in turn")
+    ap.add_argument("--out", type=Path)
+    opts = ap.parse_args()
+    title = f"CPU ms per media workflow at {opts.rate:g} DAGs/s, medians of {opts.runs} windows"
+    result: dict[str, Any] = {"benchmark": "cpu_split", "command": " ".join(sys.argv),
+                              "machine": sbs.fingerprint(), "rate": opts.rate,
+                              "seconds": opts.seconds}  # fmt: skip
+    with Progress() as progress:
+        if opts.before is None:
+            bar = progress.add_task("idle, then windows", total=opts.runs + 1)
+            result |= summary(*measure(BENCH.parent, opts, opts.runs, progress, bar), title)
+        else:  # interleaved: each round starts before, then after, with one window each
+            bar = progress.add_task("rounds (before, after)", total=4 * opts.runs)
+            runs: dict[str, list[Any]] = {"before": [], "after": []}
+            for _ in range(opts.runs):
+                for label, code in (("before", opts.before), ("after", BENCH.parent)):
+                    runs[label].append(measure(code.resolve(), opts, 1, progress, bar))
+    if opts.before is not None:
+        for label, got in runs.items():
+            idle = {k: statistics.median(i[k] for i, _ in got) for k in got[0][0]}
+            result[label] = summary(idle, [w for _, ws in got for w in ws], f"{label}: {title}")
+        result["before_tree"] = str(opts.before)
+        result["ratio_after_over_before"] = {
+            kind: round(result["after"]["total"][kind] / result["before"]["total"][kind], 3)
+            for kind in ("ms_per_workflow", "marginal_ms_per_workflow")
+        }
+        result["ratio_broker"] = round(
+            result["after"]["medians"]["marginal_ms_per_workflow"]["broker"]
+            / result["before"]["medians"]["marginal_ms_per_workflow"]["broker"], 3)  # fmt: skip
+        print(
+            "after / before:", result["ratio_after_over_before"], "broker:", result["ratio_broker"]
+        )
+    name = "cpu_split_ab.json" if opts.before is not None else "cpu_split.json"
+    out = opts.out or BENCH / "results" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
