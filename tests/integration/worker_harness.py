@@ -11,7 +11,7 @@ from typing import Any
 from es_sched.domain import commands as c
 from es_sched.kafka.clients import producer
 from es_sched.kafka.topics import assignment_topic, ensure_topics, topics_for
-from es_sched.serialization import decode_input, wire
+from es_sched.serialization import decode_input, encode_input, wire
 from es_sched.settings import Settings
 from es_sched.workers import Capacity, Worker
 from tests.support.kafka import Reader
@@ -76,6 +76,17 @@ class Dispatcher:
     def final(self, task_id: str, timeout_s: float = 15) -> c.WorkerReport:
         wait_until(lambda: any(t in ENDS for t in self.types(task_id)), timeout_s, task_id)
         return self.reports(task_id)[-1]
+
+    def sentinel(self, workflow_id: str) -> None:
+        """Write a report of a made-up task after all a stopped worker wrote for the workflow
+        (the same key, so its partition, and after it) and wait to read it back: every report
+        the worker wrote before has then been read too. How a test shows none came after."""
+        task_id = f"sentinel-{uuid.uuid4().hex}"
+        mark = c.ReportProgress(f"in-{task_id}", workflow_id, task_id=task_id)
+        self.producer.produce(self.topics.task_results, key=workflow_id.encode(),
+                              value=encode_input(mark))  # fmt: skip
+        assert self.producer.flush(10) == 0
+        wait_until(lambda: bool(self.reports(task_id)), 15, "the sentinel report")
 
     def statuses(self, key: str) -> list[wire.Record | None]:
         return [
