@@ -13,7 +13,8 @@ timers first), the follow-up work another part of the system must do:
   ``QueueTask`` also sets the reconciler's ``timers.requeue_timer`` (ADR 15); without it
   (the simulator, whose queue loses nothing) there is none.
 - ``ClearTimer``: a timer its task or workflow outlived (``timers.timers_cleared``): forget it
-  unfired.
+  unfired. A timer armed and cleared by the same decision is written neither way when no
+  earlier decision can have armed it (``timers.armed_first``), else only its clear.
 - ``WakeRetry``: a failed attempt to retry after ``delay_seconds``; when due, deliver ``fire``.
 - ``StartChild``: a workflow to start, with the definition and TaskDefs its parent pinned when
   it started (``pins.pinned_child``). Finding an unpinned one by name is the caller's I/O;
@@ -75,6 +76,7 @@ from es_sched.domain.pins import Lookup, pinned_child
 from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import (
     Timer,
+    armed_first,
     requeue_timer,
     retry_input,
     timer_input,
@@ -166,10 +168,12 @@ def effects(
     st: WorkflowState, events: Iterable[Event], requeue_after: float | None = None
 ) -> list[Effect]:
     out: list[Effect] = []
+    fresh: set[str] = set()  # timers no earlier decision can have armed
     for event in events:
         follow = _follow(st, event)
         out += [ClearTimer(t) for t in timers_cleared(st, event)]
         out += [SetTimer(timer) for timer in timers_for(st, event)]
+        fresh.update(armed_first(st, event))
         if requeue_after is not None:
             at = event.occurred_at
             out += [
@@ -179,11 +183,13 @@ def effects(
             ]
         out += follow
     # ADR 44: a timer armed and cleared by one decision (a start reported with its outcome)
-    # is not written; the clear stays, for a timer of that id an earlier decision armed.
+    # is not written; the clear stays for a timer of that id an earlier decision may have
+    # armed, and goes too when none can have (ADR 48: two tombstones less per short task).
     cleared = {fx.timer_id: i for i, fx in enumerate(out) if isinstance(fx, ClearTimer)}
     return [
         fx for i, fx in enumerate(out)
         if not (isinstance(fx, SetTimer) and cleared.get(fx.timer.timer_id, -1) > i)
+        and not (isinstance(fx, ClearTimer) and fx.timer_id in fresh)
     ]  # fmt: skip
 
 

@@ -98,6 +98,23 @@ def timers_cleared(state: WorkflowState, event: Event) -> list[str]:
     return []
 
 
+def armed_first(state: WorkflowState, event: Event) -> list[str]:
+    """The ids of timers ``event`` arms that no earlier decision can have armed: a worker task's
+    response and total timeouts when it starts under its first lease. Only a start arms them
+    and a task's leases are numbered from 1, one more per dispatch (``dispatch.core.leases``),
+    so under lease 1 the task never started before. A decision that arms and clears one of
+    these (a start reported with its outcome, ADR 44) writes neither the timer nor its
+    tombstone (``effects``, ADR 48)."""
+    p = event.payload
+    if not isinstance(p, TaskStarted):
+        return []
+    task = state.tasks.get(p.task_id)
+    if task is None or task.lease_epoch != 1:
+        return []
+    wf = event.workflow_id
+    return [timer_id(wf, "response_timeout", p.task_id), timer_id(wf, "total_timeout", p.task_id)]
+
+
 def requeue_timer(workflow_id: str, task_id: str, queued_at: datetime, after_s: float) -> Timer:
     """The reconciler's timer of a task queued at ``queued_at``: due ``after_s`` later. One id
     per task instance, so queueing the task again pushes it back."""

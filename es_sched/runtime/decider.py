@@ -347,9 +347,9 @@ class Decider:
         self.stats["events"] += len(events)
         self.stats["requeues"] += sum(isinstance(e.payload, TaskRequeued) for e in events)
         staged[new.workflow_id] = new
-        where[new.workflow_id] = msg.partition() or 0
+        part = where[new.workflow_id] = msg.partition() or 0
         requeue_after = self.run_settings.requeue_after_s
-        return outbound(self.topics, new, events, self.resolve, requeue_after)
+        return outbound(self.topics, new, events, self.resolve, requeue_after, part)
 
     def _complete_start(self, inp: c.Input) -> c.Input:
         if not isinstance(inp, c.StartWorkflow):

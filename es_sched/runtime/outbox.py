@@ -3,14 +3,16 @@
 ``outbound(topics, state, events, resolve)`` maps one workflow's new events (and its state after
 them) to Kafka records: every event to ``events``, then each of ``domain.effects.effects`` as a
 record. ``QueueTask`` -> ``ready`` (keyed by rate-limit key, else task name); ``SetTimer`` ->
-``timers`` (keyed by timer id), ``ClearTimer`` -> its tombstone there; ``WakeRetry`` -> its delay
-tier (keyed by workflow); ``StartChild``, ``TerminateChild`` and ``NotifyParent`` -> the input for
-the other workflow on ``commands`` (keyed by that workflow). What follows an event is decided in
-the domain, not here; ``resolve`` is the registry look-up a ``StartChild`` without an embedded
-definition needs, ``requeue_after`` the reconciler's bound (``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR
-15). The changelog snapshot is added once per workflow per batch by the caller (``snapshot``), on
-the workflow's partition, after the definition bundle it names when that partition does not hold it
-yet (ADR 18).
+``timers`` (keyed by timer id, on ``partition``, the workflow's partition the decider read it
+from: a transaction then touches the partitions of its workflows, not every timers partition;
+ADR 48), ``ClearTimer`` -> its tombstone there (same key, same partition); ``WakeRetry`` -> its
+delay tier (keyed by workflow); ``StartChild``, ``TerminateChild`` and ``NotifyParent`` -> the
+input for the other workflow on ``commands`` (keyed by that workflow). What follows an event is
+decided in the domain, not here; ``resolve`` is the registry look-up a ``StartChild`` without an
+embedded definition needs, ``requeue_after`` the reconciler's bound
+(``ES_SCHED_RUN_REQUEUE_AFTER_S``, ADR 15). The changelog snapshot is added once per workflow per
+batch by the caller (``snapshot``), on the workflow's partition, after the definition bundle it
+names when that partition does not hold it yet (ADR 18).
 ``refused(topics, events)`` maps a refusal outside any history (``workflow.rejected``) to its
 event record alone.
 """
@@ -75,9 +77,10 @@ def ready_record(
     return Record(topics.ready, t.rate_limit_key or t.name, value)
 
 
-def timer_record(topics: Topics, timer: Timer) -> Record:
-    """The ``timers`` record of one durable timer (compacted: a later one of the id replaces it)."""
-    return Record(topics.timers, timer.timer_id, encode_timer(timer))
+def timer_record(topics: Topics, timer: Timer, partition: int | None = None) -> Record:
+    """The ``timers`` record of one durable timer (compacted: a later one of the id replaces it),
+    keyed by timer id, on ``partition`` (the workflow's; None: by key)."""
+    return Record(topics.timers, timer.timer_id, encode_timer(timer), partition=partition)
 
 
 def retry_record(topics: Topics, wake: WakeRetry) -> Record:
@@ -101,6 +104,7 @@ def outbound(
     events: list[Event],
     resolve: Resolver,
     requeue_after: float | None = None,
+    partition: int | None = None,
 ) -> list[Record]:
     out = [Record(topics.events, st.workflow_id, encode_event(e)) for e in events]
     for fx in effects(st, events, requeue_after):
@@ -108,9 +112,9 @@ def outbound(
             case QueueTask():
                 out.append(ready_record(topics, st, fx.task_id, fx.limits))
             case SetTimer():
-                out.append(timer_record(topics, fx.timer))
+                out.append(timer_record(topics, fx.timer, partition))
             case ClearTimer():  # a tombstone: the timer service forgets the timer unfired
-                out.append(Record(topics.timers, fx.timer_id, None))
+                out.append(Record(topics.timers, fx.timer_id, None, partition=partition))
             case WakeRetry():
                 out.append(retry_record(topics, fx))
             case StartChild():

@@ -1,7 +1,8 @@
 """ADR 44: a short task's start travels with its outcome (``worker.task_completed`` and
 ``worker.task_failed`` v2, ``started``). The decider records ``task.started`` then the outcome
 from one input; a v1 outcome (no ``started``) is decided as before, so I5 holds on old logs; a
-timer armed and cleared by one decision is not written."""
+timer armed and cleared by one decision is not written, nor its tombstone when no earlier
+decision can have armed it (ADR 48)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ TASKDEFS = [{"name": "encode", "retryCount": 1, "responseTimeoutSeconds": 60,
              "timeoutSeconds": 600}]  # fmt: skip
 
 
-def _lease(d: Driver) -> dict[str, Any]:
+def _lease(d: Driver, epoch: int = 1) -> dict[str, Any]:
     t = d.latest("enc")
-    return dict(task_id=t.task_id, attempt=t.attempt, worker_id="w1", lease_epoch=1,
+    return dict(task_id=t.task_id, attempt=t.attempt, worker_id="w1", lease_epoch=epoch,
                 lease_token="a")  # fmt: skip
 
 
@@ -91,10 +92,29 @@ def test_timers_armed_and_cleared_by_one_decision_are_not_written() -> None:
     assert not [f for f in fx if isinstance(f, SetTimer) and f.timer.task_id is not None]
     tid = d.latest("enc").task_id
     cleared = {f.timer_id for f in fx if isinstance(f, ClearTimer)}
-    # response, total and requeue: an earlier decision may have armed one of that id
-    assert cleared == {timer_id(d.workflow_id, k, tid) for k in TASK_TIMERS}
+    # ADR 48: under its first lease the task never started before, so no earlier decision
+    # armed its timeouts: only the requeue timer (armed when it was queued) is cleared
+    assert cleared == {timer_id(d.workflow_id, "requeue", tid)}
     # A start on its own arms the timeouts, and the outcome's decision clears them.
     d2 = _dispatched()
     fx_started = effects(d2.st, d2.send(c.ReportStarted("in-s", d2.workflow_id, **_lease(d2))))
     kinds = sorted(f.timer.kind for f in fx_started if isinstance(f, SetTimer))
     assert kinds == ["response_timeout", "total_timeout"]
+
+
+def test_a_task_started_under_an_earlier_lease_has_its_timeouts_cleared() -> None:
+    """Started under lease 1 (its timeouts armed), the lease expired, dispatched again: the
+    start and outcome under lease 2 clear all three timers, since lease 1's start armed two."""
+    d = _dispatched()
+    tid = d.latest("enc").task_id
+    armed = effects(d.st, d.send(c.ReportStarted("in-s", d.workflow_id, **_lease(d))))
+    assert sorted(f.timer.kind for f in armed if isinstance(f, SetTimer)) == [
+        "response_timeout", "total_timeout"]  # fmt: skip
+    assert [
+        e.type for e in d.send(c.ExpireLease("in-x", d.workflow_id, task_id=tid, lease_epoch=1))
+    ] == ["task.lease_expired"]
+    d.send(c.DispatchTask("in-d2", d.workflow_id, **_lease(d, 2)))
+    out = d.send(c.ReportCompleted("in-c2", d.workflow_id, **_lease(d, 2), started=True))
+    assert [e.type for e in out[:2]] == ["task.started", "task.completed"]
+    cleared = {f.timer_id for f in effects(d.st, out) if isinstance(f, ClearTimer)}
+    assert cleared == {timer_id(d.workflow_id, k, tid) for k in TASK_TIMERS}
