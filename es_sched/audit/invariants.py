@@ -13,7 +13,7 @@ Pure: no I/O, no clock. Every rule reads only recorded facts:
 - I3: a ``task.completed`` / ``task.failed`` is the first outcome of its (task, attempt), and
   when a worker's report caused it, the report names the lease then live (worker, epoch,
   token, attempt), as ``task.dispatched`` set it in the fold: the fencing rule of
-  ``decide._report``, checked from the outside.
+  ``task_inputs.report``, checked from the outside.
 """
 
 from __future__ import annotations

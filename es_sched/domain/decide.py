@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import assert_never
 
 from es_sched.domain import commands as c
-from es_sched.domain import engine
-from es_sched.domain.context import Context, NoScripts, settings
+from es_sched.domain import engine, task_inputs
+from es_sched.domain.context import Context, NoScripts
 from es_sched.domain.events import (
     CommandRejected,
     CompletionRejected,
@@ -242,7 +242,7 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                 "definition.register is handled by the definition registry, not a workflow"
             )
         case c.DispatchTask():
-            task = _task(st, inp.task_id)
+            task = task_inputs.latest_instance(st, inp.task_id)
             # While a workflow ends, its CALLBACK tasks are still scheduled and leased.
             ended = st.status in WORKFLOW_TERMINAL
             if task is None or task.status != SCHEDULED or task.attempt != inp.attempt or ended:
@@ -260,7 +260,7 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                 )
             ]
         case c.ExpireLease():
-            task = _task(st, inp.task_id)
+            task = task_inputs.latest_instance(st, inp.task_id)
             if task is None or task.terminal or task.lease_epoch != inp.lease_epoch:
                 return []  # the lease was renewed, superseded or the task ended: nothing to do
             return [LeaseExpired(inp.task_id, inp.lease_epoch)]
@@ -268,16 +268,16 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
             c.ReportStarted() | c.ReportProgress() | c.ReportCompleted() | c.ReportFailed()
             | c.ReportDeclined()
         ):  # fmt: skip
-            return _report(st, inp)
+            return task_inputs.report(st, inp)
         case c.ReportCancelled():
             # Never an outcome: a cancel means no live lease, so whatever lease this names,
             # the worker's word is recorded for the audit and the task is left as it is.
             return [TaskCancelConfirmed(inp.task_id, inp.attempt, inp.worker_id,
                                         inp.lease_epoch, inp.reason)]  # fmt: skip
         case c.FireTimer():
-            return _timer(st, inp, ctx)
+            return task_inputs.timer_fired(st, inp, ctx)
         case c.ChildWorkflowEnded():
-            task = _task(st, inp.task_id)
+            task = task_inputs.latest_instance(st, inp.task_id)
             if task is None or task.terminal or task.child_workflow_id != inp.child_workflow_id:
                 return []
             output = {**inp.output, "subWorkflowId": inp.child_workflow_id}
@@ -298,115 +298,3 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
 
 def _latest(st: WorkflowState) -> list[TaskState]:
     return [st.tasks[tid] for tid in st.latest.values()]
-
-
-def _task(st: WorkflowState, task_id: str) -> TaskState | None:
-    """The task instance if it exists and is the newest attempt of its ref."""
-    task = st.tasks.get(task_id)
-    if task is None or st.latest.get(task.ref) != task_id:
-        return None
-    return task
-
-
-def _report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
-    task = st.tasks.get(inp.task_id)
-    reason = _not_live(st, task, inp)
-    if reason is not None:
-        return [CompletionRejected(inp.task_id, inp.attempt, inp.worker_id, reason)]
-    assert task is not None
-    match inp:
-        case c.ReportStarted():
-            return [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
-        case c.ReportProgress():
-            started = (
-                [] if task.status == IN_PROGRESS else [TaskStarted(task.task_id, inp.worker_id)]
-            )
-            return [*started, TaskProgressed(task.task_id, inp.percent, inp.message)]
-        case c.ReportCompleted() | c.ReportFailed():
-            # ADR 44: a short task's start travels with its outcome; the log still has both.
-            implied = inp.started and task.status != IN_PROGRESS
-            started = [TaskStarted(task.task_id, inp.worker_id)] if implied else []
-            if isinstance(inp, c.ReportCompleted):
-                return [*started, TaskCompleted(task.task_id, dict(inp.output))]
-            return [*started, TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
-        case c.ReportDeclined():
-            # Started or not, the lease is given back as if it expired (ExpireLease): the
-            # worker gives up early what its silence would lose anyway; the attempt is kept.
-            return [LeaseExpired(task.task_id, task.lease_epoch)]
-    return []
-
-
-def _not_live(st: WorkflowState, task: TaskState | None, inp: c.WorkerReport) -> str | None:
-    """Why a report does not come from the task's live lease (fencing), None if it does."""
-    reason = None
-    if task is None:
-        reason = "unknown task"
-    elif st.latest.get(task.ref) != task.task_id or task.attempt != inp.attempt:
-        reason = f"stale attempt {inp.attempt}: the task is at a newer attempt"
-    elif task.terminal:
-        reason = f"task already {task.status}"
-    elif not st.runs_on_worker(task.def_ref):
-        reason = f"system task ({task.task_type}): not reported by workers"
-    elif task.lease_token is None:
-        # Fencing (Kleppmann): no lease is live before a dispatch, after an expiry or a
-        # preemption, so a report then comes from a worker that lost the task.
-        reason = "no live lease: the task was never leased, or its lease expired"
-    elif (
-        task.lease_epoch != inp.lease_epoch
-        or task.lease_token != inp.lease_token
-        or task.worker_id != inp.worker_id
-    ):
-        reason = "lease mismatch: wrong worker, epoch or token (the lease was reassigned)"
-    return reason
-
-
-def _timer(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:
-    if st.status in WORKFLOW_TERMINAL:
-        return []
-    if inp.kind == "workflow_timeout":
-        limit = st.definition.timeout_seconds
-        if st.ending or limit <= 0 or (ctx.now - st.created_at).total_seconds() < limit:
-            return []
-        if st.definition.timeout_policy == "ALERT_ONLY":
-            return []
-        return [WorkflowEnding(TIMED_OUT, f"workflow timed out after {limit:g}s")]
-    task = _task(st, inp.task_id or "")
-    if task is None:
-        return []
-    if inp.kind == "retry":
-        if task.retry_due_at is None or ctx.now < task.retry_due_at or st.ending:
-            return []
-        return again(st, task, ctx)
-    if task.terminal:
-        return []
-    if inp.kind == "requeue":  # the reconciler (ADR 15): still waiting for a lease, and unleased
-        waiting = task.status == SCHEDULED and task.lease_token is None
-        return [TaskRequeued(task.task_id, task.attempt)] if waiting else []
-    if inp.kind == "wait":
-        if task.wait_until is None or ctx.now < task.wait_until:
-            return []
-        return [TaskCompleted(task.task_id, {})]
-    definition = st.lookup_task(task.def_ref)
-    if definition is None:
-        return []
-    s = settings(st, definition)
-    if inp.kind == "response_timeout":
-        since = task.last_progress_at
-        if since is None or (ctx.now - since).total_seconds() < s.response_timeout_seconds:
-            return []
-    elif inp.kind == "total_timeout":
-        if (
-            task.started_at is None
-            or s.timeout_seconds <= 0
-            or (ctx.now - task.started_at).total_seconds() < s.timeout_seconds
-        ):
-            return []
-    else:
-        return []
-    if s.timeout_policy == "ALERT_ONLY":
-        return []
-    kind = "response" if inp.kind == "response_timeout" else "total"
-    timed_out: list[Payload] = [TaskTimedOut(task.task_id, kind)]
-    if s.timeout_policy == "TIME_OUT_WF":
-        timed_out.append(WorkflowEnding(TIMED_OUT, f"task {task.ref!r} timed out ({kind})"))
-    return timed_out

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -122,6 +123,22 @@ class AssignmentReader:
                 self._new_ends()
             return None
         return int(high)
+
+    def catch_up(self, budget_s: float, on_record: Callable[[Message], None]) -> bool:
+        """Read the partition up to its end as the broker has it now, handing each record to
+        ``on_record``, within ``budget_s``; False when it did not get there."""
+        deadline = time.monotonic() + budget_s
+        end = self.end(budget_s)
+        if end is None:
+            return False
+        self.pause(False)  # records beyond the backlog's bound: only up to this end
+        while self.position() < end:
+            if time.monotonic() >= deadline:
+                return False
+            msg = self.poll(0.05)
+            if msg is not None:
+                on_record(msg)
+        return True
 
     def _new_ends(self) -> None:
         """Replace the client that asks where the partition ends, after a failed query.

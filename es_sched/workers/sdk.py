@@ -315,28 +315,13 @@ class Worker:
             if not admits(self.capacity, running, head):
                 return  # another dispatcher's placement raced ours: wait for room (ADR 6)
             if not caught_up:  # a cancel behind it may already be in the partition
-                if not self._catch_up(reader):
+                # within half a heartbeat (a second at most), so heartbeats keep their pace
+                budget = min(1.0, self.heartbeat_s / 2)
+                if not reader.catch_up(budget, lambda msg: self._on_record(msg, stopping=False)):
                     return
                 caught_up = True
                 continue  # what was read may have ended the head: look again
             self._start(self._pending.pop())
-
-    def _catch_up(self, reader: runner.AssignmentReader) -> bool:
-        """Read the partition up to its end as the broker has it now, within half a heartbeat
-        (a second at most, so heartbeats keep their pace); False when it did not get there."""
-        budget = min(1.0, self.heartbeat_s / 2)
-        deadline = time.monotonic() + budget
-        end = reader.end(budget)
-        if end is None:
-            return False
-        reader.pause(False)  # records beyond the backlog's bound: only up to this end
-        while reader.position() < end:
-            if time.monotonic() >= deadline:
-                return False
-            msg = reader.poll(0.05)
-            if msg is not None:
-                self._on_record(msg, stopping=False)
-        return True
 
     def _skip(self, a: wire.Assignment, why: Stale) -> None:
         log.info("task %s (epoch %d) not started: %s", a.task_id, a.lease_epoch, why.reason)

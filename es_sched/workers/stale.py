@@ -7,7 +7,7 @@ record and starting it, as the SDK did, ran stale epochs whose cancel was the ve
 (issue 12). Three rules close that, all checked again just before a start:
 
 1. The SDK reads its partition up to its end, as the broker has it at that moment, before
-   starting anything (``Worker._catch_up``), so a cancel already written is read first.
+   starting anything (``AssignmentReader.catch_up``), so a cancel already written is read first.
 2. ``StaleLeases`` remembers the newest cancelled epoch of each task (the last ``REMEMBER``
    tasks), so an assignment of that epoch or an older one is never started, even when it is
    read after its cancel.

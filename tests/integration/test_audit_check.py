@@ -18,7 +18,7 @@ from es_sched import bootstrap
 from es_sched.audit.check import check
 from es_sched.audit.read import read_log
 from es_sched.domain import commands as c
-from es_sched.domain import decide as decide_module
+from es_sched.domain import task_inputs
 from es_sched.domain.events import Event, TaskCompleted
 from es_sched.domain.ids import event_id
 from es_sched.kafka.clients import producer
@@ -63,13 +63,13 @@ def test_a_clean_run_passes_and_planted_corruptions_fail(monkeypatch: pytest.Mon
     assert report["counts"]["workflows"] == N and report["counts"]["open"] == 0
 
     # I5 over this real log: a core rule changed after the fact decides it differently.
-    rule = decide_module._report
+    rule = task_inputs.report
 
     def changed(st: Any, inp: Any) -> Any:
         return [TaskCompleted(p.task_id, {**p.output, "changed": 1})
                 if isinstance(p, TaskCompleted) else p for p in rule(st, inp)]  # fmt: skip
 
-    monkeypatch.setattr(decide_module, "_report", changed)
+    monkeypatch.setattr(task_inputs, "report", changed)
     drift = check(read_log(env.settings), True, bootstrap.script_engine())
     assert drift.counts["I5"] > 0 and {v.invariant for v in drift.violations} == {"I5"}
     monkeypatch.undo()

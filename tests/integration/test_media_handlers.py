@@ -8,41 +8,28 @@ independently: ffprobe run here, sha256 computed here, the HMAC recomputed here.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 
-from es_sched.errors import ConfigError
-from es_sched.serialization import wire
-from es_sched.settings import MediaSettings
-from es_sched.workers import TaskCancelled, TaskContext, TaskFailure, Worker
-from es_sched.workers.media import TYPES, Toolkit, gpu, register_media
+from es_sched.workers import TaskCancelled, TaskFailure
+from es_sched.workers.media import Toolkit, gpu
 from es_sched.workers.media.asset import write_asset
-from es_sched.workers.media.callback import callback
-from es_sched.workers.media.files import canonical_json, uri_of
+from es_sched.workers.media.files import uri_of
 from es_sched.workers.media.handlers import probe_source
 from es_sched.workers.media.package import package
 from es_sched.workers.media.thumbnail import thumbnail
 from es_sched.workers.media.transcode import transcode
-from es_sched.workers.reports import Reporter
-from tests.support.net import free_port
+from tests.integration.media_harness import JSON, context, make_kit, progress_of
 from tests.support.procs import children
-from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
-JSON = dict[str, Any]
-SECRET = "test-secret"
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -79,34 +66,7 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory: pytest.TempPathFactory) -> Toolkit:
-    out = tmp_path_factory.mktemp("out")
-    settings = MediaSettings(
-        output_dir=out, callback_secret=SECRET, callback_backoff_s=0.05, kill_grace_s=3.0
-    )
-    return Toolkit.create(settings)
-
-
-@dataclass
-class Progress:
-    calls: list[tuple[float, str]] = field(default_factory=list)
-
-    def progress(self, a: wire.Assignment, worker_id: str, seq: int, pct: float, msg: str) -> None:
-        self.calls.append((pct, msg))
-
-
-def context(
-    task_type: str, attempt: int = 1, gpu_index: int | None = None, **res: Any
-) -> TaskContext:
-    a = wire.Assignment(
-        worker_id="w-test", workflow_id="wf-media", task_id=f"task-{task_type}-{attempt}",
-        task_type=task_type, attempt=attempt, lease_epoch=1, lease_token="tok",
-        lease_expires_at="2030-01-01T00:00:00+00:00", input={}, gpu=gpu_index, resources=res,
-    )  # fmt: skip
-    return TaskContext(a, "w-test", cast(Reporter, Progress()))
-
-
-def progress_of(ctx: TaskContext) -> list[float]:
-    return [pct for pct, _ in cast(Progress, ctx._reporter).calls]
+    return make_kit(tmp_path_factory.mktemp("out"))
 
 
 def ffprobe_video(path: Path) -> JSON:
@@ -344,72 +304,3 @@ def test_asset_refuses_an_output_that_changed(
     with pytest.raises(TaskFailure, match="but its task reported") as caught:
         write_asset(context("media.write_asset"), {"asset_id": "a2", "renditions": [changed]}, kit)
     assert caught.value.retryable is False
-
-
-# -- callback -------------------------------------------------------------------------------
-@pytest.fixture
-def receiver() -> Iterator[tuple[str, list[JSON], list[int]]]:
-    """A local HTTP server answering with the queued statuses (then 200), recording requests."""
-    seen: list[JSON] = []
-    answers: list[int] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append({"body": body, "headers": dict(self.headers), "path": self.path})
-            self.send_response(answers.pop(0) if answers else 200)
-            self.end_headers()
-
-        def log_message(self, *_: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen, answers
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def test_callback_body_is_signed_and_a_500_is_retried(
-    kit: Toolkit, receiver: tuple[str, list[JSON], list[int]]
-) -> None:
-    url, seen, answers = receiver
-    answers.append(500)
-    ctx = context("media.callback")
-    body = {"asset_id": "a-1", "status": "COMPLETED", "asset": {"uri": "file:///x.json"}}
-    out = callback(ctx, {"url": f"{url}/hook", "body": body}, kit)
-    assert (out["status"], out["attempts"]) == (200, 2)
-    assert len(seen) == 2 and seen[0]["body"] == seen[1]["body"]
-    sent = seen[1]["body"]
-    assert json.loads(sent) == body and sent == canonical_json(body)
-    expected = "sha256=" + hmac.new(SECRET.encode(), sent, hashlib.sha256).hexdigest()
-    assert seen[1]["headers"]["X-Es-Sched-Signature"] == expected
-    assert seen[1]["headers"]["X-Es-Sched-Delivery"] == ctx.task_id
-    assert out["body_sha256"] == hashlib.sha256(sent).hexdigest()
-
-
-def test_callback_4xx_fails_for_good_and_no_answer_fails_retryable(
-    kit: Toolkit, receiver: tuple[str, list[JSON], list[int]]
-) -> None:
-    url, seen, answers = receiver
-    answers.append(404)
-    with pytest.raises(TaskFailure, match="answered 404") as caught:
-        callback(context("media.callback"), {"url": url, "body": {}}, kit)
-    assert caught.value.retryable is False and len(seen) == 1
-    closed = f"http://127.0.0.1:{free_port()}/"
-    with pytest.raises(TaskFailure, match="failed 4 times") as refused:
-        callback(context("media.callback"), {"url": closed, "body": {}}, kit)
-    assert refused.value.retryable is True
-
-
-# -- registration ---------------------------------------------------------------------------
-def test_register_media_serves_all_six_types_and_needs_the_secret() -> None:
-    settings = settings_with({"ES_SCHED_MEDIA_CALLBACK_SECRET": "x"})
-    worker = register_media(Worker(settings=settings), settings)
-    assert sorted(worker.handlers) == sorted(TYPES) and len(TYPES) == 6
-    unsigned = settings_with({"ES_SCHED_MEDIA_CALLBACK_SECRET": ""})
-    with pytest.raises(ConfigError, match="ES_SCHED_MEDIA_CALLBACK_SECRET"):
-        register_media(Worker(settings=unsigned), unsigned)

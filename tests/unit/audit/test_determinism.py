@@ -13,8 +13,7 @@ from es_sched.audit.check import check
 from es_sched.audit.determinism import recorded_ids
 from es_sched.audit.log import Log, Report
 from es_sched.domain import commands as c
-from es_sched.domain import decide as decide_module
-from es_sched.domain import retry
+from es_sched.domain import retry, task_inputs
 from es_sched.domain.events import TaskCompleted, TaskScheduled, WorkflowRejected
 from es_sched.domain.refusals import refusal
 from es_sched.domain.retention import answer_ended, marker
@@ -100,14 +99,14 @@ def test_a_changed_backoff_rule_fails_replay(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_changed_fencing_rule_fails_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     d = Recording(TWO_TASKS).finish()
     log = recorded(d)
-    rule = decide_module._report
+    rule = task_inputs.report
 
     def accept_everything(st: Any, inp: Any) -> Any:
         out = rule(st, inp)
         return [TaskCompleted(p.task_id, {"changed": True})
                 if isinstance(p, TaskCompleted) else p for p in out]  # fmt: skip
 
-    monkeypatch.setattr(decide_module, "_report", accept_everything)
+    monkeypatch.setattr(task_inputs, "report", accept_everything)
     found = i5(run(log))
     assert len(found) == 2 and all("payload.output.changed recorded None, replayed True" in f
                                    for f in found), found  # fmt: skip
