@@ -168,12 +168,11 @@ def effects(
     st: WorkflowState, events: Iterable[Event], requeue_after: float | None = None
 ) -> list[Effect]:
     out: list[Effect] = []
-    fresh: set[str] = set()  # timers no earlier decision can have armed
+    events = list(events)
     for event in events:
         follow = _follow(st, event)
         out += [ClearTimer(t) for t in timers_cleared(st, event)]
         out += [SetTimer(timer) for timer in timers_for(st, event)]
-        fresh.update(armed_first(st, event))
         if requeue_after is not None:
             at = event.occurred_at
             out += [
@@ -186,6 +185,9 @@ def effects(
     # is not written; the clear stays for a timer of that id an earlier decision may have
     # armed, and goes too when none can have (ADR 48: two tombstones less per short task).
     cleared = {fx.timer_id: i for i, fx in enumerate(out) if isinstance(fx, ClearTimer)}
+    if not cleared:
+        return out
+    fresh = {t for event in events for t in armed_first(st, event)}  # ids hashed only now
     return [
         fx for i, fx in enumerate(out)
         if not (isinstance(fx, SetTimer) and cleared.get(fx.timer.timer_id, -1) > i)
