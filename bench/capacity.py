@@ -53,7 +53,9 @@ OUTSIDE: dict[str, float] = {
     # commands, task-results, events, changelog, timers, 4 retry tiers, ready
     "workflow_keyed_topics": 10,
     "retain_finished_s": 86_400,  # ES_SCHED_RUN_RETAIN_FINISHED_S default (ADR 18)
-    "cpu_ms_per_workflow": 35,  # issue 15: CPU of every process per media workflow, this machine
+    # issue 15's estimate of every process's CPU per media workflow; replaced by
+    # bench/results/cpu_split_saturated.json (bench/cpu_split.py near the maximum) when present
+    "cpu_ms_per_workflow": 35,
     "broker_records_per_s": 35_000,  # issue 15: transactional consume->produce loop, batches of 500
     "dispatcher_tasks_per_s": 4_000,  # replaced by bench/results/dispatch.json when present
 }
@@ -80,6 +82,9 @@ class Measured:
     e2e_workflows_per_s: float  # the one-machine measurement the model is checked against
     side_by_side_workflows_per_s: float | None
     sources: tuple[str, ...]
+    # Measured per workflow when their files exist (records.json, cpu_split_saturated.json):
+    # the records it leaves on the topics (records_per_workflow's estimate stands in without).
+    records_per_workflow_measured: float | None = None
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -106,6 +111,14 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
     if (limit := _load("kafka_limit.json")) is not None:
         broker = max(v["median"] for v in limit.values() if isinstance(v, dict) and "median" in v)
         used.append("kafka_limit.json")
+    records = None
+    if (counted := _load("records.json")) is not None:  # the newest checkout's, if an A/B
+        records = float(counted["medians"]["after"]["all topics"]["records"])
+        used.append("records.json")
+    cpu_ms = outside["cpu_ms_per_workflow"]
+    if (split := _load("cpu_split_saturated.json")) is not None:
+        cpu_ms = float(split["total"]["ms_per_workflow"])  # all of it, idle included
+        used.append("cpu_split_saturated.json")
     side = None
     if (sbs := _load("side_by_side.json")) is not None:
         side = float(sbs["median"]["systems"]["es-sched"]["max_per_second"])
@@ -126,11 +139,12 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
         kib_per_state=(points[-1]["rss_mib"] - points[0]["rss_mib"])
         * 1024
         / (points[-1]["states_held"] - points[0]["states_held"]),
-        cpu_ms_per_workflow=outside["cpu_ms_per_workflow"],
+        cpu_ms_per_workflow=cpu_ms,
         broker_records_per_s=float(broker),
         e2e_workflows_per_s=float(med["workflows_per_second"]),
         side_by_side_workflows_per_s=side,
         sources=tuple(used),
+        records_per_workflow_measured=records,
     )
 
 
@@ -142,8 +156,11 @@ def _projection_rate(proj: dict[str, Any], kind: str) -> float:
 
 
 def records_per_workflow(m: Measured) -> float:
-    """Records a workflow writes: its inputs, its events, a changelog snapshot per input at
-    worst (one per transaction that changed it), and per task a ready and an assignment."""
+    """Records a workflow writes: as counted on the topics (bench/records.py) when measured,
+    else estimated: its inputs, its events, a changelog snapshot per input at worst (one per
+    transaction that changed it), and per task a ready and an assignment."""
+    if m.records_per_workflow_measured is not None:
+        return m.records_per_workflow_measured
     return 2 * m.inputs_per_workflow + m.events_per_workflow + 2 * m.tasks_per_workflow
 
 
@@ -272,7 +289,7 @@ def render(m: Measured, rows: list[dict[str, Any]], check: dict[str, Any]) -> st
         "",
     ]
     values = [[k, v] for k, v in asdict(m).items() if k != "sources"]
-    out += _table(["figure", "value"], [*values, ["records_per_workflow (derived)",
+    out += _table(["figure", "value"], [*values, ["records_per_workflow (used)",
                                                   records_per_workflow(m)]])  # fmt: skip
     out += ["", "### One-machine check", ""]
     checks = [

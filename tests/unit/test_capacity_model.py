@@ -34,6 +34,12 @@ def test_records_per_workflow_counts_inputs_snapshots_events_ready_and_assignmen
     assert capacity.records_per_workflow(ROUND) == 2 * 20 + 40 + 2 * 10
 
 
+def test_records_counted_on_the_topics_replace_the_estimate() -> None:
+    counted = dataclasses.replace(ROUND, records_per_workflow_measured=150.0)
+    assert capacity.records_per_workflow(counted) == 150.0
+    assert ceilings(counted, 1, PARAMS)["broker"] == 30_000 / 150
+
+
 def test_each_ceiling_on_one_machine_worked_by_hand() -> None:
     c = ceilings(ROUND, 1, PARAMS)
     assert c["cpu"] == 2 * 1000 / 40  # 50 workflows/s
