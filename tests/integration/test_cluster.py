@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # not re-exported for mypy
 from confluent_kafka.admin._resource import ResourceType
@@ -111,10 +111,15 @@ def replicated(cluster: PrivateCluster, env: Env) -> bool:
     ):
         return False
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
-    return all(
-        f.result(timeout=10)["min.insync.replicas"].value == "2"
-        for f in admin.describe_configs(resources).values()
-    )
+    try:
+        return all(
+            f.result(timeout=10)["min.insync.replicas"].value == "2"
+            for f in admin.describe_configs(resources).values()
+        )
+    except KafkaException as exc:  # the node asked has not learnt of the topic yet
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        raise
 
 
 @pytest.mark.timeout(600)  # three JVMs start and two restart; the work itself is ~2 min
