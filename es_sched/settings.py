@@ -139,9 +139,21 @@ class StackSettings(BaseSettings):
     # exited) with ~1,900 topics / 14,000 partitions left on a long-lived local broker by
     # interrupted benches and tests; 1g holds that with room (the JVM takes it lazily).
     kafka_heap: str = "1g"
+    # More broker settings for the local Kafka's server.properties, as JSON
+    # ('{"num.io.threads": "2"}'): a default of the stack's is replaced, a new key appended;
+    # what makes the nodes one cluster is refused by es_sched.stack.kafka (ADR 49).
+    kafka_properties: dict[str, str] = Field(default_factory=dict)
     search_heap: str = "768m"
     ready_timeout_s: float = Field(default=180.0, gt=0)
     compose_file: Path = Path("docker-compose.yml")
+
+    @field_validator("kafka_properties")
+    @classmethod
+    def _properties(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(k for k, v in value.items() if not k.strip() or "\n" in k + v or "=" in k)
+        if bad:
+            raise ValueError(f"not a server.properties key and value: {bad}")
+        return value
 
     @property
     def resolved_state_dir(self) -> Path:

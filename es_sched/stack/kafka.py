@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
+from es_sched.errors import StackError
 from es_sched.settings import Settings
 from es_sched.stack import probes, process
 from es_sched.stack.base import (
@@ -28,40 +30,60 @@ from es_sched.stack.base import (
 )
 from es_sched.stack.probes import Probe
 
+# The lines below that make the local nodes one cluster: not the operator's to replace.
+CLUSTER_KEYS = frozenset({
+    "process.roles", "node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
+    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+    "log.dirs",
+})  # fmt: skip
+
 
 def server_properties(
-    port: int, controller_port: int, log_dir: str, node: int = 1, nodes: int = 1
+    port: int,
+    controller_port: int,
+    log_dir: str,
+    node: int = 1,
+    nodes: int = 1,
+    extra: Mapping[str, str] | None = None,
 ) -> str:
-    """Node ``node`` of ``nodes``; ``port`` and ``controller_port`` are node 1's."""
+    """Node ``node`` of ``nodes``; ``port`` and ``controller_port`` are node 1's. ``extra``
+    (``ES_SCHED_STACK_KAFKA_PROPERTIES``) replaces a default below or is appended."""
     me, ctl = port + 2 * (node - 1), controller_port + 2 * (node - 1)
     voters = ",".join(f"{i}@127.0.0.1:{controller_port + 2 * (i - 1)}" for i in range(1, nodes + 1))
     rf, isr = min(3, nodes), 2 if nodes >= 3 else 1
-    return "\n".join(
-        [
-            "process.roles=broker,controller",
-            f"node.id={node}",
-            f"controller.quorum.voters={voters}",
-            f"listeners=PLAINTEXT://127.0.0.1:{me},CONTROLLER://127.0.0.1:{ctl}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{me}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"log.dirs={log_dir}",
-            "num.partitions=1",
-            # es-sched creates every topic it uses at start-up; a typo must fail, not create.
-            "auto.create.topics.enable=false",
-            # Every topic, es-sched's and Kafka's own, survives the loss of one node of three.
-            f"default.replication.factor={rf}",
-            f"min.insync.replicas={isr}",
-            f"offsets.topic.replication.factor={rf}",
-            f"transaction.state.log.replication.factor={rf}",
-            f"transaction.state.log.min.isr={isr}",
-            f"share.coordinator.state.topic.replication.factor={rf}",
-            f"share.coordinator.state.topic.min.isr={isr}",
-            "group.initial.rebalance.delay.ms=0",
-            "",
-        ]
-    )
+    taken = sorted(set(extra or {}) & CLUSTER_KEYS)
+    if taken:
+        raise StackError(f"ES_SCHED_STACK_KAFKA_PROPERTIES: {', '.join(taken)} is the stack's own")
+    lines = [
+        "process.roles=broker,controller",
+        f"node.id={node}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{me},CONTROLLER://127.0.0.1:{ctl}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{me}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={log_dir}",
+        "num.partitions=1",
+        # es-sched creates every topic it uses at start-up; a typo must fail, not create.
+        "auto.create.topics.enable=false",
+        # Every topic, es-sched's and Kafka's own, survives the loss of one node of three.
+        f"default.replication.factor={rf}",
+        f"min.insync.replicas={isr}",
+        f"offsets.topic.replication.factor={rf}",
+        f"transaction.state.log.replication.factor={rf}",
+        f"transaction.state.log.min.isr={isr}",
+        f"share.coordinator.state.topic.replication.factor={rf}",
+        f"share.coordinator.state.topic.min.isr={isr}",
+        "group.initial.rebalance.delay.ms=0",
+    ]
+    more = dict(extra or {})
+    for i, line in enumerate(lines):
+        key = line.split("=", 1)[0]
+        if key in more:
+            lines[i] = f"{key}={more.pop(key)}"
+    lines += [f"{key}={value}" for key, value in more.items()]
+    return "\n".join([*lines, ""])
 
 
 def new_cluster_id() -> str:
@@ -113,7 +135,8 @@ class LocalKafka(LocalService):
         props = self.home / "server.properties"
         first_port = self.endpoint.port - 2 * (self.node - 1)
         controller = self.settings.stack.kafka_controller_port
-        text = server_properties(first_port, controller, str(data), self.node, self.nodes)
+        text = server_properties(first_port, controller, str(data), self.node, self.nodes,
+                                 self.settings.stack.kafka_properties)  # fmt: skip
         props.write_text(text)
         log4j = self.home / "log4j2.properties"
         log4j.write_text(resource_text("kafka-log4j2.properties"))

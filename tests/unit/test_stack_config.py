@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from es_sched.errors import StackError
+from es_sched.errors import ConfigError, StackError
 from es_sched.settings import load_settings
 from es_sched.stack.base import Endpoint
 from es_sched.stack.kafka import LocalKafka, new_cluster_id, server_properties
@@ -88,3 +88,34 @@ def test_cluster_ids_are_22_url_safe_characters_never_read_as_an_option() -> Non
         set(i) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
         for i in ids
     )
+
+
+def test_kafka_properties_from_the_environment_replace_a_default_or_are_appended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    value = '{"num.io.threads": "2", "num.partitions": "3"}'
+    monkeypatch.setenv("ES_SCHED_STACK_KAFKA_PROPERTIES", value)
+    extra = load_settings().stack.kafka_properties
+    text = server_properties(19092, 19093, "/data/k", extra=extra)
+    props = _props(text)
+    assert props["num.io.threads"] == "2" and props["num.partitions"] == "3"
+    assert text.count("num.partitions=") == 1  # replaced where it was, not repeated
+    assert props["log.dirs"] == "/data/k"  # the rest as before
+
+
+@pytest.mark.parametrize(
+    "value", ['{"a=b": "1"}', '{"num.io.threads": "2\\nlog.dirs=/x"}', '{" ": "1"}']
+)
+def test_kafka_properties_that_would_break_the_file_are_refused_at_start_up(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ES_SCHED_STACK_KAFKA_PROPERTIES", value)
+    with pytest.raises(ConfigError, match="ES_SCHED_STACK_KAFKA_PROPERTIES") as err:
+        load_settings()
+    assert "not a server.properties key and value" in str(err.value)
+
+
+def test_kafka_properties_the_stack_owns_are_refused_naming_the_variable() -> None:
+    with pytest.raises(StackError, match=r"ES_SCHED_STACK_KAFKA_PROPERTIES: log\.dirs") as err:
+        server_properties(19092, 19093, "/data/k", extra={"log.dirs": "/elsewhere"})
+    assert "the stack's own" in str(err.value)
