@@ -49,6 +49,8 @@ from tests.integration.runtime_harness import MEDIA, Env  # noqa: E402
 from tests.support.settings import BOOTSTRAP  # noqa: E402
 from tests.support.wait import wait_for_log  # noqa: E402
 
+# More folders for the spawned processes' PYTHONPATH (bench/client_requests.py: a sitecustomize).
+EXTRA_PATH: list[str] = []
 TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
 
 
@@ -63,7 +65,7 @@ def spawn(
     another for a before/after) through cwd and PYTHONPATH, not whatever the venv installed."""
     return subprocess.Popen(
         [sys.executable, *entry, *args],
-        env={**os.environ, **env.vars, "PYTHONPATH": str(code)},
+        env={**os.environ, **env.vars, "PYTHONPATH": os.pathsep.join([str(code), *EXTRA_PATH])},
         cwd=code,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,

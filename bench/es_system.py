@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import e2e
 from confluent_kafka import TopicPartition, libversion, version
+from rich.progress import Progress
 
 from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
@@ -45,9 +47,9 @@ class EsSched:
 
     mode = "es-sched"
 
-    def __init__(self, logs: Path, code: Path = e2e.ROOT) -> None:
+    def __init__(self, logs: Path, code: Path = e2e.ROOT, partitions: int = 12) -> None:
         self.logs, self.code = logs, code  # code: the checkout whose es_sched runs
-        self.env = Env(partitions=12, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+        self.env = Env(partitions=partitions, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
         self.done: dict[str, float] = {}  # workflow id -> read time
         self.dag_of: dict[str, str] = {}  # workflow id -> dag id
         self.stop_flag = threading.Event()
@@ -163,3 +165,21 @@ class EsSched:
         self.stop_flag.set()
         self.tail.join(10)
         e2e.stop_processes(self.env, self.procs)
+
+
+def run_windows(system: EsSched, runs: int, take: Callable[[str], dict[str, Any]]
+                ) -> list[dict[str, Any]]:  # fmt: skip
+    """Start ``system``, take ``runs`` windows one after the other (``take(tag)``, tags
+    ``w0``, ``w1``, ...; the completions seen are cleared between them), then stop it."""
+    windows = []
+    with Progress() as progress:
+        bar = progress.add_task("windows", total=runs)
+        system.start()
+        try:
+            for r in range(runs):
+                windows.append(take(f"w{r}"))
+                system.done.clear()
+                progress.advance(bar)
+        finally:
+            system.stop()
+    return windows

@@ -33,14 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent)]
 import peer_stats as ps  # noqa: E402
 import side_by_side as sbs  # noqa: E402
-from es_system import EsSched  # noqa: E402
+from es_system import EsSched, run_windows  # noqa: E402
 
 from es_sched.kafka.topics import assignment_topic  # noqa: E402
 
@@ -128,17 +127,9 @@ def main() -> None:
     opts = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="timeline-"))
     system = EsSched(logs, code=opts.code)
-    windows = []
-    with Progress() as progress:
-        bar = progress.add_task("windows", total=opts.runs)
-        system.start()
-        try:
-            for r in range(opts.runs):
-                windows.append(window(system, opts.rate, opts.seconds, f"w{r}"))
-                system.done.clear()
-                progress.advance(bar)
-        finally:
-            system.stop()
+    windows = run_windows(
+        system, opts.runs, lambda tag: window(system, opts.rate, opts.seconds, tag)
+    )
     medians = {
         hop: {q: statistics.median(w["hops"][hop][q] or 0.0 for w in windows)
               for q in ("p50", "p95", "p99")}
