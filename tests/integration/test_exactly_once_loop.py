@@ -50,6 +50,19 @@ def start(env: Env, n: int) -> set[str]:
     return {s.workflow_id for s in env.submit("media_pipeline", inputs)}
 
 
+INJECTED = 'send_offsets_to_transaction: KafkaError{code=INVALID_TXN_STATE,val=48,str="injected"}'
+
+
+def escalated(log: str) -> bool:
+    """The abort of the injected abortable error failed, and the producer was given up."""
+    return "abort failed too" in log and f"{INJECTED}; re-creating the transactional" in log
+
+
+def warnings(log: str) -> str:
+    """The role log's warnings and errors: what a failed assertion on it should show."""
+    return "\n".join(line for line in log.splitlines() if " WARNING " in line or " ERROR " in line)
+
+
 def completed(env: Env, ids: set[str]) -> bool:
     by_wf = read_events(env)
     return all(final_status(by_wf.get(wf, [])) == "COMPLETED" for wf in ids)
@@ -76,30 +89,60 @@ def test_a_second_process_with_the_same_instance_fences_the_first_which_stops() 
     assert_log_invariants(env, ids)
 
 
-def test_an_aborted_and_an_ambiguous_transaction_are_recovered_without_duplicates() -> None:
+def decide_under(n: int, last_fault: str, *faults: str) -> tuple[Env, set[str], str]:
+    """``n`` media workflows through a faulty decider (and a worker) until all complete, after
+    ``last_fault`` is logged; the env, the workflow ids and the decider's log. The decider must
+    end cleanly when stopped."""
     env = media_env()
     with Worker(env):
-        victim = faulty(
-            env, "decider",
-            # abortable: abort, rewind to the committed offsets, decide the batch again
-            "--fail", "send_offsets_to_transaction:3:abortable",
-            # fatal after the commit went through: the outcome is unknown to the loop, which
-            # re-creates the producer and rebuilds the decider's state from the changelog
-            "--fail", "commit_transaction:8:fatal:after",
-        )  # fmt: skip
+        victim = faulty(env, "decider", *faults)
         try:
             victim.wait_log("started", 60)
-            ids = start(env, 150)
-            victim.wait_log("fault: commit_transaction call 8 raises fatal", 120)
-            wait_until(lambda: completed(env, ids), 180, "150 workflows despite the faults")
+            ids = start(env, n)
+            victim.wait_log(f"fault: {last_fault}", 120)
+            wait_until(lambda: completed(env, ids), 180, f"{n} workflows despite the faults")
             log = victim.log.read_text()
         finally:
             victim.stop()
+    assert victim.proc.returncode == 0, log[-3000:]
+    return env, ids, log
+
+
+def test_an_aborted_and_an_ambiguous_transaction_are_recovered_without_duplicates() -> None:
+    env, ids, log = decide_under(
+        150, "commit_transaction call 8 raises fatal",
+        # abortable, raised once the broker has the offsets (the coordinator holds an ongoing
+        # transaction): abort, rewind to the committed offsets, decide the batch again
+        "--fail", "send_offsets_to_transaction:3:abortable:after",
+        # fatal after the commit went through: the outcome is unknown to the loop, which
+        # re-creates the producer and rebuilds the decider's state from the changelog
+        "--fail", "commit_transaction:8:fatal:after",
+    )  # fmt: skip
     assert "fault: send_offsets_to_transaction call 3 raises abortable" in log
-    assert "transaction aborted" in log
+    # The broker may refuse the abort itself (CI, stop 31: no "transaction aborted", the log
+    # not kept; librdkafka#4849, open: abort_transaction "can sometimes fail with
+    # INVALID_TXN_STATE"). The loop then gives the producer up as for a fatal error (the next
+    # test): either way the batch is decided again, once.
+    aborted = f"transaction aborted: {INJECTED}" in log
+    assert aborted or escalated(log), warnings(log)
     assert "re-creating the transactional producer" in log
     assert "rebuilding partitions" in log
-    assert victim.proc.returncode == 0, log[-3000:]
+    assert_log_invariants(env, ids)
+
+
+def test_a_refused_abort_gives_the_producer_up_and_the_state_is_rebuilt() -> None:
+    """The path a broker's refusal of ``abort_transaction`` takes (librdkafka#4849), forced:
+    the abort after the abortable error fails as fatal. Proof the faults fired: both logged.
+    The loop re-creates the producer (whose ``init_transactions`` ends the open transaction)
+    and the decider rebuilds its state from the changelog, as after an unknown outcome."""
+    env, ids, log = decide_under(
+        60, "abort_transaction call 1 raises fatal",
+        "--fail", "send_offsets_to_transaction:3:abortable:after",
+        "--fail", "abort_transaction:1:fatal",
+    )  # fmt: skip
+    assert escalated(log), warnings(log)
+    assert "transaction aborted" not in log
+    assert "rebuilding partitions" in log
     assert_log_invariants(env, ids)
 
 
