@@ -236,3 +236,58 @@ def test_dollar_round_trips_json_values(bindings: dict[str, Any]) -> None:
     result = QuickJsEngine().evaluate("$", bindings)
     assert result.ok, result.error
     assert same_json(result.value, bindings)
+
+
+class CountingContexts:
+    """``quickjs.Context`` as the engine sees it, counting the contexts it makes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import quickjs  # noqa: PLC0415
+
+        self.made, real = 0, quickjs.Context
+
+        def make() -> Any:
+            self.made += 1
+            return real()
+
+        monkeypatch.setattr("es_sched.scripting.quickjs.quickjs.Context", make)
+
+
+def test_the_same_evaluation_is_answered_from_the_memo_with_a_fresh_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    contexts, engine = CountingContexts(monkeypatch), QuickJsEngine()
+    script = "({case: $.height >= 1080 ? '1080' : '720', seen: [$.height]})"
+    first = engine.evaluate(script, {"height": 1080})
+    assert first == ok({"case": "1080", "seen": [1080]}) and contexts.made == 1
+    first.value["seen"].append("mutated by a caller")
+    again = engine.evaluate(script, {"height": 1080})
+    assert again == ok({"case": "1080", "seen": [1080]}) and contexts.made == 1
+    # other bindings, or another engine (its own limits), evaluate for real
+    assert engine.evaluate(script, {"height": 720}) == ok({"case": "720", "seen": [720]})
+    assert QuickJsEngine().evaluate(script, {"height": 1080}) == ok(
+        {"case": "1080", "seen": [1080]}
+    )
+    assert contexts.made == 3
+
+
+def test_failures_are_never_answered_from_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    contexts, engine = CountingContexts(monkeypatch), QuickJsEngine()
+    for made in (1, 2):
+        result = engine.evaluate("Math.random()", {})
+        assert not result.ok and DETERMINISM in (result.error or "")
+        assert contexts.made == made
+
+
+def test_the_memo_is_bounded_and_skips_large_evaluations(monkeypatch: pytest.MonkeyPatch) -> None:
+    from es_sched.scripting import quickjs as module  # noqa: PLC0415
+
+    monkeypatch.setattr(module, "MEMO_ENTRIES", 3)
+    contexts, engine = CountingContexts(monkeypatch), QuickJsEngine()
+    for n in range(7):
+        assert engine.evaluate("$.n + 1", {"n": n}) == ok(n + 1)
+    assert len(engine._memo) <= 3
+    big = {"blob": "x" * module.MEMO_PAYLOAD_CHARS}
+    for made in (8, 9):
+        assert engine.evaluate("$.blob.length", big) == ok(module.MEMO_PAYLOAD_CHARS)
+        assert contexts.made == made
