@@ -43,7 +43,7 @@ from es_sched.projections.replay import projected
 from es_sched.serialization import decode_event, encode_input
 from es_sched.serialization.records import decode_ready
 from es_sched.settings import Settings
-from tests.support import ROOT
+from tests.support import ROOT, role_logs
 from tests.support.cli import es_sched
 from tests.support.kafka import read_to_end
 from tests.support.procs import stacks
@@ -148,7 +148,8 @@ class Role:
     ) -> None:  # fmt: skip
         logs = Path(tempfile.gettempdir()) / "es-sched-test-roles"
         logs.mkdir(exist_ok=True)
-        self.log = logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log"
+        # a test that fails shows what its roles logged (tests/support/role_logs.py)
+        self.log = role_logs.started(logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log")
         command = list(argv) or ["run", "--role", role]
         self.has_stacks = module == "es_sched" and command[0] in ("run", "worker")
         self.proc = subprocess.Popen(
