@@ -7,7 +7,15 @@ Prints inputs per CPU-second per phase (process time: other load on the machine 
 medians of ``--repeat``; a profiler can wrap it
 (`py-spy record -o x.raw --format raw -- python bench/decider_cpu.py`).
 
-Rerun: `.venv/bin/python bench/decider_cpu.py [--workflows 4000 --repeat 3]`
+With ``--before TREE`` (another checkout, e.g. ``git archive HEAD | tar -x -C /tmp/base``) each
+round runs once on that tree's es_sched and once on this one, in child processes (the tree
+first on ``PYTHONPATH``, run from outside the repository, and each child reports which
+es_sched it imported: `python -m` from the repository would import this one for both), and the
+medians and after/before ratios are written to ``--out`` (default
+bench/results/decider_cpu_ab.json). Without it, ``--out`` writes the medians if given.
+
+Rerun: `.venv/bin/python bench/decider_cpu.py [--workflows 4000 --repeat 3] [--media]
+[--before /tmp/base] [--out FILE]`
 """
 
 from __future__ import annotations
@@ -15,7 +23,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -167,18 +179,79 @@ def media_run(n: int, prefix: str) -> dict[str, float]:
             "changelog_bytes_per_input": snapshot_bytes / inputs}  # fmt: skip
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def figures(opts: argparse.Namespace) -> dict[str, float]:
+    run = media_run if opts.media else one_run
+    runs = [run(opts.workflows, f"cpu{k}") for k in range(opts.repeat)]
+    return {phase: statistics.median(r[phase] for r in runs) for phase in runs[0]}
+
+
+def show(side: str, medians: dict[str, float], repeat: int) -> None:
+    for phase, rate in medians.items():
+        unit = "" if phase in ("inputs_per_workflow", "changelog_bytes_per_input") else " inputs/s"
+        print(f"{side:7s}{phase:26s} {rate:10,.0f}{unit} (median of {repeat})")
+
+
+def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
+    """A round is one run on ``--before``'s es_sched, then one on this checkout's."""
+    sides = {"before": opts.before.resolve(), "after": ROOT}
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--repeat", "1",
+            "--workflows", str(opts.workflows), *(["--media"] if opts.media else [])]  # fmt: skip
+    for k in range(opts.repeat):
+        for side, tree in sides.items():
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run(
+                argv, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True,
+                check=True,
+            )  # fmt: skip
+            doc = json.loads(done.stdout.splitlines()[-1])
+            if Path(doc["code"]) != tree:
+                raise SystemExit(f"the {side} run imported es_sched from {doc['code']}, not {tree}")
+            runs[side].append(doc["figures"])
+            print(f"round {k + 1} {side:6s} {doc['figures']}")
+    medians = {
+        side: {phase: statistics.median(r[phase] for r in rs) for phase in rs[0]}
+        for side, rs in runs.items()
+    }
+    ratio = {p: round(medians["after"][p] / medians["before"][p], 3) for p in medians["after"]}
+    return {"benchmark": "decider_cpu", "media": opts.media, "workflows": opts.workflows,
+            "before_tree": str(sides["before"]), "runs": runs, "medians": medians,
+            "ratio_after_over_before": ratio}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--media", action="store_true", help="the 1080p media DAG instead")
+    parser.add_argument("--before", type=Path, help="another checkout, measured interleaved")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
-    run = media_run if opts.media else one_run
-    runs = [run(opts.workflows, f"cpu{k}") for k in range(opts.repeat)]
-    for phase in runs[0]:
-        rate = statistics.median(r[phase] for r in runs)
-        unit = "" if phase in ("inputs_per_workflow", "changelog_bytes_per_input") else " inputs/s"
-        print(f"{phase:26s} {rate:10,.0f}{unit} (median of {opts.repeat})")
+    if opts.child:
+        import es_sched  # noqa: PLC0415
+
+        code = str(Path(es_sched.__file__).resolve().parents[1])
+        print(json.dumps({"code": code, "figures": figures(opts)}))
+        return
+    if opts.before is None:
+        result: dict[str, Any] = {
+            "benchmark": "decider_cpu", "media": opts.media, "workflows": opts.workflows,
+            "medians": figures(opts),
+        }  # fmt: skip
+        show("", result["medians"], opts.repeat)
+    else:
+        result = interleaved(opts)
+        for side in ("before", "after"):
+            show(side, result["medians"][side], opts.repeat)
+        print("after / before:", result["ratio_after_over_before"])
+        opts.out = opts.out or ROOT / "bench" / "results" / "decider_cpu_ab.json"
+    if opts.out is not None:
+        opts.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {opts.out}")
 
 
 if __name__ == "__main__":
