@@ -330,7 +330,7 @@ class TransactionalLoop:
             abort_failed = self._timed_out(abort_failed, txn_deadline)
             if abort_failed.kind is Kind.FENCED:
                 raise self._fenced(abort_failed.reason) from None
-            log.warning("%s: abort failed too (%s)", self.role, abort_failed.reason)
+            log.warning("%s %s: abort failed too (%s)", self.role, self.txn_id, abort_failed.reason)
             return False
         log.warning("%s %s: transaction aborted: %s", self.role, self.txn_id, failed.reason)
         return True
