@@ -148,7 +148,6 @@ class Role:
     ) -> None:  # fmt: skip
         logs = Path(tempfile.gettempdir()) / "es-sched-test-roles"
         logs.mkdir(exist_ok=True)
-        # a test that fails shows what its roles logged (tests/support/role_logs.py)
         self.log = role_logs.started(logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log")
         command = list(argv) or ["run", "--role", role]
         self.has_stacks = module == "es_sched" and command[0] in ("run", "worker")
