@@ -122,6 +122,7 @@ class Dispatcher(Inputs):
         self.started = threading.Event()  # set once subscribed (for in-process callers)
         self._gauges_at = 0.0
         self._commit_at = 0.0  # monotonic time the next ready-offset commit is due
+        self._requeues_delivered = 0  # the journal's take-backs known to be on the broker
         r = self.registry = registry or Registry()
         self.lag = LagGauge(r, ROLE)
         self.m_depth = r.gauge("es_sched_queue_depth", "Ready tasks waiting, by type and level.")
@@ -182,16 +183,22 @@ class Dispatcher(Inputs):
             if not isinstance(decision, Assignment):
                 self._take_back(decision.victim, "preempted", now)
                 self.m_preempted.inc()
-        # Three deliveries, in this order. 1. The journal takes each new epoch, so no process
-        # grants it again (the decider drops a repeated DispatchTask input id). 2. The
-        # DispatchTasks: the decider must see each lease before the worker can answer (both
-        # land on the workflow's task-results partition, but from two producers). 3. The
-        # assignments with the journal's leases, then the ready offsets.
+        # The deliveries, in this order (ADR 50). 0. Take-backs written since the last delivery
+        # (a journal record and an ExpireLease each), before any later grant of their task can
+        # land. 1. The journal's new epochs with their DispatchTasks, in one delivery: the
+        # decider must see each lease before the worker can answer (both land on the
+        # workflow's task-results partition, but from two producers), and an epoch that
+        # reached a worker is never granted again. A grant lost in a crash while its
+        # DispatchTask landed is granted again under a new token, a new input id to the
+        # decider; its first token reached no worker. 2. The assignments with the journal's
+        # leases, then the ready offsets.
+        if assignments and self.journal.requeues > self._requeues_delivered:
+            requeues = self.journal.requeues
+            if not self.output.delivered_all():
+                return  # stopping: the tasks stay uncommitted, the next owner dispatches them
+            self._requeues_delivered = requeues
         for a in assignments:
             self.journal.granting(a.task, a.lease.epoch, now)
-        if assignments and not self.output.delivered_all():
-            return  # stopping: the tasks stay uncommitted, the next owner dispatches them
-        for a in assignments:
             self._send(dispatch_records.assignment(a)[1], now)
         if assignments and not self.output.delivered_all():
             return

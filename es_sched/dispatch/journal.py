@@ -7,16 +7,18 @@ a task's lease moves with its ready partition.
 
 What is written, and when (the dispatcher's tick orders it with ``Output.delivered_all``):
 
-- a grant: a record without a lease whose ``last_epoch`` is the new epoch, delivered before
-  the grant's ``DispatchTask`` is produced. The decider drops an input id it has seen
-  (``dispatch:<task>:<epoch>``), so an epoch granted twice would leave the second lease
-  unknown to it; the journal makes the next process start after every epoch that may have
-  reached the decider.
+- a grant: a record without a lease whose ``last_epoch`` is the new epoch, delivered with the
+  grant's ``DispatchTask`` (ADR 50) and before its assignment is produced, so the next
+  process starts after every epoch that may have reached a worker. One whose grant was lost
+  while its ``DispatchTask`` landed is granted again under a new token: the input id names
+  the token (``dispatch:<task>:<epoch>:<token>``), so the decider takes the second lease
+  instead of dropping it as a repeat, and no worker ever saw the first.
 - the lease (worker, epoch, token, grant time, GPU), in the delivery that carries the
   assignment, before the ready offsets are committed past the task. Until it lands the
   journal says "waiting at the head of its queue": a process that dies in between leaves the
   task to be dispatched again at the next epoch, never a lease its worker never received.
-- a take-back (lease expired, preempted): a record without a lease, with the taken epoch.
+- a take-back (lease expired, preempted, given back): a record without a lease, with the taken
+  epoch; delivered before any later grant of its task (``requeues`` counts them for the tick).
 - the task's end (its event, or its worker no longer runs it): a tombstone.
 
 Tasks still waiting on their first dispatch are not journaled: their ready offsets are not
@@ -51,6 +53,7 @@ class LeaseJournal:
         # Every task this dispatcher holds (queued or in flight): its ready partition and task.
         self.tasks: dict[str, tuple[int, ReadyTask]] = {}
         self.written: set[str] = set()  # tasks with a live journal record: their end tombstones
+        self.requeues = 0  # take-backs written so far: the tick delivers them before its grants
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self.tasks
@@ -76,6 +79,7 @@ class LeaseJournal:
         task = self.task(task_id)
         if task is not None:
             self._write(task_id, dispatch_records.journal_record(task, epoch), now)
+            self.requeues += 1
 
     def ended(self, task_id: str, now: datetime) -> None:
         found = self.tasks.pop(task_id, None)

@@ -113,7 +113,8 @@ def assignment(a: CoreAssignment) -> tuple[wire.Assignment, DispatchTask]:
         ref=str(task.payload.get("ref") or ""),
     )
     dispatched = DispatchTask(
-        f"dispatch:{task.task_id}:{lease.epoch}",
+        # The token too: an epoch granted again after its grant was lost is a new input (ADR 50).
+        f"dispatch:{task.task_id}:{lease.epoch}:{lease.token}",
         task.workflow_id,
         task_id=task.task_id,
         attempt=task.attempt,

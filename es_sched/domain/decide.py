@@ -254,6 +254,9 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                         "stale dispatch: the task is not waiting for a worker",
                     )
                 ]
+            if inp.lease_epoch < task.lease_epoch:  # another dispatcher's, later, came first
+                reason = f"stale dispatch: epoch {task.lease_epoch} was granted after it"
+                return [CompletionRejected(inp.task_id, inp.attempt, inp.worker_id, reason)]
             return [
                 TaskDispatched(
                     inp.task_id, inp.attempt, inp.worker_id, inp.lease_epoch, inp.lease_token

@@ -52,7 +52,8 @@ def test_priority_zero_jumps_500_queued_tasks_and_capacity_is_released() -> None
         wait_until(lambda: len(results.read()) >= 5, 15, "five DispatchTask inputs")
         first = task_results(results)[0][1]
         assert isinstance(first, DispatchTask) and first.task_id == "urgent"
-        assert first.input_id == "dispatch:urgent:1" and first.worker_id == "w1"
+        assert first.input_id == f"dispatch:urgent:1:{first.lease_token}"  # ADR 50
+        assert first.worker_id == "w1" and first.lease_token == w.assignments[0].lease_token
         text = scrape(port)
         assert "es_sched_dispatched_total 5" in text
         assert "es_sched_dispatch_latency_seconds_count 5" in text
@@ -174,7 +175,8 @@ def test_preemption_of_a_long_running_low_priority_task() -> None:
         wait_until(lambda: len(results.read()) >= 4, 15, "four decider inputs")
         ids = [inp.input_id for _, inp in task_results(results)]
         results.close()
-        assert "expire:slow:1" in ids and ids.index("expire:slow:1") < ids.index("dispatch:slow:2")
+        again = next(i for i in ids if i.startswith("dispatch:slow:2:"))  # the token follows
+        assert "expire:slow:1" in ids and ids.index("expire:slow:1") < ids.index(again)
         assert b.dispatcher.m_preempted.value() == 1
 
 

@@ -1,14 +1,15 @@
 """Fencing: a task's outcome is accepted once per attempt, and only from the lease then live.
 
-The property test drives one worker task with retries through random interleavings of
-dispatches (new epoch and token, any worker), lease expiries (current or stale epoch), worker
-reports (started, progress, completed, failed, cancelled, declined; from the live lease, an old one,
-another worker, or made up) and retry timers. An oracle replays the events alone:
-``TaskDispatched`` makes a lease live; ``LeaseExpired`` and every event that ends the attempt
-make it dead. Every accepted outcome must come from the input whose (worker, epoch, token,
-attempt) equals the live lease at that moment, and no (task, attempt) may have two accepted
-outcomes. A worker's cancel confirmation is never an outcome: whatever lease it names, it is
-recorded as ``task.cancel_confirmed`` alone and leaves the workflow's state as it was.
+The property test drives one worker task with retries through random interleavings of dispatches
+(new epoch and token, any worker; the same epoch again under a new token, as after a grant lost in a
+dispatcher's crash, ADR 50; an older epoch, as from a zombie), lease expiries (current or stale
+epoch), worker reports (started, progress, completed, failed, cancelled, declined; from the live
+lease, an old one, another worker, or made up) and retry timers. An oracle replays the events alone:
+``TaskDispatched`` makes a lease live; ``LeaseExpired`` and every event that ends the attempt make
+it dead. Every accepted outcome must come from the input whose (worker, epoch, token, attempt)
+equals the live lease at that moment, and no (task, attempt) may have two accepted outcomes. A
+worker's cancel confirmation is never an outcome: whatever lease it names, it is recorded as
+``task.cancel_confirmed`` alone and leaves the workflow's state as it was.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ step = st.tuples(
     st.sampled_from(
         [
             "dispatch",
+            "regrant",
+            "stale-dispatch",
             "expire",
             "started",
             "progress",
@@ -132,6 +135,19 @@ class Fleet:
             base: dict[str, Any] = dict(task_id=t.task_id, attempt=t.attempt, worker_id=wid)
             self.send(c.DispatchTask(d.inputs(), d.workflow_id, **base, lease_epoch=self.epoch,
                                      lease_token=tok))  # fmt: skip
+        elif kind in ("regrant", "stale-dispatch"):
+            if not self.epoch:
+                return  # nothing granted yet to grant again
+            epoch = self.epoch if kind == "regrant" else max(0, self.epoch - 1)
+            tok = f"tok-{epoch}-{len(self.inputs)}"
+            if kind == "regrant":
+                self.tokens[epoch] = tok
+            base = dict(task_id=t.task_id, attempt=t.attempt, worker_id=wid)
+            held = d.latest("enc").lease_epoch
+            out = self.send(c.DispatchTask(d.inputs(), d.workflow_id, **base, lease_epoch=epoch,
+                                           lease_token=tok))  # fmt: skip
+            if epoch < held:
+                assert [type(e.payload) for e in out] == [CompletionRejected], out
         elif kind == "expire":
             self.send(c.ExpireLease(d.inputs(), d.workflow_id, task_id=t.task_id,
                                     lease_epoch=max(0, self.epoch + dep)))  # fmt: skip
@@ -234,3 +250,28 @@ def test_a_cancel_confirmation_is_recorded_and_changes_nothing() -> None:
     late = d.send(c.ReportCancelled("in-c2", d.workflow_id, **_lease(d, 1, "a"), reason="late"))
     assert [e.type for e in late] == ["task.cancel_confirmed"]
     assert d.st.status == "RUNNING" and d.latest("enc").attempt == 1
+
+
+def test_an_epoch_granted_again_under_a_new_token_replaces_the_lease_no_worker_got() -> None:
+    """ADR 50: the dispatcher's grant was lost in a crash while its DispatchTask landed; the
+    next dispatcher grants the same epoch under a new token. The input id names the token, so
+    the decider takes it; only the second token (the one a worker received) is live."""
+    d = Driver(RETRYING, taskdefs=TASKDEFS)
+    d.send(c.DispatchTask("dispatch:enc:1:a", d.workflow_id, **_lease(d, 1, "a")))
+    again = d.send(c.DispatchTask("dispatch:enc:1:b", d.workflow_id, **_lease(d, 1, "b", "w2")))
+    assert [e.type for e in again] == ["task.dispatched"]
+    assert (d.latest("enc").lease_token, d.latest("enc").worker_id) == ("b", "w2")
+    ghost = d.send(c.ReportCompleted("in-r1", d.workflow_id, **_lease(d, 1, "a")))
+    assert [e.type for e in ghost] == ["task.completion_rejected"]
+    done = d.send(c.ReportCompleted("in-r2", d.workflow_id, **_lease(d, 1, "b", "w2")))
+    assert "task.completed" in [e.type for e in done] and d.st.status == "COMPLETED"
+
+
+def test_a_dispatch_older_than_the_tasks_lease_is_rejected() -> None:
+    d = Driver(RETRYING, taskdefs=TASKDEFS)
+    d.send(c.DispatchTask("dispatch:enc:2:b", d.workflow_id, **_lease(d, 2, "b", "w2")))
+    late = d.send(c.DispatchTask("dispatch:enc:1:a", d.workflow_id, **_lease(d, 1, "a")))
+    assert [type(e.payload) for e in late] == [CompletionRejected]
+    rejected = late[0].payload
+    assert isinstance(rejected, CompletionRejected) and "epoch 2" in rejected.reason
+    assert (d.latest("enc").lease_epoch, d.latest("enc").lease_token) == (2, "b")

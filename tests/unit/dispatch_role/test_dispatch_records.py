@@ -65,7 +65,7 @@ def test_assignment_and_take_back_records() -> None:
         "w1", 0, 1, "tok",
     )  # fmt: skip
     assert record.input == {"uri": "x"} and record.ref == "p"
-    assert dispatched.input_id == "dispatch:t1:1" and dispatched.workflow_id == "wf"
+    assert dispatched.input_id == "dispatch:t1:1:tok" and dispatched.workflow_id == "wf"
     assert (dispatched.worker_id, dispatched.attempt, dispatched.lease_token) == ("w1", 2, "tok")
     cancel, expired = dr.take_back(decision.lease, "wf", "preempted")
     assert cancel == wire.Cancel("w1", "t1", 1, "preempted")

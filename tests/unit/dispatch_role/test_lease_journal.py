@@ -192,15 +192,64 @@ def test_revoked_tasks_are_forgotten_without_a_hand_back(monkeypatch: pytest.Mon
     assert core.fleet.workers["w1"].reserved_cpu == 2
 
 
-def test_a_tick_delivers_the_epoch_then_the_dispatch_then_assignment_lease_and_commit() -> None:
-    """The order that keeps epochs monotonic and every lease known to its worker (ADR 14)."""
+def test_a_tick_delivers_the_epoch_with_the_dispatch_then_assignment_lease_and_commit() -> None:
+    """The order that keeps every lease known to the decider before its worker can answer and
+    never hands one epoch to two workers (ADR 14, ADR 50)."""
+    out, commits = FakeOutput(), list[list[TopicPartition]]()
+    d = ticking(out, commits, lambda: T0)
+    t = ready("t")
+    d.journal.track(t, 2)
+    d.offsets.read((d.topics.ready, 2), 7)
+    d.offsets.queued((d.topics.ready, 2), "t", 7)
+    d.core.enqueue(t)
+    d.step(0)
+    assert out.log == [
+        ("produce", "p.leases", "t"),  # epoch 1 taken
+        ("produce", "p.task-results", "wf-t"),  # DispatchTask, in the same delivery
+        ("delivered",),
+        ("produce", "p.assignments", "w1"),
+        ("produce", "p.leases", "t"),  # the lease
+        ("delivered",),
+        ("commit",),
+    ]
+    assert [(tp.partition, tp.offset) for tp in commits[0]] == [(2, 8)]
+
+
+def test_a_take_back_is_delivered_before_the_next_grant_of_its_task() -> None:
+    """A lease expires and the task is granted again in the same tick: the take-back's journal
+    record and ExpireLease land first, so a crash cannot leave a later DispatchTask at the
+    decider while the journal still shows the old lease live (ADR 50)."""
+    out, commits, now = FakeOutput(), list[list[TopicPartition]](), [T0]
+    d = ticking(out, commits, lambda: now[0])
+    t = ready("t")
+    d.journal.track(t, 2)
+    d.core.enqueue(t)
+    d.step(0)
+    assert d.core.leases.leases["t"].epoch == 1
+    now[0] = d.core.leases.leases["t"].expires_at + timedelta(seconds=1)
+    d.core.fleet.upsert(worker("w1", now[0]))
+    out.log.clear()
+    d.step(0)
+    assert d.core.leases.leases["t"].epoch == 2
+    assert out.log[:8] == [
+        ("produce", "p.assignments", "w1"),  # the Cancel of epoch 1
+        ("produce", "p.task-results", "wf-t"),  # its ExpireLease
+        ("produce", "p.leases", "t"),  # back in its queue, epoch 1 taken back
+        ("delivered",),
+        ("produce", "p.leases", "t"),  # epoch 2 taken
+        ("produce", "p.task-results", "wf-t"),  # its DispatchTask
+        ("delivered",),
+        ("produce", "p.assignments", "w1"),
+    ]
+
+
+def ticking(out: FakeOutput, commits: list[list[TopicPartition]], clock: Any) -> Dispatcher:
+    """A dispatcher whose tick writes to ``out``, with worker w1 (4 CPUs) in its fleet."""
     settings = settings_with(private_vars("p"))
-    d = Dispatcher(settings, clock=lambda: T0, token=lambda: "tok")
-    out = FakeOutput()
+    d = Dispatcher(settings, clock=clock, token=lambda: "tok")
     d.output = out  # type: ignore[assignment]
     d.journal = LeaseJournal("unused:9092", d.topics.leases, out)  # type: ignore[arg-type]
     d.read_inputs = lambda wait_s: None  # type: ignore[method-assign]
-    commits: list[list[TopicPartition]] = []
 
     class Ready:
         def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
@@ -214,21 +263,5 @@ def test_a_tick_delivers_the_epoch_then_the_dispatch_then_assignment_lease_and_c
             return parts
 
     d.ready = Ready()  # type: ignore[assignment]
-    d.core.fleet.upsert(worker("w1", T0))
-    t = ready("t")
-    d.journal.track(t, 2)
-    d.offsets.read((d.topics.ready, 2), 7)
-    d.offsets.queued((d.topics.ready, 2), "t", 7)
-    d.core.enqueue(t)
-    d.step(0)
-    assert out.log == [
-        ("produce", "p.leases", "t"),  # epoch 1 taken
-        ("delivered",),
-        ("produce", "p.task-results", "wf-t"),  # DispatchTask
-        ("delivered",),
-        ("produce", "p.assignments", "w1"),
-        ("produce", "p.leases", "t"),  # the lease
-        ("delivered",),
-        ("commit",),
-    ]
-    assert [(tp.partition, tp.offset) for tp in commits[0]] == [(2, 8)]
+    d.core.fleet.upsert(worker("w1", clock()))
+    return d
