@@ -133,6 +133,7 @@ def main() -> None:
     opts = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="timeline-"))
     system = EsSched(logs, code=opts.code)
+
     def take(tag: str) -> dict[str, Any]:
         if tag == "w0" and opts.warmup > 0:
             system.open_loop(opts.rate, opts.warmup, "warm")  # the window reads after it
