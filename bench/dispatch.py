@@ -15,8 +15,9 @@ functions under bench/results/profiles/<role>-<TAG>.txt. Figures are medians of 
 on a shared 2-core machine the absolute rates are noisy, the ratios of one interleaved run
 less so.
 
-Needs `es-sched stack up`. Writes bench/results/dispatch.json.
-Rerun: `.venv/bin/python bench/dispatch.py [--runs 3 --tasks 5000 --compare /work/main]`
+Needs `es-sched stack up`. Writes bench/results/dispatch.json (``--only X``: dispatch-X.json;
+or ``--out``). Rerun: `.venv/bin/python bench/dispatch.py [--runs 3 --tasks 5000 --compare
+/work/main]`
 """
 
 from __future__ import annotations
@@ -307,6 +308,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["dispatcher", "worker", "latency"], default=None)
     parser.add_argument("--rate", type=float, default=250, help="latency: ready records/s")
     parser.add_argument("--seconds", type=float, default=10, help="latency: how long")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default bench/results/dispatch[-<only>].json")  # fmt: skip
     opts = parser.parse_args()
     trees = {"this": ROOT} if opts.compare is None else {"before": opts.compare, "after": ROOT}
     roles: dict[str, Any] = {
@@ -346,7 +349,9 @@ def main() -> None:
               "tasks_per_run": opts.tasks, "trees": {k: str(v) for k, v in trees.items()},
               "median": median, "per_run": by}  # fmt: skip
     name = "dispatch.json" if opts.only is None else f"dispatch-{opts.only}.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+    out = opts.out or RESULTS / name
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
