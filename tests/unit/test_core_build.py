@@ -1,0 +1,94 @@
+"""Which build of the workflow core a process loads (ADR 51, ``es_sched/domain/__init__.py``):
+the mypyc build only while it is this interpreter's and of exactly the sources beside it; and
+both builds decide the golden histories alike."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import es_sched.domain
+from es_sched.domain import compiled_build, engine
+
+
+def package(tmp_path: Path, **sources: str) -> Path:
+    """A package folder with these ``.py`` files and a build record of them."""
+    pkg = tmp_path / "core"
+    (pkg / "_compiled").mkdir(parents=True)
+    for name, text in sources.items():
+        (pkg / f"{name}.py").write_text(text)
+    record = {"soabi": sysconfig.get_config_var("SOABI"), "mypy": "test",
+              "sources": {f"{n}.py": hashlib.sha256(t.encode()).hexdigest()
+                          for n, t in sources.items()}}  # fmt: skip
+    (pkg / "_compiled" / "build.json").write_text(json.dumps(record))
+    return pkg
+
+
+def test_a_build_of_the_sources_beside_it_is_loaded(tmp_path: Path) -> None:
+    pkg = package(tmp_path, engine="x = 1\n", events="y = 2\n")
+    assert compiled_build(pkg, "auto") == (pkg / "_compiled", "compiled by mypyc test")
+
+
+def test_a_changed_added_or_removed_source_outdates_the_build(tmp_path: Path) -> None:
+    pkg = package(tmp_path, engine="x = 1\n", events="y = 2\n")
+    (pkg / "events.py").write_text("y = 3\n")  # an imported class's layout may have changed
+    folder, reason = compiled_build(pkg, "auto")
+    assert folder is None and "(events.py; make core)" in reason, reason
+    pkg = package(tmp_path / "b", engine="x = 1\n")
+    (pkg / "new.py").write_text("")
+    assert compiled_build(pkg, "auto")[1].endswith("(new.py; make core)")
+    (pkg / "new.py").unlink()
+    (pkg / "engine.py").unlink()
+    assert compiled_build(pkg, "auto")[1].endswith("(engine.py; make core)")
+
+
+def test_another_interpreters_build_or_none_is_not_loaded(tmp_path: Path) -> None:
+    pkg = package(tmp_path, engine="x = 1\n")
+    record = pkg / "_compiled" / "build.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "soabi": "cpython-39-x"}))
+    folder, reason = compiled_build(pkg, "auto")
+    assert folder is None and reason.startswith("the compiled build is for cpython-39-x"), reason
+    record.unlink()
+    assert compiled_build(pkg, "auto")[0] is None
+    assert compiled_build(package(tmp_path / "b", e=""), "pure") == (None, "ES_SCHED_CORE=pure")
+
+
+def child(code: str, core: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ES_SCHED_CORE": core}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_the_variable_is_checked_and_a_required_build_is_required() -> None:
+    bad = child("import es_sched.domain", "fast")
+    assert "ES_SCHED_CORE='fast': expected auto, compiled or pure" in bad.stderr
+    pure = child("import es_sched.domain.engine as e; print(e.__file__)", "pure")
+    assert pure.stdout.strip().endswith("es_sched/domain/engine.py"), pure.stderr
+    if es_sched.domain.CORE != "compiled":  # a checkout without `make core`: no build to load
+        required = child("import es_sched.domain", "compiled")
+        assert "ES_SCHED_CORE=compiled, but " in required.stderr, required.stderr
+
+
+NOT_COMPILED = (
+    f"the core is not compiled here ({es_sched.domain.CORE_REASON}); make test compiles it"
+)
+
+
+@pytest.mark.skipif(es_sched.domain.CORE != "compiled", reason=NOT_COMPILED)
+def test_the_compiled_core_is_what_runs_and_decides_the_golden_histories_as_python_does() -> None:
+    where = Path(engine.__file__)  # mypyc names it after its shared library's folder
+    assert "_compiled" in where.parts and where.suffix == ".so", where
+    golden = Path(__file__).parent / "core" / "test_golden.py"
+    python = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(golden)],
+        env={**os.environ, "ES_SCHED_CORE": "pure"}, capture_output=True, text=True,
+        timeout=240, check=False,
+    )  # fmt: skip
+    assert python.returncode == 0 and " passed" in python.stdout, python.stdout[-3000:]
