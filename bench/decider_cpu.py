@@ -14,6 +14,9 @@ es_sched it imported: `python -m` from the repository would import this one for 
 medians and after/before ratios are written to ``--out`` (default
 bench/results/decider_cpu_ab.json). Without it, ``--out`` writes the medians if given.
 
+Each child reports which build of the core it ran (ADR 51: ``compiled`` by mypyc, or ``pure``
+Python; ``ES_SCHED_CORE`` chooses, a checkout from before it is ``pure``), kept as ``core``.
+
 Rerun: `.venv/bin/python bench/decider_cpu.py [--workflows 4000 --repeat 3] [--media]
 [--before /tmp/base] [--out FILE]`
 """
@@ -198,6 +201,7 @@ def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
     """A round is one run on ``--before``'s es_sched, then one on this checkout's."""
     sides = {"before": opts.before.resolve(), "after": ROOT}
     runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    cores: dict[str, set[str]] = {side: set() for side in sides}
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--repeat", "1",
             "--workflows", str(opts.workflows), *(["--media"] if opts.media else [])]  # fmt: skip
     for k in range(opts.repeat):
@@ -211,7 +215,8 @@ def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
             if Path(doc["code"]) != tree:
                 raise SystemExit(f"the {side} run imported es_sched from {doc['code']}, not {tree}")
             runs[side].append(doc["figures"])
-            print(f"round {k + 1} {side:6s} {doc['figures']}")
+            cores[side].add(doc.get("core", "pure"))
+            print(f"round {k + 1} {side:6s} {doc.get('core', 'pure'):8s} {doc['figures']}")
     medians = {
         side: {phase: statistics.median(r[phase] for r in rs) for phase in rs[0]}
         for side, rs in runs.items()
@@ -219,6 +224,7 @@ def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
     ratio = {p: round(medians["after"][p] / medians["before"][p], 3) for p in medians["after"]}
     return {"benchmark": "decider_cpu", "media": opts.media, "workflows": opts.workflows,
             "before_tree": str(sides["before"]), "runs": runs, "medians": medians,
+            "core": {side: "/".join(sorted(c)) for side, c in cores.items()},
             "ratio_after_over_before": ratio}  # fmt: skip
 
 
@@ -233,9 +239,11 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.child:
         import es_sched  # noqa: PLC0415
+        import es_sched.domain  # noqa: PLC0415
 
         code = str(Path(es_sched.__file__).resolve().parents[1])
-        print(json.dumps({"code": code, "figures": figures(opts)}))
+        core = getattr(es_sched.domain, "CORE", "pure")  # ADR 51: compiled or Python
+        print(json.dumps({"code": code, "core": core, "figures": figures(opts)}))
         return
     if opts.before is None:
         result: dict[str, Any] = {

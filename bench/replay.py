@@ -18,8 +18,9 @@ With ``--before PATH`` (a checkout of another commit, e.g. ``git archive main | 
 (A, B, A, B, ...), so both see the same machine; the JSON keeps both and their ratios.
 Figures are events/s over the events read (refusals included); medians are reported.
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/replay.json.
-Rerun: `.venv/bin/python bench/replay.py [--workflows 4000 | --prefix P] [--before /tmp/base]`
+Needs `es-sched stack up`. Prints figures, writes bench/results/replay.json (or ``--out``).
+Rerun: `.venv/bin/python bench/replay.py [--workflows 4000 | --prefix P] [--before /tmp/base]
+[--out FILE]`
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout, measured interleaved")
     parser.add_argument("--only", choices=KINDS, action="append", help="these figures only")
     parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
+    out = ROOT / "bench" / "results" / "replay.json"
+    parser.add_argument("--out", type=Path, default=out, help="an A/B keeps ADR 43's record")
     opts = parser.parse_args()
     if opts.measure:
         print(json.dumps(measure(opts.measure, opts.prefix)))
@@ -91,7 +94,7 @@ def main() -> None:
     targets = {k: TARGETS[k] for k in kinds}
     result = summary("replay", codes, runs, targets, console)
     result["history"] = {"prefix": env.prefix, "records": runs["after"][kinds[0]][0]["records"]}
-    (ROOT / "bench" / "results" / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
+    opts.out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
