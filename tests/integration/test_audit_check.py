@@ -71,7 +71,7 @@ def audit(env: Env, *extra: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
-def test_a_clean_run_passes_and_planted_corruptions_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_clean_run_passes_and_planted_corruptions_fail() -> None:
     env = Env()
     env.create()
     env.push_files(*MEDIA)

@@ -27,9 +27,8 @@ def rerun_with_python_core(nodeid: str) -> bool:
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", nodeid],
         env=env, capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
-    assert child.returncode == 0 and re.search(r"^1 passed", child.stdout, re.M), child.stdout[
-        -3000:
-    ]
+    passed = child.returncode == 0 and re.search(r"^1 passed", child.stdout, re.M)
+    assert passed, child.stdout[-3000:]
     return True
 
 
