@@ -8,8 +8,8 @@ Which build of these modules a process runs is chosen here, once, at import (ADR
 modules as compiled by mypyc (``make core`` writes them to ``_compiled/`` with a record of the
 sources they were built from) when that build is this interpreter's and of exactly the sources
 beside it, else these Python files. The compiled modules are the same code, checked by the same
-tests (``make test`` requires them); the choice reads files and one environment variable, and is
-the only I/O of the package:
+tests (``make test`` runs on them wherever they could be built); the choice reads files and one
+environment variable, and is the only I/O of the package:
 
 - ``ES_SCHED_CORE=auto`` (the default): the compiled build if it is current, else Python;
 - ``ES_SCHED_CORE=compiled``: the compiled build or an ImportError saying why not;

@@ -5,8 +5,10 @@ both builds decide the golden histories alike."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -16,6 +18,8 @@ import pytest
 
 import es_sched.domain
 from es_sched.domain import compiled_build, engine
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def package(tmp_path: Path, **sources: str) -> Path:
@@ -77,7 +81,8 @@ def test_the_variable_is_checked_and_a_required_build_is_required() -> None:
 
 
 NOT_COMPILED = (
-    f"the core is not compiled here ({es_sched.domain.CORE_REASON}); make test compiles it"
+    f"the core is not compiled here ({es_sched.domain.CORE_REASON}); "
+    "make core compiles it where gcc and Python.h are"
 )
 
 
@@ -92,3 +97,20 @@ def test_the_compiled_core_is_what_runs_and_decides_the_golden_histories_as_pyth
         timeout=240, check=False,
     )  # fmt: skip
     assert python.returncode == 0 and " passed" in python.stdout, python.stdout[-3000:]
+
+
+def test_a_machine_that_cannot_compile_is_told_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spec = importlib.util.spec_from_file_location("build_core", ROOT / "tools" / "build_core.py")
+    assert spec is not None and spec.loader is not None
+    build_core = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_core)
+    if es_sched.domain.CORE == "compiled":  # this machine compiled the core: nothing missing
+        assert build_core.missing_toolchain() is None
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    assert build_core.missing_toolchain() == (
+        f"no {tmp_path / 'Python.h'} (Debian: apt-get install python3-dev)"
+    )
+    monkeypatch.setattr(shutil, "which", lambda _: None)
+    assert build_core.missing_toolchain().startswith("no C compiler (")
