@@ -11,6 +11,7 @@ from typing import Any
 
 from es_sched.domain.definitions import TaskSettings, WorkflowTask, settings_for
 from es_sched.domain.ids import IdSource
+from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.scripts import ScriptEngine, ScriptResult
 from es_sched.domain.state import TaskState, WorkflowState
 
@@ -96,3 +97,6 @@ def _latest_iteration(st: WorkflowState, ref: str) -> TaskState | None:
 
 def settings(st: WorkflowState, task: WorkflowTask) -> TaskSettings:
     return settings_for(task, st.taskdefs)
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.errors import DomainError
 
 SYSTEM_TYPES = frozenset(
@@ -390,3 +391,6 @@ def settings_for(task: WorkflowTask, taskdefs: Mapping[str, TaskDef]) -> TaskSet
         merged.update(settings_overrides(inline))
     merged.update(settings_overrides(task.raw))
     return TaskSettings(**merged)
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

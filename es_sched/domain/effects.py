@@ -72,6 +72,7 @@ from es_sched.domain.events import (
     WorkflowStartRequested,
 )
 from es_sched.domain.evolve import AnyPayload
+from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.pins import Lookup, pinned_child
 from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import (
@@ -311,3 +312,6 @@ def _notify_parent(st: WorkflowState, status: str, output: JSON, reason: str) ->
         task_id=st.parent_task_id or "", status=status, output=dict(output), reason=reason,
     )  # fmt: skip
     return [NotifyParent(ended)]
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

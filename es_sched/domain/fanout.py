@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.state import TASK_SUCCESS, TASK_UNSUCCESSFUL, TaskState, WorkflowState
 
 # Branch task types the walk descends into (or skips): their branches are not indexed.
@@ -143,3 +144,6 @@ def rebuild(st: WorkflowState) -> WorkflowState:
             dropped(st, (str(r) for r in task.output["forkedTasks"]))  # as at its scheduling
             forked(st, task)
     return st
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

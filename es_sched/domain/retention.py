@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
+from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.refusals import refusal_of
 from es_sched.domain.state import WORKFLOW_TERMINAL, WorkflowState
 
@@ -72,3 +73,6 @@ def answer_ended(ended: Ended, inp: c.Input, now: datetime) -> list[Event]:
         f"the retention period: {inp.TYPE} refused"
     )
     return [refusal_of(inp, now, reason)]
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from es_sched.domain.pickling import frozen_by_constructor
+
 
 @dataclass(frozen=True)
 class ScriptResult:
@@ -43,3 +45,6 @@ class ScriptEngine(Protocol):
     """Evaluates a workflow script with ``$`` bound to ``bindings``; never raises for the script."""
 
     def evaluate(self, expression: str, bindings: Mapping[str, Any]) -> ScriptResult: ...
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

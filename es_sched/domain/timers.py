@@ -37,6 +37,7 @@ from es_sched.domain.events import (
     WorkflowStarted,
 )
 from es_sched.domain.ids import timer_id
+from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.retry import after
 from es_sched.domain.state import WorkflowState
 
@@ -143,3 +144,6 @@ def retry_input(workflow_id: str, task_id: str, next_attempt: int, due_at: datet
         task_id=task_id,
         due_at=due_at.astimezone(UTC),
     )
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)
