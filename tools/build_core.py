@@ -9,10 +9,11 @@ folder of its own, never beside the sources, with a record of the sources it was
 Not compiled, each for a reason found when it was tried:
 
 - ``__init__.py``: it chooses the build;
-- ``commands.py``, ``events.py``: mypyc (2.x) loses ``ClassVar`` from the annotations of a
-  compiled dataclass under ``from __future__ import annotations``, so ``TYPE`` became a field
-  with a default and every subclass failed at import ("non-default argument follows default
-  argument");
+- ``commands.py``, ``events.py``: mypyc (2.4) treats a ``ClassVar`` of a compiled dataclass
+  as an instance field, so ``TYPE`` became a field with a default and every subclass failed at
+  import ("non-default argument follows default argument"); with ``TYPE`` declared without a
+  value, construction fails instead ("attribute 'TYPE' is read-only"). Reproduced with and
+  without ``from __future__ import annotations``; open upstream as mypyc/mypyc#740 and #1122;
 - ``state.py``: its ``clone`` copies ``__dict__``, which a native class has not; compiled with a
   ``dataclasses.replace`` clone it measured slower (9.0k against 9.2k media inputs/s).
 
