@@ -4,7 +4,10 @@ both builds decide the golden histories alike."""
 
 from __future__ import annotations
 
+import copyreg
+import dataclasses
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -15,6 +18,7 @@ import sysconfig
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,13 +109,19 @@ def test_the_compiled_core_is_what_runs_and_decides_the_golden_histories_as_pyth
     assert python.returncode == 0 and " passed" in python.stdout, python.stdout[-3000:]
 
 
-def test_a_machine_that_cannot_compile_is_told_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def load_build_core() -> Any:
+    """``tools/build_core.py``, which is not a package module."""
     spec = importlib.util.spec_from_file_location("build_core", ROOT / "tools" / "build_core.py")
     assert spec is not None and spec.loader is not None
     build_core = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build_core)
+    return build_core
+
+
+def test_a_machine_that_cannot_compile_is_told_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    build_core = load_build_core()
     if es_sched.domain.CORE == "compiled":  # this machine compiled the core: nothing missing
         assert build_core.missing_toolchain() is None
     monkeypatch.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
@@ -138,3 +148,26 @@ def _folded() -> WorkflowState:
     drv = fan_out(4)  # a definition, task states and a dynamic fork's index (domain.fanout)
     drv.report("b1")
     return drv.st
+
+
+def test_every_frozen_dataclass_the_compiler_builds_pickles_by_its_constructor() -> None:
+    """A module `make core` compiles must call ``frozen_by_constructor(globals())``: otherwise its
+    frozen dataclasses pickle in the Python core and fail only in the compiled one (the CI failure
+    above). Checked in either build, so a module added without the call fails here first."""
+    build_core = load_build_core()
+    source = Path(es_sched.domain.__file__).parent
+    compiled = sorted(p.stem for p in source.glob("*.py") if p.name not in build_core.NOT_COMPILED)
+    frozen: dict[str, list[str]] = {}
+    for name in compiled:
+        module = importlib.import_module(f"es_sched.domain.{name}")
+        frozen[name] = [
+            value.__name__
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and value.__module__ == module.__name__
+            and dataclasses.is_dataclass(value)
+            and value.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        ]
+        missing = [c for c in frozen[name] if getattr(module, c) not in copyreg.dispatch_table]
+        assert not missing, f"{name}.py: add frozen_by_constructor(globals()) for {missing}"
+    assert frozen["definitions"] and frozen["effects"], frozen  # the scan sees the known ones
