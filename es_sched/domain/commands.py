@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from es_sched.domain.fastinit import dict_init
+
 JSON = dict[str, Any]
 
 
@@ -240,3 +242,5 @@ INPUT_TYPES: dict[str, type[Input]] = {
         ReportDeclined,
     )
 }  # fmt: skip
+
+dict_init(globals())  # constructors store into __dict__ (domain.fastinit)

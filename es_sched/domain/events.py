@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from es_sched.domain.fastinit import dict_init
+
 JSON = dict[str, Any]
 
 
@@ -335,3 +337,6 @@ class Event:
     @property
     def schema_version(self) -> int:
         return self.payload.SCHEMA_VERSION
+
+
+dict_init(globals())  # constructors store into __dict__ (domain.fastinit)

@@ -19,14 +19,20 @@ def _by_constructor(value: Any) -> tuple[type[Any], tuple[Any, ...]]:
     return type(value), tuple(getattr(value, f.name) for f in dataclasses.fields(value))
 
 
+def frozen_dataclasses(namespace: dict[str, Any]) -> list[type[Any]]:
+    """The frozen dataclasses a module defines (``namespace``: its ``globals()``)."""
+    module = namespace["__name__"]
+    return [
+        value
+        for value in list(namespace.values())
+        if isinstance(value, type)
+        and value.__module__ == module
+        and dataclasses.is_dataclass(value)
+        and value.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    ]
+
+
 def frozen_by_constructor(namespace: dict[str, Any]) -> None:
     """Register every frozen dataclass a module defines (``namespace``: its ``globals()``)."""
-    module = namespace["__name__"]
-    for value in list(namespace.values()):
-        if (
-            isinstance(value, type)
-            and value.__module__ == module
-            and dataclasses.is_dataclass(value)
-            and value.__dataclass_params__.frozen  # type: ignore[attr-defined]
-        ):
-            copyreg.pickle(value, _by_constructor)
+    for cls in frozen_dataclasses(namespace):
+        copyreg.pickle(cls, _by_constructor)

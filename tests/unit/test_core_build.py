@@ -5,7 +5,6 @@ both builds decide the golden histories alike."""
 from __future__ import annotations
 
 import copyreg
-import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -25,6 +24,7 @@ import pytest
 import es_sched.domain
 from es_sched.domain import compiled_build, engine
 from es_sched.domain.definitions import WorkflowDef
+from es_sched.domain.pickling import frozen_dataclasses
 from es_sched.domain.state import WorkflowState
 from tests.unit.core.test_fanout import fan_out
 
@@ -160,14 +160,7 @@ def test_every_frozen_dataclass_the_compiler_builds_pickles_by_its_constructor()
     frozen: dict[str, list[str]] = {}
     for name in compiled:
         module = importlib.import_module(f"es_sched.domain.{name}")
-        frozen[name] = [
-            value.__name__
-            for value in vars(module).values()
-            if isinstance(value, type)
-            and value.__module__ == module.__name__
-            and dataclasses.is_dataclass(value)
-            and value.__dataclass_params__.frozen  # type: ignore[attr-defined]
-        ]
+        frozen[name] = [cls.__name__ for cls in frozen_dataclasses(vars(module))]
         missing = [c for c in frozen[name] if getattr(module, c) not in copyreg.dispatch_table]
         assert not missing, f"{name}.py: add frozen_by_constructor(globals()) for {missing}"
     assert frozen["definitions"] and frozen["effects"], frozen  # the scan sees the known ones
