@@ -223,7 +223,11 @@ def state_from_dict(
 
 
 def encode_state(st: WorkflowState, digest: str | None = None) -> bytes:
-    return orjson.dumps(state_to_dict(st, digest), option=orjson.OPT_SORT_KEYS)
+    """Keys in the order ``state_to_dict`` writes them, not sorted: a snapshot is read back by
+    ``decode_state`` only, compared decoded (``replay.verify_changelog``), never by its bytes or
+    a hash of them, and sorting a media workflow's ~1.5 KB took 12.2 us against 7.5 unsorted
+    (issue 15). Bundles stay canonical: their hash is their key."""
+    return orjson.dumps(state_to_dict(st, digest))
 
 
 def decode_state(raw: bytes, definitions: Mapping[str, Bundle] | None = None) -> WorkflowState:
