@@ -52,7 +52,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -73,7 +73,7 @@ from es_sched.kafka.txn_role import (
     TP,
     Batch,
     BatchSizer,
-    Out,
+    Outgoing,
     ProducerFactory,
     TransactionalRole,
     TxnProducer,
@@ -214,7 +214,7 @@ class TransactionalLoop:
         return True
 
     def _begin_and_produce(
-        self, p: TxnProducer, records: list[Out], deadline: float, stop: threading.Event
+        self, p: TxnProducer, records: Sequence[Outgoing], deadline: float, stop: threading.Event
     ) -> None:
         try:
             p.begin_transaction()

@@ -64,7 +64,7 @@ from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import TransactionalLoop
-from es_sched.kafka.txn_role import Batch, BatchSizer, Out
+from es_sched.kafka.txn_role import Batch, BatchSizer
 from es_sched.metrics import LagGauge, Registry
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
@@ -298,8 +298,7 @@ class Decider:
             self.stats["batches"] = self.batches
             self.m_batch.observe(time.monotonic() - started)
 
-        outs = [Out(r.topic, r.key.encode(), r.value, r.headers, r.partition) for r in records]
-        return Batch(outs, offsets, keep)
+        return Batch(records, offsets, keep)
 
     def rewind(self, producer_lost: bool) -> None:
         """Back to the committed offsets: the batch will be read and decided again."""
