@@ -23,14 +23,14 @@ v1, and a v2 will add ``schema_version`` (absent = 1) with an upcaster in ``upca
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cache
 from typing import Any, NotRequired, TypedDict, cast
 
 import orjson
 
-from es_sched.domain.definitions import TaskLimits
+from es_sched.domain.definitions import NO_LIMITS, TaskLimits
 from es_sched.domain.timers import Timer
 from es_sched.serialization.codec import load_record, parse_time
 from es_sched.serialization.schemas import Compiled, default_catalog
@@ -118,10 +118,18 @@ def encode_ready(
             "tenant": tenant,
             "callback": callback,
             "workflow_started_at": workflow_started_at,
-            "limits": None if limits is None or limits == TaskLimits() else asdict(limits),
+            "limits": None if limits is None or limits == NO_LIMITS else _limits(limits),
         },
         option=_OPTIONS,
     )
+
+
+_LIMITS = tuple(f.name for f in fields(TaskLimits))
+
+
+def _limits(limits: TaskLimits) -> dict[str, int]:
+    """``asdict`` without its deep copy of each field (2.6 us a call; issue 15)."""
+    return {name: getattr(limits, name) for name in _LIMITS}
 
 
 def ready_limits(doc: ReadyRecord) -> TaskLimits:
