@@ -5,7 +5,9 @@ decider starts; the decider (a subprocess pinned to one core with taskset) then 
 them. Throughput = inputs / (last - first committed event's broker timestamp).
 Phase 2 (latency): with the decider running, task completions are produced at a steady rate;
 latency = time the resulting workflow.completed event is visible to a read_committed
-consumer minus the produce time. p50/p99 over all of them.
+consumer minus the produce time. p50/p99 over all of them. A completion carries
+``started=True``, as the SDK's workers send it (ADR 44; see bench/decider_cpu.py for what the
+benches measured before they did).
 
 Needs `es-sched stack up`. Prints figures, writes bench/results/decider.json.
 Rerun: `.venv/bin/python bench/decider.py [--inputs 20000 --rate 2000]`
@@ -216,7 +218,7 @@ def main() -> None:
             # phase 2: half of the completions as a backlog burst -> completion throughput
             cpu_burst = cpu.seconds()
             for wf, task_id in burst:
-                report = c.ReportCompleted(f"done-{task_id}", wf, **_lease(task_id))
+                report = c.ReportCompleted(f"done-{task_id}", wf, started=True, **_lease(task_id))
                 p.produce(topics.task_results, key=wf.encode(), value=encode_input(report))
                 p.poll(0)
             p.flush(60)
@@ -253,7 +255,7 @@ def main() -> None:
             for n, (wf, task_id) in enumerate(steady):
                 while time.time() < t0 + n * interval:
                     time.sleep(interval / 4)
-                report = c.ReportCompleted(f"done-{task_id}", wf, **_lease(task_id))
+                report = c.ReportCompleted(f"done-{task_id}", wf, started=True, **_lease(task_id))
                 p.produce(topics.task_results, key=wf.encode(), value=encode_input(report))
                 sent[wf] = time.time()
                 p.poll(0)

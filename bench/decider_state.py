@@ -142,8 +142,8 @@ class Worker(threading.Thread):
                 base = dict(workflow_id=doc["workflow_id"], task_id=doc["task_id"],
                             attempt=doc["attempt"], worker_id="bench", lease_epoch=1,
                             lease_token=f"tok-{doc['task_id']}")  # fmt: skip
-                for inp in (c.DispatchTask(f"d-{doc['task_id']}", **base),
-                            c.ReportCompleted(f"r-{doc['task_id']}", **base)):  # fmt: skip
+                done = c.ReportCompleted(f"r-{doc['task_id']}", **base, started=True)  # as SDKs
+                for inp in (c.DispatchTask(f"d-{doc['task_id']}", **base), done):
                     prod.produce(self.topics.task_results, key=inp.workflow_id.encode(),
                                  value=encode_input(inp))  # fmt: skip
                     prod.poll(0)
