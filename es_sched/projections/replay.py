@@ -34,6 +34,7 @@ from es_sched.domain.events import Event
 from es_sched.domain.evolve import advance
 from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import REFUSAL_SEQ, is_refusal
+from es_sched.domain.retention import Ended
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
 from es_sched.kafka.clients import consumer, read_partitions, watermarks
@@ -62,6 +63,16 @@ class Replayed:
     refusals: int = 0  # workflow.rejected records: outside any history, checked, not folded
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)  # histories the core refused
+    # The fold's rows (``views.rows_of``), made once for the targets that compare them.
+    _rows: dict[str, tuple[Row, list[Row]]] = field(default_factory=dict, repr=False, compare=False)
+
+    def rows(self, workflow_id: str) -> tuple[Row, list[Row]]:
+        """``rows_of`` the folded state, kept: each target compares the same rows (threads
+        may make one twice, equal; the comparisons only read them)."""
+        rows = self._rows.get(workflow_id)
+        if rows is None:
+            rows = self._rows[workflow_id] = rows_of(self.states[workflow_id])
+        return rows
 
 
 @dataclass(frozen=True)
@@ -207,7 +218,7 @@ def verify_store(
         chunk = ids[i : i + CHUNK]
         stored = store.load(chunk)
         for wf in chunk:
-            want_wf, want_tasks = rows_of(replayed.states[wf])
+            want_wf, want_tasks = replayed.rows(wf)
             rows = stored.get(wf)
             found += _compare(store.name, "workflow", wf, want_wf, rows.workflow if rows else None)
             if rows is None:
@@ -227,38 +238,53 @@ def verify_store(
     return found
 
 
-def verify_changelog(
-    settings: Settings, replayed: Replayed, ids: set[str], parts: list[int] | None = None
-) -> list[Mismatch]:
-    """The decider's latest snapshot of each workflow against the fold of its events (the
-    topic is compacted, but not at once: the last record of a key is the snapshot). ``parts``:
-    the changelog partitions to read (default all; a workflow's snapshots are on the partition
-    of its events, both keyed by its id)."""
-    topics, latest, ended = topics_for(settings), {}, {}
-    logs: dict[int, Changelog] = {}  # a partition's records in order, one reader for all
-    bootstrap = settings.kafka.bootstrap_servers
-    for msg in read_partitions(bootstrap, topics.changelog, parts or partitions(settings)):
+@dataclass
+class Snapshots:
+    """What the changelog holds: each live workflow's latest snapshot, decoded, and the ended
+    markers of retired ones (ADR 18)."""
+
+    latest: dict[str, WorkflowState] = field(default_factory=dict)
+    ended: dict[str, Ended] = field(default_factory=dict)
+
+
+def read_changelog(settings: Settings, parts: list[int] | None = None) -> Snapshots:
+    """The changelog's ``parts`` (default all; a workflow's snapshots are on the partition of
+    its events, both keyed by its id), each key's last record: the topic is compacted, but not
+    at once. Needs no fold, so ``replay --verify`` reads it while the events are folded."""
+    out, logs = Snapshots(), dict[int, Changelog]()  # each partition's records, in order
+    topic, bootstrap = topics_for(settings).changelog, settings.kafka.bootstrap_servers
+    for msg in read_partitions(bootstrap, topic, parts or partitions(settings)):
         changelog = logs.setdefault(msg.partition() or 0, Changelog())
         key, value = msg.key(), msg.value()
         changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
                        value.encode() if isinstance(value, str) else value)  # fmt: skip
     for changelog in logs.values():
-        ended.update(changelog.ended)
-        latest.update({st.workflow_id: st for st in changelog.states() if st.workflow_id in ids})
+        out.ended.update(changelog.ended)
+        out.latest.update({st.workflow_id: st for st in changelog.states()})
+    return out
+
+
+def verify_changelog(
+    settings: Settings, replayed: Replayed, ids: set[str], parts: list[int] | None = None,
+    snapshots: Snapshots | None = None,
+) -> list[Mismatch]:  # fmt: skip
+    """The decider's latest snapshot of each workflow of ``ids`` against the fold of its
+    events; ``snapshots``: the changelog read already (default: read ``parts`` now)."""
+    snaps = snapshots if snapshots is not None else read_changelog(settings, parts)
     found: list[Mismatch] = []
     for wf in sorted(ids):
-        gone, folded = ended.get(wf), replayed.states[wf]
+        gone, folded = snaps.ended.get(wf), replayed.states[wf]
         if gone is not None:  # retired (ADR 18): its marker must say how the history ended
             want = {"status": folded.status, "seq": folded.seq}
             found += _compare(
                 "changelog", "ended", wf, want, {"status": gone.status, "seq": gone.seq}
             )
             continue
-        snap = latest.get(wf)
+        snap = snaps.latest.get(wf)
         if snap is None:
             found.append(Mismatch("changelog", "workflow", wf, "missing", "state", None))
             continue
-        want_wf, want_tasks = rows_of(replayed.states[wf])
+        want_wf, want_tasks = replayed.rows(wf)
         have_wf, have_tasks = rows_of(snap)
         found += _compare("changelog", "workflow", wf, want_wf, have_wf)
         have = {t["task_id"]: t for t in have_tasks}
