@@ -135,10 +135,10 @@ def replay(
     return out
 
 
-def parallelism(records: int) -> int:
-    """Processes worth starting for ``records`` events: one per core, when each gets enough
-    records to pay for its start."""
-    return max(1, min(os.cpu_count() or 1, records // PER_WORKER))
+def parallelism(records: int, per_core: int = 1) -> int:
+    """Processes worth starting for ``records`` events: ``per_core`` per core, when each gets
+    enough records to pay for its start."""
+    return max(1, min((os.cpu_count() or 1) * per_core, records // PER_WORKER))
 
 
 def _replay(

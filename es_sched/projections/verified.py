@@ -44,6 +44,12 @@ from es_sched.projections.store import Store
 from es_sched.settings import Settings
 from es_sched.tuning import tune_gc
 
+# Partition groups per core when comparing: a group's process waits on PostgreSQL, the search
+# engine and the broker for part of its life, so one per core left the host a fifth idle.
+# On 140,000 events, 2 per core against 1: 1.05x and 1.08x in two runs of 5 interleaved rounds
+# (ahead in 4 and 5 of them; bench/results/replay_verify_per_core.json); 3 against 2: 0.97x
+# (replay_verify_3_per_core.json).
+VERIFY_PER_CORE = 2
 StoreFor = Callable[[str], Store]  # a target ("pg", "search") -> its store; picklable to fork
 
 
@@ -82,13 +88,15 @@ def replay_verified(
     """Fold the log (to ``until``, for ``workflow_id`` or all) and compare every workflow whose
     whole history was folded with ``targets`` ("pg", "search", "changelog"; none: the fold's
     figures only, which is ``es-sched replay`` without ``--verify``). ``workers``:
-    processes, one partition group each (None: ``replay.parallelism`` for the log's size).
+    processes, one partition group each (None: ``replay.parallelism`` for the log's size,
+    ``VERIFY_PER_CORE`` per core when comparing).
     Without ``workflow_id`` or ``until``, PostgreSQL must also hold no workflow the log lacks:
     its row count is compared once, here. An error of a target is raised after all ended."""
     tune_gc(settings.runtime.gc_young_threshold)  # folds the whole log: es_sched.tuning
     started, parts = time.monotonic(), partitions(settings)
-    if workers is None:
-        workers = 1 if workflow_id is not None else parallelism(events_total(settings))
+    if workers is None:  # comparing, a group waits on the stores: two per core fill the wait
+        per_core = VERIFY_PER_CORE if targets else 1
+        workers = 1 if workflow_id is not None else parallelism(events_total(settings), per_core)
     workers = max(1, min(workers, len(parts)))
     out = Verified(found={t: [] for t in targets})
     if workers == 1:
