@@ -23,7 +23,11 @@ class Tail:
 
     def __init__(self, bootstrap: str, topic: str, start: int) -> None:
         self.topic = topic
-        self.consumer = consumer(bootstrap, None)
+        # Fetches answered after 10 ms, not librdkafka's 500, when nothing is new: the ends
+        # catch_up asks for (a ListOffsets per partition) queue behind a fetch the broker is
+        # holding, so each waited up to 500 ms; with the worker-status topic's 12 partitions
+        # a GET /api/v1/workers took seconds (bench/read_to_end.py's ``tail``).
+        self.consumer = consumer(bootstrap, None, **{"fetch.wait.max.ms": 10})
         deadline = time.monotonic() + 30
         while True:  # a topic created a moment ago may not be in the metadata yet
             meta = self.consumer.list_topics(topic, timeout=30).topics[topic]
@@ -44,12 +48,20 @@ class Tail:
             }
             out: list[Message] = []
             deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                out += self.poll(1000, 0.2)
+            while True:
+                # At the ends already (the API's worker board, asked again with nothing new):
+                # done without waiting. Else the first record as it comes and what else is
+                # there: consume(1000, 0.2) waited its whole 0.2 s on every short batch, so
+                # each GET /api/v1/workers took at least that (kafka.clients.read_partitions).
                 positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
                 if all(tp.offset >= highs[tp.partition] or highs[tp.partition] == 0
                        for tp in positions):  # fmt: skip
                     return out
+                if time.monotonic() >= deadline:
+                    break
+                first = self.consumer.consume(1, 0.2)
+                got = first + (self.consumer.consume(999, 0) if first else [])
+                out += [m for m in got if m.error() is None or self._error(m)]
         except KafkaException as exc:  # a broker away or slow: the caller decides to wait
             raise InfrastructureError(f"catching up with {self.topic}: {exc}") from exc
         raise InfrastructureError(f"catching up with {self.topic} took over {timeout_s}s")
