@@ -59,9 +59,8 @@ class Tail:
                     return out
                 if time.monotonic() >= deadline:
                     break
-                first = self.consumer.consume(1, 0.2)
-                got = first + (self.consumer.consume(999, 0) if first else [])
-                out += [m for m in got if m.error() is None or self._error(m)]
+                first = self.poll(1, 0.2)
+                out += first + (self.poll(999, 0) if first else [])
         except KafkaException as exc:  # a broker away or slow: the caller decides to wait
             raise InfrastructureError(f"catching up with {self.topic}: {exc}") from exc
         raise InfrastructureError(f"catching up with {self.topic} took over {timeout_s}s")
