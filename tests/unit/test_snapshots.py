@@ -7,13 +7,17 @@ definition inline, a workflow mid-run. It must still restore, as the same state.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import orjson
 import pytest
 
 from es_sched.domain.evolve import fold
+from es_sched.domain.state import TaskState
 from es_sched.errors import SchemaError
 from es_sched.serialization.changelog import Changelog, definition_key
 from es_sched.serialization.snapshots import (
+    Bundle,
     decode_bundle,
     decode_state,
     definition_record,
@@ -77,3 +81,46 @@ def test_an_unknown_snapshot_version_is_refused() -> None:
     doc["snapshot_version"] = 99
     with pytest.raises(SchemaError, match="unknown snapshot_version 99"):
         decode_state(orjson.dumps(doc))
+
+
+def _snapshot_of_media(events: int) -> tuple[bytes, dict[str, Bundle]]:
+    st = fold(history("media_480")[:events])
+    assert st is not None
+    digest, bundle = definition_record(st)
+    return encode_state(st), {digest: decode_bundle(digest, bundle)}
+
+
+def test_a_restored_state_equals_the_fold_at_every_point_of_a_history() -> None:
+    """Task rows carrying every field are restored as ``TaskState.clone`` copies; the state is
+    still the very one the fold made, field by field, times parsed."""
+    events = history("media_480")
+    for n in range(1, len(events) + 1):
+        raw, bundles = _snapshot_of_media(n)
+        folded = fold(events[:n])
+        restored = decode_state(raw, bundles)
+        assert restored == folded, n
+        for task in restored.tasks.values():
+            assert isinstance(task.scheduled_at, datetime)
+            assert vars(task).keys() == vars(TaskState(**vars(task))).keys()
+
+
+def test_a_task_row_without_a_newer_field_takes_its_default_and_an_unknown_one_is_refused() -> None:
+    raw, bundles = _snapshot_of_media(14)
+    doc = orjson.loads(raw)
+    del doc["tasks"][0]["rate_limit_key"]  # a snapshot written before the field existed
+    doc["tasks"][0]["priority"] = 2
+    restored = decode_state(orjson.dumps(doc), bundles)
+    first = restored.tasks[doc["tasks"][0]["task_id"]]
+    assert (first.rate_limit_key, first.priority) == (None, 2)
+    doc["tasks"][1]["colour"] = "blue"
+    with pytest.raises(SchemaError, match=r"unreadable decider snapshot.*colour"):
+        decode_state(orjson.dumps(doc), bundles)
+
+
+def test_the_states_of_one_bundle_share_its_taskdefs_parsed_once() -> None:
+    raw, bundles = _snapshot_of_media(14)
+    first, second = decode_state(raw, bundles), decode_state(raw, bundles)
+    assert first.taskdefs is second.taskdefs
+    folded = fold(history("media_480")[:14])
+    assert folded is not None and dict(first.taskdefs) == dict(folded.taskdefs)
+    assert len(first.taskdefs) > 0
