@@ -22,8 +22,18 @@ import orjson
 import psycopg
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, func, select, text
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    Connection,
+    Engine,
+    String,
+    any_,
+    bindparam,
+    create_engine,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from es_sched.domain.events import WorkflowRejected
@@ -110,6 +120,13 @@ ARCHIVE_FIELDS = (
     "kafka_partition", "kafka_offset", "actor",
 )  # fmt: skip
 KEYS = {"workflows": "workflow_id", "tasks": "task_id", "events": "workflow_id, seq"}
+# A load's ids go as one array parameter (``= ANY(:ids)``), not as an IN list of a parameter
+# each: 2,000 ids made a 2,000-parameter statement that SQLAlchemy rendered, psycopg split and
+# PostgreSQL parsed on every load. Same plans (index scans for a few ids, a sequential scan
+# for thousands); loading 1,981 media workflows took 311-315 ms instead of 324-333 (1.05x).
+_IDS = bindparam("ids", type_=ARRAY(String))
+LOAD_WORKFLOWS = select(WORKFLOWS).where(WORKFLOWS.c.workflow_id == any_(_IDS))
+LOAD_TASKS = select(TASKS).where(TASKS.c.workflow_id == any_(_IDS))
 
 
 def _copy_upsert(
@@ -165,11 +182,9 @@ class PgStore:
         if not workflow_ids:
             return {}
         with available("load"), self.engine.connect() as conn:
-            wfs = conn.execute(
-                select(WORKFLOWS).where(WORKFLOWS.c.workflow_id.in_(workflow_ids))
-            ).mappings()
+            wfs = conn.execute(LOAD_WORKFLOWS, {"ids": workflow_ids}).mappings()
             out = {r["workflow_id"]: Rows(dict(r)) for r in wfs}
-            tasks = conn.execute(select(TASKS).where(TASKS.c.workflow_id.in_(list(out)))).mappings()
+            tasks = conn.execute(LOAD_TASKS, {"ids": list(out)}).mappings()
             for t in tasks:
                 out[t["workflow_id"]].tasks[t["task_id"]] = dict(t)
         return {wf: Rows.load(r.workflow, list(r.tasks.values())) for wf, r in out.items()}
