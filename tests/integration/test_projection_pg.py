@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import text
 
-from es_sched.projections.postgres.store import PgStore
+from es_sched.projections.postgres.store import PgStore, engine_for
 from es_sched.projections.search.store import SearchStore
-from es_sched.projections.store import Batch
-from es_sched.projections.views import fold_rows
+from es_sched.projections.store import Batch, StoreUnavailable
+from es_sched.projections.views import Rows, fold_rows
 from tests.integration.doomed_projector import FAULT
 from tests.integration.projection_harness import (
     by_id,
@@ -144,19 +147,29 @@ def test_a_stale_batch_redelivered_after_a_newer_one_changes_nothing() -> None:
         store.close()
 
 
-def test_loaded_times_are_in_the_zone_the_core_writes() -> None:
-    """Sessions run with TimeZone=UTC (store.engine_for, as AsyncReads): loaded times come in
-    ``datetime.UTC``, the zone of the fold's times, not the server's (``Etc/UTC`` as a
-    ``ZoneInfo`` here), which made every comparison of a row with the fold 10x slower."""
+@contextmanager
+def _media_store() -> Iterator[tuple[Env, PgStore, Rows]]:
+    """A store on a schema of its own (dropped afterwards) and the golden media history's
+    rows."""
     env = Env()
     with dropped_schemas(env):
         store = PgStore(env.settings)
         store.ensure()
         rows = fold_rows(history("media_480"))
         assert rows is not None
+        try:
+            yield env, store, rows
+        finally:
+            store.close()
+
+
+def test_loaded_times_are_in_the_zone_the_core_writes() -> None:
+    """Sessions run with TimeZone=UTC (store.engine_for, as AsyncReads): loaded times come in
+    ``datetime.UTC``, the zone of the fold's times, not the server's (``Etc/UTC`` as a
+    ``ZoneInfo`` here), which made every comparison of a row with the fold slower."""
+    with _media_store() as (_, store, rows):
         store.write("t", Batch(workflows={"w": rows.workflow}, tasks=dict(rows.tasks)))
         loaded = store.load([rows.workflow["workflow_id"]])[rows.workflow["workflow_id"]]
-        store.close()
         times = [
             v
             for row in (loaded.workflow, *loaded.tasks.values())
@@ -166,3 +179,57 @@ def test_loaded_times_are_in_the_zone_the_core_writes() -> None:
         assert len(times) >= 3 + len(loaded.tasks)  # created, updated, ended; each scheduled
         assert {t.tzinfo for t in times} == {UTC}
         assert loaded.workflow["created_at"] == rows.workflow["created_at"]
+
+
+def test_a_write_canceled_inside_its_copy_is_an_outage_and_leaves_nothing_half_written() -> None:
+    """The rows go through the raw driver's COPY and INSERT (``_copy_upsert``), which
+    SQLAlchemy does not wrap: a statement canceled there (an operator's ``pg_cancel_backend``,
+    a role's ``statement_timeout``) must still be ``StoreUnavailable``, which pauses a projector
+    and retries the batch, as the same cancel of any other statement of the write is."""
+    with _media_store() as (env, store, rows):
+        wf_id = rows.workflow["workflow_id"]
+        store.write("t", Batch(workflows={wf_id: rows.workflow}, checkpoints={0: 1}))
+        newer = Batch(
+            workflows={wf_id: {**rows.workflow, "version": rows.workflow["version"] + 1}},
+            checkpoints={0: 2},
+        )
+        admin = engine_for(env.settings, "public")
+        raised: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                store.write("t", newer)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+                raised.append(exc)
+
+        with admin.connect() as locker, locker.begin(), admin.connect() as watch:
+            # The upsert into workflows waits behind this lock, inside the COPY path.
+            locker.execute(text(f'LOCK TABLE "{store.schema}".workflows IN ACCESS EXCLUSIVE MODE'))
+            writer = threading.Thread(target=write)
+            writer.start()
+            waiting = text(
+                "SELECT pid FROM pg_locks WHERE relation = CAST(:t AS regclass) AND NOT granted"
+            )
+            table = {"t": f'"{store.schema}".workflows'}
+            pids: list[int] = []
+
+            def blocked() -> bool:
+                pids.extend(watch.execute(waiting, table).scalars())
+                return bool(pids)
+
+            wait_until(blocked, 30, "the write's upsert waiting for the lock on workflows")
+            pid = pids[0]
+            # What proves the fault fired: PostgreSQL canceled that backend's statement.
+            assert watch.execute(text("SELECT pg_cancel_backend(:p)"), {"p": pid}).scalar()
+            writer.join(30)
+        admin.dispose()
+        assert not writer.is_alive()
+        [exc] = raised
+        assert isinstance(exc, StoreUnavailable), repr(exc)
+        assert "canceling statement" in str(exc)
+        # Nothing of the canceled batch was kept: the row and the checkpoint are the old ones.
+        assert store.load([wf_id])[wf_id].workflow["version"] == rows.workflow["version"]
+        assert store.checkpoints("t", [0]) == {0: 1}
+        store.write("t", newer)  # the retry a projector makes
+        assert store.load([wf_id])[wf_id].workflow["version"] == rows.workflow["version"] + 1
+        assert store.checkpoints("t", [0]) == {0: 2}

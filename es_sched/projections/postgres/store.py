@@ -101,6 +101,12 @@ def available(
         yield
     except OperationalError as exc:
         raise unavailable(f"PostgreSQL {what}: {exc.orig}") from exc
+    except psycopg.OperationalError as exc:
+        # The driver's own, unwrapped: ``write`` COPYs through the raw connection, and a
+        # statement canceled there (``pg_cancel_backend``, a role's ``statement_timeout`` or
+        # ``lock_timeout``) escaped as ``QueryCanceled`` where the same cancel of a SQLAlchemy
+        # statement paused the projector (tests/integration/test_projection_pg.py).
+        raise unavailable(f"PostgreSQL {what}: {exc}") from exc
     except DBAPIError as exc:
         if exc.connection_invalidated:
             raise unavailable(f"PostgreSQL {what}: {exc.orig}") from exc
