@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,11 +344,9 @@ _BY_IDENTITY: dict[int, tuple[Mapping[str, Any], WorkflowDef | None, list[str]]]
 
 
 def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, list[str]]:
-    """``parse_workflow`` memoised on the document's canonical JSON.
-
-    Every workflow of a definition folds the same document; parsing is deterministic and a
-    ``WorkflowDef`` is immutable, so sharing one is indistinguishable from parsing again.
-    """
+    """``parse_workflow`` memoised on the document's canonical JSON: every workflow of a
+    definition folds the same document; parsing is deterministic and a ``WorkflowDef`` is
+    immutable, so sharing one is indistinguishable from parsing again."""
     same = _BY_IDENTITY.get(id(doc))
     if same is not None and same[0] is doc:  # the very same document object: no hashing at all
         return same[1], list(same[2])
@@ -367,8 +365,7 @@ def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, l
 
 
 def _remember(doc: Mapping[str, Any], parsed: tuple[WorkflowDef | None, list[str]]) -> None:
-    # Holding ``doc`` keeps its id from being reused by another object while cached.
-    _BY_IDENTITY[id(doc)] = (doc, parsed[0], parsed[1])
+    _BY_IDENTITY[id(doc)] = (doc, parsed[0], parsed[1])  # held: its id is not reused meanwhile
     if len(_BY_IDENTITY) > _CACHE_SIZE:
         _BY_IDENTITY.pop(next(iter(_BY_IDENTITY)))
 
@@ -377,6 +374,13 @@ def parse_task_def(doc: Any) -> tuple[TaskDef | None, list[str]]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("name"), str):
         return None, ["a TaskDef must be an object with a name"]
     return TaskDef(doc["name"], settings_overrides(doc), doc), []
+
+
+def taskdefs_by_name(docs: Iterable[Any]) -> dict[str, TaskDef]:
+    """A workflow's task definitions by name, as the fold and a snapshot's bundle read them
+    (a document that is none is left out: validation refused it before any start)."""
+    parsed = (parse_task_def(doc)[0] for doc in docs)
+    return {td.name: td for td in parsed if td is not None}
 
 
 def settings_for(task: WorkflowTask, taskdefs: Mapping[str, TaskDef]) -> TaskSettings:

@@ -15,10 +15,9 @@ from es_sched.domain import fanout
 from es_sched.domain import state as s
 from es_sched.domain.definitions import (
     DefinitionError,
-    TaskDef,
-    parse_task_def,
     parse_tasks,
     parse_workflow_cached,
+    taskdefs_by_name,
 )
 from es_sched.domain.events import (
     CommandRejected,
@@ -64,20 +63,11 @@ AnyPayload = (
 )  # fmt: skip
 
 
-def _taskdefs(docs: list[Any]) -> dict[str, TaskDef]:
-    taskdefs = {}
-    for doc in docs:
-        td, _ = parse_task_def(doc)
-        if td is not None:
-            taskdefs[td.name] = td
-    return taskdefs
-
-
 def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
     definition, problems = parse_workflow_cached(p.definition)
     if definition is None or problems:
         raise DefinitionError(problems)
-    taskdefs = _taskdefs(p.taskdefs)
+    taskdefs = taskdefs_by_name(p.taskdefs)
     return s.WorkflowState(
         workflow_id=event.workflow_id,
         definition=definition,
@@ -161,7 +151,7 @@ def _reset(st: s.WorkflowState, event: Event, p: WorkflowRestarted | WorkflowRer
             if definition is None or problems:
                 raise DefinitionError(problems)
             st.definition = definition
-            st.taskdefs = _taskdefs(p.taskdefs)
+            st.taskdefs = taskdefs_by_name(p.taskdefs)
             st.subworkflow_definitions = tuple(p.subworkflow_definitions)
         st.variables = dict(st.definition.raw.get("variables") or {})
         st.created_at, st.dynamic = event.occurred_at, {}

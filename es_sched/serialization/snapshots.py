@@ -30,9 +30,9 @@ import orjson
 from es_sched.domain.definitions import (
     DefinitionError,
     TaskDef,
-    parse_task_def,
     parse_tasks,
     parse_workflow_cached,
+    taskdefs_by_name,
 )
 from es_sched.domain.fanout import rebuild
 from es_sched.domain.state import TaskState, WorkflowState
@@ -85,12 +85,7 @@ class Bundle:
         bundle, as their ``WorkflowDef`` is; nothing mutates a state's ``taskdefs`` (the fold
         builds a new mapping when a workflow starts, ``domain.evolve``) and a ``TaskDef`` is
         frozen."""
-        out = {}
-        for raw in self.taskdefs:
-            td, _ = parse_task_def(raw)
-            if td is not None:
-                out[td.name] = td
-        return out
+        return taskdefs_by_name(self.taskdefs)
 
 
 _BY_DOCS: dict[tuple[int, ...], tuple[tuple[object, ...], str, bytes]] = {}
