@@ -17,12 +17,9 @@ TaskDef; the CALLBACK task type.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.errors import DomainError
@@ -338,49 +335,10 @@ def parse_workflow(doc: Any) -> tuple[WorkflowDef | None, list[str]]:
     return WorkflowDef(name, version, tasks, doc, index), problems
 
 
-_CACHE: OrderedDict[bytes, tuple[WorkflowDef | None, list[str]]] = OrderedDict()
-_CACHE_SIZE = 512
-_BY_IDENTITY: dict[int, tuple[Mapping[str, Any], WorkflowDef | None, list[str]]] = {}
-
-
-def parse_workflow_cached(doc: Mapping[str, Any]) -> tuple[WorkflowDef | None, list[str]]:
-    """``parse_workflow`` memoised on the document's canonical JSON: every workflow of a
-    definition folds the same document; parsing is deterministic and a ``WorkflowDef`` is
-    immutable, so sharing one is indistinguishable from parsing again."""
-    same = _BY_IDENTITY.get(id(doc))
-    if same is not None and same[0] is doc:  # the very same document object: no hashing at all
-        return same[1], list(same[2])
-    key = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        _remember(doc, hit)
-        return hit[0], list(hit[1])
-    parsed = parse_workflow(doc)
-    _CACHE[key] = parsed
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    _remember(doc, parsed)
-    return parsed[0], list(parsed[1])
-
-
-def _remember(doc: Mapping[str, Any], parsed: tuple[WorkflowDef | None, list[str]]) -> None:
-    _BY_IDENTITY[id(doc)] = (doc, parsed[0], parsed[1])  # held: its id is not reused meanwhile
-    if len(_BY_IDENTITY) > _CACHE_SIZE:
-        _BY_IDENTITY.pop(next(iter(_BY_IDENTITY)))
-
-
 def parse_task_def(doc: Any) -> tuple[TaskDef | None, list[str]]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("name"), str):
         return None, ["a TaskDef must be an object with a name"]
     return TaskDef(doc["name"], settings_overrides(doc), doc), []
-
-
-def taskdefs_by_name(docs: Iterable[Any]) -> dict[str, TaskDef]:
-    """A workflow's task definitions by name, as the fold and a snapshot's bundle read them
-    (a document that is none is left out: validation refused it before any start)."""
-    parsed = (parse_task_def(doc)[0] for doc in docs)
-    return {td.name: td for td in parsed if td is not None}
 
 
 def settings_for(task: WorkflowTask, taskdefs: Mapping[str, TaskDef]) -> TaskSettings:

@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from es_sched.domain import commands as c
-from es_sched.domain.definitions import WorkflowDef, parse_workflow_cached
+from es_sched.domain.definitions import WorkflowDef
 from es_sched.domain.events import WorkflowStartRequested
+from es_sched.domain.parsed import parse_workflow_cached
 from es_sched.domain.state import WorkflowState
 
 JSON = dict[str, Any]

@@ -27,14 +27,9 @@ from typing import Any
 
 import orjson
 
-from es_sched.domain.definitions import (
-    DefinitionError,
-    TaskDef,
-    parse_tasks,
-    parse_workflow_cached,
-    taskdefs_by_name,
-)
+from es_sched.domain.definitions import DefinitionError, TaskDef, parse_tasks
 from es_sched.domain.fanout import rebuild
+from es_sched.domain.parsed import parse_workflow_cached, taskdefs_by_name
 from es_sched.domain.state import TaskState, WorkflowState
 from es_sched.errors import SchemaError
 
@@ -78,13 +73,13 @@ class Bundle:
     subworkflow_definitions: tuple[Any, ...]
 
     @cached_property
-    def parsed_taskdefs(self) -> dict[str, TaskDef]:
+    def parsed_taskdefs(self) -> Mapping[str, TaskDef]:
         """The task definitions parsed, once per bundle (one object per hash: ``_bundle``)
         rather than once per snapshot: a verify decoding 4,000 media snapshots spent 1.9 % of
         its samples parsing the same taskdefs again. Shared by every state decoded from this
         bundle, as their ``WorkflowDef`` is; nothing mutates a state's ``taskdefs`` (the fold
-        builds a new mapping when a workflow starts, ``domain.evolve``) and a ``TaskDef`` is
-        frozen."""
+        shares one mapping between the workflows it starts, ``domain.parsed``) and a
+        ``TaskDef`` is frozen. Cached here as well: no JSON key to build per snapshot."""
         return taskdefs_by_name(self.taskdefs)
 
 

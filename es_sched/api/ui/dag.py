@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from es_sched.domain.definitions import WorkflowTask, parse_workflow_cached
+from es_sched.domain.definitions import WorkflowTask
+from es_sched.domain.parsed import parse_workflow_cached
 
 NODE_W = 172
 NODE_H = 38
