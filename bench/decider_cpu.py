@@ -113,7 +113,8 @@ def run_phase(d: Decider, msgs: list[FakeMsg]) -> tuple[float, list[Any]]:
     return time.process_time() - t0, outs
 
 
-def one_run(n: int, prefix: str) -> dict[str, float]:
+def new_decider() -> Decider:
+    """A decider on the fake registry, with the cycle collector tuned as ``Decider.run`` does."""
     from es_sched.bootstrap import script_engine  # noqa: PLC0415
 
     d = Decider(load_settings(), script_engine())
@@ -121,6 +122,12 @@ def one_run(n: int, prefix: str) -> dict[str, float]:
     young = getattr(d.run_settings, "gc_young_threshold", 0)  # as Decider.run does (ADR 30)
     if young:  # a baseline checkout from before it has no such setting
         gc.set_threshold(young, *gc.get_threshold()[1:])
+    return d
+
+
+def one_run(n: int, prefix: str, d: Decider | None = None) -> dict[str, float]:
+    """``n`` one-task workflows, on ``d`` if given (bench/decider_memory.py reads it after)."""
+    d = d or new_decider()
     topics = d.topics
     parts = topics.partitions
     starts = []
@@ -144,16 +151,10 @@ def one_run(n: int, prefix: str) -> dict[str, float]:
     return {"start": n / took_start, "dispatch": n / took_lease, "completed": n / took_done}
 
 
-def media_run(n: int, prefix: str) -> dict[str, float]:
+def media_run(n: int, prefix: str, d: Decider | None = None) -> dict[str, float]:
     """``n`` media workflows (1080p: probe, four transcodes, thumbnail, package, write_asset,
     callback) driven to their end wave by wave: every ready task is leased, then completed."""
-    from es_sched.bootstrap import script_engine  # noqa: PLC0415
-
-    d = Decider(load_settings(), script_engine())
-    d.registry = FakeRegistry()  # type: ignore[assignment]
-    young = getattr(d.run_settings, "gc_young_threshold", 0)
-    if young:
-        gc.set_threshold(young, *gc.get_threshold()[1:])
+    d = d or new_decider()
     topics, parts, offset = d.topics, d.topics.partitions, 0
     msgs = []
     for i in range(n):
@@ -204,6 +205,19 @@ def show(side: str, medians: dict[str, float], repeat: int) -> None:
         print(f"{side:7s}{phase:26s} {rate:10,.0f}{unit} (median of {repeat})")
 
 
+def child_run(argv: list[str], side: str, tree: Path) -> dict[str, Any]:
+    """Run ``argv`` on ``tree``'s es_sched (first on ``PYTHONPATH``, from outside the
+    repository); its last line is JSON whose ``code`` names the es_sched it imported."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        argv, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True
+    )
+    doc: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    if Path(doc["code"]) != tree:
+        raise SystemExit(f"the {side} run imported es_sched from {doc['code']}, not {tree}")
+    return doc
+
+
 def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
     """A round is one run on ``--before``'s es_sched, then one on this checkout's."""
     sides = {"before": opts.before.resolve(), "after": ROOT}
@@ -213,14 +227,7 @@ def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
             "--workflows", str(opts.workflows), *(["--media"] if opts.media else [])]  # fmt: skip
     for k in range(opts.repeat):
         for side, tree in sides.items():
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            done = subprocess.run(
-                argv, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True,
-                check=True,
-            )  # fmt: skip
-            doc = json.loads(done.stdout.splitlines()[-1])
-            if Path(doc["code"]) != tree:
-                raise SystemExit(f"the {side} run imported es_sched from {doc['code']}, not {tree}")
+            doc = child_run(argv, side, tree)
             runs[side].append(doc["figures"])
             cores[side].add(doc.get("core", "pure"))
             print(f"round {k + 1} {side:6s} {doc.get('core', 'pure'):8s} {doc['figures']}")
