@@ -119,6 +119,13 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
     if (split := _load("cpu_split_saturated.json")) is not None:
         cpu_ms = float(split["total"]["ms_per_workflow"])  # all of it, idle included
         used.append("cpu_split_saturated.json")
+    kib = (points[-1]["rss_mib"] - points[0]["rss_mib"]) * 1024
+    kib /= points[-1]["states_held"] - points[0]["states_held"]  # one-task states, by RSS
+    if (memory := _load("decider_memory.json")) is not None:
+        # The model's workflow is the media DAG, whose kept state is about six one-task states
+        # (bench/decider_memory.py, by tracemalloc: within 10 % of the RSS slope for one task).
+        kib = float(memory["kib_per_workflow_median"]["after"]["media"])
+        used.append("decider_memory.json")
     side = None
     if (sbs := _load("side_by_side.json")) is not None:
         side = float(sbs["median"]["systems"]["es-sched"]["max_per_second"])
@@ -136,9 +143,7 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
         search_events_per_s=_projection_rate(proj, "search"),
         restore_records_per_s=statistics.median(r["records"] / r["seconds"] for r in restore),
         records_per_state=restore[0]["records"] / restore[0]["live"],
-        kib_per_state=(points[-1]["rss_mib"] - points[0]["rss_mib"])
-        * 1024
-        / (points[-1]["states_held"] - points[0]["states_held"]),
+        kib_per_state=kib,
         cpu_ms_per_workflow=cpu_ms,
         broker_records_per_s=float(broker),
         e2e_workflows_per_s=float(med["workflows_per_second"]),
