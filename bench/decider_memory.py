@@ -30,7 +30,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from decider_cpu import child_run  # beside this file
+import decider_cpu  # beside this file; it imports es_sched, from PYTHONPATH in a child
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("tiny", "media")
@@ -38,8 +38,6 @@ KINDS = ("tiny", "media")
 
 def measure(kind: str, n: int) -> dict[str, Any]:
     """One decider, ``n`` workflows of ``kind`` run to their end; bytes kept per workflow."""
-    import decider_cpu  # noqa: PLC0415 (beside this file; imports es_sched from PYTHONPATH)
-
     d = decider_cpu.new_decider()
     gc.collect()
     tracemalloc.start()
@@ -81,7 +79,7 @@ def rounds(trees: dict[str, Path], n: int, repeat: int) -> dict[str, list[dict[s
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
     for k in range(repeat):
         for side, tree in trees.items():
-            doc = child_run(argv, side, tree)
+            doc = decider_cpu.child_run(argv, side, tree)
             doc["figures"]["core"] = doc["core"]
             runs[side].append(doc["figures"])
             kib = {kind: doc["figures"][kind]["kib_per_workflow"] for kind in KINDS}
