@@ -60,6 +60,9 @@ class Resources:
         }
 
 
+NO_RESOURCES = Resources()  # one object, so its dict is shared too (parsed.resources_dict)
+
+
 @dataclass(frozen=True)
 class TaskSettings:
     """Retry, timeout and placement settings of one task, after all overrides."""
@@ -74,7 +77,7 @@ class TaskSettings:
     response_timeout_seconds: float = 3600.0
     timeout_policy: str = "TIME_OUT_WF"
     priority: int | None = None  # None: the workflow's priority
-    resources: Resources = field(default_factory=Resources)
+    resources: Resources = NO_RESOURCES
     rate_limit_key: str | None = None
     rate_limit_per_frequency: int = 0
     rate_limit_frequency_in_seconds: int = 1

@@ -27,6 +27,7 @@ from es_sched.domain.events import (
     WorkflowStartRequested,
 )
 from es_sched.domain.expressions import Lookup, resolve
+from es_sched.domain.parsed import resources_dict
 from es_sched.domain.state import IN_PROGRESS, TaskState, WorkflowState
 
 EXECUTION_TYPE = {"FORK_JOIN": "FORK", "FORK_JOIN_DYNAMIC": "FORK"}
@@ -94,7 +95,7 @@ def task_payload(
         iteration=iteration,
         status=status,
         priority=s.priority if s.priority is not None else st.priority,
-        resources=({**resources} if resources is not None else s.resources.as_dict())
+        resources=({**resources} if resources is not None else resources_dict(s.resources))
         if worker
         else {},
         rate_limit_key=s.rate_limit_key,

@@ -75,3 +75,16 @@ def test_a_failed_workflow_is_settled_too() -> None:
     assert [(ref, status) for ref, _, status in drv.rows()] == [
         ("encode", "FAILED_WITH_TERMINAL_ERROR")
     ]
+
+
+def test_tasks_scheduled_from_the_same_settings_share_their_resources() -> None:
+    one = Driver(copy.deepcopy(DEFINITION), taskdefs=taskdefs(), workflow_id="wf-d")
+    two = Driver(copy.deepcopy(DEFINITION), taskdefs=taskdefs(), workflow_id="wf-e")
+    for drv in (one, two):
+        drv.report("encode")
+    declared = {"cpu": 1.0, "memory_mb": 256, "gpu_memory_mb": 0, "custom": {}}
+    assert one.latest("package").resources == declared  # the TaskDef's
+    assert one.latest("package").resources is two.latest("package").resources
+    none = {"cpu": 0.0, "memory_mb": 0, "gpu_memory_mb": 0, "custom": {}}
+    assert one.latest("encode").resources == none  # its TaskDef declares none
+    assert one.latest("encode").resources is two.latest("encode").resources
