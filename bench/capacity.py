@@ -85,6 +85,9 @@ class Measured:
     # Measured per workflow when their files exist (records.json, cpu_split_saturated.json):
     # the records it leaves on the topics (records_per_workflow's estimate stands in without).
     records_per_workflow_measured: float | None = None
+    # CPU a kept media state's restore takes beyond a one-task state's (restore_cpu.json, both
+    # in one run); decider_state.json restores one-task states only.
+    restore_media_extra_us: float = 0.0
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -126,6 +129,11 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
         # (bench/decider_memory.py, by tracemalloc: within 10 % of the RSS slope for one task).
         kib = float(memory["kib_per_workflow_median"]["after"]["media"])
         used.append("decider_memory.json")
+    extra = 0.0
+    if (restored := _load("restore_cpu.json")) is not None:
+        cost = {kind: float(v["us_per_state"]) for kind, v in restored["medians"].items()}
+        extra = cost["media"] - cost["tiny"]
+        used.append("restore_cpu.json")
     side = None
     if (sbs := _load("side_by_side.json")) is not None:
         side = float(sbs["median"]["systems"]["es-sched"]["max_per_second"])
@@ -150,6 +158,7 @@ def measured(outside: dict[str, float] = OUTSIDE) -> Measured:
         side_by_side_workflows_per_s=side,
         sources=tuple(used),
         records_per_workflow_measured=records,
+        restore_media_extra_us=extra,
     )
 
 
@@ -205,9 +214,11 @@ def restore_s(m: Measured, workflows_per_s: float, machines: int,
               o: dict[str, float] = OUTSIDE) -> float:  # fmt: skip
     """Seconds to restore one failed machine's decider state on the survivors: the states it
     held (its share of the rate times how long a state stays: the retention) in records, at
-    the measured restore rate of one decider."""
+    the measured restore rate of one decider (read and decoded, one-task states), plus what
+    decoding a media state takes beyond a one-task one."""
     held = workflows_per_s / machines * o["retain_finished_s"]
-    return held * m.records_per_state / m.restore_records_per_s
+    per_state = m.records_per_state / m.restore_records_per_s + m.restore_media_extra_us / 1e6
+    return held * per_state
 
 
 WRITE_PATH = ("cpu", "broker", "transactions", "partitions")

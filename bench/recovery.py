@@ -24,8 +24,9 @@ the decider and dispatcher, after the first new event) in which ``task.completed
 90 % of the rate of the 10 s before the kill. Times are from the kill, on this host's clock.
 The restarted processes' logs give the breakdown, in seconds from the kill: ``started`` (the
 role's first log line: Python start), ``assigned`` (partitions assigned by the group) and, for
-the decider, ``restored`` (its changelog read) and ``changelog_restore_s`` (the read's own
-figure). The workflows the feed started are all
+the decider, ``restored`` (its changelog read and decoded) and ``changelog_restore_s`` (the
+decider's own figure: the read alone until 2026-12-06, the read and the states' decoding since).
+The workflows the feed started are all
 checked completed at the end of a round (``submitted``/``completed``). Figures are medians of
 ``--rounds`` rounds (default 3); every round and the load average are kept in the JSON.
 

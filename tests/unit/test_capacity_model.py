@@ -82,6 +82,12 @@ def test_restore_time_is_a_machines_share_of_the_retained_states_at_the_restore_
     assert restore_s(ROUND, 500, 10, PARAMS) == 36.0  # same share per machine
 
 
+def test_a_media_states_extra_decode_adds_to_each_restored_state() -> None:
+    media = dataclasses.replace(ROUND, restore_media_extra_us=100.0)
+    # 180,000 states: 36 s at the one-task rate + 100 us more each = 18 s
+    assert restore_s(media, 50, 1, PARAMS) == pytest.approx(54.0)
+
+
 def test_the_one_machine_check_reports_the_error_in_percent() -> None:
     check = one_machine_check(dataclasses.replace(ROUND, side_by_side_workflows_per_s=62.5))
     assert check["predicted_workflows_per_second"] == 50
