@@ -72,7 +72,7 @@ from es_sched.serialization import decode_input
 from es_sched.serialization.changelog import Changelog
 from es_sched.serialization.chunks import chunk_count
 from es_sched.settings import Settings
-from es_sched.tuning import tune_gc, tune_switch
+from es_sched.tuning import collector_paused, tune_gc, tune_switch
 
 log = logging.getLogger("es_sched.decider")
 RESTORE_RETRY_S = 2.0
@@ -202,6 +202,10 @@ class Decider:
 
     def _restore_partitions(self, numbers: set[int]) -> None:
         self._drop(numbers)  # a retry starts from a clean slate
+        with collector_paused():  # builds only states it keeps (es_sched.tuning)
+            self._restore_read(numbers)
+
+    def _restore_read(self, numbers: set[int]) -> None:
         started = time.monotonic()
         found = {number: Changelog() for number in numbers}
         for msg in read_partitions(self.bootstrap, self.topics.changelog, numbers):

@@ -13,7 +13,7 @@ import pytest
 from es_sched.projections import replay
 from es_sched.projections.projector import Projector
 from es_sched.settings import Settings
-from es_sched.tuning import tune_gc, tune_switch
+from es_sched.tuning import collector_paused, tune_gc, tune_switch
 from tests.support.settings import private_settings
 
 
@@ -84,3 +84,26 @@ def test_a_projector_lowers_its_process_switch_interval() -> None:
     settings = private_settings(ES_SCHED_RUN_SWITCH_INTERVAL_US="250")
     Projector(settings, _Store())  # type: ignore[arg-type]
     assert sys.getswitchinterval() == pytest.approx(0.00025)
+
+
+def test_a_paused_collector_collects_nothing_inside_and_is_back_on_after() -> None:
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        held = [[i] for i in range(10 * max(gc.get_threshold()[0], 1))]
+        # an enabled collector runs as the count passes the threshold, which resets it
+        assert gc.get_count()[0] > gc.get_threshold()[0], len(held)
+    assert gc.isenabled()
+
+
+def test_a_paused_collector_is_back_on_after_an_error_and_off_if_it_was_off() -> None:
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("restore failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # the caller's choice stands
+    finally:
+        gc.enable()
