@@ -12,7 +12,7 @@ reports process CPU per state for each half. The restore runs beside the decider
 the records, still holding its states: a survivor of a failed machine restores that machine's
 share while it holds its own, about as many (``docs/capacity.md``), and the garbage collector's
 full passes walk both. The decoded states are kept, as the decider keeps them. (With the
-writing decider gone and each decoded state dropped, a media state took 62-70 us, about 0.6x.)
+writing decider gone and each decoded state dropped, collector running, 62-70 us a media state.)
 Each restore runs twice a round, with the cycle collector paused as the decider pauses it since
 2026-12-06 (``es_sched.tuning.collector_paused``: the figures the capacity model reads) and
 running, in alternating order. Both kinds run in each round, so the media/tiny and

@@ -45,9 +45,10 @@ def collector_paused() -> Iterator[None]:
     restore decodes a partition's states and holds every one; the decode's temporaries are
     acyclic, freed by reference counting, so a collection during it finds nothing and walks the
     growing heap (and the states the process held before). Media states restored next to as
-    many held: 100.6 -> 79.3 us of CPU a state, medians of 4 interleaved rounds, the slow
-    rounds (144 us) gone (bench/restore_cpu.py). The collector is left as it was found:
-    a caller that had it off keeps it off."""
+    many held: 98.0 -> 75.5 us of CPU a state, medians of 5 rounds in alternating order, the
+    slow rounds (140 us) gone (bench/restore_cpu.py); on the broker, 105,000 one-task states
+    5.23 -> 4.00 s (bench/decider_state.py). The collector is left as it was found: a caller
+    that had it off keeps it off."""
     was = gc.isenabled()
     gc.disable()
     try:

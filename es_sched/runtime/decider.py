@@ -227,7 +227,7 @@ class Decider:
 
     def _keep_restored(self, number: int, found: Changelog, read_s: float) -> None:
         """One partition's changelog, read, into memory. Its line's time is its share of the
-        read plus decoding its states: a media state takes about nine times a one-task state's
+        read plus decoding its states: a media state takes about 4.6 times a one-task state's
         decode, and a time without it understated restore (bench/restore_cpu.py)."""
         started = time.monotonic()
         for st in found.states():
