@@ -48,20 +48,35 @@ class Ended:
 
 def forget_at(state: WorkflowState, retain_s: float) -> datetime | None:
     """When ``state`` may be forgotten; None while it has not ended."""
-    if state.status not in WORKFLOW_TERMINAL or state.ended_at is None:
+    return forget_time(state.status, state.ended_at, retain_s)
+
+
+def forget_time(status: str, ended_at: datetime | None, retain_s: float) -> datetime | None:
+    """``forget_at`` from the two fields it reads: a state the decider holds undecoded (ADR
+    52) carries them beside its snapshot."""
+    if status not in WORKFLOW_TERMINAL or ended_at is None:
         return None
-    return state.ended_at + timedelta(seconds=retain_s)
+    return ended_at + timedelta(seconds=retain_s)
 
 
 def due(state: WorkflowState, now: datetime, retain_s: float) -> bool:
     """Whether ``state`` is to be forgotten at ``now`` (a retried workflow is live again)."""
-    at = forget_at(state, retain_s)
+    return due_at(state.status, state.ended_at, now, retain_s)
+
+
+def due_at(status: str, ended_at: datetime | None, now: datetime, retain_s: float) -> bool:
+    """``due`` from the fields it reads (see ``forget_time``)."""
+    at = forget_time(status, ended_at, retain_s)
     return at is not None and at <= now
 
 
 def marker(state: WorkflowState) -> Ended:
-    assert state.status in WORKFLOW_TERMINAL, "only an ended workflow is forgotten"
-    return Ended(state.workflow_id, state.status, state.seq)
+    return ended_marker(state.workflow_id, state.status, state.seq)
+
+
+def ended_marker(workflow_id: str, status: str, seq: int) -> Ended:
+    assert status in WORKFLOW_TERMINAL, "only an ended workflow is forgotten"
+    return Ended(workflow_id, status, seq)
 
 
 def answer_ended(ended: Ended, inp: c.Input, now: datetime) -> list[Event]:

@@ -245,6 +245,8 @@ class Snapshots:
 
     latest: dict[str, WorkflowState] = field(default_factory=dict)
     ended: dict[str, Ended] = field(default_factory=dict)
+    # the latest snapshot's ended header (ADR 52): what a decider restores it from, undecoded
+    endings: dict[str, tuple[str, int, datetime]] = field(default_factory=dict)
 
 
 def read_changelog(settings: Settings, parts: list[int] | None = None) -> Snapshots:
@@ -257,9 +259,11 @@ def read_changelog(settings: Settings, parts: list[int] | None = None) -> Snapsh
         changelog = logs.setdefault(msg.partition() or 0, Changelog())
         key, value = msg.key(), msg.value()
         changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
-                       value.encode() if isinstance(value, str) else value)  # fmt: skip
+                       value.encode() if isinstance(value, str) else value,
+                       msg.headers())  # fmt: skip
     for changelog in logs.values():
         out.ended.update(changelog.ended)
+        out.endings.update(changelog.endings)
         out.latest.update({st.workflow_id: st for st in changelog.states()})
     return out
 
@@ -284,6 +288,11 @@ def verify_changelog(
         if snap is None:
             found.append(Mismatch("changelog", "workflow", wf, "missing", "state", None))
             continue
+        ending = snaps.endings.get(wf)
+        if ending is not None:  # what a restore keeps it by, undecoded (ADR 52)
+            want = {"status": folded.status, "seq": folded.seq, "ended_at": folded.ended_at}
+            header = dict(zip(("status", "seq", "ended_at"), ending, strict=True))
+            found += _compare("changelog", "ending", wf, want, header)
         want_wf, want_tasks = replayed.rows(wf)
         have_wf, have_tasks = rows_of(snap)
         found += _compare("changelog", "workflow", wf, want_wf, have_wf)

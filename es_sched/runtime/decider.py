@@ -66,6 +66,7 @@ from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, BatchSizer
 from es_sched.metrics import LagGauge, Registry
+from es_sched.runtime.kept import KeptStates
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
 from es_sched.serialization import decode_input
@@ -100,7 +101,7 @@ class Decider:
         self.group = f"{settings.kafka.topic_prefix}-decider"
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
         self.member = StaticMember(self.group, self.txn_id, settings.runtime.static_membership)
-        self.states: dict[str, WorkflowState] = {}
+        self.states = KeptStates()  # decoded, or resting as read (ADR 52)
         self.partition_of: dict[str, int] = {}
         self.bundles_on: dict[int, set[str]] = {}  # definition bundles each partition holds
         self.retirement = Retirement(
@@ -213,6 +214,7 @@ class Decider:
             found[msg.partition() or 0].feed(
                 key.decode() if isinstance(key, bytes) else key,
                 value.encode() if isinstance(value, str) else value,
+                msg.headers(),
             )
         took = time.monotonic() - started
         records = sum(read.records for read in found.values())
@@ -226,12 +228,11 @@ class Decider:
         )  # fmt: skip
 
     def _keep_restored(self, number: int, found: Changelog, read_s: float) -> None:
-        """One partition's changelog, read, into memory. Its line's time is its share of the
-        read plus decoding its states: a media state takes about 4.6 times a one-task state's
-        decode, and a time without it understated restore (bench/restore_cpu.py)."""
-        started = time.monotonic()
-        for st in found.states():
-            self.states[st.workflow_id] = st
+        """One partition's changelog into memory: ended workflows resting, the rest decoded
+        (ADR 52); its line's time is its share of the read plus the decoding."""
+        started, resting = time.monotonic(), self.states.resting
+        for st in found.kept():
+            self.states.keep(st)
             self.partition_of[st.workflow_id] = number
             self.chunks[st.workflow_id] = chunk_count(found.latest.get(st.workflow_id))
             self.retirement.watch(st)
@@ -241,15 +242,15 @@ class Decider:
         live = len(found.latest) - sum(wf in found.ended for wf in found.latest)
         took = read_s + time.monotonic() - started
         log.info(
-            "restored partition %d: %d records, %d live states, %d ended markers in %.2fs "
-            "(%.0f records/s)",
-            number, found.records, live, len(found.ended), took,
+            "restored partition %d: %d records, %d live states (%d resting), %d ended markers "
+            "in %.2fs (%.0f records/s)",
+            number, found.records, live, self.states.resting - resting, len(found.ended), took,
             found.records / took if took > 0 else 0.0,
         )  # fmt: skip
 
     def _drop(self, numbers: set[int]) -> None:
         for wf in [wf for wf, p in self.partition_of.items() if p in numbers]:
-            self.states.pop(wf, None)
+            self.states.pop(wf)
             self.partition_of.pop(wf, None)
             self.chunks.pop(wf, None)
         self.retirement.ended.drop(numbers)

@@ -41,7 +41,7 @@ from es_sched.domain.state import WorkflowState
 from es_sched.domain.timers import Timer
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_event, encode_input
-from es_sched.serialization.changelog import definition_key
+from es_sched.serialization.changelog import definition_key, ended_header
 from es_sched.serialization.chunks import chunk_key, split
 from es_sched.serialization.records import Retry, encode_ready, encode_retry, encode_timer
 from es_sched.serialization.snapshots import definition_record, encode_state
@@ -149,6 +149,9 @@ def snapshot(
     parts = split(st.workflow_id, encode_state(st, digest))
     chunks = len(parts) - 1 if len(parts) > 1 else 0
     out += [Record(topics.changelog, key, value, partition=partition) for key, value in parts]
+    header = ended_header(st)  # the head (last) says the workflow ended: ADR 52
+    if header is not None:
+        out[-1] = out[-1]._replace(headers=[header])
     out += chunk_tombstones(topics, st.workflow_id, partition, chunks, previous_chunks)
     return out, chunks
 

@@ -1,7 +1,8 @@
 """The decider's side of bounded state (ADR 18): which ended workflows to forget in this batch,
 the records that forget them, and the compact ended markers kept in their place.
 
-``domain.retention`` decides (``due(state, now, retain_s)``); this module only keeps a heap of
+``domain.retention`` decides (``due_at``, from a state's status and end time, which a state
+kept undecoded carries beside its snapshot: ADR 52); this module only keeps a heap of
 candidate times so a batch does not scan every state, and turns a decision into records: a
 tombstone for the workflow's snapshot and its ended marker, both on the workflow's changelog
 partition, produced in the decider's transaction. ``forget`` runs from the batch's commit hook,
@@ -17,9 +18,10 @@ import heapq
 from collections.abc import Mapping
 from datetime import datetime
 
-from es_sched.domain.retention import ENDED_STATUSES, Ended, due, forget_at, marker
+from es_sched.domain.retention import ENDED_STATUSES, Ended, due_at, ended_marker, forget_time
 from es_sched.domain.state import WorkflowState
 from es_sched.kafka.topics import Topics
+from es_sched.runtime.kept import Ending, KeptStates
 from es_sched.runtime.outbox import Record
 from es_sched.serialization.changelog import encode_ended, ended_key
 
@@ -66,16 +68,16 @@ class Retirement:
         self._heap: list[tuple[float, str]] = []
         self._picked: list[tuple[float, str]] = []
 
-    def watch(self, st: WorkflowState) -> None:
+    def watch(self, st: Ending) -> None:
         """Remember when ``st`` (just ended, or restored ended) may be forgotten."""
-        at = forget_at(st, self.retain_s)
+        at = forget_time(st.status, st.ended_at, self.retain_s)
         if at is not None:
             heapq.heappush(self._heap, (at.timestamp(), st.workflow_id))
 
     def pick(
         self,
         now: datetime,
-        states: Mapping[str, WorkflowState],
+        states: KeptStates,
         staged: Mapping[str, WorkflowState],
         partition_of: Mapping[str, int],
     ) -> tuple[list[Record], list[tuple[int, Ended]]]:
@@ -90,10 +92,10 @@ class Retirement:
             entry = heapq.heappop(self._heap)
             self._picked.append(entry)
             wf = entry[1]
-            st = states.get(wf)
-            if st is None or wf in staged or not due(st, now, self.retain_s):
+            st = states.peek(wf)  # a resting state is not decoded to be forgotten
+            if st is None or wf in staged or not due_at(st.status, st.ended_at, now, self.retain_s):
                 continue  # forgotten already, revoked, touched now, or retried since
-            part, gone = partition_of[wf], marker(st)
+            part, gone = partition_of[wf], ended_marker(wf, st.status, st.seq)
             records += [
                 Record(self.topics.changelog, wf, None, partition=part),
                 Record(self.topics.changelog, ended_key(wf), encode_ended(gone), partition=part),
@@ -110,12 +112,12 @@ class Retirement:
     def forget(
         self,
         picked: list[tuple[int, Ended]],
-        states: dict[str, WorkflowState],
+        states: KeptStates,
         partition_of: dict[str, int],
     ) -> None:
         """After the commit: the states leave memory, their markers stay."""
         for part, gone in picked:
-            states.pop(gone.workflow_id, None)
+            states.pop(gone.workflow_id)
             partition_of.pop(gone.workflow_id, None)
             self.ended.add(part, gone)
         self._picked = []

@@ -42,7 +42,8 @@ def _datetime_fields(cls: type) -> frozenset[str]:
     return _DATETIME_FIELDS[cls]
 
 
-def _iso(value: datetime) -> str:
+def format_time(value: datetime) -> str:
+    """A time as events and commands carry it: ISO 8601 in UTC, "Z" for the offset."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -73,7 +74,7 @@ def _fields_to_dict(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, A
         if f.name in skip:
             continue
         value = getattr(obj, f.name)
-        out[f.name] = _iso(value) if f.name in times and value is not None else value
+        out[f.name] = format_time(value) if f.name in times and value is not None else value
     return out
 
 
@@ -106,7 +107,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         "seq": event.seq,
         "type": event.type,
         "schema_version": event.schema_version,
-        "occurred_at": _iso(event.occurred_at),
+        "occurred_at": format_time(event.occurred_at),
         "causation_id": event.causation_id,
         "correlation_id": event.correlation_id,
         "payload": _fields_to_dict(event.payload),

@@ -41,7 +41,7 @@ HOLD = {"name": "bounded_hold", "version": 1,
 FINISHED = 20
 ENDED_KEY_PREFIX = "~ended:"  # serialization.changelog; spelt out: the test reads the topic raw
 RESTORED = re.compile(
-    r"restored partition \d+: \d+ records, (\d+) live states, (\d+) ended markers"
+    r"restored partition \d+: \d+ records, (\d+) live states \((\d+) resting\), (\d+) ended"
 )
 
 
@@ -58,11 +58,13 @@ def changelog(env: Env) -> tuple[dict[str, bytes | None], dict[str, str]]:
     return latest, ended
 
 
-def restored_counts(decider: Role, partitions: int) -> tuple[int, int] | None:
+def restored_counts(decider: Role, partitions: int) -> tuple[int, int, int] | None:
+    """(live states, of them resting, ended markers) over the restore lines of every partition."""
     found = RESTORED.findall(decider.text())
     if len(found) < partitions:
         return None
-    return sum(int(live) for live, _ in found), sum(int(ended) for _, ended in found)
+    live, resting, ended = (sum(int(line[i]) for line in found) for i in range(3))
+    return live, resting, ended
 
 
 def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker() -> None:
@@ -90,7 +92,7 @@ def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker
         decider.wait_log("started")
         wait_until(lambda: restored_counts(decider, env.partitions) is not None, 60,
                    "the restored decider's restore lines")  # fmt: skip
-        assert restored_counts(decider, env.partitions) == (2, FINISHED)
+        assert restored_counts(decider, env.partitions) == (2, 0, FINISHED)  # waiting: decoded
 
         gone = tiny[0]
         seq = len(read_events(env)[gone.workflow_id])
@@ -129,3 +131,47 @@ def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker
     finally:
         decider.stop()
     assert_log_invariants(env, tiny_ids | {s.workflow_id for s in holds}, "COMPLETED")
+
+
+def test_a_restored_decider_keeps_ended_states_resting_and_decodes_one_an_input_names() -> None:
+    """ADR 52, default retention (a day): a restarted decider restores finished workflows
+    without decoding them (its restore lines count them resting), and a late cancel of one is
+    answered from the whole state, decoded then: a ``command.rejected`` in its history at the
+    next seq ("workflow is COMPLETED"), where an answer from a marker would be a refusal outside
+    the history (seq 0). A second cancel is answered the same way from the decoded state."""
+    env = Env()
+    env.create()
+    env.push(TINY, [])
+    with roles(env, "decider"), Worker(env):
+        tiny = env.submit("bounded_tiny", [{"i": i} for i in range(4)])
+        ids = {s.workflow_id for s in tiny}
+
+        def completed() -> bool:
+            events = read_events(env)
+            return all(events.get(wf, [])[-1:] and events[wf][-1].type == "workflow.completed"
+                       for wf in ids)  # fmt: skip
+
+        wait_until(completed, 90, "the four tiny workflows to complete")
+
+    decider = Role(env, "decider")  # a restart: restores from the changelog alone
+    try:
+        decider.wait_log("started")
+        wait_until(lambda: restored_counts(decider, env.partitions) is not None, 60,
+                   "the restored decider's restore lines")  # fmt: skip
+        assert restored_counts(decider, env.partitions) == (4, 4, 0)
+        late = tiny[0].workflow_id
+        seq = len(read_events(env)[late])
+        for n in range(2):
+            env.send([c.CancelWorkflow(f"late-cancel-{n}", late)], env.topics.commands)
+
+        def answered() -> bool:
+            return sum(e.type == "command.rejected" for e in read_events(env)[late]) == 2
+
+        wait_until(answered, 60, "the late cancels' rejections in the history")
+        rejected = [e for e in read_events(env)[late] if e.type == "command.rejected"]
+        assert [(e.seq, e.causation_id) for e in rejected] == [
+            (seq + 1, "late-cancel-0"), (seq + 2, "late-cancel-1")]  # fmt: skip
+        assert all("workflow is COMPLETED" in str(e.payload) for e in rejected)
+    finally:
+        decider.stop()
+    assert_log_invariants(env, ids, "COMPLETED")

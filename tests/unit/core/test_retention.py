@@ -10,12 +10,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from es_sched.domain import commands as c
 from es_sched.domain.events import WorkflowRejected
 from es_sched.domain.retention import Ended, answer_ended, due, forget_at, marker
+from es_sched.domain.state import WorkflowState
 from es_sched.kafka.topics import Topics
+from es_sched.runtime.kept import KeptStates
 from es_sched.runtime.retirement import EndedIndex, Retirement
-from es_sched.serialization.changelog import decode_ended, ended_key
+from es_sched.serialization.changelog import Resting, decode_ended, ended_key
 from tests.unit.core.harness import Driver, task, workflow
 
 RETAIN = 60.0
@@ -90,13 +94,22 @@ def test_markers_pack_and_drop_by_partition() -> None:
     assert index.get("wf-a") is None and len(index) == 1
 
 
-def test_retirement_picks_what_is_due_skips_what_the_batch_touched_and_unpicks() -> None:
+@pytest.mark.parametrize("resting", [False, True], ids=["decoded", "resting"])
+def test_retirement_picks_what_is_due_skips_what_the_batch_touched_and_unpicks(
+    resting: bool,
+) -> None:
+    """Also for a state restored resting (ADR 52): retired from its header's fields, never
+    decoded (its bytes here would not decode: a decode would raise)."""
     d = ended_driver()
     topics = Topics("t", 4)
     retire = Retirement(topics, RETAIN, max_per_batch=10)
-    retire.watch(d.st)
-    states, where = {d.workflow_id: d.st}, {d.workflow_id: 2}
     assert d.st.ended_at is not None
+    held: WorkflowState | Resting = d.st
+    if resting:
+        held = Resting(d.workflow_id, d.st.status, d.st.seq, d.st.ended_at, b"{not json", {})
+    retire.watch(held)
+    states, where = KeptStates(), {d.workflow_id: 2}
+    states.keep(held)
     later = d.st.ended_at + timedelta(seconds=RETAIN)
     assert retire.pick(later - timedelta(seconds=1), states, {}, where) == ([], [])
     assert retire.pick(later, states, {d.workflow_id: d.st}, where) == ([], [])  # touched
@@ -111,5 +124,5 @@ def test_retirement_picks_what_is_due_skips_what_the_batch_touched_and_unpicks()
     again, picked = retire.pick(later, states, {}, where)
     assert again == records
     retire.forget(picked, states, where)
-    assert states == {} and where == {}
+    assert len(states) == 0 and where == {} and states.decoded == 0
     assert retire.ended.get(d.workflow_id) == Ended(d.workflow_id, "COMPLETED", d.st.seq)
