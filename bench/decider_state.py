@@ -62,7 +62,8 @@ TINY = {"name": "bench_tiny", "version": 1,
 HOLD = {"name": "bench_hold", "version": 1,
         "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}]}  # fmt: skip
 RESTORED = re.compile(
-    r"restored partition \d+: (\d+) records, (\d+) live states, (\d+) ended markers in ([\d.]+)s"
+    r"restored partition \d+: (\d+) records, (\d+) live states \(\d+ resting\), (\d+) ended "
+    r"markers in ([\d.]+)s"
 )
 COMPLETED = b'"type":"workflow.completed"'
 WINDOW = 2000  # workflows in flight at most while feeding (about a second of decider work)
@@ -220,7 +221,9 @@ def run_mode(mode: str, checkpoints: list[int], live: int, restarts: int, partit
     worker, done = Worker(topics), Completions(topics)
     worker.start()
     done.start()
-    out: dict[str, Any] = {"mode": mode, "retain_finished_s": retain, "points": []}
+    # the prefix: its topics stay, for bench/restore_broker.py
+    out: dict[str, Any] = {"mode": mode, "retain_finished_s": retain, "points": [],
+                           "prefix": prefix}  # fmt: skip
     wait_for(lambda: decider.gauge("es_sched_decider_workflows") is not None, 60, "metrics")
     out["rss_mib_at_0"] = round(decider.rss_mib(), 1)
     sent, t0 = 0, time.monotonic()

@@ -7,16 +7,19 @@ fake registry and drive loops of ``bench/decider_cpu.py``) through ``--workflows
 (``tiny``) or 1080p media (``media``) workflows to their end, writes every kept state's
 changelog records as compaction leaves them (each partition's definition bundle once, then one
 snapshot per workflow: ``runtime.outbox.snapshot``), then restores them the way the decider
-does (``serialization.changelog.Changelog``: ``feed`` each record, then decode ``states``) and
-reports process CPU per state for each half. The restore runs beside the decider that wrote
-the records, still holding its states: a survivor of a failed machine restores that machine's
-share while it holds its own, about as many (``docs/capacity.md``), and the garbage collector's
-full passes walk both. The decoded states are kept, as the decider keeps them. (With the
+does (``serialization.changelog.Changelog``: ``feed`` each record with its headers, then
+``kept``: since ADR 52 an ended workflow's snapshot is kept undecoded, and every workflow here
+ended) and reports process CPU per state for each half. The restore runs beside the decider
+that wrote the records, still holding its states: a survivor of a failed machine restores that
+machine's share while it holds its own, about as many (``docs/capacity.md``), and the garbage
+collector's full passes walk both. The decoded states are kept, as the decider keeps them. (With the
 writing decider gone and each decoded state dropped, collector running, 62-70 us a media state.)
-Each restore runs twice a round, with the cycle collector paused as the decider pauses it since
-2026-12-06 (``es_sched.tuning.collector_paused``: the figures the capacity model reads) and
-running, in alternating order. Both kinds run in each round, so the media/tiny and
-paused/running ratios are from one run; medians of ``--repeat`` rounds.
+Each restore runs three times a round, in an order rotated each round: as the decider restores
+(resting: the figures the capacity model reads), every snapshot decoded with the cycle
+collector paused (``es_sched.tuning.collector_paused``, the decider before ADR 52), and decoded
+with the collector running (before 2026-12-06). Both kinds run in each round, so the media/tiny
+and resting/decoded ratios are from one run; medians of ``--repeat`` rounds. A pass of its own
+counts the memory a restored state holds (tracemalloc), resting and decoded.
 
 Rerun: `.venv/bin/python bench/restore_cpu.py [--workflows 3000 --repeat 5]`
 (no stack needed; writes bench/results/restore_cpu.json)
@@ -25,9 +28,11 @@ Rerun: `.venv/bin/python bench/restore_cpu.py [--workflows 3000 --repeat 5]`
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
+import tracemalloc
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -65,16 +70,22 @@ def compacted(kind: str, n: int, prefix: str) -> tuple[Decider, list[tuple[int, 
     return d, out
 
 
-def restore(records: list[tuple[int, Record]], paused: bool) -> dict[str, float]:
-    """Process CPU of reading (``feed``) and decoding the records, per restored state; with
-    the cycle collector paused as the decider's restore pauses it, or running."""
-    with collector_paused() if paused else nullcontext():
+def restore(records: list[tuple[int, Record]], mode: str) -> dict[str, float]:
+    """Process CPU of reading (``feed``) and keeping the records, per restored state. ``mode``:
+    "resting", as the decider restores since ADR 52 (headers read, an ended workflow's snapshot
+    kept undecoded: ``Changelog.kept``); "decoded", every snapshot decoded with the collector
+    paused (the decider from the morning of 2026-12-06 to ADR 52); "running", decoded with the
+    collector running (before that)."""
+    headers = mode == "resting"
+    with nullcontext() if mode == "running" else collector_paused():
         t0 = time.process_time()
         logs: dict[int, Changelog] = {}
         for partition, r in records:
-            logs.setdefault(partition, Changelog()).feed(r.key, r.value)
+            logs.setdefault(partition, Changelog()).feed(
+                r.key, r.value, r.headers if headers else None
+            )
         t1 = time.process_time()
-        kept = [st for log in logs.values() for st in log.states()]  # held, as the decider does
+        kept = [st for log in logs.values() for st in (log.kept() if headers else log.states())]
         t2 = time.process_time()
     states = len(kept)
     return {
@@ -87,6 +98,27 @@ def restore(records: list[tuple[int, Record]], paused: bool) -> dict[str, float]
     }
 
 
+def memory(records: list[tuple[int, Record]], mode: str) -> float:
+    """KiB a restored state holds (tracemalloc, after a full collection), "resting" or
+    "decoded"; each record's bytes copied first, as a consumer hands the decider new ones."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, headers = tracemalloc.get_traced_memory()[0], mode == "resting"
+        logs: dict[int, Changelog] = {}
+        for partition, r in records:
+            value = None if r.value is None else bytes(bytearray(r.value))
+            logs.setdefault(partition, Changelog()).feed(
+                r.key, value, r.headers if headers else None
+            )
+        kept = [st for log in logs.values() for st in (log.kept() if headers else log.states())]
+        del logs
+        gc.collect()
+        return (tracemalloc.get_traced_memory()[0] - base) / len(kept) / 1024
+    finally:
+        tracemalloc.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=3000)
@@ -94,8 +126,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/restore_cpu.json")
     opts = parser.parse_args()
     console = Console()
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    running: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    modes = ("resting", "decoded", "running")
+    runs = {mode: {kind: list[dict[str, float]]() for kind in KINDS} for mode in modes}
+    kib: dict[str, dict[str, list[float]]] = {m: {k: [] for k in KINDS} for m in modes[:2]}
     with console.status("restoring") as status:
         for k in range(opts.repeat):
             for kind in KINDS:
@@ -104,34 +137,47 @@ def main() -> None:
                 # machine's share while holding its own (docs/capacity.md), and the cycle
                 # collector's full passes walk both
                 d, records = compacted(kind, opts.workflows, f"restore{k}")
-                for paused in (True, False) if k % 2 else (False, True):  # alternate the order
-                    (runs if paused else running)[kind].append(restore(records, paused))
+                for mode in modes[k % 3 :] + modes[: k % 3]:  # rotate the order each round
+                    runs[mode][kind].append(restore(records, mode))
+                for mode in modes[:2]:  # held memory: a pass of its own (tracemalloc is slow)
+                    kib[mode][kind].append(memory(records, mode))
                 del d, records
-    medians, medians_running = (
-        {kind: {f: statistics.median(r[f] for r in rs) for f in rs[0]} for kind, rs in got.items()}
-        for got in (runs, running)
-    )
-    ratio = {f: round(medians["media"][f] / medians["tiny"][f], 2) for f in medians["tiny"]}
-    us = {kind: (medians[kind]["us_per_state"], medians_running[kind]["us_per_state"])
-          for kind in KINDS}  # fmt: skip
-    paused_ratio = {kind: round(a / b, 3) for kind, (a, b) in us.items()}
-    table = Table(title=f"restore CPU per kept state (median of {opts.repeat}, core {CORE})")
+    medians = {
+        mode: {kind: {f: statistics.median(r[f] for r in rs) for f in rs[0]}
+               for kind, rs in got.items()}
+        for mode, got in runs.items()
+    }  # fmt: skip
+    now = medians["resting"]
+    ratio = {f: round(now["media"][f] / now["tiny"][f], 2) for f in now["tiny"]}
+    us = {mode: {kind: medians[mode][kind]["us_per_state"] for kind in KINDS} for mode in modes}
+    over = {mode: {kind: round(us["resting"][kind] / us[mode][kind], 3) for kind in KINDS}
+            for mode in ("decoded", "running")}  # fmt: skip
+    table = Table(title=f"restore CPU per kept state, as the decider restores (ADR 52; median "
+                        f"of {opts.repeat}, core {CORE})")  # fmt: skip
     for col in ("figure", *KINDS, "media / tiny"):
         table.add_column(col, justify="right")
-    for f in medians["tiny"]:
-        table.add_row(f, *(f"{medians[kind][f]:,.1f}" for kind in KINDS), f"{ratio[f]:.2f}")
+    for f in now["tiny"]:
+        table.add_row(f, *(f"{now[kind][f]:,.1f}" for kind in KINDS), f"{ratio[f]:.2f}")
     console.print(table)
-    console.print(
-        "with the collector running instead (as before 2026-12-06): "
-        + ", ".join(f"{kind} {b:,.1f} us a state" for kind, (_, b) in us.items())
-        + f"; paused / running {paused_ratio}"
-    )
+    held = {
+        m: {k: round(statistics.median(v), 2) for k, v in got.items()} for m, got in kib.items()
+    }
+    console.print(f"KiB held a restored state (tracemalloc): resting {held['resting']}, "
+                  f"decoded {held['decoded']}")  # fmt: skip
+    for mode, what in (("decoded", "every state decoded, collector paused (before ADR 52)"),
+                       ("running", "decoded, collector running (before 2026-12-06)")):  # fmt: skip
+        console.print(
+            f"{what}: "
+            + ", ".join(f"{kind} {us[mode][kind]:,.1f} us a state" for kind in KINDS)
+            + f"; resting / this {over[mode]}"
+        )
     result: dict[str, Any] = {
         "benchmark": "restore_cpu", "workflows": opts.workflows, "repeat": opts.repeat,
-        "partitions": PARTITIONS, "core": CORE, "medians": medians,
-        "ratio_media_over_tiny": ratio, "runs": runs,
-        "collector_running": {"medians": medians_running, "runs": running},
-        "ratio_paused_over_running": paused_ratio,
+        "partitions": PARTITIONS, "core": CORE, "medians": now,
+        "ratio_media_over_tiny": ratio, "runs": runs["resting"],
+        "decoded_collector_paused": {"medians": medians["decoded"], "runs": runs["decoded"]},
+        "collector_running": {"medians": medians["running"], "runs": runs["running"]},
+        "ratio_resting_over": over, "kib_held_per_state": held,
     }  # fmt: skip
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(result, indent=2) + "\n")
