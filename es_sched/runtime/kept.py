@@ -73,8 +73,14 @@ class KeptStates:
         self._resting.pop(workflow_id, None)
 
     def update(self, states: Mapping[str, WorkflowState]) -> None:
-        for workflow_id, st in states.items():
-            self[workflow_id] = st
+        """A batch's states (each commit): one C-level update, not a call per state (a loop of
+        ``[]=`` was 1 % of the media decider's samples). A state the batch changed was asked
+        for by ``get`` first, which took it out of the resting ones: the intersection is
+        empty but for a caller that did not."""
+        self._states.update(states)
+        if self._resting:
+            for workflow_id in states.keys() & self._resting.keys():
+                del self._resting[workflow_id]
 
     def pop(self, workflow_id: str) -> None:
         self._states.pop(workflow_id, None)
