@@ -214,7 +214,7 @@ def restore_s(m: Measured, workflows_per_s: float, machines: int,
               o: dict[str, float] = OUTSIDE) -> float:  # fmt: skip
     """Seconds to restore one failed machine's decider state on the survivors: the states it
     held (its share of the rate times how long a state stays: the retention) in records, at
-    the measured restore rate of one decider (read and decoded, one-task states), plus what
+    the measured restore rate of one decider (read and kept, one-task states), plus what
     decoding a media state takes beyond a one-task one."""
     held = workflows_per_s / machines * o["retain_finished_s"]
     per_state = m.records_per_state / m.restore_records_per_s + m.restore_media_extra_us / 1e6

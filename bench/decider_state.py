@@ -303,7 +303,7 @@ def main() -> None:
         # per state restored: in ``kept`` the finished states are restored too, not only the
         # ``--live`` ones that median_ms_per_live_workflow divides by
         console.print(f"{run['mode']}: restore of {r['live_restored']:,} states (read and "
-                      f"decoded): median {r['median_seconds']:.2f}s, "
+                      f"kept): median {r['median_seconds']:.2f}s, "
                       f"{r['median_ms_per_state_restored']:.4f} ms per state",
                       markup=False)  # fmt: skip
     result = {"benchmark": "decider_state", "machine": {"cores": os.cpu_count(),

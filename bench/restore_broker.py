@@ -6,7 +6,10 @@ the way the decider's restore does (one consumer for every partition, ``Changelo
 cycle collector paused: ``runtime.decider._restore_read``) and keeps the states two ways, in
 alternating order each round: ``decoded`` (every snapshot decoded: the decider before ADR 52)
 and ``resting`` (the headers read, an ended workflow's snapshot kept undecoded: the decider
-now). Wall seconds of the read and of the keeping, and process CPU; medians of ``--rounds``.
+now), each also as ``..._1mib``: read with librdkafka's default fetch sizes (1 MiB a
+partition) instead of ``kafka.clients.WHOLE_READ``'s 16 MiB (the reader before 2026-12-06's
+change), so ``decoded_1mib`` is the decider's restore at the start of that day. Wall seconds
+of the read and of the keeping, and process CPU; medians of ``--rounds``, the order rotated.
 
 Needs `es-sched stack up` and a decider_state run's topics.
 Rerun: `.venv/bin/python bench/restore_broker.py [--prefix bstateXXXXXXXX] [--rounds 3]`
@@ -29,21 +32,30 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from es_sched.kafka.clients import read_partitions  # noqa: E402
+from es_sched.kafka import clients  # noqa: E402
 from es_sched.kafka.topics import Topics  # noqa: E402
 from es_sched.serialization.changelog import Changelog  # noqa: E402
 from es_sched.tuning import collector_paused  # noqa: E402
 
 BOOT = "127.0.0.1:9092"
-MODES = ("decoded", "resting")
+MODES = ("decoded_1mib", "decoded", "resting_1mib", "resting")
 
 
 def restore(topic: str, partitions: int, mode: str) -> dict[str, float]:
-    headers = mode == "resting"
+    headers, whole_read = mode.startswith("resting"), clients.WHOLE_READ
+    if mode.endswith("_1mib"):
+        clients.WHOLE_READ = {}
+    try:
+        return _restore(topic, partitions, headers)
+    finally:
+        clients.WHOLE_READ = whole_read
+
+
+def _restore(topic: str, partitions: int, headers: bool) -> dict[str, float]:
     with collector_paused():
         t0, c0 = time.monotonic(), time.process_time()
         found = {n: Changelog() for n in range(partitions)}
-        for msg in read_partitions(BOOT, topic, set(range(partitions))):
+        for msg in clients.read_partitions(BOOT, topic, set(range(partitions))):
             key, value = msg.key() or b"", msg.value()
             found[msg.partition() or 0].feed(
                 key.decode(), value if isinstance(value, bytes) else None,
@@ -71,19 +83,20 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     with console.status("restoring") as status:
         for k in range(opts.rounds):
-            for mode in MODES if k % 2 == 0 else MODES[::-1]:
+            for mode in MODES[k % 4 :] + MODES[: k % 4]:  # the order rotated each round
                 status.update(f"round {k + 1} of {opts.rounds}: {mode}")
                 runs[mode].append(restore(topic, opts.partitions, mode))
     medians = {mode: {f: statistics.median(r[f] for r in rs) for f in rs[0]}
                for mode, rs in runs.items()}  # fmt: skip
-    ratio = {f: round(medians["resting"][f] / medians["decoded"][f], 3)
-             for f in ("read_s", "keep_s", "seconds", "cpu_s")}  # fmt: skip
+    timed = ("read_s", "keep_s", "seconds", "cpu_s")
+    ratio = {f"resting / {m}": {f: round(medians["resting"][f] / medians[m][f], 3) for f in timed}
+             for m in MODES[:3]}  # fmt: skip
     table = Table(title=f"restore of {topic} (median of {opts.rounds}, interleaved)")
-    for col in ("figure", *MODES, "resting / decoded"):
+    for col in ("figure", *MODES, *ratio):
         table.add_column(col, justify="right")
-    for f in medians["decoded"]:
+    for f in medians["resting"]:
         cells = [f"{medians[m][f]:,.2f}" for m in MODES]
-        table.add_row(f, *cells, f"{ratio[f]:.3f}" if f in ratio else "")
+        table.add_row(f, *cells, *(f"{r[f]:.3f}" if f in r else "" for r in ratio.values()))
     console.print(table)
     result: dict[str, Any] = {"benchmark": "restore_broker", "topic": topic,
                               "rounds": opts.rounds, "medians": medians, "ratio": ratio,
