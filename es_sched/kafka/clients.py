@@ -162,12 +162,13 @@ def read_partition(
 
 
 # A reader of whole partitions wants few, large fetches. At librdkafka's default of 1 MiB per
-# partition per fetch, reading the decider changelog of 105,000 one-task states (205,000
-# records, 290 MB, 4 partitions) took 1.86 s on the local broker; at 16 MiB 0.99 s, at 32 MiB
-# 0.96 (medians of 3, interleaved; the events topic's small records read the same either way).
-# The answer's cap and the largest message the client accepts grow with it: librdkafka wants
-# receive.message.max.bytes above fetch.max.bytes. bench/restore_broker.py measures a restore
-# both ways. Module-level so that bench can restore with the defaults too.
+# partition per fetch, a decider's restore read its changelog of 105,000 one-task states
+# (205,000 records, 4 partitions) in 2.96 s on the local broker; at 16 MiB in 1.32 s
+# (bench/restore_broker.py, both in one run, medians of 4; 32 MiB gained little more in a
+# scratch read, and the events topic's small records read the same either way). The answer's
+# cap and the largest message the client accepts grow with it: librdkafka wants
+# receive.message.max.bytes above fetch.max.bytes. Module-level so that the bench can restore
+# with the defaults too.
 WHOLE_READ: dict[str, Any] = {
     "max.partition.fetch.bytes": 16 << 20,
     "fetch.max.bytes": 64 << 20,
