@@ -156,15 +156,14 @@ class Changelog:
 
     def states(self) -> Iterator[WorkflowState]:
         """The live states: each key's latest snapshot, decoded against the bundles read."""
-        for wf, raw, _ in joined(self.latest):  # a large one: its chunks put together (ADR 19)
-            if wf not in self.ended:  # retired: the marker is the newer word
-                yield decode_state(raw, self.bundles)
+        for kept in self.kept():
+            yield kept.state() if isinstance(kept, Resting) else kept
 
     def kept(self) -> Iterator[WorkflowState | Resting]:
         """``states()`` as a decider keeps them: an ended workflow's snapshot that says so in
         its header stays undecoded (``Resting``), every other one is decoded."""
-        for wf, raw, _ in joined(self.latest):
-            if wf in self.ended:
+        for wf, raw, _ in joined(self.latest):  # a large one: its chunks put together (ADR 19)
+            if wf in self.ended:  # retired: the marker is the newer word
                 continue
             ending = self.endings.get(wf)
             if ending is None:
