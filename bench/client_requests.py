@@ -17,7 +17,8 @@ and are not counted here (ADR 48 counted them on the broker).
 
 Medians of the windows. Rerun (needs `es-sched stack up`, a broker that has run a minute or
 two: its JIT makes the first minute dear): `PYTHONPATH=. .venv/bin/python
-bench/client_requests.py [--rate 26 --seconds 20 --runs 3 --partitions 12]`; writes
+bench/client_requests.py [--rate 26 --seconds 20 --runs 3 --partitions 12 --code TREE]`
+(``--code``: another checkout's es_sched, e.g. a `git worktree` of an earlier commit); writes
 bench/results/client_requests.json.
 """
 
@@ -136,13 +137,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=12, help="of each per-workflow topic")
+    ap.add_argument("--code", type=Path, default=BENCH.parent, help="the checkout to run")
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "client_requests.json")
     opts = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="client-stats-"))
     os.environ["ES_BENCH_CLIENT_STATS"] = str(folder)
     os.environ.setdefault("ES_BENCH_CLIENT_STATS_MS", "1000")
     e2e.EXTRA_PATH.append(str(BENCH / "client_stats"))
-    system = EsSched(Path(tempfile.mkdtemp(prefix="requests-")), partitions=opts.partitions)
+    system = EsSched(
+        Path(tempfile.mkdtemp(prefix="requests-")), code=opts.code, partitions=opts.partitions
+    )
     windows = run_windows(
         system, opts.runs, lambda tag: window(system, folder, opts.rate, opts.seconds, tag)
     )

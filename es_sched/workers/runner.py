@@ -20,7 +20,13 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer, watermarks
@@ -29,6 +35,10 @@ from es_sched.serialization import wire
 
 log = logging.getLogger(__name__)
 ENDS_RENEW_S = 3.0  # the least time between two replacements of the "end" client
+# How old the newest record read may be for the end its fetch brought to stand for "the end
+# now" (``AssignmentReader.fetched_end``): about the staleness the round trip it saves has on
+# a loaded broker, far below a heartbeat.
+FETCHED_END_FRESH_S = 0.02
 OFFSET_UNSET = -1001  # librdkafka's OFFSET_INVALID: the group has no committed position
 _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not elected yet
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -54,6 +64,7 @@ class AssignmentReader:
         self._ends_renew_at = 0.0
         self._committed = OFFSET_UNSET
         self._next = OFFSET_UNSET  # the offset after the last record read
+        self._newest_at = 0.0  # CreateTime (s) of the newest record read: see fetched_end
 
     def open(self, stop: threading.Event, timeout_s: float = 10.0) -> bool:
         """Assign our partition once the topic exists and has leaders (the dispatcher may
@@ -97,6 +108,9 @@ class AssignmentReader:
         err = msg.error()
         if err is None:
             self._next = (msg.offset() or 0) + 1
+            kind, ms = msg.timestamp()
+            if kind != TIMESTAMP_NOT_AVAILABLE and ms / 1000 > self._newest_at:
+                self._newest_at = ms / 1000
             return msg
         if err.fatal():
             raise InfrastructureError(f"reading {self.topic}[{self.partition}]: {err}")
@@ -124,11 +138,34 @@ class AssignmentReader:
             return None
         return int(high)
 
+    def fetched_end(self) -> int | None:
+        """The partition's end as the fetch answers gave it (librdkafka keeps the last one's
+        high watermark: no round trip), when it can stand for the end now; else None.
+
+        Each fetch answer is newer than every record it carried, so the end it gave is at most
+        as old as the newest record read (its CreateTime, on the producer's clock: a
+        dispatcher's clock ahead of this one makes it look younger by the difference). While
+        that record is younger than ``FETCHED_END_FRESH_S``, a record appended since (a cancel
+        behind the assignment) is missed only if it came within that window, as it can come
+        while the round trip's answer travels. Older (the worker paused, frozen, or nothing
+        new came), or before any answer: None, and ``end`` asks the broker. Measured (issue 15):
+        the workers' ListOffsets requests 5.07 -> 0.01 a media workflow at 26 DAGs/s
+        (`bench/client_requests.py --code`, client_requests_fetched_end_*.json); assignment ->
+        first report p50 5 -> 4 ms at 8 DAGs/s (`bench/timeline.py`, 3 interleaved pairs,
+        timeline_fetched_end_ab.json), the workflow's latency unchanged within its spread."""
+        if time.time() - self._newest_at > FETCHED_END_FRESH_S:
+            return None
+        tp = TopicPartition(self.topic, self.partition)
+        _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+        return int(high) if high >= 0 else None
+
     def catch_up(self, budget_s: float, on_record: Callable[[Message], None]) -> bool:
         """Read the partition up to its end as the broker has it now, handing each record to
         ``on_record``, within ``budget_s``; False when it did not get there."""
         deadline = time.monotonic() + budget_s
-        end = self.end(budget_s)
+        end = self.fetched_end()
+        if end is None:
+            end = self.end(budget_s)
         if end is None:
             return False
         self.pause(False)  # records beyond the backlog's bound: only up to this end
