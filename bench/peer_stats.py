@@ -16,6 +16,7 @@ Rules, one place each:
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -217,3 +218,10 @@ def write_table(readme: Path, table: str) -> bool:
     _, tail = rest.split(END, 1)
     readme.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
     return True
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    """A bench's JSON under bench/results (or ``--out``), said where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")

@@ -156,9 +156,7 @@ def main() -> None:
               "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
               "warmup_s": opts.warmup,
               "medians": medians, "windows": windows}  # fmt: skip
-    opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {opts.out}")
+    ps.write_result(opts.out, result)
 
 
 if __name__ == "__main__":
