@@ -7,12 +7,15 @@ definition inline, a workflow mid-run. It must still restore, as the same state.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from datetime import datetime
 
 import orjson
 import pytest
 
 from es_sched.domain.evolve import fold
+from es_sched.domain.parsed import parse_workflow_cached
 from es_sched.domain.state import TaskState
 from es_sched.errors import SchemaError
 from es_sched.serialization.changelog import Changelog, definition_key
@@ -124,3 +127,28 @@ def test_the_states_of_one_bundle_share_its_taskdefs_parsed_once() -> None:
     folded = fold(history("media_480")[:14])
     assert folded is not None and dict(first.taskdefs) == dict(folded.taskdefs)
     assert len(first.taskdefs) > 0
+
+
+def test_the_bundle_follows_each_of_the_three_documents_a_state_holds() -> None:
+    """``definition_record`` is memoised on the objects a state holds its documents in: a
+    state that holds another of any of the three gets that bundle's hash, never the last one."""
+    st = fold(history("media_480")[:14])
+    assert st is not None
+    digest, raw = definition_record(st)
+    assert definition_record(st.clone()) == (digest, raw)  # a clone shares all three
+    subs = dataclasses.replace(st, subworkflow_definitions=({"name": "child", "tasks": []},))
+    fewer = dataclasses.replace(st, taskdefs=dict(list(st.taskdefs.items())[1:]))
+    one_task = {"name": "one", "version": 1, "tasks": [{"name": "u", "taskReferenceName": "u"}]}
+    definition, problems = parse_workflow_cached(one_task)
+    assert definition is not None and not problems
+    mixed = dataclasses.replace(st, definition=definition)  # another definition alone
+    hashes = {digest}
+    for changed in (subs, fewer, mixed):
+        got, bundle = definition_record(changed)
+        assert got == hashlib.sha256(bundle).hexdigest()
+        doc = orjson.loads(bundle)
+        assert doc["definition"] == changed.definition.raw
+        assert doc["taskdefs"] == [td.raw for td in changed.taskdefs.values()]
+        assert doc["subworkflow_definitions"] == list(changed.subworkflow_definitions)
+        hashes.add(got)
+    assert len(hashes) == 4
