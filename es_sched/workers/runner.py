@@ -160,8 +160,9 @@ class AssignmentReader:
         return int(high) if high >= 0 else None
 
     def catch_up(self, budget_s: float, on_record: Callable[[Message], None]) -> bool:
-        """Read the partition up to its end as the broker has it now, handing each record to
-        ``on_record``, within ``budget_s``; False when it did not get there."""
+        """Read the partition up to its end as the broker has it now (``fetched_end`` when that
+        is fresh, else ``end``), handing each record to ``on_record``, within ``budget_s``;
+        False when it did not get there."""
         deadline = time.monotonic() + budget_s
         end = self.fetched_end()
         if end is None:
