@@ -71,10 +71,6 @@ HOPS = ("ready -> dispatched", "dispatched -> assigned", "assigned -> first repo
         "outcome -> event", "workflow")  # fmt: skip
 
 
-def _now() -> float:
-    return time.time()
-
-
 def _batch(c: Consumer) -> list[Any]:
     first = c.poll(0.1)
     if first is None or first.error():
@@ -99,7 +95,7 @@ def decider(prefix: str, stop: Any) -> None:
         for m in batch:
             doc = orjson.loads(m.value())
             wf, kind, step = doc["wf"], doc["kind"], doc.get("step", 0)
-            now = _now()
+            now = time.time()
             for topic in ("events", "changelog", "timers"):
                 p.produce(t[topic], m.value(), wf)
             if kind == "dispatch":
@@ -135,11 +131,11 @@ def dispatcher(prefix: str, stop: Any) -> None:
             continue
         docs = [orjson.loads(m.value()) for m in batch]
         for doc in docs:
-            doc["dispatched"] = _now()
+            doc["dispatched"] = time.time()
             p.produce(t["inputs"], orjson.dumps({**doc, "kind": "dispatch"}), doc["wf"])
         p.flush(30)  # the grant and the DispatchTask delivered before the assignment leaves
         for doc in docs:
-            doc["assigned"] = _now()
+            doc["assigned"] = time.time()
             p.produce(t["assignments"], orjson.dumps(doc), doc["wf"])
         p.poll(0)
     p.flush(30)
@@ -154,7 +150,7 @@ def worker(prefix: str, stop: Any) -> None:
     while not stop.is_set():
         for m in _batch(c):
             doc = orjson.loads(m.value())
-            doc.update(kind="report", reported=_now())
+            doc.update(kind="report", reported=time.time())
             doc["t"] = doc["reported"]
             p.produce(t["inputs"], orjson.dumps(doc), doc["wf"])
         p.poll(0)
@@ -171,7 +167,6 @@ class Floor:
         self.stop = self.ctx.Event()
         self.procs: list[Any] = []
         self.done: dict[str, dict[str, Any]] = {}
-        self.hops: dict[str, list[float]] = {h: [] for h in HOPS}
 
     def topic(self, name: str) -> str:
         return f"{self.prefix}-{name}"
@@ -210,9 +205,10 @@ class Floor:
                 time.sleep(0.001)
             wf = f"{tag}-{i}"
             ids.append(wf)
+            now = time.time()
             self.source.produce(
                 self.topic("inputs"),
-                orjson.dumps({"wf": wf, "kind": "start", "t0": _now(), "t": _now()}),
+                orjson.dumps({"wf": wf, "kind": "start", "t0": now, "t": now}),
                 wf,
             )
             self.source.poll(0)
