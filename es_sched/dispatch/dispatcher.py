@@ -202,8 +202,14 @@ class Dispatcher(Inputs):
             self._send(dispatch_records.assignment(a)[1], now)
         if assignments and not self.output.delivered_all():
             return
+        # What leaves after that delivery is stamped when it leaves, not with the decision's
+        # time: a worker reads an assignment's age to trust the end its last fetch brought
+        # (``runner.FETCHED_END_FRESH_S``), and the decision's time made every assignment look
+        # older by the delivery (1 ms at light load, 3-5 at 45 DAGs/s, an outage's length),
+        # which ``bench/timeline.py`` also counted as the worker's.
+        sent = self.clock()
         for a in assignments:
-            self._assign(a, now)
+            self._assign(a, sent)
         self._flush_and_commit(due_only=True)
         self._update_gauges()
 

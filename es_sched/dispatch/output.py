@@ -1,13 +1,14 @@
 """Everything the dispatcher writes, through one idempotent producer, and waiting for it.
 
 Assignments and cancels (assignments topics), ``DispatchTask``/``ExpireLease`` (task-results),
-lease journal records (``<prefix>.leases``) and dead letters. A record's time is the decision
-time, so rates are measurable on the topics themselves. ``delivered_all`` is the dispatcher's
-one ordering tool: what must be on the broker before something else is produced (a take-back
-before a later grant of its task, a grant and its ``DispatchTask`` before the assignment,
-everything before ready offsets are committed) is waited for with it. It waits out a broker
-outage, returns False once the role is stopping, and raises ``InfrastructureError`` for a
-record the broker refused for good.
+lease journal records (``<prefix>.leases``) and dead letters. A record's time is the one the
+dispatcher gives it, so rates are measurable on the topics themselves: the decision's, or for
+what waits for a delivery first (an assignment and its lease) the time it leaves.
+``delivered_all`` is the dispatcher's one ordering tool: what must be on the broker before
+something else is produced (a take-back before a later grant of its task, a grant and its
+``DispatchTask`` before the assignment, everything before ready offsets are committed) is
+waited for with it. It waits out a broker outage, returns False once the role is stopping, and
+raises ``InfrastructureError`` for a record the broker refused for good.
 """
 
 from __future__ import annotations

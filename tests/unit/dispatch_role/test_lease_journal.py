@@ -71,11 +71,13 @@ class FakeOutput:
     log: list[tuple[str, ...]] = field(default_factory=list)
     journal: list[Msg] = field(default_factory=list)
     dead_letters: list[Any] = field(default_factory=list)
+    stamps: list[tuple[str, datetime]] = field(default_factory=list)  # topic, record time
 
     def produce(
         self, topic: str, key: str, value: bytes | None, now: datetime, partition: int = -1
     ) -> None:
         self.log.append(("produce", topic, key))
+        self.stamps.append((topic, now))
         if topic == TOPIC or topic.endswith(".leases"):
             self.journal.append(Msg(key, value))
 
@@ -213,6 +215,29 @@ def test_a_tick_delivers_the_epoch_with_the_dispatch_then_assignment_lease_and_c
         ("commit",),
     ]
     assert [(tp.partition, tp.offset) for tp in commits[0]] == [(2, 8)]
+
+
+def test_an_assignment_is_stamped_when_it_leaves_after_its_dispatch_was_delivered() -> None:
+    """The DispatchTask carries the decision's time; the assignment and its lease, which wait
+    for that delivery, the time they leave: a worker reads the assignment's age to trust the
+    end its last fetch brought (``runner.FETCHED_END_FRESH_S``)."""
+    out, commits, readings = FakeOutput(), list[list[TopicPartition]](), [T0]
+
+    def clock() -> datetime:  # a millisecond later at every reading
+        readings.append(readings[-1] + timedelta(milliseconds=1))
+        return readings[-1]
+
+    d = ticking(out, commits, clock)
+    t = ready("t")
+    d.journal.track(t, 2)
+    d.core.enqueue(t)
+    out.stamps.clear()
+    d.step(0)
+    stamps = dict(out.stamps[:2])  # the grant and its DispatchTask: one delivery
+    assert stamps["p.leases"] == stamps["p.task-results"]
+    decided = stamps["p.task-results"]
+    assert out.stamps[2:4] == [("p.assignments", decided + timedelta(milliseconds=1)),
+                               ("p.leases", decided + timedelta(milliseconds=1))]  # fmt: skip
 
 
 def test_a_take_back_is_delivered_before_the_next_grant_of_its_task() -> None:
