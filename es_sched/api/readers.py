@@ -101,7 +101,7 @@ class WorkerBoard:
             return dict(self.workers), dict(self.read_up_to)
 
     def close(self) -> None:
-        self.tail.consumer.close()
+        self.tail.close()
 
 
 _MAKE_LOCK = threading.Lock()

@@ -167,7 +167,7 @@ class Dispatcher(Inputs):
             self._flush_and_commit()
             self.ready.close()
             for tail in (self.config, self.status, self.events):
-                tail.consumer.close()
+                tail.close()
             log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
 
     def step(self, wait_s: float) -> None:

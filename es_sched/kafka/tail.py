@@ -13,9 +13,11 @@ import time
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
-from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.clients import consumer
+from es_sched.kafka.ends import Ends
 
 log = logging.getLogger(__name__)
+ENDS_S = 15.0  # one partition's end asked of the broker, at most
 
 
 class Tail:
@@ -23,11 +25,16 @@ class Tail:
 
     def __init__(self, bootstrap: str, topic: str, start: int) -> None:
         self.topic = topic
-        # Fetches answered after 10 ms, not librdkafka's 500, when nothing is new: the ends
-        # catch_up asks for (a ListOffsets per partition) queue behind a fetch the broker is
-        # holding, so each waited up to 500 ms; with the worker-status topic's 12 partitions
-        # a GET /api/v1/workers took seconds (bench/read_to_end.py's ``tail``).
-        self.consumer = consumer(bootstrap, None, **{"fetch.wait.max.ms": 10})
+        # The broker holds a fetch until a record comes (librdkafka's fetch.wait.max.ms, 500
+        # ms), and catch_up asks the ends on a client of their own (``kafka.ends``): asked here,
+        # each ListOffsets queued behind the held fetch and a GET /api/v1/workers took seconds
+        # (bench/read_to_end.py's ``tail``). Until 2026-12-06 the tails made the broker answer
+        # every fetch within 10 ms instead: a fetch every 10 ms per tail, idle or not (the
+        # dispatcher's three: 7.7 of a media workflow's 74 client requests at 45 DAGs/s,
+        # bench/client_requests.py).
+        self.consumer = consumer(bootstrap, None)
+        self._bootstrap = bootstrap
+        self._ends: Ends | None = None  # made by the first catch_up
         deadline = time.monotonic() + 30
         while True:  # a topic created a moment ago may not be in the metadata yet
             meta = self.consumer.list_topics(topic, timeout=30).topics[topic]
@@ -42,10 +49,8 @@ class Tail:
     def catch_up(self, timeout_s: float = 30.0) -> list[Message]:
         """Every record up to the end the topic had when this was called."""
         try:
-            highs = {
-                p: watermarks(self.consumer, TopicPartition(self.topic, p))[1]
-                for p in self.partitions
-            }
+            ends = self._ends = self._ends or Ends(self._bootstrap)
+            highs = {p: ends.high(TopicPartition(self.topic, p), ENDS_S) for p in self.partitions}
             out: list[Message] = []
             deadline = time.monotonic() + timeout_s
             while True:
@@ -64,6 +69,11 @@ class Tail:
         except KafkaException as exc:  # a broker away or slow: the caller decides to wait
             raise InfrastructureError(f"catching up with {self.topic}: {exc}") from exc
         raise InfrastructureError(f"catching up with {self.topic} took over {timeout_s}s")
+
+    def close(self) -> None:
+        self.consumer.close()
+        if self._ends is not None:
+            self._ends.close()
 
     def poll(self, limit: int = 500, timeout_s: float = 0.0) -> list[Message]:
         msgs = self.consumer.consume(limit, timeout_s)

@@ -30,11 +30,11 @@ from confluent_kafka import (
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.ends import Ends
 from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import wire
 
 log = logging.getLogger(__name__)
-ENDS_RENEW_S = 3.0  # the least time between two replacements of the "end" client
 # How old the newest record read may be for the end its fetch brought to stand for "the end
 # now" (``AssignmentReader.fetched_end``): about the staleness the round trip it saves has on
 # a loaded broker, far below a heartbeat.
@@ -56,12 +56,8 @@ class AssignmentReader:
         self.topic, self.worker_id, self.group = topic, worker_id, group
         self.partition = -1
         self.paused = False
-        self._bootstrap = bootstrap
         self._consumer = consumer(bootstrap, group)
-        # Asks where the partition ends. Not the reading client: the broker answers requests
-        # of one connection in order, so its query would wait out the fetch long-poll.
-        self._ends = consumer(bootstrap, None)
-        self._ends_renew_at = 0.0
+        self._ends = Ends(bootstrap)  # not the reading client, which holds fetches (kafka.ends)
         self._committed = OFFSET_UNSET
         self._next = OFFSET_UNSET  # the offset after the last record read
         self._newest_at = 0.0  # CreateTime (s) of the newest record read: see fetched_end
@@ -128,15 +124,11 @@ class AssignmentReader:
         """The partition's end as the broker has it now (one round trip, a fraction of a
         millisecond locally; ``read_committed``: the last stable offset); None when it cannot
         be asked."""
-        tp = TopicPartition(self.topic, self.partition)
         try:
-            _, high = self._ends.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            return self._ends.high(TopicPartition(self.topic, self.partition), timeout_s)
         except KafkaException as exc:
             log.warning("end of %s[%d] unknown: %s", self.topic, self.partition, exc)
-            if time.monotonic() >= self._ends_renew_at:
-                self._new_ends()
             return None
-        return int(high)
 
     def fetched_end(self) -> int | None:
         """The partition's end as the fetch answers gave it (librdkafka keeps the last one's
@@ -177,21 +169,6 @@ class AssignmentReader:
             if msg is not None:
                 on_record(msg)
         return True
-
-    def _new_ends(self) -> None:
-        """Replace the client that asks where the partition ends, after a failed query.
-
-        It only ever sends ListOffsets to the leader its metadata names, and nothing else it
-        does refreshes that metadata (no fetch, no produce; the periodic refresh is 5 min):
-        once a broker that led the partition is gone (kill -9 of one node of three) it would
-        ask the dead node forever, and the worker, which starts no task before it has read up
-        to that end, would stall for good. That was the three-node test's 1-in-6 failure. A
-        new client bootstraps and looks the leader up afresh; at most every ENDS_RENEW_S, so a
-        whole-cluster outage does not churn clients.
-        """
-        old, self._ends = self._ends, consumer(self._bootstrap, None)
-        self._ends_renew_at = time.monotonic() + ENDS_RENEW_S
-        old.close()
 
     def position(self) -> int:
         """The next offset to read (past any transaction markers the client skipped)."""

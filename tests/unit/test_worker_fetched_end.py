@@ -14,6 +14,7 @@ import time
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
+from es_sched.kafka import ends as ends_module
 from es_sched.workers import runner
 from es_sched.workers.runner import FETCHED_END_FRESH_S, AssignmentReader
 
@@ -69,8 +70,8 @@ def reader(
     reading = Client([Msg(0, created_s), Msg(1, created_s), Msg(2, created_s),
                       Msg(3, created_s)], cached_end, end=4)  # fmt: skip
     ends = Client([], cached_end, end=4)
-    clients = iter([reading, ends])
-    monkeypatch.setattr(runner, "consumer", lambda *_a, **_k: next(clients))
+    monkeypatch.setattr(runner, "consumer", lambda *_a, **_k: reading)
+    monkeypatch.setattr(ends_module, "consumer", lambda *_a, **_k: ends)
     r = AssignmentReader("bootstrap", "assignments", "w1", "group")
     r.partition = 0
     assert r.poll(0.05) is not None  # the head, offset 0

@@ -200,7 +200,7 @@ def _drive(
             live.update(Group(board.table(len(receiver.received))))
             if board.finished() == len(submitted) and len(receiver.received) >= len(submitted):
                 break
-    tail.consumer.close()
+    tail.close()
     elapsed = time.time() - started
     calls = receiver.by_path()
     latency = [calls[f"/{run}-{i:02d}"]["at"] - submitted[wf][1]

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.errors import InfrastructureError
+from es_sched.kafka import ends as ends_module
 from es_sched.kafka.tail import Tail
 from tests.support.settings import private_vars, settings_with
 from tests.unit.dispatch_role.test_lease_journal import T0
@@ -55,9 +56,16 @@ class TimingOut:
     def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get watermark offsets"))
 
+    def close(self) -> None:
+        pass
 
-def test_a_tail_translates_a_driver_timeout_into_infrastructure_trouble() -> None:
+
+def test_a_tail_translates_a_driver_timeout_into_infrastructure_trouble(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ends_module, "consumer", lambda *_a, **_k: TimingOut())
     tail = Tail.__new__(Tail)
-    tail.topic, tail.partitions, tail.consumer = "t.config", [0], TimingOut()  # type: ignore[assignment]
+    tail.topic, tail.partitions, tail._bootstrap, tail._ends = "t.config", [0], "unused", None
+    tail.consumer = TimingOut()  # type: ignore[assignment]
     with pytest.raises(InfrastructureError, match=r"catching up with t\.config"):
         tail.catch_up()
