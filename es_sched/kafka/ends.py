@@ -4,7 +4,7 @@ A reader that lets the broker hold its fetches open (``fetch.wait.max.ms``, libr
 by default: the broker answers as soon as a record comes, and otherwise once that long) cannot
 ask its own client where a partition ends: the broker answers the requests of one connection in
 order, so the ListOffsets would wait out the held fetch. The worker's reader asked a second
-client (ADR 44's catch-up before a start); the dispatcher's and the API's tails instead made the
+client (its catch-up before a start); the dispatcher's and the API's tails instead made the
 broker answer every fetch within 10 ms, which cost it a fetch every 10 ms per tail, idle or not
 (``kafka.tail``). ``Ends`` is that second client, for both.
 
