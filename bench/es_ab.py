@@ -8,6 +8,9 @@ peers: the side-by-side table itself still comes from ``make bench``.
 Rerun (needs `es-sched stack up`): `git worktree add /tmp/before <rev>`, then
 `PYTHONPATH=. .venv/bin/python bench/es_ab.py --before /tmp/before --label "what changed"`
 [--runs 3 --burst 600 --seconds 20]. Writes bench/results/es_ab.json (or ``--out``).
+``--before-partitions N`` / ``--after-partitions N`` give a side topics of N partitions, not
+the default's (``es_system.PARTITIONS``): one checkout against itself (``--before .``) then
+measures what the partition count does (ADR 53).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent)]
 import peer_stats as ps  # noqa: E402
 import side_by_side as sbs  # noqa: E402
-from es_system import EsSched  # noqa: E402
+from es_system import PARTITIONS, EsSched  # noqa: E402
 
 FIGURES = ("max DAGs/s", "sustained DAGs/s", "p95 ms @25%", "p95 ms @50%", "p95 ms @75%",
            "p95 ms @100%", "dispatch p95 ms @50%")  # fmt: skip
@@ -63,23 +66,26 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=600)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--drain", type=float, default=20)
+    parser.add_argument("--before-partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--after-partitions", type=int, default=PARTITIONS)
     parser.add_argument("--label", default="")
     parser.add_argument("--out", type=Path, default=sbs.RESULTS / "es_ab.json")
     opts = parser.parse_args()
     codes = {"before": opts.before.resolve(), "after": sbs.ROOT}
+    parts = {"before": opts.before_partitions, "after": opts.after_partitions}
     result: dict[str, Any] = {
         "benchmark": "es_ab", "label": opts.label, "command": " ".join(sys.argv),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": sbs.fingerprint(), "codes": {k: str(v) for k, v in codes.items()},
         "settings": {"burst": opts.burst, "seconds_per_load": opts.seconds,
-                     "drain_s": opts.drain, "loads": list(ps.LOADS)},
+                     "drain_s": opts.drain, "loads": list(ps.LOADS), "partitions": parts},
         "rounds": [],
     }  # fmt: skip
     with Progress(console=sbs.console) as progress:
         for r in range(opts.runs):
             order = list(codes) if r % 2 == 0 else list(reversed(codes))
-            rnd = {name: sbs.measure(name, EsSched(sbs.RESULTS, codes[name]), opts, progress,
-                                     f"ab{r}{name[0]}") for name in order}  # fmt: skip
+            rnd = {name: sbs.measure(name, EsSched(sbs.RESULTS, codes[name], parts[name]), opts,
+                                     progress, f"ab{r}{name[0]}") for name in order}  # fmt: skip
             result["rounds"].append(rnd)
             med = {n: ps.median_system([x[n] for x in result["rounds"]]) for n in codes}
             result["median"] = {n: figures(m) for n, m in med.items()}

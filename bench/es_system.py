@@ -31,9 +31,12 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
 from es_sched.serialization import encode_input
+from es_sched.settings import KafkaSettings
 from tests.integration.runtime_harness import MEDIA, Env
 from tests.support.settings import BOOTSTRAP
 
+# The product's default, so the benches measure what `es-sched stack up` users run (ADR 53).
+PARTITIONS: int = KafkaSettings.model_fields["partitions"].default
 COMPLETED = b'"workflow.completed"'
 FIRST_REPORT = (b'"worker.task_started"', b'"worker.task_completed"', b'"worker.task_failed"')
 
@@ -47,7 +50,7 @@ class EsSched:
 
     mode = "es-sched"
 
-    def __init__(self, logs: Path, code: Path = e2e.ROOT, partitions: int = 12) -> None:
+    def __init__(self, logs: Path, code: Path = e2e.ROOT, partitions: int = PARTITIONS) -> None:
         self.logs, self.code = logs, code  # code: the checkout whose es_sched runs
         self.env = Env(partitions=partitions, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
         self.done: dict[str, float] = {}  # workflow id -> read time
