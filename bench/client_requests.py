@@ -3,17 +3,17 @@
 The broker's CPU is the largest share of a workflow's (bench/cpu_split.py) and it is spent per
 request (ADR 48: a JFR profile), so the figure to drive down is requests per workflow, and the
 question is which client sends them. es-sched as bench/side_by_side.py runs it
-(es_system.EsSched: fresh topics of 12 partitions, the roles in one process, two no-op workers,
-the 1080p media DAG of nine worker tasks) takes ``--rate`` DAGs/s for ``--seconds``, ``--runs``
-windows one after the other (each process's CPU per workflow measured as bench/cpu_split.py
-does, in the same windows). Every Kafka client of es-sched's processes reports librdkafka's
-statistics (``brokers.*.req``: requests sent, by API) through bench/client_stats/sitecustomize.py
-on their ``PYTHONPATH`` (es-sched's code is unchanged); the counts read after a window minus
-those read before it, divided by the window's workflows, are that client's requests per
-workflow. A client is named by its process (``roles``: decider, timers, retry relay and
-dispatcher; ``worker``) and the es_sched source line that created it. Requests the broker sends
-itself (KIP-890's AddPartitionsToTxn verifications, transaction markers) are not the clients'
-and are not counted here (ADR 48 counted them on the broker).
+(es_system.EsSched: fresh topics of ``--partitions``, by default the product's, the roles in one
+process, two no-op workers, the 1080p media DAG of nine worker tasks) takes ``--rate`` DAGs/s
+for ``--seconds``, ``--runs`` windows one after the other (each process's CPU per workflow
+measured as bench/cpu_split.py does, in the same windows). Every Kafka client of es-sched's
+processes reports librdkafka's statistics (``brokers.*.req``: requests sent, by API) through
+bench/client_stats/sitecustomize.py on their ``PYTHONPATH`` (es-sched's code is unchanged); the
+counts read after a window minus those read before it, divided by the window's workflows, are
+that client's requests per workflow. A client is named by its process (``roles``: decider,
+timers, retry relay and dispatcher; ``worker``) and the es_sched source line that created it.
+Requests the broker sends itself (KIP-890's AddPartitionsToTxn verifications, transaction
+markers) are not the clients' and are not counted here (ADR 48 counted them on the broker).
 
 Medians of the windows. Rerun (needs `es-sched stack up`, a broker that has run a minute or
 two: its JIT makes the first minute dear): `PYTHONPATH=. .venv/bin/python
@@ -43,7 +43,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent)]
 import cpu_split  # noqa: E402
 import e2e  # noqa: E402
 import side_by_side as sbs  # noqa: E402
-from es_system import EsSched, run_windows  # noqa: E402
+from es_system import PARTITIONS, EsSched, run_windows  # noqa: E402
 
 Counts = dict[str, collections.Counter[str]]  # client -> API -> requests sent so far
 
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=26.0, help="DAGs per second, open loop")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--partitions", type=int, default=12, help="of each per-workflow topic")
+    ap.add_argument("--partitions", type=int, default=PARTITIONS, help="per-workflow topics")
     ap.add_argument("--code", type=Path, default=BENCH.parent, help="the checkout to run")
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "client_requests.json")
     opts = ap.parse_args()

@@ -3,7 +3,7 @@
 The broker's cost is per request and per partition a transaction touches more than per byte
 (ADR 48: a JFR profile of the broker), so the count of records and of commit markers each
 workflow leaves is the figure to drive down. es-sched as bench/side_by_side.py runs it
-(es_system.EsSched: fresh topics of 12 partitions, the roles in one process, two no-op
+(es_system.EsSched: fresh topics of the default partition count, the roles in one process, two no-op
 workers, the 1080p media DAG) takes ``--rate`` DAGs/s for ``--seconds``; once all completed,
 every topic of the run is read back (``read_committed``): ``records`` are the committed records,
 ``markers`` the offsets between them (a transaction's commit marker on each partition it
