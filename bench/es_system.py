@@ -31,12 +31,10 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
 from es_sched.serialization import encode_input
-from es_sched.settings import KafkaSettings
 from tests.integration.runtime_harness import MEDIA, Env
 from tests.support.settings import BOOTSTRAP
 
-# The product's default, so the benches measure what `es-sched stack up` users run (ADR 53).
-PARTITIONS: int = KafkaSettings.model_fields["partitions"].default
+PARTITIONS = e2e.PARTITIONS
 COMPLETED = b'"workflow.completed"'
 FIRST_REPORT = (b'"worker.task_started"', b'"worker.task_completed"', b'"worker.task_failed"')
 

@@ -45,7 +45,7 @@ sys.path[:0] = [str(BENCH), str(ROOT)]
 import celery_peer  # noqa: E402
 import kafka_limit  # noqa: E402
 import peer_stats as ps  # noqa: E402
-from es_system import EsSched  # noqa: E402
+from es_system import PARTITIONS, EsSched  # noqa: E402
 from plot_png import Series, line_charts  # noqa: E402
 
 RESULTS = BENCH / "results"
@@ -255,7 +255,7 @@ def main() -> None:
             "first 20% to the end of offering, shifted by the median latency) and >= 95% of the "
             "DAGs completed after the drain",
             "es_sched": "roles decider+timers+retry+dispatcher in one process, 2 no-op workers "
-            "(concurrency 64), 12 partitions, every change in Kafka transactions",
+            f"(concurrency 64), {PARTITIONS} partitions, every change in Kafka transactions",
             "celery": {
                 "pool": "prefork",
                 "concurrency": opts.celery_concurrency or os.cpu_count(),

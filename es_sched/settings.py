@@ -27,7 +27,12 @@ class KafkaSettings(BaseSettings):
 
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "es-sched"
-    partitions: int = Field(default=12, ge=1, le=1000)  # per-workflow topics
+    # Per-workflow topics. Fixed when the topics are created (a role refuses a topic of another
+    # count: a workflow's partition holds its events, snapshots and timers), and the most
+    # decider processes that can share the work. 4 suits one broker: a decider transaction
+    # writes to every partition its workflows are on, one request and marker each (ADR 53);
+    # a cluster sets its count for the largest deployment planned (docs/capacity.md).
+    partitions: int = Field(default=4, ge=1, le=1000)
     # Replicas and min.insync.replicas of every topic es-sched creates; unset: the cluster's
     # defaults (a `stack up --kafka-brokers 3` cluster defaults to 3 and 2, ADR 20). When set,
     # they are also a requirement: a role refuses an existing topic with fewer.
