@@ -330,3 +330,15 @@ def ensure_topic(
             raise InfrastructureError(f"cannot create topic {name}: {exc}") from exc
         return False
     return True
+
+
+def existing_partitions(bootstrap_servers: str, name: str, timeout_s: float = 30.0) -> int | None:
+    """The partition count of topic ``name``, None if it does not exist."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    try:
+        meta = admin.list_topics(timeout=timeout_s).topics.get(name)
+    except KafkaException as exc:
+        raise InfrastructureError(
+            f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
+        ) from exc
+    return None if meta is None or meta.error is not None else len(meta.partitions)

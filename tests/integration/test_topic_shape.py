@@ -13,7 +13,7 @@ from confluent_kafka.admin._config import ConfigResource  # not re-exported for 
 from confluent_kafka.admin._resource import ResourceType
 
 from es_sched.errors import ConfigError
-from es_sched.kafka.topics import Topics, ensure_topic, ensure_topics
+from es_sched.kafka.topics import Topics, ensure_topic, ensure_topics, existing_partitions
 from tests.integration.runtime_harness import Env, Role
 from tests.support.settings import BOOTSTRAP, unique_name
 from tests.support.wait import wait_until
@@ -37,6 +37,14 @@ def test_another_partition_count_is_refused_naming_the_topic_and_both_counts() -
     assert f"{prefix}.events has 3 partitions, these settings expect 5" in message
     assert f"{prefix}.decider-state has 3 partitions" in message
     assert "ES_SCHED_KAFKA_PARTITIONS" in message
+
+
+def test_an_existing_topics_partition_count_is_read_and_a_missing_topic_has_none() -> None:
+    """What `es-sched demo` asks before it runs on topics an earlier run made (ADR 53)."""
+    topics = Topics(unique_name(), 3)
+    assert existing_partitions(BOOTSTRAP, topics.events) is None
+    ensure_topics(BOOTSTRAP, topics)
+    assert existing_partitions(BOOTSTRAP, topics.events) == 3
 
 
 def test_a_compacted_or_expiring_events_topic_is_refused() -> None:

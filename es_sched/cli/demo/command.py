@@ -24,9 +24,9 @@ from es_sched.cli.demo import pipeline as demo
 from es_sched.domain import events as e
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.tail import Tail
-from es_sched.kafka.topics import topics_for
+from es_sched.kafka.topics import existing_partitions, topics_for
 from es_sched.serialization import decode_logged_event
-from es_sched.settings import load_settings
+from es_sched.settings import Settings, load_settings
 from es_sched.stack import Stack
 
 ROOT = Path.cwd()
@@ -114,6 +114,12 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
         statuses = Stack(settings).up()
     if not all(s.healthy for s in statuses):
         raise click.ClickException("the stack is not healthy: `es-sched stack status`")
+    kept = kept_partitions(settings, existing_partitions(
+        settings.kafka.bootstrap_servers, topics_for(settings).events))  # fmt: skip
+    if kept is not None:
+        env["ES_SCHED_KAFKA_PARTITIONS"] = os.environ["ES_SCHED_KAFKA_PARTITIONS"] = str(kept)
+        settings = load_settings()
+        out.print(f"the demo's topics, from an earlier run, have {kept} partitions: kept (ADR 53)")
     with out.status(f"generating {videos} test videos and a broken file"):
         clips = demo.make_videos(base / "in", videos)
     receiver = demo.Callbacks(secret.encode())
@@ -148,6 +154,16 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
         out.print(f"roles, workers and console left running: stop them with `kill {pids}`")
     ok = summary["completed"] == len(clips) - 1 and summary["broken_failed"]
     sys.exit(0 if ok and summary["verified"] == summary["renditions"] else 1)
+
+
+def kept_partitions(settings: Settings, found: int | None) -> int | None:
+    """The partition count the demo's topics already have, when it is not the one configured
+    and nobody chose one: a local stack that ran the demo before the default became 4 (ADR 53)
+    keeps its topics, whose count cannot change, and the demo runs on them."""
+    chosen = "ES_SCHED_KAFKA_PARTITIONS" in os.environ
+    if found is None or chosen or found == settings.kafka.partitions:
+        return None
+    return found
 
 
 def _console_port() -> int:
