@@ -174,12 +174,7 @@ def topics_for(settings: Settings) -> Topics:
 def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.0) -> list[str]:
     """Create every missing topic; existing ones are left as they are. Returns those created."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        raise InfrastructureError(
-            f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
-        ) from exc
+    existing = set(_list_topics(admin, bootstrap_servers, timeout_s))
     wanted = [t for t in topics.all() if t.name not in existing]
     rf = topics.replication_factor
     created = _create(admin, wanted, timeout_s, rf) if wanted else []
@@ -313,13 +308,8 @@ def ensure_topic(
 ) -> bool:
     """Create one topic if it is missing (e.g. a pool's assignments topic); True if created."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    try:
-        if name in admin.list_topics(timeout=timeout_s).topics:
-            return False
-    except KafkaException as exc:
-        raise InfrastructureError(
-            f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
-        ) from exc
+    if name in _list_topics(admin, bootstrap_servers, timeout_s):
+        return False
     rf = -1 if replication_factor is None else replication_factor
     topic = NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config or {})
     future = admin.create_topics([topic], request_timeout=timeout_s)[name]
@@ -335,10 +325,15 @@ def ensure_topic(
 def existing_partitions(bootstrap_servers: str, name: str, timeout_s: float = 30.0) -> int | None:
     """The partition count of topic ``name``, None if it does not exist."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    meta = _list_topics(admin, bootstrap_servers, timeout_s).get(name)
+    return None if meta is None or meta.error is not None else len(meta.partitions)
+
+
+def _list_topics(admin: AdminClient, bootstrap_servers: str, timeout_s: float) -> dict[str, Any]:
+    """The cluster's topics by name (their metadata), or the reason the broker could not say."""
     try:
-        meta = admin.list_topics(timeout=timeout_s).topics.get(name)
+        return dict(admin.list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
         raise InfrastructureError(
             f"cannot list Kafka topics at {bootstrap_servers}: {exc}"
         ) from exc
-    return None if meta is None or meta.error is not None else len(meta.partitions)
