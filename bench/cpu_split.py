@@ -23,7 +23,9 @@ bench/cpu_split.py [--rate 26 --seconds 20 --runs 3 --idle 10]`; writes
 bench/results/cpu_split.json. ``--before TREE`` (an earlier checkout: `git worktree add
 /tmp/before REV`) measures both in one run, a fresh es-sched each, before then after in each
 of ``--runs`` rounds (one window each, its own idle rates), and writes
-bench/results/cpu_split_ab.json with the ratios.
+bench/results/cpu_split_ab.json with the ratios. ``--dispatcher-apart``: the same, with 'after'
+running the dispatcher in its own process (``dispatcher`` in the table; 'before' is this
+checkout unless ``--before`` says otherwise).
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ def processes(system: EsSched) -> dict[str, int]:
     """The pids measured: es-sched's processes, the stack's (the first match of each, its
     children counted with it: postgres's backends) and this one."""
     run, *workers = system.procs
-    found = {"roles": run.pid, **{f"worker {i}": p.pid for i, p in enumerate(workers)}}
+    found = {"roles": run.pid}
+    if system.dispatcher_apart:
+        found["dispatcher"] = workers.pop(0).pid
+    found |= {f"worker {i}": p.pid for i, p in enumerate(workers)}
     cmdlines = {pid: _cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit()}
     for name, needle in STORES.items():
         pids = sorted(int(pid) for pid, text in cmdlines.items() if needle in text)
@@ -101,10 +106,13 @@ def window(system: EsSched, pids: dict[str, int], rate: float, seconds: float, t
     }
 
 
-def measure(code: Path, opts: argparse.Namespace, windows_n: int, progress: Progress,
-            bar: TaskID) -> tuple[dict[str, float], list[dict[str, Any]]]:  # fmt: skip
+def measure(
+    code: Path, opts: argparse.Namespace, windows_n: int, progress: Progress, bar: TaskID,
+    apart: bool = False,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:  # fmt: skip
     """One fresh es-sched from ``code``: its idle rates, then ``windows_n`` windows."""
-    system = EsSched(Path(tempfile.mkdtemp(prefix="cpu-split-")), code=code)
+    logs = Path(tempfile.mkdtemp(prefix="cpu-split-"))
+    system = EsSched(logs, code=code, dispatcher_apart=apart)
     windows: list[dict[str, Any]] = []
     system.start()
     try:
@@ -154,8 +162,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle measured first")
     ap.add_argument("--before", type=Path, help="an earlier checkout: A/B, a round each in turn")
+    ap.add_argument("--dispatcher-apart", action="store_true",
+                    help="A/B: 'after' runs the dispatcher in its own process (--before: this "
+                         "checkout unless given)")  # fmt: skip
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
+    if opts.dispatcher_apart and opts.before is None:
+        opts.before = BENCH.parent
     title = f"CPU ms per media workflow at {opts.rate:g} DAGs/s, medians of {opts.runs} windows"
     result: dict[str, Any] = {"benchmark": "cpu_split", "command": " ".join(sys.argv),
                               "machine": sbs.fingerprint(), "rate": opts.rate,
@@ -169,12 +182,14 @@ def main() -> None:
             runs: dict[str, list[Any]] = {"before": [], "after": []}
             for _ in range(opts.runs):
                 for label, code in (("before", opts.before), ("after", BENCH.parent)):
-                    runs[label].append(measure(code.resolve(), opts, 1, progress, bar))
+                    apart = opts.dispatcher_apart and label == "after"
+                    runs[label].append(measure(code.resolve(), opts, 1, progress, bar, apart))
     if opts.before is not None:
         for label, got in runs.items():
             idle = {k: statistics.median(i[k] for i, _ in got) for k in got[0][0]}
             result[label] = summary(idle, [w for _, ws in got for w in ws], f"{label}: {title}")
         result["before_tree"] = str(opts.before)
+        result["after_dispatcher_apart"] = opts.dispatcher_apart
         result["ratio_after_over_before"] = {
             kind: round(result["after"]["total"][kind] / result["before"]["total"][kind], 3)
             for kind in ("ms_per_workflow", "marginal_ms_per_workflow")

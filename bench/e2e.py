@@ -78,24 +78,39 @@ def spawn(
 
 
 def start_processes(
-    env: Env, logs: Path, tag: str = "e2e", branch_1080: bool = False, code: Path = ROOT
+    env: Env,
+    logs: Path,
+    tag: str = "e2e",
+    branch_1080: bool = False,
+    code: Path = ROOT,
+    dispatcher_apart: bool = False,
 ) -> list[subprocess.Popen[bytes]]:
-    """The roles in one process and two no-op workers on ``env``'s topics, started and ready.
-    No-op tasks use nothing: the workers declare room for 64 at once, so what is measured is
-    the scheduler, not the placement of 2-cpu transcodes on 2-cpu workers. The stock no-op
-    probe makes media_pipeline take its default branch (6 worker tasks); ``branch_1080``
-    runs bench/noop_worker.py, whose probe reports 1080p (9 worker tasks)."""
-    roles = ["--role", "decider", "--role", "timers", "--role", "retry", "--role", "dispatcher"]
-    procs = [spawn(env, ["run", *roles], logs / f"{tag}-run.log", code=code)]
+    """The roles in one process and two no-op workers on ``env``'s topics, started and ready:
+    ``[roles, worker, worker]``, or with ``dispatcher_apart`` ``[roles, dispatcher, worker,
+    worker]`` (the dispatcher in a process of its own, the decider, timers and retry in the
+    other). No-op tasks use nothing: the workers declare room for 64 at once, so what is
+    measured is the scheduler, not the placement of 2-cpu transcodes on 2-cpu workers. The
+    stock no-op probe makes media_pipeline take its default branch (6 worker tasks);
+    ``branch_1080`` runs bench/noop_worker.py, whose probe reports 1080p (9 worker tasks)."""
+    roles = ["--role", "decider", "--role", "timers", "--role", "retry"]
+    if dispatcher_apart:
+        procs = [spawn(env, ["run", *roles], logs / f"{tag}-run.log", code=code),
+                 spawn(env, ["run", "--role", "dispatcher"], logs / f"{tag}-dispatcher.log",
+                       code=code)]  # fmt: skip
+    else:
+        procs = [spawn(env, ["run", *roles, "--role", "dispatcher"], logs / f"{tag}-run.log",
+                       code=code)]  # fmt: skip
     worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "64", "--heartbeat-s", "1",
               "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
     entry = (str(code / "bench" / "noop_worker.py"),) if branch_1080 else ("-m", "es_sched")
     args = worker[1:] if branch_1080 else worker
     procs += [spawn(env, args, logs / f"{tag}-worker{i}.log", entry, code) for i in range(2)]
+    first_worker = len(procs) - 2
     try:
-        wait_for_log(logs / f"{tag}-run.log", "dispatcher started", 120, procs[0])
+        log = logs / (f"{tag}-dispatcher.log" if dispatcher_apart else f"{tag}-run.log")
+        wait_for_log(log, "dispatcher started", 120, procs[first_worker - 1])
         for i in range(2):
-            wait_for_log(logs / f"{tag}-worker{i}.log", "started", 120, procs[i + 1])
+            wait_for_log(logs / f"{tag}-worker{i}.log", "started", 120, procs[first_worker + i])
     except BaseException:
         stop_processes(env, procs)
         raise

@@ -48,8 +48,12 @@ class EsSched:
 
     mode = "es-sched"
 
-    def __init__(self, logs: Path, code: Path = e2e.ROOT, partitions: int = PARTITIONS) -> None:
+    def __init__(
+        self, logs: Path, code: Path = e2e.ROOT, partitions: int = PARTITIONS,
+        dispatcher_apart: bool = False,
+    ) -> None:  # fmt: skip
         self.logs, self.code = logs, code  # code: the checkout whose es_sched runs
+        self.dispatcher_apart = dispatcher_apart  # e2e.start_processes: its own process
         self.env = Env(partitions=partitions, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
         self.done: dict[str, float] = {}  # workflow id -> read time
         self.dag_of: dict[str, str] = {}  # workflow id -> dag id
@@ -61,7 +65,12 @@ class EsSched:
         self.env.create()
         self.env.push_files(*MEDIA)
         self.procs = e2e.start_processes(
-            self.env, self.logs, "side-es", branch_1080=True, code=self.code
+            self.env,
+            self.logs,
+            "side-es",
+            branch_1080=True,
+            code=self.code,
+            dispatcher_apart=self.dispatcher_apart,
         )
         self.out = producer(BOOTSTRAP)
         self.tail = threading.Thread(target=self._tail, daemon=True)

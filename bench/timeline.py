@@ -129,10 +129,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds at --rate, unmeasured")
     ap.add_argument("--code", type=Path, default=BENCH.parent, help="the checkout to run")
+    ap.add_argument(
+        "--dispatcher-apart",
+        action="store_true",
+        help="the dispatcher in its own process, not a thread of the roles'",
+    )
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "timeline.json")
     opts = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="timeline-"))
-    system = EsSched(logs, code=opts.code)
+    system = EsSched(logs, code=opts.code, dispatcher_apart=opts.dispatcher_apart)
 
     def take(tag: str) -> dict[str, Any]:
         if tag == "w0" and opts.warmup > 0:
@@ -153,6 +158,7 @@ def main() -> None:
         table.add_row(hop, *(f"{medians[hop][q]:.1f}" for q in ("p50", "p95", "p99")))
     Console().print(table)
     result = {"benchmark": "timeline", "command": " ".join(sys.argv), "code": str(opts.code),
+              "dispatcher_apart": opts.dispatcher_apart,
               "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
               "warmup_s": opts.warmup,
               "medians": medians, "windows": windows}  # fmt: skip
