@@ -30,7 +30,8 @@ no-op workers, the media DAG) and its hops from the records' CreateTimes. The ho
 each stamped when its record was produced: ``ready -> dispatched`` (the decider's commit and
 the dispatcher's read and delivery), ``dispatched -> assigned``, ``assigned -> first report``
 (the worker), ``outcome -> event`` (the decider's read and decision), ``workflow`` (submitted to
-the last decision's record). Windows alternate floor, es-sched; medians of the windows.
+the last decision's record). The bare floor: the same relays with no producer waiting to fill a
+batch (``BARE``). Windows alternate floor, bare floor, es-sched; medians of the windows.
 
 Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python bench/latency_floor.py
 [--rate 8 --seconds 15 --runs 3]`; writes bench/results/latency_floor.json (or ``--out``).
@@ -67,6 +68,11 @@ from tests.support.settings import BOOTSTRAP  # noqa: E402
 
 TOPICS = ("inputs", "ready", "assignments", "events", "changelog", "timers", "done")
 STEPS, WIDE_STEP, WIDTH = 6, 2, 4
+# The floor with nothing held back (the "bare floor" windows): no linger and no compression in
+# any relay's producer. es-sched's settings let the decider's transactions wait up to 5 ms and
+# the reports 1 ms to fill batches (``es_sched.kafka.clients``); this says how low the hops go
+# when no producer waits, so the floor is not an artefact of our settings.
+BARE = {"linger.ms": 0, "compression.type": "none"}
 HOPS = ("ready -> dispatched", "dispatched -> assigned", "assigned -> first report",
         "outcome -> event", "workflow")  # fmt: skip
 
@@ -78,12 +84,12 @@ def _batch(c: Consumer) -> list[Any]:
     return [first, *(m for m in c.consume(499, 0) if not m.error())]
 
 
-def decider(prefix: str, stop: Any) -> None:
+def decider(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
     """One transaction a batch; the output of each input as module docstring says."""
     t = {k: f"{prefix}-{k}" for k in TOPICS}
     c = consumer(BOOTSTRAP, f"{prefix}-decider")
     c.subscribe([t["inputs"]])
-    p = producer(BOOTSTRAP, f"{prefix}-decider")
+    p = producer(BOOTSTRAP, f"{prefix}-decider", **tuned)
     p.init_transactions(30)
     joins: dict[str, int] = {}
     hops: dict[str, list[float]] = {}
@@ -120,11 +126,11 @@ def decider(prefix: str, stop: Any) -> None:
     c.close()
 
 
-def dispatcher(prefix: str, stop: Any) -> None:
+def dispatcher(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
     t = {k: f"{prefix}-{k}" for k in TOPICS}
     c = consumer(BOOTSTRAP, f"{prefix}-dispatcher", **{"fetch.wait.max.ms": 5})
     c.subscribe([t["ready"]])
-    p = producer(BOOTSTRAP, None, **{"linger.ms": 1})
+    p = producer(BOOTSTRAP, None, **{"linger.ms": 1, **tuned})
     while not stop.is_set():
         batch = _batch(c)
         if not batch:
@@ -142,11 +148,11 @@ def dispatcher(prefix: str, stop: Any) -> None:
     c.close()
 
 
-def worker(prefix: str, stop: Any) -> None:
+def worker(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
     t = {k: f"{prefix}-{k}" for k in TOPICS}
     c = consumer(BOOTSTRAP, f"{prefix}-worker")
     c.subscribe([t["assignments"]])
-    p = producer(BOOTSTRAP, None, **{"linger.ms": 1})
+    p = producer(BOOTSTRAP, None, **{"linger.ms": 1, **tuned})
     while not stop.is_set():
         for m in _batch(c):
             doc = orjson.loads(m.value())
@@ -159,9 +165,11 @@ def worker(prefix: str, stop: Any) -> None:
 
 
 class Floor:
-    """The three relays in their own processes, a source and a sink in this one."""
+    """The three relays in their own processes, a source and a sink in this one; ``tuned``
+    overrides the relays' producer settings (``BARE``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tuned: dict[str, Any] | None = None) -> None:
+        self.tuned = tuned or {}
         self.prefix = f"floor-{uuid.uuid4().hex[:10]}"
         self.ctx = mp.get_context("spawn")
         self.stop = self.ctx.Event()
@@ -177,7 +185,7 @@ class Floor:
         for f in admin.create_topics(new).values():
             f.result(30)
         for role in (decider, dispatcher, worker):
-            proc = self.ctx.Process(target=role, args=(self.prefix, self.stop))
+            proc = self.ctx.Process(target=role, args=(self.prefix, self.stop, self.tuned))
             proc.start()
             self.procs.append(proc)
         self.sink = consumer(BOOTSTRAP, None, **{"fetch.wait.max.ms": 5})
@@ -276,32 +284,38 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "latency_floor.json")
     opts = ap.parse_args()
-    floor, system = Floor(), EsSched(Path(tempfile.mkdtemp(prefix="floor-")))
-    windows: dict[str, list[dict[str, Any]]] = {"floor": [], "es-sched": []}
-    floor.start()
+    floors = {"floor": Floor(), "bare floor": Floor(BARE)}
+    system = EsSched(Path(tempfile.mkdtemp(prefix="floor-")))
+    windows: dict[str, list[dict[str, Any]]] = {name: [] for name in (*floors, "es-sched")}
+    for floor in floors.values():
+        floor.start()
     system.start()
     try:
         system.open_loop(opts.rate, 5.0, "warm")  # as bench/timeline.py: the first seconds
         system.done.clear()
         for r in range(opts.runs):
-            windows["floor"].append(floor.window(opts.rate, opts.seconds, f"w{r}"))
+            for name, floor in floors.items():
+                windows[name].append(floor.window(opts.rate, opts.seconds, f"w{r}"))
             windows["es-sched"].append(es_window(system, opts.rate, opts.seconds, f"w{r}"))
             system.done.clear()
             print(f"round {r + 1}/{opts.runs} done", flush=True)
     finally:
         system.stop()
-        floor.close()
+        for floor in floors.values():
+            floor.close()
     medians = {
         name: {h: {q: statistics.median(w["hops"][h][q] or 0.0 for w in ws)
                    for q in ("p50", "p95", "p99")} for h in HOPS}
         for name, ws in windows.items()
     }  # fmt: skip
     table = Table(title=f"hops at {opts.rate:g} DAGs/s, medians of {opts.runs} windows (ms)")
-    for col in ("hop", "floor p50", "floor p95", "es-sched p50", "es-sched p95"):
-        table.add_column(col, justify="left" if col == "hop" else "right")
+    table.add_column("hop")
+    for name in windows:
+        for q in ("p50", "p95"):
+            table.add_column(f"{name} {q}", justify="right")
     for h in HOPS:
-        f, e = medians["floor"][h], medians["es-sched"][h]
-        table.add_row(h, f"{f['p50']:.1f}", f"{f['p95']:.1f}", f"{e['p50']:.1f}", f"{e['p95']:.1f}")
+        cells = (f"{medians[name][h][q]:.1f}" for name in windows for q in ("p50", "p95"))
+        table.add_row(h, *cells)
     Console().print(table)
     result = {"benchmark": "latency_floor", "command": " ".join(sys.argv),
               "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
