@@ -115,8 +115,11 @@ def measure(url: str, paths: list[str], clients: int, seconds: float, warmup: fl
     try:
         done = subprocess.run(
             [sys.executable, str(ROOT / "bench" / "api_load.py"), f.name],
-            capture_output=True, text=True, check=True, timeout=seconds + warmup + 120,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=seconds + warmup + 120,
+        )
     finally:
         Path(f.name).unlink()
     return json.loads(done.stdout)
@@ -126,9 +129,13 @@ def measure(url: str, paths: list[str], clients: int, seconds: float, warmup: fl
 def profiled_server(env: Env, dump: Path) -> Any:
     port = free_port()
     role = Role(
-        env, "api-profiled", argv=["api", "--port", str(port)], module="bench.api_profiled",
-        ES_SCHED_API_AUTH="off", BENCH_API_PROFILE=str(dump),
-    )  # fmt: skip
+        env,
+        "api-profiled",
+        argv=["api", "--port", str(port)],
+        module="bench.api_profiled",
+        ES_SCHED_API_AUTH="off",
+        BENCH_API_PROFILE=str(dump),
+    )
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
@@ -199,11 +206,18 @@ def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
     env.create()
     with Progress(console=console) as bar:
         task = bar.add_task(f"seeding {opts.workflows} workflows", total=opts.workflows)
-        seeded = api_seed.seed(env.settings, opts.workflows, opts.seed, opts.processes,
-                               progress=lambda n: bar.advance(task, n))  # fmt: skip
+        seeded = api_seed.seed(
+            env.settings,
+            opts.workflows,
+            opts.seed,
+            opts.processes,
+            progress=lambda n: bar.advance(task, n),
+        )
     how = "reused (marker matches)" if seeded.reused else f"{seeded.rate:,.0f} workflows/s"
-    console.print(f"seed: {seeded.workflows:,} workflows, {seeded.tasks:,} task rows, "
-                  f"{seeded.events:,} events folded in schema {seeded.schema}: {how}")  # fmt: skip
+    console.print(
+        f"seed: {seeded.workflows:,} workflows, {seeded.tasks:,} task rows, "
+        f"{seeded.events:,} events folded in schema {seeded.schema}: {how}"
+    )
     paths = {k: v for k, v in paths_for(opts.seed, opts.workflows).items() if k in opts.endpoints}
     paths.update(opts.extra_paths)
     # One server per --api-workers count, all up at once, the loads interleaved in each round
@@ -213,8 +227,10 @@ def run(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
     absent: dict[str, str] = {}
     with ExitStack() as stack:
-        servers = {tag: stack.enter_context(api(env, ES_SCHED_API_WORKERS=str(w)))
-                   for w, tag in served.items()}  # fmt: skip
+        servers = {
+            tag: stack.enter_context(api(env, ES_SCHED_API_WORKERS=str(w)))
+            for w, tag in served.items()
+        }
         url = {n: servers["@" + n.split("@")[1] if "@" in n else ""].url for n in paths}
         for name, some in paths.items():
             status = probe(url[name], some[0])
@@ -298,8 +314,16 @@ def report(result: dict[str, Any], console: Console, png: Path | None) -> None:
         f"{result['seed']['workflows']:,} workflows"
     )
     table = Table(title=title)
-    columns = ("endpoint", "req/s", "p50 ms", "p99 ms", "p99 runs", "target p99", "load cpu",
-               "statuses")  # fmt: skip
+    columns = (
+        "endpoint",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "p99 runs",
+        "target p99",
+        "load cpu",
+        "statuses",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "endpoint" else "right")
     for name, e in result["endpoints"].items():
@@ -313,11 +337,16 @@ def report(result: dict[str, Any], console: Console, png: Path | None) -> None:
         for r in e["per_run"]:
             for k, v in r["statuses"].items():
                 statuses[k] = statuses.get(k, 0) + v
-        table.add_row(name, f"{m['requests_per_second']:.0f}", f"{m['p50_ms']:.1f}",
-                      f"{m['p99_ms']:.1f}", ", ".join(f"{r['p99_ms']:.0f}" for r in e["per_run"]),
-                      f"{target:.0f}{ok}" if target else "",
-                      f"{statistics.median(r.get('load_cpu_share', 0) for r in e['per_run']):.2f}",
-                      " ".join(f"{k}:{v}" for k, v in statuses.items()))  # fmt: skip
+        table.add_row(
+            name,
+            f"{m['requests_per_second']:.0f}",
+            f"{m['p50_ms']:.1f}",
+            f"{m['p99_ms']:.1f}",
+            ", ".join(f"{r['p99_ms']:.0f}" for r in e["per_run"]),
+            f"{target:.0f}{ok}" if target else "",
+            f"{statistics.median(r.get('load_cpu_share', 0) for r in e['per_run']):.2f}",
+            " ".join(f"{k}:{v}" for k, v in statuses.items()),
+        )
     console.print(table)
     console.print("load cpu: the load process's CPU seconds per second (near 1: it set the pace)")
     console.print(f"HTTP vs native workers: {json.dumps(result['workers'])}")
@@ -327,11 +356,20 @@ def report(result: dict[str, Any], console: Console, png: Path | None) -> None:
             console.print(frames, markup=False, highlight=False, soft_wrap=True)
     measured = {n: e for n, e in result["endpoints"].items() if e["status"] == "measured"}
     if png is not None and measured:
-        series = [Series(n.upper(), COLOURS[i % len(COLOURS)],
-                         [(float(q), float(statistics.median(r["percentiles_ms"][q]
-                                                             for r in e["per_run"])))
-                          for q in e["per_run"][0]["percentiles_ms"]])
-                  for i, (n, e) in enumerate(measured.items())]  # fmt: skip
+        series = [
+            Series(
+                n.upper(),
+                COLOURS[i % len(COLOURS)],
+                [
+                    (
+                        float(q),
+                        float(statistics.median(r["percentiles_ms"][q] for r in e["per_run"])),
+                    )
+                    for q in e["per_run"][0]["percentiles_ms"]
+                ],
+            )
+            for i, (n, e) in enumerate(measured.items())
+        ]
         line_charts(png, [("LATENCY MS BY PERCENTILE", series)], "PERCENTILE")
 
 
@@ -352,9 +390,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--processes", type=int, default=2, help="seeding processes")
     p.add_argument("--endpoints", type=lambda s: s.split(","), default=list(ENDPOINTS))
-    p.add_argument("--api-workers", type=lambda s: [int(w) for w in s.split(",")], default=[1, 2],
-                   help="es-sched api --workers counts, each its own server, measured "
-                   "side by side; the last one's figures carry the plain names")  # fmt: skip
+    p.add_argument(
+        "--api-workers",
+        type=lambda s: [int(w) for w in s.split(",")],
+        default=[1, 2],
+        help="es-sched api --workers counts, each its own server, measured "
+        "side by side; the last one's figures carry the plain names",
+    )
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--no-workers", dest="workers", action="store_false")
     p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")

@@ -133,10 +133,16 @@ async def load(
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
-    result = asyncio.run(load(
-        spec["url"], spec["paths"], spec.get("clients", 50), spec.get("seconds", 10.0),
-        spec.get("warmup", 1.0), spec.get("timeout", 30.0),
-    ))  # fmt: skip
+    result = asyncio.run(
+        load(
+            spec["url"],
+            spec["paths"],
+            spec.get("clients", 50),
+            spec.get("seconds", 10.0),
+            spec.get("warmup", 1.0),
+            spec.get("timeout", 30.0),
+        )
+    )
     print(json.dumps(result))
 
 

@@ -48,10 +48,15 @@ EPOCH_END = datetime(2026, 11, 1, tzinfo=UTC)
 CHUNK = 1000
 # (name, tasks in version 1, weight)
 DEFINITIONS = (
-    ("order_fulfilment", 6, 30), ("invoice_run", 3, 15), ("media_transcode", 5, 15),
-    ("etl_daily", 8, 10), ("kyc_check", 4, 10), ("email_campaign", 2, 10),
-    ("report_build", 10, 5), ("refund", 3, 5),
-)  # fmt: skip
+    ("order_fulfilment", 6, 30),
+    ("invoice_run", 3, 15),
+    ("media_transcode", 5, 15),
+    ("etl_daily", 8, 10),
+    ("kyc_check", 4, 10),
+    ("email_campaign", 2, 10),
+    ("report_build", 10, 5),
+    ("refund", 3, 5),
+)
 TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
 OUTCOMES = (("COMPLETED", 58), ("RUNNING", 18), ("FAILED", 12), ("TERMINATED", 8), ("PAUSED", 4))
 
@@ -121,8 +126,13 @@ def events_of(seed: int, n: int) -> list[Any]:
     at = rng.randrange(length)
     script: list[dict[str, Any]] = []
     if outcome == "FAILED":
-        script = [{"ref": f"step{at}", "status": "FAILED_WITH_TERMINAL_ERROR",
-                   "output": {"reason": "card declined"}}]  # fmt: skip
+        script = [
+            {
+                "ref": f"step{at}",
+                "status": "FAILED_WITH_TERMINAL_ERROR",
+                "output": {"reason": "card declined"},
+            }
+        ]
     elif outcome in ("RUNNING", "TERMINATED", "PAUSED"):
         script = [{"ref": f"step{at}", "status": "IN_PROGRESS"}]
     elif rng.random() < 0.1:
@@ -229,10 +239,13 @@ def seed(
     jobs = [(seed_value, s, min(s + CHUNK, workflows)) for s in range(0, workflows, CHUNK)]
     try:
         for wfs, tasks, events in _chunks(jobs, processes):
-            store.write("bench-seed", Batch(
-                workflows={w["workflow_id"]: w for w in wfs},
-                tasks={t["task_id"]: t for t in tasks},
-            ))  # fmt: skip
+            store.write(
+                "bench-seed",
+                Batch(
+                    workflows={w["workflow_id"]: w for w in wfs},
+                    tasks={t["task_id"]: t for t in tasks},
+                ),
+            )
             n_tasks, n_events = n_tasks + len(tasks), n_events + events
             if progress is not None:
                 progress(len(wfs))

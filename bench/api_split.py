@@ -68,10 +68,21 @@ def per_process(port: int) -> list[int]:
 def trial(root: Path, clients: int) -> list[int]:
     port = free_port()
     env = dict(os.environ, ES_SCHED_API_AUTH="off", PYTHONPATH=str(root))
-    cmd = [str(root / ".venv" / "bin" / "es-sched"), "api", "--workers", "2", "--host",
-           "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]  # fmt: skip
-    server = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    cmd = [
+        str(root / ".venv" / "bin" / "es-sched"),
+        "api",
+        "--workers",
+        "2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+    ]
+    server = subprocess.Popen(
+        cmd, env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     conns: list[socket.socket] = []
     try:
         wait_until(lambda: answers(port), 60, "the API answering")
@@ -113,8 +124,12 @@ def main() -> None:
             splits.append(trial(opts.root.resolve(), opts.clients))
             progress.advance(task)
     smaller = [s[0] if len(s) == 2 else 0 for s in splits]
-    commit = subprocess.run(["git", "-C", str(opts.root), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "-C", str(opts.root), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     result = {
         "benchmark": "api_split",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -127,9 +142,11 @@ def main() -> None:
     }
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"{commit}: {opts.clients} connections over 2 processes, {opts.trials} trials: "
-                  f"{splits}; the smaller share: min {min(smaller)}, median "
-                  f"{statistics.median(smaller)}")  # fmt: skip
+    console.print(
+        f"{commit}: {opts.clients} connections over 2 processes, {opts.trials} trials: "
+        f"{splits}; the smaller share: min {min(smaller)}, median "
+        f"{statistics.median(smaller)}"
+    )
 
 
 if __name__ == "__main__":

@@ -58,14 +58,23 @@ JSON = dict[str, Any]
 def fork_dag(name: str, task_type: str, tasks: int) -> JSON:
     branches = [[{"name": task_type, "taskReferenceName": f"t{i}"}] for i in range(tasks)]
     return {
-        "name": name, "version": 1,
+        "name": name,
+        "version": 1,
         "tasks": [
-            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN",
-             "forkTasks": branches},
-            {"name": "join", "taskReferenceName": "join", "type": "JOIN",
-             "joinOn": [f"t{i}" for i in range(tasks)]},
+            {
+                "name": "fork",
+                "taskReferenceName": "fork",
+                "type": "FORK_JOIN",
+                "forkTasks": branches,
+            },
+            {
+                "name": "join",
+                "taskReferenceName": "join",
+                "type": "JOIN",
+                "joinOn": [f"t{i}" for i in range(tasks)],
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def task_def(task_type: str) -> JSON:
@@ -116,8 +125,11 @@ def tasks_per_s(tail: EventTail, wf: str, timeout_s: float) -> float:
 
 @contextmanager
 def native_worker(env: Env, task_type: str, concurrency: int) -> Iterator[Worker]:
-    w = Worker(settings=env.settings, concurrency=concurrency,
-               capacity=Capacity(cpu=128.0, memory_mb=1 << 20))  # fmt: skip
+    w = Worker(
+        settings=env.settings,
+        concurrency=concurrency,
+        capacity=Capacity(cpu=128.0, memory_mb=1 << 20),
+    )
 
     @w.task(task_type)
     def noop(ctx: TaskContext, task_input: JSON) -> JSON:
@@ -142,9 +154,11 @@ def sdk_workers(server: Api) -> Iterator[None]:
     from conductor.client.configuration.configuration import Configuration  # noqa: PLC0415
 
     handler = TaskHandler(
-        workers=[], configuration=Configuration(server_api_url=f"{server.url}/api"),
-        scan_for_annotated_workers=True, import_modules=["sdk_noop_worker"],
-    )  # fmt: skip
+        workers=[],
+        configuration=Configuration(server_api_url=f"{server.url}/api"),
+        scan_for_annotated_workers=True,
+        import_modules=["sdk_noop_worker"],
+    )
     handler.start_processes()
     try:
         yield
@@ -183,7 +197,7 @@ def _http_pollers(
                         )
                         update_s.append(time.perf_counter() - began)
                 except httpx.HTTPError as exc:  # as a worker would: log, poll again
-                    print(f"worker h{i}: {exc!r}", file=sys.stderr)  # fmt: skip
+                    print(f"worker h{i}: {exc!r}", file=sys.stderr)
 
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
@@ -223,8 +237,10 @@ def http_vs_native(
     for kind, task_type in kinds.items():
         env.push(fork_dag(f"bench_{kind}", task_type, tasks), [task_def(task_type)])
     figures: dict[str, list[float]] = {k: [] for k in kinds}
-    server_env = {"ES_SCHED_API_WORKERS": str(api_workers),
-                  "ES_SCHED_API_LEAN_WORKER_ROUTES": str(lean).lower()}  # fmt: skip
+    server_env = {
+        "ES_SCHED_API_WORKERS": str(api_workers),
+        "ES_SCHED_API_LEAN_WORKER_ROUTES": str(lean).lower(),
+    }
     update_s: list[float] = []
     cpu_ms: dict[str, list[float]] = {k: [] for k in kinds}
     client_ms: dict[str, list[float]] = {k: [] for k in kinds}
@@ -253,15 +269,25 @@ def http_vs_native(
                     figures[kind].append(tasks_per_s(tail, s.workflow_id, timeout_s))
                     cpu_ms[kind].append((tree_cpu_s(server.role.proc.pid) - before) * 1e3 / tasks)
                     client_ms[kind].append((tree_cpu_s(os.getpid()) - mine) * 1e3 / tasks)
-    ratios = {k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
-              for k in kinds if k != "native"}  # fmt: skip
+    ratios = {
+        k: [h / n for h, n in zip(figures[k], figures["native"], strict=True)]
+        for k in kinds
+        if k != "native"
+    }
     got: dict[str, Any] = {
-        "tasks": tasks, "rounds": rounds, "http_workers": http_workers, "batch": batch,
-        "native_concurrency": concurrency, "api_workers": api_workers, "sdk_threads": SDK_THREADS,
-        "lean_worker_routes": lean, "together": together, "runs": figures,
+        "tasks": tasks,
+        "rounds": rounds,
+        "http_workers": http_workers,
+        "batch": batch,
+        "native_concurrency": concurrency,
+        "api_workers": api_workers,
+        "sdk_threads": SDK_THREADS,
+        "lean_worker_routes": lean,
+        "together": together,
+        "runs": figures,
         "api_cpu_ms": {k: statistics.median(v) for k, v in cpu_ms.items()},
         "client_cpu_ms": {k: statistics.median(v) for k, v in client_ms.items()},
-    }  # fmt: skip
+    }
     if update_s:  # every round's, the first's included
         cuts = statistics.quantiles(update_s, n=100)
         got["http_update_ms"] = {"n": len(update_s), "p50": cuts[49] * 1e3, "p99": cuts[98] * 1e3}
@@ -276,22 +302,28 @@ def _summary(got: dict[str, Any]) -> str:
     parts = [f"native {got['native_tasks_per_s']:.1f} tasks/s"]
     if "http_tasks_per_s" in got:
         upd = got["http_update_ms"]
-        parts.append(f"HTTP pollers {got['http_tasks_per_s']:.1f} ({got['http_workers']} x "
-                     f"batch {got['batch']}; {got['http_over_native']:.2f} of native; update "
-                     f"p50 {upd['p50']:.1f} / p99 {upd['p99']:.1f} ms)")  # fmt: skip
+        parts.append(
+            f"HTTP pollers {got['http_tasks_per_s']:.1f} ({got['http_workers']} x "
+            f"batch {got['batch']}; {got['http_over_native']:.2f} of native; update "
+            f"p50 {upd['p50']:.1f} / p99 {upd['p99']:.1f} ms)"
+        )
     if "sdk_tasks_per_s" in got:
-        parts.append(f"conductor-python SDK {got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} "
-                     f"threads; {got['sdk_over_native']:.2f} of native)")  # fmt: skip
+        parts.append(
+            f"conductor-python SDK {got['sdk_tasks_per_s']:.1f} ({got['sdk_threads']} "
+            f"threads; {got['sdk_over_native']:.2f} of native)"
+        )
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in got["api_cpu_ms"].items())
     parts.append(f"API CPU ms/task: {cpu}")
     mine = ", ".join(f"{k} {v:.2f}" for k, v in got["client_cpu_ms"].items())
     parts.append(f"this process's and its children's (the workers') CPU ms/task: {mine}")
     routes = "lean" if got["lean_worker_routes"] else "FastAPI"
     serving = "all kinds serving together" if got["together"] else "each kind alone"
-    return (f"{got['tasks']} tasks, {got['api_workers']} API worker(s), {routes} worker routes, "
-            f"{serving}, "
-            f"medians of "
-            f"{got['rounds']} rounds: {'; '.join(parts)}; runs {got['runs']}")  # fmt: skip
+    return (
+        f"{got['tasks']} tasks, {got['api_workers']} API worker(s), {routes} worker routes, "
+        f"{serving}, "
+        f"medians of "
+        f"{got['rounds']} rounds: {'; '.join(parts)}; runs {got['runs']}"
+    )
 
 
 def main() -> None:
@@ -301,8 +333,13 @@ def main() -> None:
     parser.add_argument("--http-workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--api-workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--only", nargs="+", choices=("http", "sdk"), default=["http", "sdk"],
-                        help="the HTTP workers to run beside the native one")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=("http", "sdk"),
+        default=["http", "sdk"],
+        help="the HTTP workers to run beside the native one",
+    )
     parser.add_argument(
         "--routes",
         nargs="+",
@@ -320,9 +357,16 @@ def main() -> None:
     results = []
     for n in opts.api_workers:
         for routes in opts.routes:
-            got = http_vs_native(opts.tasks, opts.rounds, opts.http_workers, opts.batch,
-                                 api_workers=n, only=tuple(opts.only),
-                                 lean=routes == "lean", together=opts.together)  # fmt: skip
+            got = http_vs_native(
+                opts.tasks,
+                opts.rounds,
+                opts.http_workers,
+                opts.batch,
+                api_workers=n,
+                only=tuple(opts.only),
+                lean=routes == "lean",
+                together=opts.together,
+            )
             results.append(got)
             print(_summary(got))
     opts.out.parent.mkdir(parents=True, exist_ok=True)

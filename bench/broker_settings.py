@@ -97,8 +97,9 @@ def main() -> None:
     print(f"wrote {opts.out}")
 
 
-def summarise(per: dict[str, list[dict[str, Any]]], runs: int, rate: float, command: str
-              ) -> dict[str, Any]:  # fmt: skip
+def summarise(
+    per: dict[str, list[dict[str, Any]]], runs: int, rate: float, command: str
+) -> dict[str, Any]:
     """Medians of each variant's steady windows: a round's first window is the broker's first
     minute after its restart, when its JIT compiler still takes 8-18 % of its CPU (ADR 49), so
     it is kept in ``windows`` but left out of the medians (``runs`` windows per round)."""
@@ -107,8 +108,10 @@ def summarise(per: dict[str, list[dict[str, Any]]], runs: int, rate: float, comm
     for name, found in steady.items():
         broker = [w["ms_per_workflow"]["broker"] for w in found]
         whole = [sum(w["ms_per_workflow"].values()) for w in found]
-        medians[name] = {"broker_ms": round(statistics.median(broker), 2),
-                         "whole_ms": round(statistics.median(whole), 2)}  # fmt: skip
+        medians[name] = {
+            "broker_ms": round(statistics.median(broker), 2),
+            "whole_ms": round(statistics.median(whole), 2),
+        }
     for row in medians.values():
         for key in ("broker_ms", "whole_ms"):
             row[f"{key}_ratio"] = round(row[key] / medians["stock"][key], 3)
@@ -135,8 +138,14 @@ def show(result: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, row in result["medians"].items():
         spread = " ".join(f"{v:.1f}" for v in result["broker_ms_per_window"][name])
-        table.add_row(name, f"{row['broker_ms']:.1f}", f"{row['broker_ms_ratio']:.3f}",
-                      f"{row['whole_ms']:.1f}", f"{row['whole_ms_ratio']:.3f}", spread)  # fmt: skip
+        table.add_row(
+            name,
+            f"{row['broker_ms']:.1f}",
+            f"{row['broker_ms_ratio']:.3f}",
+            f"{row['whole_ms']:.1f}",
+            f"{row['whole_ms_ratio']:.3f}",
+            spread,
+        )
     Console(width=140).print(table)
 
 

@@ -210,8 +210,9 @@ def worst_txn_per_broker(m: Measured) -> float:
     return m.cores * m.decider_inputs_per_s / m.inputs_per_transaction
 
 
-def restore_s(m: Measured, workflows_per_s: float, machines: int,
-              o: dict[str, float] = OUTSIDE) -> float:  # fmt: skip
+def restore_s(
+    m: Measured, workflows_per_s: float, machines: int, o: dict[str, float] = OUTSIDE
+) -> float:
     """Seconds to restore one failed machine's decider state on the survivors: the states it
     held (its share of the rate times how long a state stays: the retention) in records, at
     the measured restore rate of one decider (read and kept, one-task states), plus what
@@ -305,50 +306,95 @@ def render(m: Measured, rows: list[dict[str, Any]], check: dict[str, Any]) -> st
         "",
     ]
     values = [[k, v] for k, v in asdict(m).items() if k != "sources"]
-    out += _table(["figure", "value"], [*values, ["records_per_workflow (used)",
-                                                  records_per_workflow(m)]])  # fmt: skip
+    out += _table(
+        ["figure", "value"], [*values, ["records_per_workflow (used)", records_per_workflow(m)]]
+    )
     out += ["", "### One-machine check", ""]
     checks = [
-        [f"model: cpu ceiling ({m.cores} cores, {m.cpu_ms_per_workflow:g} ms per workflow)",
-         check["predicted_workflows_per_second"], ""],
-        ["measured: bench/results/e2e.json (its DAG takes the 6-task default branch, lighter "
-         "than the 1080p DAG of the CPU figure)", check["e2e_measured"],
-         f"{check['e2e_error_percent']:+}%"],
-    ]  # fmt: skip
+        [
+            f"model: cpu ceiling ({m.cores} cores, {m.cpu_ms_per_workflow:g} ms per workflow)",
+            check["predicted_workflows_per_second"],
+            "",
+        ],
+        [
+            "measured: bench/results/e2e.json (its DAG takes the 6-task default branch, lighter "
+            "than the 1080p DAG of the CPU figure)",
+            check["e2e_measured"],
+            f"{check['e2e_error_percent']:+}%",
+        ],
+    ]
     if "side_by_side_measured" in check:
-        checks.append(["measured: bench/results/side_by_side.json (burst max)",
-                       check["side_by_side_measured"],
-                       f"{check['side_by_side_error_percent']:+}%"])  # fmt: skip
-    checks.append(["the decider alone on one core (no other cost)",
-                   check["decider_one_core_workflows_per_second"], ""])  # fmt: skip
+        checks.append(
+            [
+                "measured: bench/results/side_by_side.json (burst max)",
+                check["side_by_side_measured"],
+                f"{check['side_by_side_error_percent']:+}%",
+            ]
+        )
+    checks.append(
+        [
+            "the decider alone on one core (no other cost)",
+            check["decider_one_core_workflows_per_second"],
+            "",
+        ]
+    )
     out += _table(["", "workflows/s", "model error"], checks)
     if (scale := _load("scaleout.json")) is not None:
         d, e = scale["decider_inputs_per_second"], scale["e2e_workflows_per_second"]
         out += ["", "### 1 vs 2 decider processes here (bench/results/scaleout.json)", ""]
         out += _table(
             ["figure", "1 process", "2 processes", "2/1", "runs (1 | 2)"],
-            [[label, x["median"]["1"], x["median"]["2"], x["ratio_2_over_1"],
-              f"{x['per_run']['1']} / {x['per_run']['2']}"]
-             for label, x in (("decider inputs/s", d), ("e2e workflows/s", e))],
-        )  # fmt: skip
+            [
+                [
+                    label,
+                    x["median"]["1"],
+                    x["median"]["2"],
+                    x["ratio_2_over_1"],
+                    f"{x['per_run']['1']} / {x['per_run']['2']}",
+                ]
+                for label, x in (("decider inputs/s", d), ("e2e workflows/s", e))
+            ],
+        )
     out += ["", "### Projection (workflows/s ceilings per limit)", ""]
     names = list(rows[0]["ceilings"])
     out += _table(
         ["machines", "write path", "read models keep up to", "first limit", "next", *names],
-        [[r["machines"], r["write_path_workflows_per_second"], r["read_models_keep_up_to"],
-          r["first_limit"], r["next_limit"], *r["ceilings"].values()] for r in rows],
-    )  # fmt: skip
+        [
+            [
+                r["machines"],
+                r["write_path_workflows_per_second"],
+                r["read_models_keep_up_to"],
+                r["first_limit"],
+                r["next_limit"],
+                *r["ceilings"].values(),
+            ]
+            for r in rows
+        ],
+    )
     out += ["", "### What the write path's rate needs at each scale", ""]
     out += _table(
-        ["machines", "decider processes", "decider txn/s", "txn/s per broker, worst",
-         "PG events/s (projectors)",
-         "restore of a failed machine's decider state", "decider state per machine (GiB)"],
-        [[r["machines"], r["decider_processes_needed"], r["transactions_per_second"],
-          r["worst_txn_per_s_per_broker"],
-          f"{r['pg_events_per_second']:,} ({r['pg_projectors_needed']})",
-          f"{r['restore_after_failure_s']:,} s", r["decider_state_gib_per_machine"]]
-         for r in rows],
-    )  # fmt: skip
+        [
+            "machines",
+            "decider processes",
+            "decider txn/s",
+            "txn/s per broker, worst",
+            "PG events/s (projectors)",
+            "restore of a failed machine's decider state",
+            "decider state per machine (GiB)",
+        ],
+        [
+            [
+                r["machines"],
+                r["decider_processes_needed"],
+                r["transactions_per_second"],
+                r["worst_txn_per_s_per_broker"],
+                f"{r['pg_events_per_second']:,} ({r['pg_projectors_needed']})",
+                f"{r['restore_after_failure_s']:,} s",
+                r["decider_state_gib_per_machine"],
+            ]
+            for r in rows
+        ],
+    )
     out += ["", "Parameters: " + ", ".join(f"`{k}`={v:,g}" for k, v in OUTSIDE.items())]
     return "\n".join(out)
 
@@ -363,8 +409,13 @@ def write_doc(block: str, doc: Path = DOC) -> None:
 def main() -> None:
     m = measured()
     rows, check = project(m), one_machine_check(m)
-    result = {"benchmark": "capacity", "measured": asdict(m), "outside": OUTSIDE,
-              "one_machine_check": check, "projection": rows}  # fmt: skip
+    result = {
+        "benchmark": "capacity",
+        "measured": asdict(m),
+        "outside": OUTSIDE,
+        "one_machine_check": check,
+        "projection": rows,
+    }
     (RESULTS / "capacity.json").write_text(json.dumps(result, indent=2) + "\n")
     block = render(m, rows, check)
     write_doc(block)

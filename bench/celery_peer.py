@@ -177,10 +177,24 @@ class RedisServer:
         port = free_port()
         self.url = f"redis://127.0.0.1:{port}/0"
         self.proc = subprocess.Popen(
-            [str(redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir",
-             self.dir.name, "--save", "", "--appendonly", "no", "--daemonize", "no"],
-            stdout=(logs / "side-redis.log").open("w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                str(redis_server()),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir.name,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=(logs / "side-redis.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
         self.r = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 30
         while True:
@@ -194,8 +208,11 @@ class RedisServer:
         app.conf.update(broker_url=self.url, result_backend=self.url)
 
     def versions(self) -> dict[str, str]:
-        return {"redis_server": str(self.r.info("server").get("redis_version")),
-                "celery": celery_version, "redis_py": redis.__version__}  # fmt: skip
+        return {
+            "redis_server": str(self.r.info("server").get("redis_version")),
+            "celery": celery_version,
+            "redis_py": redis.__version__,
+        }
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -217,16 +234,33 @@ class CeleryPeer:
 
     def start(self) -> None:
         self.r.flushall()
-        env = {**os.environ, "BENCH_REDIS_URL": self.server.url, "BENCH_CELERY_MODE": self.mode,
-               "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{ROOT}"}  # fmt: skip
-        cmd = [sys.executable, "-m", "celery", "-A", "celery_peer", "worker", "-P", "prefork",
-               "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
-               "--without-heartbeat"]  # fmt: skip
+        env = {
+            **os.environ,
+            "BENCH_REDIS_URL": self.server.url,
+            "BENCH_CELERY_MODE": self.mode,
+            "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{ROOT}",
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "celery_peer",
+            "worker",
+            "-P",
+            "prefork",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         if self.concurrency:
             cmd += ["--concurrency", str(self.concurrency)]
         log = self.logs / f"side-celery-{self.mode}.log"
-        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT / "bench",
-                                     stdout=log.open("w"), stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, env=env, cwd=ROOT / "bench", stdout=log.open("w"), stderr=subprocess.STDOUT
+        )
         # Ready when a DAG goes through: the worker consumes, chords join, the last task reports.
         self.submit("warm-up")
         deadline = time.monotonic() + 120

@@ -80,9 +80,14 @@ def window(system: EsSched, folder: Path, rate: float, seconds: float, tag: str)
     by_api: collections.Counter[str] = collections.Counter()
     for per in clients.values():
         by_api.update(per)
-    return {"workflows": n, "completed": system.done_count(), "clients": clients,
-            "cpu_ms_per_workflow": {k: round(v, 2) for k, v in cpu.items()},
-            "by_api": dict(by_api.most_common()), "total": sum(by_api.values())}  # fmt: skip
+    return {
+        "workflows": n,
+        "completed": system.done_count(),
+        "clients": clients,
+        "cpu_ms_per_workflow": {k: round(v, 2) for k, v in cpu.items()},
+        "by_api": dict(by_api.most_common()),
+        "total": sum(by_api.values()),
+    }
 
 
 def medians(windows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,11 +95,15 @@ def medians(windows: list[dict[str, Any]]) -> dict[str, Any]:
     clients = {}
     for name in names:
         apis = {a for w in windows for a in w["clients"].get(name, {})}
-        per = {a: statistics.median(w["clients"].get(name, {}).get(a, 0.0) for w in windows)
-               for a in apis}  # fmt: skip
+        per = {
+            a: statistics.median(w["clients"].get(name, {}).get(a, 0.0) for w in windows)
+            for a in apis
+        }
         ranked = sorted(per.items(), key=lambda x: -x[1])
-        clients[name] = {"total": round(sum(per.values()), 2),
-                         "by_api": {a: round(v, 2) for a, v in ranked}}  # fmt: skip
+        clients[name] = {
+            "total": round(sum(per.values()), 2),
+            "by_api": {a: round(v, 2) for a, v in ranked},
+        }
     apis = {a for w in windows for a in w["by_api"]}
     procs = windows[0]["cpu_ms_per_workflow"]
     return {
@@ -113,17 +122,21 @@ def medians(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def show(result: dict[str, Any]) -> None:
     med = result["medians"]
-    table = Table(title=f"client requests per workflow at {result['rate']:g} DAGs/s, "
-                        f"medians of {len(result['windows'])}")  # fmt: skip
+    table = Table(
+        title=f"client requests per workflow at {result['rate']:g} DAGs/s, "
+        f"medians of {len(result['windows'])}"
+    )
     for col in ("client (process | kind | created at)", "requests", "by API"):
         table.add_column(col, justify="right" if col == "requests" else "left")
     for name, row in med["clients"].items():
         if row["total"] >= 0.05:
             top = ", ".join(f"{a} {v:g}" for a, v in list(row["by_api"].items())[:4])
             table.add_row(name[:110], f"{row['total']:.1f}", top)
-    table.add_row("all clients", f"{med['total']:.1f}",
-                  ", ".join(f"{a} {v:g}" for a, v in sorted(med["by_api"].items(),
-                                                             key=lambda x: -x[1])[:6]))  # fmt: skip
+    table.add_row(
+        "all clients",
+        f"{med['total']:.1f}",
+        ", ".join(f"{a} {v:g}" for a, v in sorted(med["by_api"].items(), key=lambda x: -x[1])[:6]),
+    )
     Console(width=160).print(table)
     cpu = med["cpu_ms_per_workflow"]
     Console().print(

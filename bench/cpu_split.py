@@ -81,12 +81,20 @@ def sample(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds of each process and its children; this process's own only (es-sched's
     processes are its children, counted under their own names)."""
     own = os.times()
-    return {name: own.user + own.system if pid == os.getpid() else tree_cpu_s(pid)
-            for name, pid in pids.items()}  # fmt: skip
+    return {
+        name: own.user + own.system if pid == os.getpid() else tree_cpu_s(pid)
+        for name, pid in pids.items()
+    }
 
 
-def window(system: EsSched, pids: dict[str, int], rate: float, seconds: float, tag: str,
-           idle_rate: dict[str, float]) -> dict[str, Any]:  # fmt: skip
+def window(
+    system: EsSched,
+    pids: dict[str, int],
+    rate: float,
+    seconds: float,
+    tag: str,
+    idle_rate: dict[str, float],
+) -> dict[str, Any]:
     system.done.clear()
     before, t0 = sample(pids), time.monotonic()
     n = system.open_loop(rate, seconds, tag, wait_s=180)
@@ -107,9 +115,13 @@ def window(system: EsSched, pids: dict[str, int], rate: float, seconds: float, t
 
 
 def measure(
-    code: Path, opts: argparse.Namespace, windows_n: int, progress: Progress, bar: TaskID,
+    code: Path,
+    opts: argparse.Namespace,
+    windows_n: int,
+    progress: Progress,
+    bar: TaskID,
     apart: bool = False,
-) -> tuple[dict[str, float], list[dict[str, Any]]]:  # fmt: skip
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """One fresh es-sched from ``code``: its idle rates, then ``windows_n`` windows."""
     logs = Path(tempfile.mkdtemp(prefix="cpu-split-"))
     system = EsSched(logs, code=code, dispatcher_apart=apart)
@@ -145,14 +157,27 @@ def summary(
         table.add_column(col, justify="left" if col == "process" else "right")
     for k in names:
         share = medians["marginal_ms_per_workflow"][k] / total["marginal_ms_per_workflow"]
-        table.add_row(k, f"{100 * idle_rate[k]:.1f}", f"{medians['ms_per_workflow'][k]:.2f}",
-                      f"{medians['marginal_ms_per_workflow'][k]:.2f}", f"{share:.0%}")  # fmt: skip
-    table.add_row("total", f"{100 * sum(idle_rate.values()):.1f}",
-                  f"{total['ms_per_workflow']:.2f}", f"{total['marginal_ms_per_workflow']:.2f}",
-                  "")  # fmt: skip
+        table.add_row(
+            k,
+            f"{100 * idle_rate[k]:.1f}",
+            f"{medians['ms_per_workflow'][k]:.2f}",
+            f"{medians['marginal_ms_per_workflow'][k]:.2f}",
+            f"{share:.0%}",
+        )
+    table.add_row(
+        "total",
+        f"{100 * sum(idle_rate.values()):.1f}",
+        f"{total['ms_per_workflow']:.2f}",
+        f"{total['marginal_ms_per_workflow']:.2f}",
+        "",
+    )
     Console().print(table)
-    return {"idle_cpu_per_s": {k: round(v, 4) for k, v in idle_rate.items()},
-            "medians": medians, "total": total, "windows": windows}  # fmt: skip
+    return {
+        "idle_cpu_per_s": {k: round(v, 4) for k, v in idle_rate.items()},
+        "medians": medians,
+        "total": total,
+        "windows": windows,
+    }
 
 
 def main() -> None:
@@ -162,17 +187,24 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle measured first")
     ap.add_argument("--before", type=Path, help="an earlier checkout: A/B, a round each in turn")
-    ap.add_argument("--dispatcher-apart", action="store_true",
-                    help="A/B: 'after' runs the dispatcher in its own process (--before: this "
-                         "checkout unless given)")  # fmt: skip
+    ap.add_argument(
+        "--dispatcher-apart",
+        action="store_true",
+        help="A/B: 'after' runs the dispatcher in its own process (--before: this "
+        "checkout unless given)",
+    )
     ap.add_argument("--out", type=Path)
     opts = ap.parse_args()
     if opts.dispatcher_apart and opts.before is None:
         opts.before = BENCH.parent
     title = f"CPU ms per media workflow at {opts.rate:g} DAGs/s, medians of {opts.runs} windows"
-    result: dict[str, Any] = {"benchmark": "cpu_split", "command": " ".join(sys.argv),
-                              "machine": sbs.fingerprint(), "rate": opts.rate,
-                              "seconds": opts.seconds}  # fmt: skip
+    result: dict[str, Any] = {
+        "benchmark": "cpu_split",
+        "command": " ".join(sys.argv),
+        "machine": sbs.fingerprint(),
+        "rate": opts.rate,
+        "seconds": opts.seconds,
+    }
     with Progress() as progress:
         if opts.before is None:
             bar = progress.add_task("idle, then windows", total=opts.runs + 1)
@@ -196,7 +228,9 @@ def main() -> None:
         }
         result["ratio_broker"] = round(
             result["after"]["medians"]["marginal_ms_per_workflow"]["broker"]
-            / result["before"]["medians"]["marginal_ms_per_workflow"]["broker"], 3)  # fmt: skip
+            / result["before"]["medians"]["marginal_ms_per_workflow"]["broker"],
+            3,
+        )
         print(
             "after / before:", result["ratio_after_over_before"], "broker:", result["ratio_broker"]
         )

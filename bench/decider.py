@@ -54,8 +54,13 @@ BATCH_RECORDS, BATCH_MS = 500, 50
 
 def _lease(task_id: str) -> dict[str, Any]:
     """The lease fields a bench worker echoes: one worker, epoch 1, a token per task."""
-    return {"task_id": task_id, "attempt": 1, "worker_id": "bench", "lease_epoch": 1,
-            "lease_token": f"tok-{task_id}"}  # fmt: skip
+    return {
+        "task_id": task_id,
+        "attempt": 1,
+        "worker_id": "bench",
+        "lease_epoch": 1,
+        "lease_token": f"tok-{task_id}",
+    }
 
 
 def start_decider(
@@ -92,8 +97,9 @@ def start_decider(
     # Its working directory too: ``python -m`` puts the working directory on sys.path ahead of
     # PYTHONPATH, so without it every "before" ran this checkout (found 2026-12-04: a py-spy
     # profile of a --code run showed functions the older checkout does not have).
-    return subprocess.Popen(cmd, env=env, cwd=code or ROOT, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        cmd, env=env, cwd=code or ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
 
 
 class DeciderCpu:

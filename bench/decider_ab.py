@@ -32,8 +32,18 @@ FIGURES = {
 
 
 def one(code: Path, out: Path, inputs: int, rate: int) -> dict[str, Any]:
-    cmd = [sys.executable, str(ROOT / "bench" / "decider.py"), "--code", str(code),
-           "--json", str(out), "--inputs", str(inputs), "--rate", str(rate)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "decider.py"),
+        "--code",
+        str(code),
+        "--json",
+        str(out),
+        "--inputs",
+        str(inputs),
+        "--rate",
+        str(rate),
+    ]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     result: dict[str, Any] = json.loads(out.read_text())
     return result

@@ -47,8 +47,11 @@ from es_sched.serialization import encode_input
 from es_sched.serialization.records import decode_ready
 from es_sched.settings import load_settings
 
-ONE_TASK = {"name": "bench_one", "version": 1,
-            "tasks": [{"name": "unit", "taskReferenceName": "unit"}]}  # fmt: skip
+ONE_TASK = {
+    "name": "bench_one",
+    "version": 1,
+    "tasks": [{"name": "unit", "taskReferenceName": "unit"}],
+}
 BATCH = 500
 
 
@@ -78,8 +81,12 @@ class FakeMsg:
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MEDIA = json.loads((EXAMPLES / "media_pipeline.json").read_text())
 MEDIA_TASKDEFS = json.loads((EXAMPLES / "media_taskdefs.json").read_text())
-MEDIA_INPUT = {"source_uri": "s3://in/a.mp4", "source_checksum": "0" * 64,
-               "callback_url": "http://127.0.0.1:9/cb", "asset_id": "a"}  # fmt: skip
+MEDIA_INPUT = {
+    "source_uri": "s3://in/a.mp4",
+    "source_checksum": "0" * 64,
+    "callback_url": "http://127.0.0.1:9/cb",
+    "asset_id": "a",
+}
 PROBED = {"height": 1080, "uri": "s3://in/a.mp4", "sha256": "0" * 64, "duration_s": 60.0}
 
 
@@ -98,8 +105,13 @@ class FakeRegistry:
 
 
 def _lease(task_id: str) -> dict[str, Any]:
-    return {"task_id": task_id, "attempt": 1, "worker_id": "bench", "lease_epoch": 1,
-            "lease_token": f"tok-{task_id}"}  # fmt: skip
+    return {
+        "task_id": task_id,
+        "attempt": 1,
+        "worker_id": "bench",
+        "lease_epoch": 1,
+        "lease_token": f"tok-{task_id}",
+    }
 
 
 def run_phase(d: Decider, msgs: list[FakeMsg]) -> tuple[float, list[Any]]:
@@ -186,8 +198,11 @@ def media_run(n: int, prefix: str, d: Decider | None = None) -> dict[str, float]
         took, inputs = took + took_lease + took_done, inputs + 2 * len(ready)
     ended = sum(st.terminal for st in d.states.values())
     assert ended == n, f"{ended} of {n} media workflows ended"
-    return {"media": inputs / took, "inputs_per_workflow": inputs / n,
-            "changelog_bytes_per_input": snapshot_bytes / inputs}  # fmt: skip
+    return {
+        "media": inputs / took,
+        "inputs_per_workflow": inputs / n,
+        "changelog_bytes_per_input": snapshot_bytes / inputs,
+    }
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,8 +238,16 @@ def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
     sides = {"before": opts.before.resolve(), "after": ROOT}
     runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     cores: dict[str, set[str]] = {side: set() for side in sides}
-    argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--repeat", "1",
-            "--workflows", str(opts.workflows), *(["--media"] if opts.media else [])]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--repeat",
+        "1",
+        "--workflows",
+        str(opts.workflows),
+        *(["--media"] if opts.media else []),
+    ]
     for k in range(opts.repeat):
         for side, tree in sides.items():
             doc = child_run(argv, side, tree)
@@ -236,10 +259,16 @@ def interleaved(opts: argparse.Namespace) -> dict[str, Any]:
         for side, rs in runs.items()
     }
     ratio = {p: round(medians["after"][p] / medians["before"][p], 3) for p in medians["after"]}
-    return {"benchmark": "decider_cpu", "media": opts.media, "workflows": opts.workflows,
-            "before_tree": str(sides["before"]), "runs": runs, "medians": medians,
-            "core": {side: "/".join(sorted(c)) for side, c in cores.items()},
-            "ratio_after_over_before": ratio}  # fmt: skip
+    return {
+        "benchmark": "decider_cpu",
+        "media": opts.media,
+        "workflows": opts.workflows,
+        "before_tree": str(sides["before"]),
+        "runs": runs,
+        "medians": medians,
+        "core": {side: "/".join(sorted(c)) for side, c in cores.items()},
+        "ratio_after_over_before": ratio,
+    }
 
 
 def main() -> None:
@@ -261,9 +290,11 @@ def main() -> None:
         return
     if opts.before is None:
         result: dict[str, Any] = {
-            "benchmark": "decider_cpu", "media": opts.media, "workflows": opts.workflows,
+            "benchmark": "decider_cpu",
+            "media": opts.media,
+            "workflows": opts.workflows,
             "medians": figures(opts),
-        }  # fmt: skip
+        }
         show("", result["medians"], opts.repeat)
     else:
         result = interleaved(opts)

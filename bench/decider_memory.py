@@ -51,10 +51,13 @@ def measure(kind: str, n: int) -> dict[str, Any]:
     sites = tracemalloc.take_snapshot().statistics("lineno")[:8]
     tracemalloc.stop()
     top = [
-        {"site": _short(s.traceback[0].filename, s.traceback[0].lineno),
-         "bytes_per_workflow": round(s.size / n, 1), "objects_per_workflow": round(s.count / n, 2)}
+        {
+            "site": _short(s.traceback[0].filename, s.traceback[0].lineno),
+            "bytes_per_workflow": round(s.size / n, 1),
+            "objects_per_workflow": round(s.count / n, 2),
+        }
         for s in sites
-    ]  # fmt: skip
+    ]
     return {"kib_per_workflow": round(held / 1024 / n, 3), "top": top}
 
 
@@ -98,24 +101,31 @@ def main() -> None:
     if opts.child:
         child(opts.workflows)
         return
-    trees = {"after": ROOT} if opts.before is None else {"before": opts.before.resolve(),
-                                                          "after": ROOT}  # fmt: skip
+    trees = (
+        {"after": ROOT} if opts.before is None else {"before": opts.before.resolve(), "after": ROOT}
+    )
     runs = rounds(trees, opts.workflows, opts.repeat)
     medians = {
         side: {kind: statistics.median(r[kind]["kib_per_workflow"] for r in rs) for kind in KINDS}
         for side, rs in runs.items()
     }
     result: dict[str, Any] = {
-        "benchmark": "decider_memory", "workflows": opts.workflows, "repeat": opts.repeat,
+        "benchmark": "decider_memory",
+        "workflows": opts.workflows,
+        "repeat": opts.repeat,
         "trees": {side: str(tree) for side, tree in trees.items()},
         "kib_per_workflow_median": medians,
-        "top_sites_last_round": {side: {k: rs[-1][k]["top"] for k in KINDS}
-                                 for side, rs in runs.items()},
+        "top_sites_last_round": {
+            side: {k: rs[-1][k]["top"] for k in KINDS} for side, rs in runs.items()
+        },
         "core": {side: sorted({r["core"] for r in rs}) for side, rs in runs.items()},
-    }  # fmt: skip
+    }
     for side, kib in medians.items():
-        print(f"{side:7s}" + "  ".join(f"{k} {v:.2f} KiB" for k, v in kib.items())
-              + f"  (median of {opts.repeat}, per finished workflow kept)")  # fmt: skip
+        print(
+            f"{side:7s}"
+            + "  ".join(f"{k} {v:.2f} KiB" for k, v in kib.items())
+            + f"  (median of {opts.repeat}, per finished workflow kept)"
+        )
     if "before" in medians:
         result["ratio_after_over_before"] = {
             k: round(medians["after"][k] / medians["before"][k], 3) for k in KINDS

@@ -57,10 +57,16 @@ from plot_png import Series, line_charts
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 BOOT = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-TINY = {"name": "bench_tiny", "version": 1,
-        "tasks": [{"name": "tiny", "taskReferenceName": "tiny", "type": "SIMPLE"}]}  # fmt: skip
-HOLD = {"name": "bench_hold", "version": 1,
-        "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}]}  # fmt: skip
+TINY = {
+    "name": "bench_tiny",
+    "version": 1,
+    "tasks": [{"name": "tiny", "taskReferenceName": "tiny", "type": "SIMPLE"}],
+}
+HOLD = {
+    "name": "bench_hold",
+    "version": 1,
+    "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}],
+}
 RESTORED = re.compile(
     r"restored partition \d+: (\d+) records, (\d+) live states \(\d+ resting\), (\d+) ended "
     r"markers in ([\d.]+)s"
@@ -78,10 +84,14 @@ def free_port() -> int:
 class Decider:
     def __init__(self, prefix: str, partitions: int, retain_s: float, log: Path) -> None:
         self.port, self.log = free_port(), log
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "ES_SCHED_KAFKA_TOPIC_PREFIX": prefix,
-               "ES_SCHED_KAFKA_PARTITIONS": str(partitions),
-               "ES_SCHED_RUN_RETAIN_FINISHED_S": str(retain_s),
-               "ES_SCHED_RUN_METRICS_PORT": str(self.port)}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "ES_SCHED_KAFKA_TOPIC_PREFIX": prefix,
+            "ES_SCHED_KAFKA_PARTITIONS": str(partitions),
+            "ES_SCHED_RUN_RETAIN_FINISHED_S": str(retain_s),
+            "ES_SCHED_RUN_METRICS_PORT": str(self.port),
+        }
         cmd = [sys.executable, "-m", "es_sched", "run", "--role", "decider"]
         if shutil.which("taskset"):
             cmd = ["taskset", "-c", "1", *cmd]
@@ -131,8 +141,7 @@ class Worker(threading.Thread):
         self.topics, self.halt = topics, threading.Event()
 
     def run(self) -> None:
-        cons = consumer(BOOT, f"{self.topics.prefix}-bench-worker",
-                        **{"enable.auto.commit": True})  # fmt: skip
+        cons = consumer(BOOT, f"{self.topics.prefix}-bench-worker", **{"enable.auto.commit": True})
         cons.subscribe([self.topics.ready])
         prod = producer(BOOT)
         while not self.halt.is_set():
@@ -140,13 +149,21 @@ class Worker(threading.Thread):
                 if msg.error() is not None:
                     continue
                 doc = orjson.loads(msg.value() or b"{}")
-                base = dict(workflow_id=doc["workflow_id"], task_id=doc["task_id"],
-                            attempt=doc["attempt"], worker_id="bench", lease_epoch=1,
-                            lease_token=f"tok-{doc['task_id']}")  # fmt: skip
+                base = dict(
+                    workflow_id=doc["workflow_id"],
+                    task_id=doc["task_id"],
+                    attempt=doc["attempt"],
+                    worker_id="bench",
+                    lease_epoch=1,
+                    lease_token=f"tok-{doc['task_id']}",
+                )
                 done = c.ReportCompleted(f"r-{doc['task_id']}", **base, started=True)  # as SDKs
                 for inp in (c.DispatchTask(f"d-{doc['task_id']}", **base), done):
-                    prod.produce(self.topics.task_results, key=inp.workflow_id.encode(),
-                                 value=encode_input(inp))  # fmt: skip
+                    prod.produce(
+                        self.topics.task_results,
+                        key=inp.workflow_id.encode(),
+                        value=encode_input(inp),
+                    )
                     prod.poll(0)
         prod.flush(30)
         cons.close()
@@ -161,8 +178,9 @@ class Completions(threading.Thread):
 
     def run(self) -> None:
         cons = consumer(BOOT, None, **{"isolation.level": "read_committed"})
-        cons.assign([TopicPartition(self.topics.events, p, 0)
-                     for p in range(self.topics.partitions)])  # fmt: skip
+        cons.assign(
+            [TopicPartition(self.topics.events, p, 0) for p in range(self.topics.partitions)]
+        )
         while not self.halt.is_set():
             for msg in cons.consume(5000, 0.2):
                 if msg.error() is None and COMPLETED in (msg.value() or b""):
@@ -171,8 +189,9 @@ class Completions(threading.Thread):
 
 
 def changelog_size(topics: Topics) -> dict[str, int]:
-    cons = consumer(BOOT, None, **{"isolation.level": "read_committed",
-                                   "enable.partition.eof": True})  # fmt: skip
+    cons = consumer(
+        BOOT, None, **{"isolation.level": "read_committed", "enable.partition.eof": True}
+    )
     cons.assign([TopicPartition(topics.changelog, p, 0) for p in range(topics.partitions)])
     latest: dict[bytes, int] = {}
     records = written = 0
@@ -190,8 +209,12 @@ def changelog_size(topics: Topics) -> dict[str, int]:
             else:
                 latest[key] = size
     cons.close()
-    return {"records": records, "bytes_written": written,
-            "bytes_compacted": sum(latest.values()), "keys_compacted": len(latest)}  # fmt: skip
+    return {
+        "records": records,
+        "bytes_written": written,
+        "bytes_compacted": sum(latest.values()),
+        "keys_compacted": len(latest),
+    }
 
 
 def start(topics: Topics, name: str, first: int, count: int) -> None:
@@ -204,15 +227,19 @@ def start(topics: Topics, name: str, first: int, count: int) -> None:
     p.flush(120)
 
 
-def run_mode(mode: str, checkpoints: list[int], live: int, restarts: int, partitions: int,
-             console: Console) -> dict[str, Any]:  # fmt: skip
+def run_mode(
+    mode: str, checkpoints: list[int], live: int, restarts: int, partitions: int, console: Console
+) -> dict[str, Any]:
     retain = 2.0 if mode == "retired" else 10**9
     prefix = f"bstate{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, partitions)
     ensure_topics(BOOT, topics)
     p = producer(BOOT)
     docs: list[tuple[str, dict[str, Any]]] = [
-        ("workflow", TINY), ("workflow", HOLD), ("taskdef", {"name": "tiny"})]  # fmt: skip
+        ("workflow", TINY),
+        ("workflow", HOLD),
+        ("taskdef", {"name": "tiny"}),
+    ]
     for kind, doc in docs:
         p.produce(topics.definitions, key=key_of(kind, doc), value=encode_definition(doc))
     p.flush(30)
@@ -222,8 +249,12 @@ def run_mode(mode: str, checkpoints: list[int], live: int, restarts: int, partit
     worker.start()
     done.start()
     # the prefix: its topics stay, for bench/restore_broker.py
-    out: dict[str, Any] = {"mode": mode, "retain_finished_s": retain, "points": [],
-                           "prefix": prefix}  # fmt: skip
+    out: dict[str, Any] = {
+        "mode": mode,
+        "retain_finished_s": retain,
+        "points": [],
+        "prefix": prefix,
+    }
     wait_for(lambda: decider.gauge("es_sched_decider_workflows") is not None, 60, "metrics")
     out["rss_mib_at_0"] = round(decider.rss_mib(), 1)
     sent, t0 = 0, time.monotonic()
@@ -236,18 +267,24 @@ def run_mode(mode: str, checkpoints: list[int], live: int, restarts: int, partit
         wait_for(lambda: done.count >= target, 1800, f"{target} completions")  # noqa: B023
         if mode == "retired":
             wait_for(lambda: decider.gauge("es_sched_decider_workflows") == 0, 300, "retirement")
-        point = {"finished": target, "rss_mib": round(decider.rss_mib(), 1),
-                 "states_held": decider.gauge("es_sched_decider_workflows"),
-                 "ended_markers": decider.gauge("es_sched_decider_ended_markers"),
-                 "elapsed_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+        point = {
+            "finished": target,
+            "rss_mib": round(decider.rss_mib(), 1),
+            "states_held": decider.gauge("es_sched_decider_workflows"),
+            "ended_markers": decider.gauge("es_sched_decider_ended_markers"),
+            "elapsed_s": round(time.monotonic() - t0, 1),
+        }
         point.update(changelog_size(topics))
         out["points"].append(point)
         console.print(f"{mode}: {point}", markup=False)
     worker.halt.set()
     held = decider.gauge("es_sched_decider_workflows") or 0
     start(topics, "bench_hold", 0, live)
-    wait_for(lambda: (decider.gauge("es_sched_decider_workflows") or 0) >= held + live, 600,
-             "the live workflows")  # fmt: skip
+    wait_for(
+        lambda: (decider.gauge("es_sched_decider_workflows") or 0) >= held + live,
+        600,
+        "the live workflows",
+    )
     decider.stop()
     restores = []
     for n in range(restarts):
@@ -256,21 +293,27 @@ def run_mode(mode: str, checkpoints: list[int], live: int, restarts: int, partit
         lines = again.restored(partitions) or []
         again.stop()
         took = sum(line[3] for line in lines)
-        restores.append({"records": sum(line[0] for line in lines),
-                         "live": sum(line[1] for line in lines),
-                         "ended_markers": sum(line[2] for line in lines),
-                         "seconds": took})  # fmt: skip
+        restores.append(
+            {
+                "records": sum(line[0] for line in lines),
+                "live": sum(line[1] for line in lines),
+                "ended_markers": sum(line[2] for line in lines),
+                "seconds": took,
+            }
+        )
     done.halt.set()
     live_restored = restores[0]["live"]
     out["restore"] = {
         "runs": restores,
         "median_seconds": round(statistics.median(r["seconds"] for r in restores), 3),
         "median_ms_per_live_workflow": round(
-            statistics.median(r["seconds"] for r in restores) * 1000 / max(live, 1), 4),
+            statistics.median(r["seconds"] for r in restores) * 1000 / max(live, 1), 4
+        ),
         "live_restored": live_restored,
         "median_ms_per_state_restored": round(
-            statistics.median(r["seconds"] * 1000 / max(r["live"], 1) for r in restores), 4),
-    }  # fmt: skip
+            statistics.median(r["seconds"] * 1000 / max(r["live"], 1) for r in restores), 4
+        ),
+    }
     return out
 
 
@@ -285,45 +328,84 @@ def main() -> None:
     checkpoints = [int(n) for n in opts.checkpoints.split(",")]
     console = Console()
     RESULTS.mkdir(exist_ok=True)
-    runs = [run_mode(m, checkpoints, opts.live, opts.restarts, opts.partitions, console)
-            for m in opts.modes.split(",")]  # fmt: skip
+    runs = [
+        run_mode(m, checkpoints, opts.live, opts.restarts, opts.partitions, console)
+        for m in opts.modes.split(",")
+    ]
     table = Table(title="decider state after N finished workflows (one decider, one core)")
-    for col in ("mode", "finished", "RSS MiB", "states held", "markers", "changelog records",
-                "written MiB", "compacted MiB"):  # fmt: skip
+    for col in (
+        "mode",
+        "finished",
+        "RSS MiB",
+        "states held",
+        "markers",
+        "changelog records",
+        "written MiB",
+        "compacted MiB",
+    ):
         table.add_column(col, justify="right")
     for run in runs:
         for pt in run["points"]:
-            table.add_row(run["mode"], f"{pt['finished']:,}", f"{pt['rss_mib']:.1f}",
-                          f"{pt['states_held'] or 0:,.0f}", f"{pt['ended_markers'] or 0:,.0f}",
-                          f"{pt['records']:,}", f"{pt['bytes_written'] / 2**20:.1f}",
-                          f"{pt['bytes_compacted'] / 2**20:.2f}")  # fmt: skip
+            table.add_row(
+                run["mode"],
+                f"{pt['finished']:,}",
+                f"{pt['rss_mib']:.1f}",
+                f"{pt['states_held'] or 0:,.0f}",
+                f"{pt['ended_markers'] or 0:,.0f}",
+                f"{pt['records']:,}",
+                f"{pt['bytes_written'] / 2**20:.1f}",
+                f"{pt['bytes_compacted'] / 2**20:.2f}",
+            )
     console.print(table)
     for run in runs:
         r = run["restore"]
         # per state restored: in ``kept`` the finished states are restored too, not only the
         # ``--live`` ones that median_ms_per_live_workflow divides by
-        console.print(f"{run['mode']}: restore of {r['live_restored']:,} states (read and "
-                      f"kept): median {r['median_seconds']:.2f}s, "
-                      f"{r['median_ms_per_state_restored']:.4f} ms per state",
-                      markup=False)  # fmt: skip
-    result = {"benchmark": "decider_state", "machine": {"cores": os.cpu_count(),
-              "decider_cores": 1, "broker": "local single node"},
-              "partitions": opts.partitions, "live": opts.live, "runs": runs}  # fmt: skip
+        console.print(
+            f"{run['mode']}: restore of {r['live_restored']:,} states (read and "
+            f"kept): median {r['median_seconds']:.2f}s, "
+            f"{r['median_ms_per_state_restored']:.4f} ms per state",
+            markup=False,
+        )
+    result = {
+        "benchmark": "decider_state",
+        "machine": {"cores": os.cpu_count(), "decider_cores": 1, "broker": "local single node"},
+        "partitions": opts.partitions,
+        "live": opts.live,
+        "runs": runs,
+    }
     (RESULTS / "decider_state.json").write_text(json.dumps(result, indent=2) + "\n")
     colours = {"kept": (200, 40, 40), "retired": (30, 90, 200)}
     line_charts(
         RESULTS / "decider_state.png",
-        [("RSS MiB", [Series(r["mode"], colours[r["mode"]],
-                             [(0, r["rss_mib_at_0"])]
-                             + [(p["finished"], p["rss_mib"]) for p in r["points"]])
-                      for r in runs]),
-         ("COMPACTED CHANGELOG MIB", [Series(r["mode"], colours[r["mode"]],
-                                             [(0, 0.0)] + [(p["finished"],
-                                                            p["bytes_compacted"] / 2**20)
-                                                           for p in r["points"]])
-                                      for r in runs])],
+        [
+            (
+                "RSS MiB",
+                [
+                    Series(
+                        r["mode"],
+                        colours[r["mode"]],
+                        [(0, r["rss_mib_at_0"])]
+                        + [(p["finished"], p["rss_mib"]) for p in r["points"]],
+                    )
+                    for r in runs
+                ],
+            ),
+            (
+                "COMPACTED CHANGELOG MIB",
+                [
+                    Series(
+                        r["mode"],
+                        colours[r["mode"]],
+                        [(0, 0.0)]
+                        + [(p["finished"], p["bytes_compacted"] / 2**20) for p in r["points"]],
+                    )
+                    for r in runs
+                ],
+            ),
+        ],
         "FINISHED WORKFLOWS",
-    )  # fmt: skip
+    )
     console.print(f"wrote {RESULTS / 'decider_state.json'} and decider_state.png")
 
 

@@ -92,11 +92,15 @@ def drop_topics(env: Env) -> None:
 
 
 def new_env() -> Env:
-    env = Env(partitions=12, extra={
-        "ES_SCHED_DISPATCH_HEARTBEAT_S": "60", "ES_SCHED_DISPATCH_DEAD_AFTER_S": "600",
-        "ES_SCHED_DISPATCH_SUSPECT_AFTER_S": "600",
-        "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(ASSIGNMENT_PARTITIONS),
-    })  # fmt: skip
+    env = Env(
+        partitions=12,
+        extra={
+            "ES_SCHED_DISPATCH_HEARTBEAT_S": "60",
+            "ES_SCHED_DISPATCH_DEAD_AFTER_S": "600",
+            "ES_SCHED_DISPATCH_SUSPECT_AFTER_S": "600",
+            "ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS": str(ASSIGNMENT_PARTITIONS),
+        },
+    )
     env.create()
     return env
 
@@ -115,10 +119,22 @@ class Profile:
         if out is not None:
             self.raw = out.with_suffix(".raw")
             self.proc = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
-                 "-r", "200", "-f", "raw", "-o", str(self.raw), "--nonblocking"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "-r",
+                    "200",
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(self.raw),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
     def stop(self, title: str) -> None:
         if self.proc is None or self.out is None:
@@ -131,8 +147,10 @@ class Profile:
         for line in self.raw.read_text().splitlines():
             stack, _, n = line.rpartition(" ")
             count = int(n)
-            frames = [f.split(" (")[0] + " " + f.rsplit("/", 1)[-1].rstrip(")")
-                      for f in stack.split(";")[1:]]  # fmt: skip
+            frames = [
+                f.split(" (")[0] + " " + f.rsplit("/", 1)[-1].rstrip(")")
+                for f in stack.split(";")[1:]
+            ]
             samples += count
             if frames:
                 own[frames[-1]] += count
@@ -156,18 +174,33 @@ def dispatcher_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
         spy = Profile(proc.pid, profile)
         cpu0 = cpu_s(proc.pid)  # start-up (imports, catch-up) is not per-task cost
         status = wire.WorkerStatus(
-            "bench-w", "default", "v1", ["noop"], 1e9, 1 << 40, concurrency=1 << 30,
+            "bench-w",
+            "default",
+            "v1",
+            ["noop"],
+            1e9,
+            1 << 40,
+            concurrency=1 << 30,
             sent_at=datetime.now(UTC).isoformat(),
-        )  # fmt: skip
+        )
         out.produce(env.topics.worker_status, key=b"bench-w", value=wire.encode(status))
         out.flush(60)
         started = datetime.now(UTC) - timedelta(seconds=1)
         for i in range(n):
             value = encode_ready(
-                workflow_id=f"wf{i}", task_id=f"wf{i}.t", ref="t", name="noop", attempt=1,
-                input={"i": i}, priority=4, resources={"cpu": 1.0}, rate_limit_key=None,
-                tenant=None, callback=False, workflow_started_at=started,
-            )  # fmt: skip
+                workflow_id=f"wf{i}",
+                task_id=f"wf{i}.t",
+                ref="t",
+                name="noop",
+                attempt=1,
+                input={"i": i},
+                priority=4,
+                resources={"cpu": 1.0},
+                rate_limit_key=None,
+                tenant=None,
+                callback=False,
+                workflow_started_at=started,
+            )
             out.produce(env.topics.ready, key=f"noop{i % 64}".encode(), value=value)
             out.poll(0)
         out.flush(60)
@@ -180,8 +213,11 @@ def dispatcher_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
         drop_topics(env)
     times = sorted(t for t, _ in got)
     span = max(times[-1] - times[0], 1e-3)
-    return {"tasks": len(got), "tasks_per_second": round(len(got) / span, 1),
-            "cpu_ms_per_task": round(cpu * 1000 / max(len(got), 1), 3)}  # fmt: skip
+    return {
+        "tasks": len(got),
+        "tasks_per_second": round(len(got) / span, 1),
+        "cpu_ms_per_task": round(cpu * 1000 / max(len(got), 1), 3),
+    }
 
 
 def stamp(topic: str, partitions: int, sink: dict[str, float], stop: threading.Event) -> None:
@@ -215,19 +251,34 @@ def latency_run(rate: float, seconds: float, code: Path) -> dict[str, Any]:
     try:
         wait_for_log(log, "dispatcher started", 120, proc)
         status = wire.WorkerStatus(
-            "bench-w", "default", "v1", ["noop"], 1e9, 1 << 40, concurrency=1 << 30,
+            "bench-w",
+            "default",
+            "v1",
+            ["noop"],
+            1e9,
+            1 << 40,
+            concurrency=1 << 30,
             sent_at=datetime.now(UTC).isoformat(),
-        )  # fmt: skip
+        )
         out.produce(env.topics.worker_status, key=b"bench-w", value=wire.encode(status))
         for t in tails:
             t.start()
 
         def one(name: str) -> None:
             value = encode_ready(
-                workflow_id=name, task_id=name, ref="t", name="noop", attempt=1, input={},
-                priority=4, resources={"cpu": 1.0}, rate_limit_key=None, tenant=None,
-                callback=False, workflow_started_at=datetime.now(UTC),
-            )  # fmt: skip
+                workflow_id=name,
+                task_id=name,
+                ref="t",
+                name="noop",
+                attempt=1,
+                input={},
+                priority=4,
+                resources={"cpu": 1.0},
+                rate_limit_key=None,
+                tenant=None,
+                callback=False,
+                workflow_started_at=datetime.now(UTC),
+            )
             out.produce(env.topics.ready, key=name.encode(), value=value)
             out.poll(0)
 
@@ -260,15 +311,35 @@ def latency_run(rate: float, seconds: float, code: Path) -> dict[str, Any]:
         return round(lat[int(q * (len(lat) - 1))], 1) if lat else float("nan")
 
     per_task = round(cpu * 1000 / max(len(lat), 1), 3)
-    return {"rate": rate, "tasks": len(lat), "p50_ms": pct(0.5), "p95_ms": pct(0.95),
-            "p99_ms": pct(0.99), "cpu_ms_per_task": per_task}  # fmt: skip
+    return {
+        "rate": rate,
+        "tasks": len(lat),
+        "p50_ms": pct(0.5),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+        "cpu_ms_per_task": per_task,
+    }
 
 
 def worker_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
     env = new_env()
     log = RESULTS / "dispatch-bench-worker.log"
-    args = ["worker", "--noop", "--types", "noop", "--concurrency", "64", "--heartbeat-s", "1",
-            "--cpu", "128", "--memory-mb", "262144", "--worker-id", "bench-w"]  # fmt: skip
+    args = [
+        "worker",
+        "--noop",
+        "--types",
+        "noop",
+        "--concurrency",
+        "64",
+        "--heartbeat-s",
+        "1",
+        "--cpu",
+        "128",
+        "--memory-mb",
+        "262144",
+        "--worker-id",
+        "bench-w",
+    ]
     topic = assignment_topic(env.prefix, "default")
     proc = spawn(env, args, log, code)
     try:
@@ -281,8 +352,9 @@ def worker_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
         out = producer(BOOTSTRAP)
         expires = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
         for i in range(n):
-            a = wire.Assignment("bench-w", f"wf{i}", f"wf{i}.t", "noop", 1, 1, f"tok{i}",
-                                expires, {"i": i})  # fmt: skip
+            a = wire.Assignment(
+                "bench-w", f"wf{i}", f"wf{i}.t", "noop", 1, 1, f"tok{i}", expires, {"i": i}
+            )
             out.produce(topic, key=b"bench-w", value=wire.encode(a), partition=part)
             out.poll(0)
         out.flush(60)
@@ -295,8 +367,11 @@ def worker_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
     times = sorted(t for t, _ in got)
     span = max(times[-1] - times[0], 1e-3)
     tasks = len(got) // 2
-    return {"tasks": tasks, "tasks_per_second": round(tasks / span, 1),
-            "cpu_ms_per_task": round(cpu * 1000 / max(tasks, 1), 3)}  # fmt: skip
+    return {
+        "tasks": tasks,
+        "tasks_per_second": round(tasks / span, 1),
+        "cpu_ms_per_task": round(cpu * 1000 / max(tasks, 1), 3),
+    }
 
 
 def main() -> None:
@@ -308,8 +383,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["dispatcher", "worker", "latency"], default=None)
     parser.add_argument("--rate", type=float, default=250, help="latency: ready records/s")
     parser.add_argument("--seconds", type=float, default=10, help="latency: how long")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="default bench/results/dispatch[-<only>].json")  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default bench/results/dispatch[-<only>].json"
+    )
     opts = parser.parse_args()
     trees = {"this": ROOT} if opts.compare is None else {"before": opts.compare, "after": ROOT}
     roles: dict[str, Any] = {
@@ -345,9 +421,15 @@ def main() -> None:
                 if k not in ("tasks", "rate")
             }
     print(json.dumps(median, indent=2))
-    result = {"benchmark": "dispatch", "cores": os.cpu_count(), "runs": opts.runs,
-              "tasks_per_run": opts.tasks, "trees": {k: str(v) for k, v in trees.items()},
-              "median": median, "per_run": by}  # fmt: skip
+    result = {
+        "benchmark": "dispatch",
+        "cores": os.cpu_count(),
+        "runs": opts.runs,
+        "tasks_per_run": opts.tasks,
+        "trees": {k: str(v) for k, v in trees.items()},
+        "median": median,
+        "per_run": by,
+    }
     name = "dispatch.json" if opts.only is None else f"dispatch-{opts.only}.json"
     out = opts.out or RESULTS / name
     out.write_text(json.dumps(result, indent=2) + "\n")

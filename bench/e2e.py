@@ -94,14 +94,28 @@ def start_processes(
     ``branch_1080`` runs bench/noop_worker.py, whose probe reports 1080p (9 worker tasks)."""
     roles = ["--role", "decider", "--role", "timers", "--role", "retry"]
     if dispatcher_apart:
-        procs = [spawn(env, ["run", *roles], logs / f"{tag}-run.log", code=code),
-                 spawn(env, ["run", "--role", "dispatcher"], logs / f"{tag}-dispatcher.log",
-                       code=code)]  # fmt: skip
+        procs = [
+            spawn(env, ["run", *roles], logs / f"{tag}-run.log", code=code),
+            spawn(env, ["run", "--role", "dispatcher"], logs / f"{tag}-dispatcher.log", code=code),
+        ]
     else:
-        procs = [spawn(env, ["run", *roles, "--role", "dispatcher"], logs / f"{tag}-run.log",
-                       code=code)]  # fmt: skip
-    worker = ["worker", "--noop", "--types", TYPES, "--concurrency", "64", "--heartbeat-s", "1",
-              "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
+        procs = [
+            spawn(env, ["run", *roles, "--role", "dispatcher"], logs / f"{tag}-run.log", code=code)
+        ]
+    worker = [
+        "worker",
+        "--noop",
+        "--types",
+        TYPES,
+        "--concurrency",
+        "64",
+        "--heartbeat-s",
+        "1",
+        "--cpu",
+        "128",
+        "--memory-mb",
+        "262144",
+    ]
     entry = (str(code / "bench" / "noop_worker.py"),) if branch_1080 else ("-m", "es_sched")
     args = worker[1:] if branch_1080 else worker
     procs += [spawn(env, args, logs / f"{tag}-worker{i}.log", entry, code) for i in range(2)]
@@ -261,13 +275,20 @@ def print_table(title: str, med: dict[str, Any], runs: list[dict[str, Any]]) -> 
     table.add_column("figure")
     table.add_column("median", justify="right")
     table.add_column("runs", justify="right")
-    table.add_row("workflows/s", str(med["workflows_per_second"]),
-                  ", ".join(str(r["workflows_per_second"]) for r in runs))  # fmt: skip
-    table.add_row("tasks/s", str(med["tasks_per_second"]),
-                  ", ".join(str(r["tasks_per_second"]) for r in runs))  # fmt: skip
+    table.add_row(
+        "workflows/s",
+        str(med["workflows_per_second"]),
+        ", ".join(str(r["workflows_per_second"]) for r in runs),
+    )
+    table.add_row(
+        "tasks/s", str(med["tasks_per_second"]), ", ".join(str(r["tasks_per_second"]) for r in runs)
+    )
     for k in ("p50", "p95", "p99"):
-        table.add_row(f"dispatch latency {k} ms", str(med["dispatch_latency_ms"][k]),
-                      ", ".join(str(r["dispatch_latency_ms"][k]) for r in runs))  # fmt: skip
+        table.add_row(
+            f"dispatch latency {k} ms",
+            str(med["dispatch_latency_ms"][k]),
+            ", ".join(str(r["dispatch_latency_ms"][k]) for r in runs),
+        )
     Console().print(table)
 
 
@@ -277,10 +298,12 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument(
-        "--compare", type=Path, default=None,
+        "--compare",
+        type=Path,
+        default=None,
         help="another source tree (e.g. a worktree of main): its processes and this tree's run "
         "interleaved (A, B, A, B, ...); writes bench/results/e2e-compare.json",
-    )  # fmt: skip
+    )
     opts = parser.parse_args()
     machine = {
         "cores": os.cpu_count(),
@@ -309,10 +332,15 @@ def main() -> None:
             print_table(f"{name} ({code}), median of {opts.runs}", meds[name], by[name])
         print("after/before:", ratios)
         out = {
-            "benchmark": "e2e-compare", "machine": machine, "runs": opts.runs,
-            "workflows_per_run": opts.workflows, "trees": {k: str(v) for k, v in variants.items()},
-            "median": meds, "ratio_after_over_before": ratios, "per_run": by,
-        }  # fmt: skip
+            "benchmark": "e2e-compare",
+            "machine": machine,
+            "runs": opts.runs,
+            "workflows_per_run": opts.workflows,
+            "trees": {k: str(v) for k, v in variants.items()},
+            "median": meds,
+            "ratio_after_over_before": ratios,
+            "per_run": by,
+        }
         compare = ROOT / "bench" / "results" / "e2e-compare.json"
         compare.write_text(json.dumps(out, indent=2) + "\n")
         return
@@ -329,8 +357,9 @@ def main() -> None:
         "per_run": runs,
         "targets": {"workflows_per_second": 500, "dispatch_p95_ms": 25},
     }
-    print_table(f"es-sched end to end, median of {len(runs)} runs (2 noop workers)",
-                result["median"], runs)  # fmt: skip
+    print_table(
+        f"es-sched end to end, median of {len(runs)} runs (2 noop workers)", result["median"], runs
+    )
     (ROOT / "bench" / "results" / "e2e.json").write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -30,8 +30,15 @@ import peer_stats as ps  # noqa: E402
 import side_by_side as sbs  # noqa: E402
 from es_system import PARTITIONS, EsSched  # noqa: E402
 
-FIGURES = ("max DAGs/s", "sustained DAGs/s", "p95 ms @25%", "p95 ms @50%", "p95 ms @75%",
-           "p95 ms @100%", "dispatch p95 ms @50%")  # fmt: skip
+FIGURES = (
+    "max DAGs/s",
+    "sustained DAGs/s",
+    "p95 ms @25%",
+    "p95 ms @50%",
+    "p95 ms @75%",
+    "p95 ms @100%",
+    "dispatch p95 ms @50%",
+)
 
 
 def figures(system: dict[str, Any]) -> dict[str, float | None]:
@@ -74,18 +81,34 @@ def main() -> None:
     codes = {"before": opts.before.resolve(), "after": sbs.ROOT}
     parts = {"before": opts.before_partitions, "after": opts.after_partitions}
     result: dict[str, Any] = {
-        "benchmark": "es_ab", "label": opts.label, "command": " ".join(sys.argv),
+        "benchmark": "es_ab",
+        "label": opts.label,
+        "command": " ".join(sys.argv),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": sbs.fingerprint(), "codes": {k: str(v) for k, v in codes.items()},
-        "settings": {"burst": opts.burst, "seconds_per_load": opts.seconds,
-                     "drain_s": opts.drain, "loads": list(ps.LOADS), "partitions": parts},
+        "machine": sbs.fingerprint(),
+        "codes": {k: str(v) for k, v in codes.items()},
+        "settings": {
+            "burst": opts.burst,
+            "seconds_per_load": opts.seconds,
+            "drain_s": opts.drain,
+            "loads": list(ps.LOADS),
+            "partitions": parts,
+        },
         "rounds": [],
-    }  # fmt: skip
+    }
     with Progress(console=sbs.console) as progress:
         for r in range(opts.runs):
             order = list(codes) if r % 2 == 0 else list(reversed(codes))
-            rnd = {name: sbs.measure(name, EsSched(sbs.RESULTS, codes[name], parts[name]), opts,
-                                     progress, f"ab{r}{name[0]}") for name in order}  # fmt: skip
+            rnd = {
+                name: sbs.measure(
+                    name,
+                    EsSched(sbs.RESULTS, codes[name], parts[name]),
+                    opts,
+                    progress,
+                    f"ab{r}{name[0]}",
+                )
+                for name in order
+            }
             result["rounds"].append(rnd)
             med = {n: ps.median_system([x[n] for x in result["rounds"]]) for n in codes}
             result["median"] = {n: figures(m) for n, m in med.items()}

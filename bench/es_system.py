@@ -49,9 +49,12 @@ class EsSched:
     mode = "es-sched"
 
     def __init__(
-        self, logs: Path, code: Path = e2e.ROOT, partitions: int = PARTITIONS,
+        self,
+        logs: Path,
+        code: Path = e2e.ROOT,
+        partitions: int = PARTITIONS,
         dispatcher_apart: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.logs, self.code = logs, code  # code: the checkout whose es_sched runs
         self.dispatcher_apart = dispatcher_apart  # e2e.start_processes: its own process
         self.env = Env(partitions=partitions, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
@@ -99,8 +102,9 @@ class EsSched:
     def submit(self, dag_id: str) -> None:
         wid = workflow_id_for_command(f"{self.env.prefix}-{dag_id}")
         self.dag_of[wid] = dag_id
-        cmd = c.StartWorkflow(f"{self.env.prefix}-{dag_id}", wid, name="media_pipeline",
-                              input=media_input(dag_id))  # fmt: skip
+        cmd = c.StartWorkflow(
+            f"{self.env.prefix}-{dag_id}", wid, name="media_pipeline", input=media_input(dag_id)
+        )
         self.out.produce(self.env.topics.commands, key=wid.encode(), value=encode_input(cmd))
         self.out.poll(0)
 
@@ -177,8 +181,9 @@ class EsSched:
         e2e.stop_processes(self.env, self.procs)
 
 
-def run_windows(system: EsSched, runs: int, take: Callable[[str], dict[str, Any]]
-                ) -> list[dict[str, Any]]:  # fmt: skip
+def run_windows(
+    system: EsSched, runs: int, take: Callable[[str], dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Start ``system``, take ``runs`` windows one after the other (``take(tag)``, tags
     ``w0``, ``w1``, ...; the completions seen are cleared between them), then stop it."""
     windows = []

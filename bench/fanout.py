@@ -50,14 +50,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = (1_000, 5_000, 10_000)
 LIMIT = 1_000_000  # librdkafka's default message.max.bytes (the broker's: 1,048,588)
 FAN = {
-    "name": "fan", "version": 1,
+    "name": "fan",
+    "version": 1,
     "tasks": [
-        {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN_DYNAMIC",
-         "inputParameters": {"tasks": "${workflow.input.tasks}", "inputs": {}},
-         "dynamicForkTasksParam": "tasks", "dynamicForkTasksInputParamName": "inputs"},
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN_DYNAMIC",
+            "inputParameters": {"tasks": "${workflow.input.tasks}", "inputs": {}},
+            "dynamicForkTasksParam": "tasks",
+            "dynamicForkTasksInputParamName": "inputs",
+        },
         {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
     ],
-}  # fmt: skip
+}
 
 
 def measure(n: int) -> dict[str, Any]:
@@ -73,8 +79,14 @@ def measure(n: int) -> dict[str, Any]:
         largest[kind] = max(largest.get(kind, 0), size)
 
     tasks = [{"name": "fan.work", "taskReferenceName": f"b{i}"} for i in range(n)]
-    start = c.StartWorkflow("start", "wf", name="fan", input={"tasks": tasks}, definition=FAN,
-                            taskdefs=[{"name": "fan.work", "retryCount": 0}])  # fmt: skip
+    start = c.StartWorkflow(
+        "start",
+        "wf",
+        name="fan",
+        input={"tasks": tasks},
+        definition=FAN,
+        taskdefs=[{"name": "fan.work", "retryCount": 0}],
+    )
     note("commands (StartWorkflow)", len(encode_input(start)))
     decide_s, st, inputs = 0.0, None, 0
     snapshot_every = max(1, n // 20)  # the decider writes one per batch: sample 20 of them
@@ -99,22 +111,36 @@ def measure(n: int) -> dict[str, Any]:
     branches = [t for t in st.tasks.values() if t.name == "fan.work"]
     assert len(branches) == n, f"{len(branches)} branches scheduled"
     for k, t in enumerate(branches):
-        lease: dict[str, Any] = {"task_id": t.task_id, "attempt": 1, "worker_id": "w",
-                                 "lease_epoch": 1, "lease_token": f"tok-{k}"}  # fmt: skip
+        lease: dict[str, Any] = {
+            "task_id": t.task_id,
+            "attempt": 1,
+            "worker_id": "w",
+            "lease_epoch": 1,
+            "lease_token": f"tok-{k}",
+        }
         now += timedelta(milliseconds=1)
         run(c.DispatchTask(f"d{k}", "wf", **lease))
         run(c.ReportCompleted(f"r{k}", "wf", **lease, output={"k": k}))
     assert st.status == "COMPLETED", st.status
-    return {"branches": n, "inputs": inputs, "decide_s": round(decide_s, 3),
-            "fork_input_s": round(fork_s, 3), "largest_bytes": largest}  # fmt: skip
+    return {
+        "branches": n,
+        "inputs": inputs,
+        "decide_s": round(decide_s, 3),
+        "fork_input_s": round(fork_s, 3),
+        "largest_bytes": largest,
+    }
 
 
 def in_subprocess(code: Path, n: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     out = subprocess.run(
-        [sys.executable, __file__, "--measure", str(n)], env=env, cwd=code,
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [sys.executable, __file__, "--measure", str(n)],
+        env=env,
+        cwd=code,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -134,8 +160,12 @@ def series(code: Path, rounds: int, sizes: tuple[int, ...]) -> dict[str, Any]:
 
 
 def commit(code: Path) -> str:
-    done = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.strip()
 
 
@@ -156,8 +186,15 @@ def main() -> None:
     after = series(ROOT, opts.rounds, sizes)
     before = series(opts.before.resolve(), opts.before_rounds, sizes) if opts.before else {}
     table = Table(title="FORK_JOIN_DYNAMIC, pure core (one core): before -> after")
-    for col in ("branches", "inputs", "decide s (whole run)", "fork input s",
-                "largest event B", "largest changelog record B", "whole snapshot B"):  # fmt: skip
+    for col in (
+        "branches",
+        "inputs",
+        "decide s (whole run)",
+        "fork input s",
+        "largest event B",
+        "largest changelog record B",
+        "whole snapshot B",
+    ):
         table.add_column(col, justify="right")
 
     def pair(key: str, n: int, sub: str | None = None) -> str:
@@ -176,11 +213,14 @@ def main() -> None:
 
     for n in sizes:
         table.add_row(
-            f"{n:,}", f"{after[str(n)]['inputs']:,}", pair("decide_s_median", n),
-            pair("fork_input_s_median", n), pair("largest_bytes", n, "events"),
+            f"{n:,}",
+            f"{after[str(n)]['inputs']:,}",
+            pair("decide_s_median", n),
+            pair("fork_input_s_median", n),
+            pair("largest_bytes", n, "events"),
             pair("largest_bytes", n, "changelog record"),
             pair("largest_bytes", n, "snapshot (whole state)"),
-        )  # fmt: skip
+        )
     Console().print(table)
     Console().print("(!) over librdkafka's 1,000,000-byte message.max.bytes")
     result = {

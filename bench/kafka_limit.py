@@ -60,18 +60,37 @@ def media_records(n: int) -> list[tuple[bytes, bytes]]:
     w = 0
     while len(out) < n:
         wid = str(uuid.uuid4())
-        start = c.StartWorkflow(f"cmd-{w}", wid, name="media_pipeline",
-                                input={"source_uri": f"file:///{w}.mp4", "asset_id": f"a{w}",
-                                       "callback_url": "http://cb"})  # fmt: skip
+        start = c.StartWorkflow(
+            f"cmd-{w}",
+            wid,
+            name="media_pipeline",
+            input={
+                "source_uri": f"file:///{w}.mp4",
+                "asset_id": f"a{w}",
+                "callback_url": "http://cb",
+            },
+        )
         batch: list[c.Input] = [start]
         for t in range(9):
             task = f"{wid}:task{t}"
             ids: dict[str, Any] = {"task_id": task, "worker_id": "noop-1", "lease_token": "tok"}
             batch.append(c.DispatchTask(str(uuid.uuid4()), wid, **ids))
             batch.append(c.ReportStarted(str(uuid.uuid4()), wid, **ids))
-            batch.append(c.ReportCompleted(str(uuid.uuid4()), wid, **ids, output={
-                "uri": f"s3://bucket/{wid}/{t}.mp4", "sha256": "ab" * 32, "height": 1080,
-                "codec": "h264", "bytes": 123456789, "duration_s": 61.2}))  # fmt: skip
+            batch.append(
+                c.ReportCompleted(
+                    str(uuid.uuid4()),
+                    wid,
+                    **ids,
+                    output={
+                        "uri": f"s3://bucket/{wid}/{t}.mp4",
+                        "sha256": "ab" * 32,
+                        "height": 1080,
+                        "codec": "h264",
+                        "bytes": 123456789,
+                        "duration_s": 61.2,
+                    },
+                )
+            )
         out += [(i.workflow_id.encode(), encode_input(i)) for i in batch]
         w += 1
     return out[:n]
@@ -90,9 +109,15 @@ def one_loop(
 ) -> float:
     """Move ``records`` from ``topic_in`` to ``topic_out`` in transactions; records/s."""
     tag = uuid.uuid4().hex[:8]
-    cons = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"limit-{tag}",
-                     "isolation.level": "read_committed", "enable.auto.commit": False,
-                     "auto.offset.reset": "earliest"})  # fmt: skip
+    cons = Consumer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "group.id": f"limit-{tag}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     tuned = {} if backoff_ms is None else {"retry.backoff.ms": backoff_ms}
     prod = producer(BOOTSTRAP, f"limit-{tag}", **tuned)
     prod.init_transactions(30)
@@ -125,8 +150,9 @@ def measure(records: int, runs: int, log: Callable[[str], None] = print) -> dict
     prefix = f"limit-{uuid.uuid4().hex[:8]}"
     topic_in, topic_out = f"{prefix}.in", f"{prefix}.out"
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (topic_in, topic_out)],
-                                 operation_timeout=30).values():  # fmt: skip
+    for f in admin.create_topics(
+        [NewTopic(t, PARTITIONS, 1) for t in (topic_in, topic_out)], operation_timeout=30
+    ).values():
         f.result()
     try:
         fill = producer(BOOTSTRAP)
@@ -142,13 +168,20 @@ def measure(records: int, runs: int, log: Callable[[str], None] = print) -> dict
         size = sum(len(v) for _, v in media_records(1000)) / 1000
         shown = ("acks", "linger.ms", "compression.type")
         config = {k: v for k, v in producer_config(BOOTSTRAP).items() if k in shown}
-        figures: dict[str, Any] = {"records": records, "mean_record_bytes": round(size),
-                                   "producer": config}  # fmt: skip
-        variants = [(b, d, k) for k in (TUNED_BACKOFF_MS, None) for b in BATCHES
-                    for d in (False, True)]  # fmt: skip
-        names = {v: f"batch {v[0]}, " + ("orjson decode+encode" if v[1] else "bytes")
-                 + (f", retry.backoff.ms={v[2]}" if v[2] else ", es-sched producer settings")
-                 for v in variants}  # fmt: skip
+        figures: dict[str, Any] = {
+            "records": records,
+            "mean_record_bytes": round(size),
+            "producer": config,
+        }
+        variants = [
+            (b, d, k) for k in (TUNED_BACKOFF_MS, None) for b in BATCHES for d in (False, True)
+        ]
+        names = {
+            v: f"batch {v[0]}, "
+            + ("orjson decode+encode" if v[1] else "bytes")
+            + (f", retry.backoff.ms={v[2]}" if v[2] else ", es-sched producer settings")
+            for v in variants
+        }
         per_run: dict[str, list[float]] = {names[v]: [] for v in variants}
         for _ in range(runs):  # interleaved: every variant once per round
             for v in variants:

@@ -73,8 +73,13 @@ STEPS, WIDE_STEP, WIDTH = 6, 2, 4
 # the reports 1 ms to fill batches (``es_sched.kafka.clients``); this says how low the hops go
 # when no producer waits, so the floor is not an artefact of our settings.
 BARE = {"linger.ms": 0, "compression.type": "none"}
-HOPS = ("ready -> dispatched", "dispatched -> assigned", "assigned -> first report",
-        "outcome -> event", "workflow")  # fmt: skip
+HOPS = (
+    "ready -> dispatched",
+    "dispatched -> assigned",
+    "assigned -> first report",
+    "outcome -> event",
+    "workflow",
+)
 
 
 def _batch(c: Consumer) -> list[Any]:
@@ -304,10 +309,15 @@ def main() -> None:
         for floor in floors.values():
             floor.close()
     medians = {
-        name: {h: {q: statistics.median(w["hops"][h][q] or 0.0 for w in ws)
-                   for q in ("p50", "p95", "p99")} for h in HOPS}
+        name: {
+            h: {
+                q: statistics.median(w["hops"][h][q] or 0.0 for w in ws)
+                for q in ("p50", "p95", "p99")
+            }
+            for h in HOPS
+        }
         for name, ws in windows.items()
-    }  # fmt: skip
+    }
     table = Table(title=f"hops at {opts.rate:g} DAGs/s, medians of {opts.runs} windows (ms)")
     table.add_column("hop")
     for name in windows:
@@ -317,10 +327,18 @@ def main() -> None:
         cells = (f"{medians[name][h][q]:.1f}" for name in windows for q in ("p50", "p95"))
         table.add_row(h, *cells)
     Console().print(table)
-    result = {"benchmark": "latency_floor", "command": " ".join(sys.argv),
-              "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
-              "steps": STEPS, "wide_step": WIDE_STEP, "width": WIDTH,
-              "medians": medians, "windows": windows}  # fmt: skip
+    result = {
+        "benchmark": "latency_floor",
+        "command": " ".join(sys.argv),
+        "machine": sbs.fingerprint(),
+        "rate": opts.rate,
+        "seconds": opts.seconds,
+        "steps": STEPS,
+        "wide_step": WIDE_STEP,
+        "width": WIDTH,
+        "medians": medians,
+        "windows": windows,
+    }
     ps.write_result(opts.out, result)
 
 

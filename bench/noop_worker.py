@@ -20,8 +20,13 @@ from es_sched.cli import worker as cli
 from es_sched.workers import TaskContext, Worker
 from es_sched.workers.media.cost import estimate_grid
 
-PROBED = {"height": 1080, "width": 1920, "duration_s": 60.0, "sha256": "0" * 64,
-          **estimate_grid(60.0, 1920, 1080, 30.0, max_cpu=2.0)}  # fmt: skip
+PROBED = {
+    "height": 1080,
+    "width": 1920,
+    "duration_s": 60.0,
+    "sha256": "0" * 64,
+    **estimate_grid(60.0, 1920, 1080, 30.0, max_cpu=2.0),
+}
 
 
 def probe(_ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:

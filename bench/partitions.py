@@ -40,15 +40,19 @@ import timeline  # noqa: E402
 from es_system import EsSched, run_windows  # noqa: E402
 from plot_png import Series, line_charts  # noqa: E402
 
-SHOWN = ("ready -> dispatched", "dispatched -> assigned", "assigned -> first report",
-         "outcome -> event", "workflow")  # fmt: skip
+SHOWN = (
+    "ready -> dispatched",
+    "dispatched -> assigned",
+    "assigned -> first report",
+    "outcome -> event",
+    "workflow",
+)
 COLOURS = ((31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14))
 
 
 def one(partitions: int, opts: argparse.Namespace, code: Path) -> dict[str, Any]:
     """One window of ``opts.seconds`` at ``opts.rate`` on fresh topics of ``partitions``."""
-    system = EsSched(Path(tempfile.mkdtemp(prefix="partitions-")), code=code,
-                     partitions=partitions)  # fmt: skip
+    system = EsSched(Path(tempfile.mkdtemp(prefix="partitions-")), code=code, partitions=partitions)
 
     def take(tag: str) -> dict[str, Any]:
         system.open_loop(opts.rate, opts.warmup, "warm")
@@ -63,14 +67,24 @@ def plot(result: dict[str, Any], png: Path) -> None:
     counts, medians = result["counts"], result["medians"]
 
     def series(hops: tuple[str, ...], qs: tuple[str, ...]) -> list[Series]:
-        return [Series(f"{hop.upper().replace('->', 'TO')} {q.upper()}", COLOURS[i],
-                       [(p, medians[str(p)][hop][q]) for p in counts])
-                for i, (hop, q) in enumerate((h, q) for h in hops for q in qs)]  # fmt: skip
+        return [
+            Series(
+                f"{hop.upper().replace('->', 'TO')} {q.upper()}",
+                COLOURS[i],
+                [(p, medians[str(p)][hop][q]) for p in counts],
+            )
+            for i, (hop, q) in enumerate((h, q) for h in hops for q in qs)
+        ]
 
     rate = f"{result['rate']:g} DAGS/S"
-    line_charts(png, [(f"WORKFLOW MS AT {rate}", series(("workflow",), ("p50", "p95"))),
-                      (f"HOP P95 MS AT {rate}", series(SHOWN[:-1], ("p95",)))],
-                "PARTITIONS")  # fmt: skip
+    line_charts(
+        png,
+        [
+            (f"WORKFLOW MS AT {rate}", series(("workflow",), ("p50", "p95"))),
+            (f"HOP P95 MS AT {rate}", series(SHOWN[:-1], ("p95",))),
+        ],
+        "PARTITIONS",
+    )
     print(f"wrote {png}")
 
 
@@ -94,25 +108,42 @@ def main() -> None:
         for p in counts[r % len(counts) :] + counts[: r % len(counts)]:
             runs[p].append(one(p, opts, opts.code))
     medians = {
-        p: {hop: {q: statistics.median(w["hops"][hop][q] or 0.0 for w in windows)
-                  for q in ("p50", "p95", "p99")} for hop in timeline.HOPS}
+        p: {
+            hop: {
+                q: statistics.median(w["hops"][hop][q] or 0.0 for w in windows)
+                for q in ("p50", "p95", "p99")
+            }
+            for hop in timeline.HOPS
+        }
         for p, windows in runs.items()
-    }  # fmt: skip
-    table = Table(title=f"hops at {opts.rate:g} DAGs/s by partition count, "
-                        f"p50 / p95 ms, medians of {opts.rounds}")  # fmt: skip
+    }
+    table = Table(
+        title=f"hops at {opts.rate:g} DAGs/s by partition count, "
+        f"p50 / p95 ms, medians of {opts.rounds}"
+    )
     table.add_column("hop")
     for p in counts:
         table.add_column(f"{p} partitions", justify="right")
     for hop in SHOWN:
-        table.add_row(hop, *(f"{medians[p][hop]['p50']:.0f} / {medians[p][hop]['p95']:.0f}"
-                             for p in counts))  # fmt: skip
+        table.add_row(
+            hop, *(f"{medians[p][hop]['p50']:.0f} / {medians[p][hop]['p95']:.0f}" for p in counts)
+        )
     Console().print(table)
     png = opts.out.with_suffix(".png")
-    result = {"benchmark": "partitions", "command": " ".join(sys.argv), "code": str(opts.code),
-              "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
-              "warmup_s": opts.warmup, "rounds": opts.rounds, "counts": counts,
-              "medians": {str(p): m for p, m in medians.items()},
-              "windows": {str(p): w for p, w in runs.items()}, "plot": png.name}  # fmt: skip
+    result = {
+        "benchmark": "partitions",
+        "command": " ".join(sys.argv),
+        "code": str(opts.code),
+        "machine": sbs.fingerprint(),
+        "rate": opts.rate,
+        "seconds": opts.seconds,
+        "warmup_s": opts.warmup,
+        "rounds": opts.rounds,
+        "counts": counts,
+        "medians": {str(p): m for p, m in medians.items()},
+        "windows": {str(p): w for p, w in runs.items()},
+        "plot": png.name,
+    }
     ps.write_result(opts.out, result)
     plot(result, png)
 

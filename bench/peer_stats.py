@@ -183,13 +183,20 @@ def markdown_table(result: dict[str, Any]) -> str:
         )
     ratios = result["median"].get("ratios", {})
     if ratios:
-        lines += ["", "Ratios from the same run (es-sched / Celery default; for p95, Celery's "
-                  "over es-sched's, above 1 = es-sched faster):", ""]  # fmt: skip
+        lines += [
+            "",
+            "Ratios from the same run (es-sched / Celery default; for p95, Celery's "
+            "over es-sched's, above 1 = es-sched faster):",
+            "",
+        ]
         lines += [f"- {k}: {_ms(v, 'n/a')}" for k, v in ratios.items()]
     limit = result["median"].get("kafka_limit")
     if limit:
-        lines += ["", "| the limit: transactional consume -> produce loop | records/s |",
-                  "|---|---:|"]  # fmt: skip
+        lines += [
+            "",
+            "| the limit: transactional consume -> produce loop | records/s |",
+            "|---|---:|",
+        ]
         lines += [f"| {k} | {_ms(v, 'n/a')} |" for k, v in limit.items()]
     return "\n".join(lines) + "\n"
 

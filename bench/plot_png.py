@@ -16,27 +16,49 @@ from pathlib import Path
 RGB = tuple[int, int, int]
 # 5x7 glyphs: seven rows of five bits, most significant bit leftmost.
 FONT: dict[str, tuple[int, ...]] = {
-    "0": (14, 17, 19, 21, 25, 17, 14), "1": (4, 12, 4, 4, 4, 4, 14),
-    "2": (14, 17, 1, 2, 4, 8, 31), "3": (31, 2, 4, 2, 1, 17, 14),
-    "4": (2, 6, 10, 18, 31, 2, 2), "5": (31, 16, 30, 1, 1, 17, 14),
-    "6": (6, 8, 16, 30, 17, 17, 14), "7": (31, 1, 2, 4, 8, 8, 8),
-    "8": (14, 17, 17, 14, 17, 17, 14), "9": (14, 17, 17, 15, 1, 2, 12),
-    "A": (14, 17, 17, 31, 17, 17, 17), "B": (30, 17, 17, 30, 17, 17, 30),
-    "C": (14, 17, 16, 16, 16, 17, 14), "D": (28, 18, 17, 17, 17, 18, 28),
-    "E": (31, 16, 16, 30, 16, 16, 31), "F": (31, 16, 16, 30, 16, 16, 16),
-    "G": (14, 17, 16, 23, 17, 17, 15), "H": (17, 17, 17, 31, 17, 17, 17),
-    "I": (14, 4, 4, 4, 4, 4, 14), "J": (7, 2, 2, 2, 2, 18, 12),
-    "K": (17, 18, 20, 24, 20, 18, 17), "L": (16, 16, 16, 16, 16, 16, 31),
-    "M": (17, 27, 21, 21, 17, 17, 17), "N": (17, 17, 25, 21, 19, 17, 17),
-    "O": (14, 17, 17, 17, 17, 17, 14), "P": (30, 17, 17, 30, 16, 16, 16),
-    "Q": (14, 17, 17, 17, 21, 18, 13), "R": (30, 17, 17, 30, 20, 18, 17),
-    "S": (15, 16, 16, 14, 1, 1, 30), "T": (31, 4, 4, 4, 4, 4, 4),
-    "U": (17, 17, 17, 17, 17, 17, 14), "V": (17, 17, 17, 17, 17, 10, 4),
-    "W": (17, 17, 17, 21, 21, 21, 10), "X": (17, 17, 10, 4, 10, 17, 17),
-    "Y": (17, 17, 17, 10, 4, 4, 4), "Z": (31, 1, 2, 4, 8, 16, 31),
-    " ": (0,) * 7, ".": (0, 0, 0, 0, 0, 12, 12), "-": (0, 0, 0, 31, 0, 0, 0),
-    "/": (1, 1, 2, 4, 8, 16, 16), "(": (2, 4, 8, 8, 8, 4, 2), ")": (8, 4, 2, 2, 2, 4, 8),
-}  # fmt: skip
+    "0": (14, 17, 19, 21, 25, 17, 14),
+    "1": (4, 12, 4, 4, 4, 4, 14),
+    "2": (14, 17, 1, 2, 4, 8, 31),
+    "3": (31, 2, 4, 2, 1, 17, 14),
+    "4": (2, 6, 10, 18, 31, 2, 2),
+    "5": (31, 16, 30, 1, 1, 17, 14),
+    "6": (6, 8, 16, 30, 17, 17, 14),
+    "7": (31, 1, 2, 4, 8, 8, 8),
+    "8": (14, 17, 17, 14, 17, 17, 14),
+    "9": (14, 17, 17, 15, 1, 2, 12),
+    "A": (14, 17, 17, 31, 17, 17, 17),
+    "B": (30, 17, 17, 30, 17, 17, 30),
+    "C": (14, 17, 16, 16, 16, 17, 14),
+    "D": (28, 18, 17, 17, 17, 18, 28),
+    "E": (31, 16, 16, 30, 16, 16, 31),
+    "F": (31, 16, 16, 30, 16, 16, 16),
+    "G": (14, 17, 16, 23, 17, 17, 15),
+    "H": (17, 17, 17, 31, 17, 17, 17),
+    "I": (14, 4, 4, 4, 4, 4, 14),
+    "J": (7, 2, 2, 2, 2, 18, 12),
+    "K": (17, 18, 20, 24, 20, 18, 17),
+    "L": (16, 16, 16, 16, 16, 16, 31),
+    "M": (17, 27, 21, 21, 17, 17, 17),
+    "N": (17, 17, 25, 21, 19, 17, 17),
+    "O": (14, 17, 17, 17, 17, 17, 14),
+    "P": (30, 17, 17, 30, 16, 16, 16),
+    "Q": (14, 17, 17, 17, 21, 18, 13),
+    "R": (30, 17, 17, 30, 20, 18, 17),
+    "S": (15, 16, 16, 14, 1, 1, 30),
+    "T": (31, 4, 4, 4, 4, 4, 4),
+    "U": (17, 17, 17, 17, 17, 17, 14),
+    "V": (17, 17, 17, 17, 17, 10, 4),
+    "W": (17, 17, 17, 21, 21, 21, 10),
+    "X": (17, 17, 10, 4, 10, 17, 17),
+    "Y": (17, 17, 17, 10, 4, 4, 4),
+    "Z": (31, 1, 2, 4, 8, 16, 31),
+    " ": (0,) * 7,
+    ".": (0, 0, 0, 0, 0, 12, 12),
+    "-": (0, 0, 0, 31, 0, 0, 0),
+    "/": (1, 1, 2, 4, 8, 16, 16),
+    "(": (2, 4, 8, 8, 8, 4, 2),
+    ")": (8, 4, 2, 2, 2, 4, 8),
+}
 W, H, PANEL_W, MARGIN = 0, 420, 460, 60
 
 
@@ -63,8 +85,9 @@ class Canvas:
     def line(self, x0: int, y0: int, x1: int, y1: int, colour: RGB, size: int = 1) -> None:
         steps = max(abs(x1 - x0), abs(y1 - y0), 1)
         for s in range(steps + 1):
-            self.dot(round(x0 + (x1 - x0) * s / steps), round(y0 + (y1 - y0) * s / steps),
-                     colour, size)  # fmt: skip
+            self.dot(
+                round(x0 + (x1 - x0) * s / steps), round(y0 + (y1 - y0) * s / steps), colour, size
+            )
 
     def text(self, x: int, y: int, text: str, colour: RGB = (0, 0, 0), scale: int = 1) -> None:
         for n, ch in enumerate(text.upper()):
@@ -84,8 +107,12 @@ class Canvas:
             return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
         head = struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0)
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head)
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))  # fmt: skip
+        return (
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", head)
+            + chunk(b"IDAT", zlib.compress(raw, 9))
+            + chunk(b"IEND", b"")
+        )
 
 
 def _label(value: float) -> str:
@@ -115,16 +142,24 @@ def line_charts(
             canvas.line(left - 4, y, left, y, (0, 0, 0))
             canvas.line(left + 1, y, right, y, (225, 225, 225))
             canvas.text(left - 8 - 6 * len(_label(yv)), y - 3, _label(yv))
-        ticks = sorted(set(xs)) if x_ticks is None else [x_max * i / x_ticks
-                                                         for i in range(x_ticks + 1)]  # fmt: skip
+        ticks = (
+            sorted(set(xs))
+            if x_ticks is None
+            else [x_max * i / x_ticks for i in range(x_ticks + 1)]
+        )
         for xv in ticks:
             x = left + round((right - left) * xv / x_max)
             canvas.line(x, bottom, x, bottom + 4, (0, 0, 0))
             canvas.text(x - 3 * len(_label(xv)), bottom + 8, _label(xv))
         canvas.text(left + (right - left) // 2 - 3 * len(x_label), bottom + 24, x_label)
         for k, s in enumerate(series):
-            pts = [(left + round((right - left) * x / x_max),
-                    bottom - round((bottom - top) * y / y_max)) for x, y in s.points]  # fmt: skip
+            pts = [
+                (
+                    left + round((right - left) * x / x_max),
+                    bottom - round((bottom - top) * y / y_max),
+                )
+                for x, y in s.points
+            ]
             for (x0, y0), (x1, y1) in itertools.pairwise(pts):
                 canvas.line(x0, y0, x1, y1, s.colour, 2)
             for x, y in pts:

@@ -62,8 +62,11 @@ from tests.support.wait import wait_until  # noqa: E402
 
 KINDS = ("pg", "search", "verify", "pg_groups")
 TARGETS: dict[str, int | None] = {
-    "pg": 20_000, "search": 10_000, "verify": 50_000, "pg_groups": 20_000,
-}  # fmt: skip
+    "pg": 20_000,
+    "search": 10_000,
+    "verify": 50_000,
+    "pg_groups": 20_000,
+}
 
 
 def make_history(workflows: int) -> tuple[Env, int]:
@@ -144,9 +147,11 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
     env = Env(prefix=prefix, partitions=12)
     cpu = cpu_seconds()
     timed: dict[str, Callable[[Env], tuple[float, int]]] = {
-        "pg": timed_pg, "search": timed_search, "verify": timed_verify,
+        "pg": timed_pg,
+        "search": timed_search,
+        "verify": timed_verify,
         "pg_groups": partial(timed_pg, groups=True),
-    }  # fmt: skip
+    }
     seconds, records = timed[kind](env)
     return figures(kind, records, seconds, cpu_seconds() - cpu)
 
@@ -161,32 +166,51 @@ def figures(kind: str, records: int, seconds: float, cpu: float) -> dict[str, An
     """Events/s of wall time (the target) and per CPU second of this process (all threads,
     and children):
     on a host shared with other work the second moves less with the neighbours' load."""
-    return {"kind": kind, "records": records, "seconds": round(seconds, 3),
-            "events_per_second": round(records / seconds), "cpu_seconds": round(cpu, 3),
-            "events_per_cpu_second": round(records / cpu)}  # fmt: skip
+    return {
+        "kind": kind,
+        "records": records,
+        "seconds": round(seconds, 3),
+        "events_per_second": round(records / seconds),
+        "cpu_seconds": round(cpu, 3),
+        "events_per_cpu_second": round(records / cpu),
+    }
 
 
 def in_subprocess(script: str, code: Path, args: list[str]) -> dict[str, Any]:
     """``script --measure ...`` in a child on ``code`` (its PYTHONPATH and working directory);
     the last line it prints is the JSON of one figure."""
     env = {**os.environ, "PYTHONPATH": str(code), "BENCH_CODE": str(code)}
-    out = subprocess.run([sys.executable, script, *args], env=env, cwd=code,
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, script, *args],
+        env=env,
+        cwd=code,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{script} {args} on {code}:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def commit(code: Path) -> str:
-    done = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.strip() or str(code)
 
 
 def interleaved(
-    script: str, codes: dict[str, Path], kinds: tuple[str, ...], runs: int, args: list[str],
+    script: str,
+    codes: dict[str, Path],
+    kinds: tuple[str, ...],
+    runs: int,
+    args: list[str],
     console: Console,
-) -> dict[str, dict[str, list[dict[str, Any]]]]:  # fmt: skip
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Every kind on every code, ``runs`` times, the codes' order alternating per run."""
     out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {k: [] for k in kinds} for c in codes}
     for n in range(runs):
@@ -194,28 +218,45 @@ def interleaved(
             for label, code in sorted(codes.items(), reverse=n % 2 == 1):
                 r = in_subprocess(script, code, ["--measure", kind, *args])
                 out[label][kind].append(r)
-                console.print(f"run {n + 1} {label:6} {kind:6} {r['events_per_second']:>8} "
-                              f"events/s ({r['records']} in {r['seconds']} s; "
-                              f"{r['events_per_cpu_second']} per CPU second)")  # fmt: skip
+                console.print(
+                    f"run {n + 1} {label:6} {kind:6} {r['events_per_second']:>8} "
+                    f"events/s ({r['records']} in {r['seconds']} s; "
+                    f"{r['events_per_cpu_second']} per CPU second)"
+                )
     return out
 
 
 def summary(
-    name: str, codes: dict[str, Path], runs: dict[str, dict[str, list[dict[str, Any]]]],
-    targets: dict[str, int | None], console: Console,
-) -> dict[str, Any]:  # fmt: skip
+    name: str,
+    codes: dict[str, Path],
+    runs: dict[str, dict[str, list[dict[str, Any]]]],
+    targets: dict[str, int | None],
+    console: Console,
+) -> dict[str, Any]:
     """Medians per code and kind, after/before ratios, a table; the JSON's common part."""
     kinds = tuple(targets)
-    median = {label: {k: float(statistics.median(r["events_per_second"] for r in by[k]))
-                      for k in kinds} for label, by in runs.items()}  # fmt: skip
-    per_cpu = {label: {k: float(statistics.median(r["events_per_cpu_second"] for r in by[k]))
-                       for k in kinds} for label, by in runs.items()}  # fmt: skip
-    cpu_ratios = {k: round(per_cpu["after"][k] / per_cpu["before"][k], 2) if "before" in per_cpu
-                  else None for k in kinds}  # fmt: skip
-    ratios = {k: round(median["after"][k] / median["before"][k], 2) if "before" in median
-              else None for k in kinds}  # fmt: skip
-    table = Table(title=f"{name}: median events/s of {len(runs['after'][kinds[0]])} runs "
-                        "(a shared, loaded host: compare the ratios)")  # fmt: skip
+    median = {
+        label: {k: float(statistics.median(r["events_per_second"] for r in by[k])) for k in kinds}
+        for label, by in runs.items()
+    }
+    per_cpu = {
+        label: {
+            k: float(statistics.median(r["events_per_cpu_second"] for r in by[k])) for k in kinds
+        }
+        for label, by in runs.items()
+    }
+    cpu_ratios = {
+        k: round(per_cpu["after"][k] / per_cpu["before"][k], 2) if "before" in per_cpu else None
+        for k in kinds
+    }
+    ratios = {
+        k: round(median["after"][k] / median["before"][k], 2) if "before" in median else None
+        for k in kinds
+    }
+    table = Table(
+        title=f"{name}: median events/s of {len(runs['after'][kinds[0]])} runs "
+        "(a shared, loaded host: compare the ratios)"
+    )
     table.add_column("figure")
     for label in codes:
         table.add_column(label, justify="right")

@@ -65,8 +65,11 @@ def measure(workflows: int, batch: int) -> dict[str, Any]:
     from tests.support.settings import private_settings  # noqa: PLC0415
 
     # As the decider writes them today: the golden history's v1 events at their current version.
-    lines = [encode_event(decode_logged_event(line.encode()))
-             for line in GOLDEN.read_text().splitlines() if line.strip()]  # fmt: skip
+    lines = [
+        encode_event(decode_logged_event(line.encode()))
+        for line in GOLDEN.read_text().splitlines()
+        if line.strip()
+    ]
     msgs, next_offset = [], [0] * 12
     for w in range(workflows):
         wid, part = f'"wf-bench-{w}"'.encode(), w % 12
@@ -90,9 +93,12 @@ def measure(workflows: int, batch: int) -> dict[str, Any]:
         conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
     admin.dispose()
     spent = end.user - cpu.user + end.system - cpu.system
-    return {"events": len(msgs), "seconds": round(wall, 3),
-            "events_per_second": round(len(msgs) / wall),
-            "events_per_cpu_second": round(len(msgs) / spent)}  # fmt: skip
+    return {
+        "events": len(msgs),
+        "seconds": round(wall, 3),
+        "events_per_second": round(len(msgs) / wall),
+        "events_per_cpu_second": round(len(msgs) / spent),
+    }
 
 
 def main() -> None:
@@ -114,16 +120,30 @@ def main() -> None:
     for n in range(opts.runs):
         for label, code in sorted(codes.items(), reverse=n % 2 == 1):
             env = {**os.environ, "PYTHONPATH": str(code)}
-            out = subprocess.run([sys.executable, __file__, *args], env=env, cwd=code,
-                                 capture_output=True, text=True, check=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, __file__, *args],
+                env=env,
+                cwd=code,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(label, runs[label][-1], flush=True)
-    median = {label: {k: statistics.median(r[k] for r in rs)
-                      for k in ("events_per_second", "events_per_cpu_second")}
-              for label, rs in runs.items()}  # fmt: skip
-    result = {"benchmark": "projector_offline", "cores": os.cpu_count(),
-              "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
-              "median": median, "per_run": runs}  # fmt: skip
+    median = {
+        label: {
+            k: statistics.median(r[k] for r in rs)
+            for k in ("events_per_second", "events_per_cpu_second")
+        }
+        for label, rs in runs.items()
+    }
+    result = {
+        "benchmark": "projector_offline",
+        "cores": os.cpu_count(),
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
+        "median": median,
+        "per_run": runs,
+    }
     if "before" in median:
         result["ratio_after_over_before"] = {
             k: round(median["after"][k] / median["before"][k], 2) for k in median["after"]

@@ -109,8 +109,10 @@ def main() -> None:
                 unit = f"{r['ms']} ms a call" if kind == "tail" else f"{r['seconds']} s"
                 console.print(f"run {n + 1} {label:6} {kind:8} {unit} ({r['records']} records)")
     field = {"restore": "seconds", "events": "seconds", "tail": "ms"}
-    medians = {c: {k: statistics.median(r[field[k]] for r in by[k]) for k in KINDS}
-               for c, by in runs.items()}  # fmt: skip
+    medians = {
+        c: {k: statistics.median(r[field[k]] for r in by[k]) for k in KINDS}
+        for c, by in runs.items()
+    }
     for kind in KINDS:
         line = f"{kind:8} after {medians['after'][kind]} {field[kind]}"
         if "before" in medians:
@@ -119,14 +121,17 @@ def main() -> None:
         console.print(line)
     result = {
         "benchmark": "read_to_end",
-        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0],
-                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
         "code": {label: commit(code) for label, code in codes.items()},
         "history": {"prefix": prefix},
         "units": field,
         "median": medians,
         "per_run": runs,
-    }  # fmt: skip
+    }
     opts.out.write_text(json.dumps(result, indent=2) + "\n")
 
 

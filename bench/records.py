@@ -85,10 +85,11 @@ def count(code: Path, rate: float, seconds: float) -> dict[str, Any]:
             offsets, records, written, kinds = _read_topic(topic, list(meta[topic].partitions))
             if offsets:
                 topics[topic.removeprefix(prefix)] = {
-                    "records": records / n, "markers": (offsets - records) / n,
-                    "partitions": written, **({"kinds": {k: v / n for k, v in kinds.items()}}
-                                              if kinds else {}),
-                }  # fmt: skip
+                    "records": records / n,
+                    "markers": (offsets - records) / n,
+                    "partitions": written,
+                    **({"kinds": {k: v / n for k, v in kinds.items()}} if kinds else {}),
+                }
     finally:
         system.stop()
     return {"workflows": n, "topics": topics}
@@ -130,8 +131,11 @@ def main() -> None:
     ap.add_argument("--before", type=Path, help="an earlier checkout: both, in turn, each round")
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "records.json")
     opts = ap.parse_args()
-    trees = {"after": BENCH.parent} if opts.before is None else {
-        "before": opts.before.resolve(), "after": BENCH.parent}  # fmt: skip
+    trees = (
+        {"after": BENCH.parent}
+        if opts.before is None
+        else {"before": opts.before.resolve(), "after": BENCH.parent}
+    )
     rounds: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
     with Progress() as progress:
         bar = progress.add_task("rounds", total=opts.runs * len(trees))
@@ -140,12 +144,20 @@ def main() -> None:
                 rounds[label].append(count(code, opts.rate, opts.seconds))
                 progress.advance(bar)
     got = {label: medians(r) for label, r in rounds.items()}
-    table(f"Kafka records and markers per media workflow at {opts.rate:g} DAGs/s, "
-          f"medians of {opts.runs}", got)  # fmt: skip
+    table(
+        f"Kafka records and markers per media workflow at {opts.rate:g} DAGs/s, "
+        f"medians of {opts.runs}",
+        got,
+    )
     result: dict[str, Any] = {
-        "benchmark": "records", "command": " ".join(sys.argv), "machine": sbs.fingerprint(),
-        "rate": opts.rate, "seconds": opts.seconds, "medians": got, "rounds": rounds,
-    }  # fmt: skip
+        "benchmark": "records",
+        "command": " ".join(sys.argv),
+        "machine": sbs.fingerprint(),
+        "rate": opts.rate,
+        "seconds": opts.seconds,
+        "medians": got,
+        "rounds": rounds,
+    }
     if opts.before is not None:
         result["before_tree"] = str(opts.before)
         b, a = got["before"]["all topics"], got["after"]["all topics"]

@@ -79,8 +79,18 @@ class Round:
         self.rate, self.max_wait = rate, max_wait
         self.offered = 3 * rate  # worker tasks per second the feed asks for
         self.procs = {r: Role(self.env, r) for r in ("decider", "timers", "retry", "dispatcher")}
-        worker = ["worker", "--noop", "--types", "rec.step", "--concurrency", "64",
-                  "--cpu", "128", "--memory-mb", "262144"]  # fmt: skip
+        worker = [
+            "worker",
+            "--noop",
+            "--types",
+            "rec.step",
+            "--concurrency",
+            "64",
+            "--cpu",
+            "128",
+            "--memory-mb",
+            "262144",
+        ]
         for w in ("w0", "w1"):
             self.procs[w] = Role(self.env, w, [*worker, "--worker-id", w])
         for role in self.procs.values():
@@ -90,8 +100,9 @@ class Round:
         parts = int(self.env.vars["ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS"])
         self.assigned = Tail(self.env, topics.assignments, parts, wire.decode)
         self.stop_feed, self.sent = threading.Event(), list[str]()
-        self.feeder = threading.Thread(target=feed, args=(self.env, rate, self.stop_feed,
-                                                          self.sent), daemon=True)  # fmt: skip
+        self.feeder = threading.Thread(
+            target=feed, args=(self.env, rate, self.stop_feed, self.sent), daemon=True
+        )
         self.feeder.start()
 
     def completions(self, since: float, until: float) -> int:
@@ -103,8 +114,10 @@ class Round:
         return kinds.get("workflow.started", 0) - kinds.get("workflow.completed", 0)
 
     def baseline(self, now: float) -> float:
-        bins = [self.completions(now - BASELINE_S + i, now - BASELINE_S + i + 1)
-                for i in range(int(BASELINE_S))]  # fmt: skip
+        bins = [
+            self.completions(now - BASELINE_S + i, now - BASELINE_S + i + 1)
+            for i in range(int(BASELINE_S))
+        ]
         return float(statistics.median(bins)) / BIN_S
 
     def back_to_full(self, kill: float, after: float, until: float) -> float | None:
@@ -130,8 +143,11 @@ class Round:
         """The first completion, elsewhere, of a task leased to ``dead``; how many of its tasks
         were leased again; when the last of those completed."""
         held = {a.task_id for _, _, a in self.assigned.rows if a.worker_id == dead}
-        relet = {a.task_id for _, ts, a in self.assigned.rows
-                 if ts > kill and a.worker_id != dead and a.task_id in held}  # fmt: skip
+        relet = {
+            a.task_id
+            for _, ts, a in self.assigned.rows
+            if ts > kill and a.worker_id != dead and a.task_id in held
+        }
         done = [
             at
             for at, _, doc in self.events.rows
@@ -205,17 +221,23 @@ class Round:
                 )
                 row["first_task_dispatched_event_s"] = (
                     round(dispatched - kill, 2) if dispatched else None
-                )  # fmt: skip
+                )
         console.print(row)
         return row
 
     def _relet_done(self, kill: float) -> int:
         """How many of the dead worker's re-leased tasks have completed."""
         held = {a.task_id for _, _, a in self.assigned.rows if a.worker_id == "w1"}
-        relet = {a.task_id for _, ts, a in self.assigned.rows
-                 if ts > kill and a.worker_id != "w1" and a.task_id in held}  # fmt: skip
-        return sum(doc["type"] == "task.completed" and doc["payload"]["task_id"] in relet
-                   for _, ts, doc in self.events.rows if ts > kill)  # fmt: skip
+        relet = {
+            a.task_id
+            for _, ts, a in self.assigned.rows
+            if ts > kill and a.worker_id != "w1" and a.task_id in held
+        }
+        return sum(
+            doc["type"] == "task.completed" and doc["payload"]["task_id"] in relet
+            for _, ts, doc in self.events.rows
+            if ts > kill
+        )
 
     def close(self) -> dict[str, Any]:
         self.stop_feed.set()
@@ -223,8 +245,11 @@ class Round:
         want = set(self.sent)
         deadline = time.time() + 90
         while time.time() < deadline:
-            done = {doc["workflow_id"] for _, _, doc in self.events.rows
-                    if doc["type"] == "workflow.completed"}  # fmt: skip
+            done = {
+                doc["workflow_id"]
+                for _, _, doc in self.events.rows
+                if doc["type"] == "workflow.completed"
+            }
             if want <= done:
                 break
             time.sleep(1)
@@ -248,8 +273,12 @@ def one_round(
             time.sleep(opts.settle)  # steady again before the next baseline
     finally:
         end = rnd.close()
-    return {"static_membership": static, "faults": faults, **end,
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+    return {
+        "static_membership": static,
+        "faults": faults,
+        **end,
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def main() -> None:
@@ -260,9 +289,13 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=12, help="seconds between faults")
     parser.add_argument("--modes", default="off,on", help="static membership, interleaved")
     parser.add_argument("--faults", default=",".join(FAULTS), help="which kills, in order")
-    parser.add_argument("--max-wait", type=float, default=150,
-                        help="seconds after a kill to wait for recovery (a loaded host may never "
-                             "work off the backlog: that figure is then null)")  # fmt: skip
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=150,
+        help="seconds after a kill to wait for recovery (a loaded host may never "
+        "work off the backlog: that figure is then null)",
+    )
     opts = parser.parse_args()
     opts.faults = [f.strip() for f in opts.faults.split(",")]
     if not set(opts.faults) <= set(FAULTS):
@@ -278,8 +311,10 @@ def main() -> None:
         console.print(f"private broker up in {broker.start():.1f}s at {broker.bootstrap}")
         for i in range(opts.rounds):
             for mode in modes:
-                console.print(f"round {i + 1}/{opts.rounds}, static membership {mode}, "
-                              f"load average {os.getloadavg()}")  # fmt: skip
+                console.print(
+                    f"round {i + 1}/{opts.rounds}, static membership {mode}, "
+                    f"load average {os.getloadavg()}"
+                )
                 rounds.append(one_round(broker, opts, console, mode == "on"))
     finally:
         broker.stop()
@@ -291,22 +326,28 @@ def main() -> None:
 
     def log_figures(fault: str, key: str, mode: str) -> list[float | None]:
         chosen = [r for r in rounds if r["static_membership"] == (mode == "on")]
-        return [next(f.get("log", {}).get(key) for f in r["faults"] if f["fault"] == fault)
-                for r in chosen]  # fmt: skip
+        return [
+            next(f.get("log", {}).get(key) for f in r["faults"] if f["fault"] == fault)
+            for r in chosen
+        ]
 
     def median(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return round(statistics.median(known), 2) if known else None
 
-    table = Table(title=f"es-sched time to recover, median of {opts.rounds} rounds "
-                        f"({opts.rate:g} workflows/s, private broker)")  # fmt: skip
+    table = Table(
+        title=f"es-sched time to recover, median of {opts.rounds} rounds "
+        f"({opts.rate:g} workflows/s, private broker)"
+    )
     table.add_column("fault (kill -9)")
     table.add_column("static membership")
     table.add_column("first new event (s)", justify="right")
     table.add_column("back to full throughput (s)", justify="right")
-    labels = {"decider": "decider (restarted) -> first event",
-              "dispatcher": "dispatcher (restarted) -> first dispatch",
-              "worker": "worker (not restarted) -> its task done elsewhere"}  # fmt: skip
+    labels = {
+        "decider": "decider (restarted) -> first event",
+        "dispatcher": "dispatcher (restarted) -> first dispatch",
+        "worker": "worker (not restarted) -> its task done elsewhere",
+    }
     medians: dict[str, Any] = {}
     for mode in modes:
         medians[mode] = {}
@@ -322,9 +363,12 @@ def main() -> None:
                     key: median(log_figures(fault, key, mode))
                     for key in ("started", "assigned", "restored", "changelog_restore_s")
                 }
-            table.add_row(labels[fault], mode,
-                          f"{median(first)} ({', '.join(str(v) for v in first)})",
-                          f"{median(full)} ({', '.join(str(v) for v in full)})")  # fmt: skip
+            table.add_row(
+                labels[fault],
+                mode,
+                f"{median(first)} ({', '.join(str(v) for v in first)})",
+                f"{median(full)} ({', '.join(str(v) for v in full)})",
+            )
     console.print(table)
     result = {
         "benchmark": "recovery",

@@ -24,12 +24,16 @@ FLOW = {
     "version": 1,
     "tasks": [
         {"name": "rec.step", "taskReferenceName": "a"},
-        {"name": "pause", "taskReferenceName": "pause", "type": "WAIT",
-         "inputParameters": {"duration": "5s"}},
+        {
+            "name": "pause",
+            "taskReferenceName": "pause",
+            "type": "WAIT",
+            "inputParameters": {"duration": "5s"},
+        },
         {"name": "rec.step", "taskReferenceName": "b"},
         {"name": "rec.step", "taskReferenceName": "c"},
     ],
-}  # fmt: skip
+}
 TASKDEFS = [{"name": "rec.step", "retryCount": 0, "responseTimeoutSeconds": 3600}]
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 

@@ -58,14 +58,21 @@ def _restore(topic: str, partitions: int, headers: bool) -> dict[str, float]:
         for msg in clients.read_partitions(BOOT, topic, set(range(partitions))):
             key, value = msg.key() or b"", msg.value()
             found[msg.partition() or 0].feed(
-                key.decode(), value if isinstance(value, bytes) else None,
+                key.decode(),
+                value if isinstance(value, bytes) else None,
                 msg.headers() if headers else None,
-            )  # fmt: skip
+            )
         t1 = time.monotonic()
         kept = [st for f in found.values() for st in (f.kept() if headers else f.states())]
         t2, c2 = time.monotonic(), time.process_time()
-    return {"states": len(kept), "records": sum(f.records for f in found.values()),
-            "read_s": t1 - t0, "keep_s": t2 - t1, "seconds": t2 - t0, "cpu_s": c2 - c0}  # fmt: skip
+    return {
+        "states": len(kept),
+        "records": sum(f.records for f in found.values()),
+        "read_s": t1 - t0,
+        "keep_s": t2 - t1,
+        "seconds": t2 - t0,
+        "cpu_s": c2 - c0,
+    }
 
 
 def main() -> None:
@@ -86,11 +93,14 @@ def main() -> None:
             for mode in MODES[k % 4 :] + MODES[: k % 4]:  # the order rotated each round
                 status.update(f"round {k + 1} of {opts.rounds}: {mode}")
                 runs[mode].append(restore(topic, opts.partitions, mode))
-    medians = {mode: {f: statistics.median(r[f] for r in rs) for f in rs[0]}
-               for mode, rs in runs.items()}  # fmt: skip
+    medians = {
+        mode: {f: statistics.median(r[f] for r in rs) for f in rs[0]} for mode, rs in runs.items()
+    }
     timed = ("read_s", "keep_s", "seconds", "cpu_s")
-    ratio = {f"resting / {m}": {f: round(medians["resting"][f] / medians[m][f], 3) for f in timed}
-             for m in MODES[:3]}  # fmt: skip
+    ratio = {
+        f"resting / {m}": {f: round(medians["resting"][f] / medians[m][f], 3) for f in timed}
+        for m in MODES[:3]
+    }
     table = Table(title=f"restore of {topic} (median of {opts.rounds}, interleaved)")
     for col in ("figure", *MODES, *ratio):
         table.add_column(col, justify="right")
@@ -98,9 +108,14 @@ def main() -> None:
         cells = [f"{medians[m][f]:,.2f}" for m in MODES]
         table.add_row(f, *cells, *(f"{r[f]:.3f}" if f in r else "" for r in ratio.values()))
     console.print(table)
-    result: dict[str, Any] = {"benchmark": "restore_broker", "topic": topic,
-                              "rounds": opts.rounds, "medians": medians, "ratio": ratio,
-                              "runs": runs}  # fmt: skip
+    result: dict[str, Any] = {
+        "benchmark": "restore_broker",
+        "topic": topic,
+        "rounds": opts.rounds,
+        "medians": medians,
+        "ratio": ratio,
+        "runs": runs,
+    }
     out = ROOT / "bench/results/restore_broker.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {out.relative_to(ROOT)}")

@@ -143,17 +143,23 @@ def main() -> None:
                     kib[mode][kind].append(memory(records, mode))
                 del d, records
     medians = {
-        mode: {kind: {f: statistics.median(r[f] for r in rs) for f in rs[0]}
-               for kind, rs in got.items()}
+        mode: {
+            kind: {f: statistics.median(r[f] for r in rs) for f in rs[0]}
+            for kind, rs in got.items()
+        }
         for mode, got in runs.items()
-    }  # fmt: skip
+    }
     now = medians["resting"]
     ratio = {f: round(now["media"][f] / now["tiny"][f], 2) for f in now["tiny"]}
     us = {mode: {kind: medians[mode][kind]["us_per_state"] for kind in KINDS} for mode in modes}
-    over = {mode: {kind: round(us["resting"][kind] / us[mode][kind], 3) for kind in KINDS}
-            for mode in ("decoded", "running")}  # fmt: skip
-    table = Table(title=f"restore CPU per kept state, as the decider restores (ADR 52; median "
-                        f"of {opts.repeat}, core {CORE})")  # fmt: skip
+    over = {
+        mode: {kind: round(us["resting"][kind] / us[mode][kind], 3) for kind in KINDS}
+        for mode in ("decoded", "running")
+    }
+    table = Table(
+        title=f"restore CPU per kept state, as the decider restores (ADR 52; median "
+        f"of {opts.repeat}, core {CORE})"
+    )
     for col in ("figure", *KINDS, "media / tiny"):
         table.add_column(col, justify="right")
     for f in now["tiny"]:
@@ -162,23 +168,33 @@ def main() -> None:
     held = {
         m: {k: round(statistics.median(v), 2) for k, v in got.items()} for m, got in kib.items()
     }
-    console.print(f"KiB held a restored state (tracemalloc): resting {held['resting']}, "
-                  f"decoded {held['decoded']}")  # fmt: skip
-    for mode, what in (("decoded", "every state decoded, collector paused (before ADR 52)"),
-                       ("running", "decoded, collector running (before 2026-12-06)")):  # fmt: skip
+    console.print(
+        f"KiB held a restored state (tracemalloc): resting {held['resting']}, "
+        f"decoded {held['decoded']}"
+    )
+    for mode, what in (
+        ("decoded", "every state decoded, collector paused (before ADR 52)"),
+        ("running", "decoded, collector running (before 2026-12-06)"),
+    ):
         console.print(
             f"{what}: "
             + ", ".join(f"{kind} {us[mode][kind]:,.1f} us a state" for kind in KINDS)
             + f"; resting / this {over[mode]}"
         )
     result: dict[str, Any] = {
-        "benchmark": "restore_cpu", "workflows": opts.workflows, "repeat": opts.repeat,
-        "partitions": PARTITIONS, "core": CORE, "medians": now,
-        "ratio_media_over_tiny": ratio, "runs": runs["resting"],
+        "benchmark": "restore_cpu",
+        "workflows": opts.workflows,
+        "repeat": opts.repeat,
+        "partitions": PARTITIONS,
+        "core": CORE,
+        "medians": now,
+        "ratio_media_over_tiny": ratio,
+        "runs": runs["resting"],
         "decoded_collector_paused": {"medians": medians["decoded"], "runs": runs["decoded"]},
         "collector_running": {"medians": medians["running"], "runs": runs["running"]},
-        "ratio_resting_over": over, "kib_held_per_state": held,
-    }  # fmt: skip
+        "ratio_resting_over": over,
+        "kib_held_per_state": held,
+    }
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {opts.out.relative_to(ROOT)}")

@@ -115,14 +115,18 @@ def decider_run(n: int, inputs: int, partitions: int, progress: Progress) -> flo
     }
     proc = deciders(n, env, RESULTS / f"scaleout-decider{n}.log")
     try:
-        wait_until(lambda: owning_members(BOOT, f"{prefix}-decider") == n, 120,
-                   f"{n} decider process(es) owning partitions")  # fmt: skip
+        wait_until(
+            lambda: owning_members(BOOT, f"{prefix}-decider") == n,
+            120,
+            f"{n} decider process(es) owning partitions",
+        )
         for key, value in backlog:
             p.produce(topics.commands, key=key, value=value)
             p.poll(0)
         p.flush(120)
-        seen = tail_events(topics, partitions, inputs, "workflow.started", progress,
-                           f"{n} decider process(es)")  # fmt: skip
+        seen = tail_events(
+            topics, partitions, inputs, "workflow.started", progress, f"{n} decider process(es)"
+        )
     finally:
         stop(proc)
         delete_topics(prefix)
@@ -145,8 +149,11 @@ def e2e_run(n: int, workflows: int, seconds: float, progress: Progress) -> dict[
         if args[:1] != ["run"]:
             return spawn(env, args, log, entry, code)
         extra.append(deciders(n, env.vars, RESULTS / f"scaleout-e2e-decider{n}.log"))
-        wait_until(lambda: owning_members(env.bootstrap, f"{env.prefix}-decider") == n, 120,
-                   f"{n} decider process(es) owning partitions")  # fmt: skip
+        wait_until(
+            lambda: owning_members(env.bootstrap, f"{env.prefix}-decider") == n,
+            120,
+            f"{n} decider process(es) owning partitions",
+        )
         others = ["--role", "timers", "--role", "retry", "--role", "dispatcher"]
         return spawn(env, ["run", *others], log, entry, code)
 
@@ -218,14 +225,20 @@ def main() -> None:
     table = Table(title=f"1 vs 2 decider processes, medians of {done} interleaved runs")
     for col in ("figure", "1 process", "2 processes", "2/1", "runs (1 | 2)"):
         table.add_column(col, justify="left" if col == "figure" else "right")
-    rows = [("decider inputs/s", "decider_inputs_per_second", rates),
-            ("e2e workflows/s", "e2e_workflows_per_second", e2e_rates)]  # fmt: skip
+    rows = [
+        ("decider inputs/s", "decider_inputs_per_second", rates),
+        ("e2e workflows/s", "e2e_workflows_per_second", e2e_rates),
+    ]
     for label, key, data in rows:
         row = result[key]
         assert isinstance(row, dict)
-        table.add_row(label, str(row["median"]["1"]), str(row["median"]["2"]),
-                      str(row["ratio_2_over_1"]),
-                      f"{data[1]} | {data[2]}")  # fmt: skip
+        table.add_row(
+            label,
+            str(row["median"]["1"]),
+            str(row["median"]["2"]),
+            str(row["ratio_2_over_1"]),
+            f"{data[1]} | {data[2]}",
+        )
     Console().print(table)
 
 

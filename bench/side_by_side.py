@@ -71,12 +71,26 @@ class Celery(celery_peer.CeleryPeer):
 
 
 def fingerprint() -> dict[str, Any]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text()
-                .splitlines() if ln.startswith("model name")), platform.processor())  # fmt: skip
-    mem = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
-               if ln.startswith("MemTotal"))  # fmt: skip
-    return {"cores": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem / 1024**2, 1),
-            "python": platform.python_version(), "kernel": platform.release()}  # fmt: skip
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        int(ln.split()[1])
+        for ln in Path("/proc/meminfo").read_text().splitlines()
+        if ln.startswith("MemTotal")
+    )
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gb": round(mem / 1024**2, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
 
 
 def loadavg() -> list[float]:
@@ -97,8 +111,9 @@ def cdf(values: list[float]) -> list[float | None]:
     return [ps.percentile(values, max(q, 0.001)) for q in CDF_POINTS]
 
 
-def measure(name: str, system: System, opts: argparse.Namespace, progress: Progress, tag: str
-            ) -> dict[str, Any]:  # fmt: skip
+def measure(
+    name: str, system: System, opts: argparse.Namespace, progress: Progress, tag: str
+) -> dict[str, Any]:
     """The maximum, then every offered load, of one fresh ``system``."""
     out: dict[str, Any] = {"loadavg_before_start": loadavg()}
     system.start()
@@ -113,8 +128,11 @@ def measure(name: str, system: System, opts: argparse.Namespace, progress: Progr
         wait_done(system, base + len(ids), opts.burst * 2.0 + 60, progress, f"{name}: burst")
         comps = system.completions()
         top = ps.closed_loop_rate(t0, [comps[d] for d in ids if d in comps])
-        out["max"] = {"per_second": top, "completed": sum(d in comps for d in ids),
-                      "dispatch_ms": ps.latency_summary(system.take_dispatch_ms())}  # fmt: skip
+        out["max"] = {
+            "per_second": top,
+            "completed": sum(d in comps for d in ids),
+            "dispatch_ms": ps.latency_summary(system.take_dispatch_ms()),
+        }
         out["loads"] = []
         for share in ps.LOADS:
             rate = max(0.5, share * top)
@@ -138,13 +156,16 @@ def measure(name: str, system: System, opts: argparse.Namespace, progress: Progr
             comps = system.completions()
             row |= ps.open_loop_figures(rate, opts.seconds, submits, comps, start)
             row["dispatch_ms"] = ps.latency_summary(system.take_dispatch_ms())
-            row["latency_cdf_ms"] = cdf([(comps[d] - s) * 1000 for d, s in submits.items()
-                                         if d in comps])  # fmt: skip
+            row["latency_cdf_ms"] = cdf(
+                [(comps[d] - s) * 1000 for d, s in submits.items() if d in comps]
+            )
             out["loads"].append(row)
-            console.print(f"  {name} {share:.0%}: offered {rate:.1f}/s, completed "
-                          f"{row['steady_completion_rate']}/s, sustained {row['sustained']}, "
-                          f"p95 {row['latency_ms']['p95']} ms, dispatch p95 "
-                          f"{row['dispatch_ms']['p95']} ms")  # fmt: skip
+            console.print(
+                f"  {name} {share:.0%}: offered {rate:.1f}/s, completed "
+                f"{row['steady_completion_rate']}/s, sustained {row['sustained']}, "
+                f"p95 {row['latency_ms']['p95']} ms, dispatch p95 "
+                f"{row['dispatch_ms']['p95']} ms"
+            )
     finally:
         system.stop()
     return out
@@ -179,27 +200,51 @@ def plots(result: dict[str, Any]) -> None:
     med = result["median"]["systems"]
 
     def series(get: Any) -> list[Series]:
-        return [Series(n.upper().replace("_", " "), COLOURS.get(n, (0, 0, 0)),
-                       [p for p in (get(x) for x in s["loads"]) if p is not None])
-                for n, s in med.items()]  # fmt: skip
+        return [
+            Series(
+                n.upper().replace("_", " "),
+                COLOURS.get(n, (0, 0, 0)),
+                [p for p in (get(x) for x in s["loads"]) if p is not None],
+            )
+            for n, s in med.items()
+        ]
 
     def point(x: dict[str, Any], y: float | None) -> tuple[float, float] | None:
         return (
             None if x["offered_per_second"] is None or y is None else (x["offered_per_second"], y)
         )
 
-    line_charts(RESULTS / "side_by_side.png", [
-        ("DAGS/S COMPLETED", series(lambda x: point(x, x["steady_completion_rate"]))),
-        ("P95 MS SUBMIT TO DONE", series(lambda x: point(x, x["latency_ms"]["p95"]))),
-    ], "OFFERED DAGS/S", x_ticks=5)  # fmt: skip
+    line_charts(
+        RESULTS / "side_by_side.png",
+        [
+            ("DAGS/S COMPLETED", series(lambda x: point(x, x["steady_completion_rate"]))),
+            ("P95 MS SUBMIT TO DONE", series(lambda x: point(x, x["latency_ms"]["p95"]))),
+        ],
+        "OFFERED DAGS/S",
+        x_ticks=5,
+    )
     panels = []
     for share in (0.5, 1.0):
         i = ps.LOADS.index(share)
-        panels.append((f"LATENCY CDF AT {int(share * 100)} PCT", [
-            Series(n.upper().replace("_", " "), COLOURS.get(n, (0, 0, 0)),
-                   [(v, q) for v, q in zip(s["loads"][i]["latency_cdf_ms"], CDF_POINTS,
-                                           strict=True) if v is not None])
-            for n, s in med.items()]))  # fmt: skip
+        panels.append(
+            (
+                f"LATENCY CDF AT {int(share * 100)} PCT",
+                [
+                    Series(
+                        n.upper().replace("_", " "),
+                        COLOURS.get(n, (0, 0, 0)),
+                        [
+                            (v, q)
+                            for v, q in zip(
+                                s["loads"][i]["latency_cdf_ms"], CDF_POINTS, strict=True
+                            )
+                            if v is not None
+                        ],
+                    )
+                    for n, s in med.items()
+                ],
+            )
+        )
     line_charts(RESULTS / "side_by_side_cdf.png", panels, "MS SUBMIT TO COMPLETION", x_ticks=5)
 
 
@@ -218,8 +263,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20, help="per offered load")
     parser.add_argument("--drain", type=float, default=20, help="max s to drain after a load")
     parser.add_argument("--limit-records", type=int, default=100_000)
-    parser.add_argument("--celery-concurrency", type=int, default=None,
-                        help="prefork processes (default: Celery's, one per core)")  # fmt: skip
+    parser.add_argument(
+        "--celery-concurrency",
+        type=int,
+        default=None,
+        help="prefork processes (default: Celery's, one per core)",
+    )
     parser.add_argument("--quick", action="store_true", help="1 run, small counts: a smoke run")
     parser.add_argument("--label", default="", help="say where it ran, e.g. 'quiet machine'")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
@@ -233,11 +282,13 @@ def main() -> None:
         opts.runs, opts.burst, opts.seconds, opts.drain = 1, 150, 6, 15
         opts.limit_records = 10_000
         opts.label = opts.label or "quick smoke run"
-    console.print("Celery runs twice: [b]default settings[/b] (acks on receipt, prefetch 4 per "
-                  "process), and [b]task_acks_late=True + worker_prefetch_multiplier=1[/b] "
-                  "(the durable-ish setting). Redis runs with persistence OFF (--save '' "
-                  "--appendonly no): Celery keeps nothing durable; es-sched commits every change "
-                  "to Kafka in transactions.")  # fmt: skip
+    console.print(
+        "Celery runs twice: [b]default settings[/b] (acks on receipt, prefetch 4 per "
+        "process), and [b]task_acks_late=True + worker_prefetch_multiplier=1[/b] "
+        "(the durable-ish setting). Redis runs with persistence OFF (--save '' "
+        "--appendonly no): Celery keeps nothing durable; es-sched commits every change "
+        "to Kafka in transactions."
+    )
     redis = celery_peer.RedisServer(RESULTS)
     result: dict[str, Any] = {
         "benchmark": "side_by_side",

@@ -48,8 +48,14 @@ from es_system import EsSched, run_windows  # noqa: E402
 
 from es_sched.kafka.topics import assignment_topic  # noqa: E402
 
-HOPS = ("decider -> ready", "ready -> dispatched", "dispatched -> assigned",
-        "assigned -> first report", "outcome -> event", "workflow")  # fmt: skip
+HOPS = (
+    "decider -> ready",
+    "ready -> dispatched",
+    "dispatched -> assigned",
+    "assigned -> first report",
+    "outcome -> event",
+    "workflow",
+)
 REPORTS = ("worker.task_started", "worker.task_completed", "worker.task_failed")
 OUTCOMES = ("worker.task_completed", "worker.task_failed")
 
@@ -61,9 +67,20 @@ def _first(times: dict[str, float], key: str, ts: float) -> None:
 
 def hops(records: dict[str, list[tuple[bytes, float]]]) -> dict[str, list[float]]:
     """Each hop's durations (ms) over the tasks and workflows the records show whole."""
-    at: dict[str, dict[str, float]] = {k: {} for k in (
-        "scheduled", "ready", "dispatched", "assigned", "report", "outcome", "event",
-        "submitted", "completed")}  # fmt: skip
+    at: dict[str, dict[str, float]] = {
+        k: {}
+        for k in (
+            "scheduled",
+            "ready",
+            "dispatched",
+            "assigned",
+            "report",
+            "outcome",
+            "event",
+            "submitted",
+            "completed",
+        )
+    }
     for value, ts in records["commands"]:
         _first(at["submitted"], json.loads(value)["workflow_id"], ts)
     for value, ts in records["ready"]:
@@ -107,9 +124,13 @@ def hops(records: dict[str, list[tuple[bytes, float]]]) -> dict[str, list[float]
 
 def window(system: EsSched, rate: float, seconds: float, tag: str) -> dict[str, Any]:
     topics = system.env.topics
-    names = {"commands": topics.commands, "ready": topics.ready,
-             "task_results": topics.task_results, "events": topics.events,
-             "assignments": assignment_topic(system.env.prefix, "default")}  # fmt: skip
+    names = {
+        "commands": topics.commands,
+        "ready": topics.ready,
+        "task_results": topics.task_results,
+        "events": topics.events,
+        "assignments": assignment_topic(system.env.prefix, "default"),
+    }
     for topic in names.values():  # start after what earlier windows (and the warm-up) wrote
         system._read_new(topic)
     n = system.open_loop(rate, seconds, tag)
@@ -147,21 +168,30 @@ def main() -> None:
 
     windows = run_windows(system, opts.runs, take)
     medians = {
-        hop: {q: statistics.median(w["hops"][hop][q] or 0.0 for w in windows)
-              for q in ("p50", "p95", "p99")}
+        hop: {
+            q: statistics.median(w["hops"][hop][q] or 0.0 for w in windows)
+            for q in ("p50", "p95", "p99")
+        }
         for hop in HOPS
-    }  # fmt: skip
+    }
     table = Table(title=f"hops of a worker task at {opts.rate:g} DAGs/s, medians of {opts.runs}")
     for col in ("hop", "p50 ms", "p95 ms", "p99 ms"):
         table.add_column(col, justify="left" if col == "hop" else "right")
     for hop in HOPS:
         table.add_row(hop, *(f"{medians[hop][q]:.1f}" for q in ("p50", "p95", "p99")))
     Console().print(table)
-    result = {"benchmark": "timeline", "command": " ".join(sys.argv), "code": str(opts.code),
-              "dispatcher_apart": opts.dispatcher_apart,
-              "machine": sbs.fingerprint(), "rate": opts.rate, "seconds": opts.seconds,
-              "warmup_s": opts.warmup,
-              "medians": medians, "windows": windows}  # fmt: skip
+    result = {
+        "benchmark": "timeline",
+        "command": " ".join(sys.argv),
+        "code": str(opts.code),
+        "dispatcher_apart": opts.dispatcher_apart,
+        "machine": sbs.fingerprint(),
+        "rate": opts.rate,
+        "seconds": opts.seconds,
+        "warmup_s": opts.warmup,
+        "medians": medians,
+        "windows": windows,
+    }
     ps.write_result(opts.out, result)
 
 

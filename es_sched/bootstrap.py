@@ -154,9 +154,11 @@ def key_store(settings: Settings) -> PgKeys:
     from es_sched.api.keys import PgKeys  # noqa: PLC0415
 
     engine = create_engine(
-        settings.postgres.url, pool_pre_ping=True, pool_size=2,
+        settings.postgres.url,
+        pool_pre_ping=True,
+        pool_size=2,
         connect_args={"connect_timeout": 5},
-    )  # fmt: skip
+    )
     return PgKeys(engine, f"{settings.postgres.schema_name}_auth")
 
 
@@ -193,8 +195,9 @@ def _api(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     if settings.api.workers > 1:  # uvicorn's supervisor needs the main thread: es-sched api
         logging.getLogger(__name__).warning(
             "es-sched run serves the API in one process; ES_SCHED_API_WORKERS=%d applies to "
-            "es-sched api", settings.api.workers,
-        )  # fmt: skip
+            "es-sched api",
+            settings.api.workers,
+        )
     return ApiServer(settings.api, create_app(api_services(settings)))
 
 

@@ -127,10 +127,15 @@ class Simulation:
         self, wf_id: str, definition: dict[str, Any], inp: dict[str, Any], **extra: Any
     ) -> c.StartWorkflow:
         return c.StartWorkflow(
-            input_id=self.input_ids(), workflow_id=wf_id, name=str(definition.get("name", "")),
-            version=definition.get("version"), input=inp, definition=definition,
-            taskdefs=self.taskdefs, **extra,
-        )  # fmt: skip
+            input_id=self.input_ids(),
+            workflow_id=wf_id,
+            name=str(definition.get("name", "")),
+            version=definition.get("version"),
+            input=inp,
+            definition=definition,
+            taskdefs=self.taskdefs,
+            **extra,
+        )
 
     def _apply(self, wf_id: str, inp: c.Input) -> None:
         wf = self.workflows.get(wf_id)
@@ -205,10 +210,21 @@ class Simulation:
         output = dict((entry or {}).get("output") or {})
 
         def send(cls: type[c.DispatchTask | c.WorkerReport], **extra: Any) -> None:
-            self.queue.append((wf_id, cls(
-                self.input_ids(), wf_id, task_id=p.task_id, attempt=p.attempt,
-                worker_id=worker, lease_epoch=1, lease_token=token, **extra,
-            )))  # fmt: skip
+            self.queue.append(
+                (
+                    wf_id,
+                    cls(
+                        self.input_ids(),
+                        wf_id,
+                        task_id=p.task_id,
+                        attempt=p.attempt,
+                        worker_id=worker,
+                        lease_epoch=1,
+                        lease_token=token,
+                        **extra,
+                    ),
+                )
+            )
 
         send(c.DispatchTask)
         send(c.ReportStarted)
@@ -247,10 +263,18 @@ class Simulation:
                     entry = self._take(wf.path, task.ref, task.attempt, external=True)
                     if entry is not None:
                         status = str(entry.get("status", "COMPLETED")).upper()
-                        self.queue.append((wf_id, c.SignalWorkflow(
-                            self.input_ids(), wf_id, ref=task.ref, status=status,
-                            output=dict(entry.get("output") or {}),
-                        )))  # fmt: skip
+                        self.queue.append(
+                            (
+                                wf_id,
+                                c.SignalWorkflow(
+                                    self.input_ids(),
+                                    wf_id,
+                                    ref=task.ref,
+                                    status=status,
+                                    output=dict(entry.get("output") or {}),
+                                ),
+                            )
+                        )
                         return True
         return False
 

@@ -74,8 +74,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="es-sched-core-") as tmp:
         # group_name puts mypyc's shared library inside the package (es_sched.domain._core__mypyc),
         # so it is found on the package's path like the modules, not on sys.path.
-        extensions = mypycify(compiled, opt_level="3", group_name="es_sched.domain._core",
-                              target_dir=f"{tmp}/c")  # fmt: skip
+        extensions = mypycify(
+            compiled, opt_level="3", group_name="es_sched.domain._core", target_dir=f"{tmp}/c"
+        )
         dist = Distribution({"name": "es-sched-core", "ext_modules": extensions})
         build = dist.get_command_obj("build_ext")
         build.build_lib = str(Path(tmp, "lib"))

@@ -57,8 +57,9 @@ if DIR:
 
     class Producer(confluent_kafka.Producer):
         def __init__(self, config: dict[str, Any], **kwargs: Any) -> None:
-            config = _with_stats(config, "transactional producer" if "transactional.id" in config
-                                 else "producer")  # fmt: skip
+            config = _with_stats(
+                config, "transactional producer" if "transactional.id" in config else "producer"
+            )
             super().__init__(config, **kwargs)
 
     class Consumer(confluent_kafka.Consumer):

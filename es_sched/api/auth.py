@@ -38,9 +38,14 @@ from es_sched.api.services import Lazy, Services, services
 from es_sched.settings import ApiSettings
 
 __all__ = [
-    "ROLES", "Authenticator", "Principal", "Unauthenticated", "admitted", "authenticated",
+    "ROLES",
+    "Authenticator",
+    "Principal",
+    "Unauthenticated",
+    "admitted",
+    "authenticated",
     "require",
-]  # fmt: skip
+]
 
 COOKIE = "es_sched_token"
 ALGORITHM = "HS256"
@@ -91,9 +96,12 @@ class Authenticator:
         now = int(self._clock())
         self._keys.get().touch(key_id, _utc(now))
         claims = {
-            "sub": key.key_id, "role": key.role, "iat": now, "exp": now + self._ttl_s,
+            "sub": key.key_id,
+            "role": key.role,
+            "iat": now,
+            "exp": now + self._ttl_s,
             "jti": secrets.token_hex(8),  # two tokens of one key in one second still differ
-        }  # fmt: skip
+        }
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
 
     def principal(self, token: str) -> Principal:

@@ -75,9 +75,16 @@ def _answer(status: int, message: str, validation: list[JSON] | None = None) -> 
 
 
 HANDLED: tuple[type[Exception], ...] = (
-    ApiError, StarletteHTTPException, RequestValidationError, SchemaError, ConfigError,
-    InfrastructureError, DataError, EsSchedError, Exception,
-)  # fmt: skip
+    ApiError,
+    StarletteHTTPException,
+    RequestValidationError,
+    SchemaError,
+    ConfigError,
+    InfrastructureError,
+    DataError,
+    EsSchedError,
+    Exception,
+)
 
 
 def install(app: FastAPI) -> None:

@@ -53,11 +53,14 @@ class StoredKey:
     def as_row(self) -> dict[str, Any]:
         """What ``keys list`` shows: everything but the hash."""
         return {
-            "key_id": self.key_id, "name": self.name, "role": self.role,
-            "created_at": self.created_at.isoformat(), "created_by": self.created_by,
+            "key_id": self.key_id,
+            "name": self.name,
+            "role": self.role,
+            "created_at": self.created_at.isoformat(),
+            "created_by": self.created_by,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
-        }  # fmt: skip
+        }
 
 
 def hash_secret(secret: str) -> str:

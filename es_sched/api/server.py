@@ -91,12 +91,20 @@ def serve_workers(settings: ApiSettings, workers: int, port: int | None = None) 
     if not settings.jwt_secret:
         os.environ["ES_SCHED_API_JWT_SECRET"] = secrets.token_urlsafe(48)
     port = settings.port if port is None else port
-    log.info("API on http://%s:%d with %d worker processes (console: /ui/)", settings.host,
-             port, workers)  # fmt: skip
+    log.info(
+        "API on http://%s:%d with %d worker processes (console: /ui/)", settings.host, port, workers
+    )
     config = uvicorn.Config(
-        FACTORY, factory=True, workers=workers, host=settings.host, port=port,
-        log_level="warning", access_log=False, timeout_graceful_shutdown=10, **SERVER,
-    )  # fmt: skip
+        FACTORY,
+        factory=True,
+        workers=workers,
+        host=settings.host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        **SERVER,
+    )
     claim = PortClaim.of(settings.host, port) if BALANCED else listening_socket(settings.host, port)
     Multiprocess(config, sockets=[claim]).run()
 

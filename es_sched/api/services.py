@@ -69,8 +69,11 @@ class Services:
         if found is None:
             from es_sched.projections.postgres.aio import AsyncReads  # noqa: PLC0415
 
-            made = AsyncReads(self.settings.postgres.libpq_dsn, self.pg.get().schema,
-                              self.settings.api.pg_async_pool_size)  # fmt: skip
+            made = AsyncReads(
+                self.settings.postgres.libpq_dsn,
+                self.pg.get().schema,
+                self.settings.api.pg_async_pool_size,
+            )
             found = self.extras.setdefault("reads", made)
         reads: AsyncReads = found
         return reads

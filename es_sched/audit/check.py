@@ -55,18 +55,24 @@ def check(
     report.violations.sort(key=lambda v: (v.invariant, v.workflow_id, v.at))
     by_invariant = Counter(v.invariant for v in report.violations)
     report.counts = {
-        "events": len(log.events), "inputs": len(log.inputs), "workflows": len(final),
+        "events": len(log.events),
+        "inputs": len(log.inputs),
+        "workflows": len(final),
         "refusals": sum(is_refusal(le.event) for le in log.events),
         "open": sum(not st.terminal for st in final.values()),
         **{k: by_invariant.get(k, 0) for k in INVARIANTS},
-    }  # fmt: skip
+    }
     return report
 
 
 def _walk(
-    wf: str, events: list[LoggedEvent], causes: dict[tuple[str, str], LoggedInput],
-    accepted: dict[tuple[str, str, int], At], scripts: ScriptEngine, report: Report,
-) -> WorkflowState | None:  # fmt: skip
+    wf: str,
+    events: list[LoggedEvent],
+    causes: dict[tuple[str, str], LoggedInput],
+    accepted: dict[tuple[str, str, int], At],
+    scripts: ScriptEngine,
+    report: Report,
+) -> WorkflowState | None:
     state: WorkflowState | None = None
     for run in runs(events):
         first = run[0].event

@@ -77,9 +77,11 @@ def _as_recorded(inp: c.Input, first: Event) -> c.Input:
     if isinstance(inp, c.StartWorkflow) and isinstance(first.payload, WorkflowStarted):
         p = first.payload
         return dataclasses.replace(
-            inp, definition=p.definition, taskdefs=p.taskdefs,
+            inp,
+            definition=p.definition,
+            taskdefs=p.taskdefs,
             subworkflow_definitions=p.subworkflow_definitions,
-        )  # fmt: skip
+        )
     return inp
 
 
@@ -104,9 +106,11 @@ def _short(value: Any) -> str:
 
 
 def replay_run(
-    state: WorkflowState | None, run: list[LoggedEvent], cause: LoggedInput | None,
+    state: WorkflowState | None,
+    run: list[LoggedEvent],
+    cause: LoggedInput | None,
     scripts: ScriptEngine,
-) -> list[Violation]:  # fmt: skip
+) -> list[Violation]:
     """I5 for one run of events, given the state before it and the input that caused it."""
     first = run[0].event
     wf, where = first.workflow_id, tuple(le.at for le in run)

@@ -168,9 +168,11 @@ def no_lost_work(
 
 
 def fenced(
-    st: WorkflowState | None, le: LoggedEvent, cause: LoggedInput | None,
+    st: WorkflowState | None,
+    le: LoggedEvent,
+    cause: LoggedInput | None,
     accepted: dict[tuple[str, str, int], At],
-) -> list[Violation]:  # fmt: skip
+) -> list[Violation]:
     """I3 for one event, given the state before it and the input that caused it."""
     p, wf, at = le.event.payload, le.event.workflow_id, le.at
     if not isinstance(p, OUTCOMES):

@@ -68,9 +68,11 @@ class Violation:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "invariant": self.invariant, "workflow_id": self.workflow_id,
-            "offsets": [str(a) for a in self.at], "message": self.message,
-        }  # fmt: skip
+            "invariant": self.invariant,
+            "workflow_id": self.workflow_id,
+            "offsets": [str(a) for a in self.at],
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -89,7 +91,8 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "ok": self.ok, "counts": self.counts,
+            "ok": self.ok,
+            "counts": self.counts,
             "violations": [v.as_dict() for v in self.violations],
             "info": [v.as_dict() for v in self.info],
-        }  # fmt: skip
+        }

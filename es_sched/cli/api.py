@@ -18,13 +18,17 @@ from es_sched.settings import load_settings
 @click.group("api", invoke_without_command=True)
 @click.option("--host", default=None, help="Listen here (default: ES_SCHED_API_HOST).")
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=None,
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
     help="Listen on this port (default: ES_SCHED_API_PORT, 8080).",
-)  # fmt: skip
+)
 @click.option(
-    "--workers", type=click.IntRange(1, 64), default=None,
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
     help="Processes serving the port, one per core (default: ES_SCHED_API_WORKERS, 1).",
-)  # fmt: skip
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.pass_context
 def api(

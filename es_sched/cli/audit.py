@@ -53,9 +53,12 @@ err = Console(stderr=True)
 )
 @click.option("--json", "as_json", is_flag=True)
 def replay(
-    until: datetime | None, workflow_id: str | None, verify: bool, against: tuple[str, ...],
+    until: datetime | None,
+    workflow_id: str | None,
+    verify: bool,
+    against: tuple[str, ...],
     as_json: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Fold the log from offset 0 (to --until, for --workflow or all) with the decider's core."""
     settings = load_settings()
     if until is not None and until.tzinfo is None:
@@ -77,9 +80,12 @@ def replay(
 
 
 def _replay_report(
-    settings: Settings, until: datetime | None, wf: str | None, against: tuple[str, ...],
+    settings: Settings,
+    until: datetime | None,
+    wf: str | None,
+    against: tuple[str, ...],
     verify: bool,
-) -> tuple[dict[str, Any], list[audit.Mismatch]]:  # fmt: skip
+) -> tuple[dict[str, Any], list[audit.Mismatch]]:
     """The fold, and with ``verify`` the comparisons, in each partition group's process (ADR
     43): only figures and mismatches come back; ``seconds`` and ``events_per_second`` count
     both."""
@@ -89,18 +95,25 @@ def _replay_report(
         with Progress(console=err, transient=True) as bar:
             task = bar.add_task(what, total=audit.events_total(settings))
             done = replay_verified(
-                settings, targets, partial(bootstrap.store, settings), until, wf,
+                settings,
+                targets,
+                partial(bootstrap.store, settings),
+                until,
+                wf,
                 lambda n: bar.update(task, completed=n),
-            )  # fmt: skip
+            )
     except InfrastructureError as exc:
         err.print(f"[red]cannot read the log or a projection:[/] {exc}")
         sys.exit(2)
     mismatches = done.mismatches()
     report: dict[str, Any] = {
-        "events": done.events, "refusals": done.refusals, "workflows": done.workflows,
-        "statuses": done.statuses, "seconds": round(done.seconds, 3),
+        "events": done.events,
+        "refusals": done.refusals,
+        "workflows": done.workflows,
+        "statuses": done.statuses,
+        "seconds": round(done.seconds, 3),
         "events_per_second": round(done.events / done.seconds) if done.seconds else None,
-    }  # fmt: skip
+    }
     if verify:
         report.update(compared=done.compared, mismatches=len(mismatches))
     return report, mismatches
@@ -156,9 +169,10 @@ def audit_group() -> None:
 @audit_group.command("check")
 @click.option("--prefix", help="Topic prefix to check (default: ES_SCHED_KAFKA_TOPIC_PREFIX).")
 @click.option(
-    "--idle", is_flag=True,
+    "--idle",
+    is_flag=True,
     help="The system is idle: a workflow without a terminal event is lost work (I1).",
-)  # fmt: skip
+)
 @click.option("--read-models/--no-read-models", default=True, help="I4 (default: when present).")
 @click.option("--json", "as_json", is_flag=True)
 def check(prefix: str | None, idle: bool, read_models: bool, as_json: bool) -> None:
@@ -207,8 +221,11 @@ def _read_models(settings: Settings, events: list[Any], report: Report) -> None:
             reflected = audit.projected(store, topic, sorted(ends))
             behind = {p: end for p, end in ends.items() if (reflected or {}).get(p, 0) < end}
             if reflected is None or behind:
-                why = "holds no projection of this log" if reflected is None else (
-                    f"is behind the log on partitions {sorted(behind)}")  # fmt: skip
+                why = (
+                    "holds no projection of this log"
+                    if reflected is None
+                    else (f"is behind the log on partitions {sorted(behind)}")
+                )
                 report.info.append(Violation("I4", "*", (), f"{target} {why}: not compared"))
                 continue
             for m in audit.verify_store(done, store, ids):

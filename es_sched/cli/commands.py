@@ -91,9 +91,15 @@ def read_jsonl(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
 @click.option("--wait", "wait_s", type=float, help="Wait up to SECONDS for the final statuses.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
 def submit(
-    name: str, version: int | None, input_json: str | None, input_file: Path | None,
-    priority: int, command_id: str | None, wait_s: float | None, as_json: bool,
-) -> None:  # fmt: skip
+    name: str,
+    version: int | None,
+    input_json: str | None,
+    input_file: Path | None,
+    priority: int,
+    command_id: str | None,
+    wait_s: float | None,
+    as_json: bool,
+) -> None:
     """Start workflow NAME, once per input; print the workflow ids (and final statuses)."""
     if (input_json is None) == (input_file is None):
         raise click.UsageError("give exactly one of --input and --input-file")
@@ -132,8 +138,11 @@ def _print_submitted(
     if as_json:
         rows: list[dict[str, Any]] = []
         for s in submitted:
-            row: dict[str, Any] = {"workflow_id": s.workflow_id, "command_id": s.command_id,
-                                   "token": tokens.get(s.workflow_id)}  # fmt: skip
+            row: dict[str, Any] = {
+                "workflow_id": s.workflow_id,
+                "command_id": s.command_id,
+                "token": tokens.get(s.workflow_id),
+            }
             if statuses is not None:
                 row["status"] = statuses.get(s.workflow_id)
             rows.append(row)
@@ -189,9 +198,12 @@ def _act(client: CommandClient, what: str, wait_s: float | None, send: Send) -> 
 @COMMAND_ID
 @WAIT
 def cancel(
-    wf_id: str, reason: str, expected_version: int | None, command_id: str | None,
+    wf_id: str,
+    reason: str,
+    expected_version: int | None,
+    command_id: str | None,
     wait_s: float | None,
-) -> None:  # fmt: skip
+) -> None:
     """Cancel a running workflow (its CALLBACK tasks still run)."""
     with _client() as client:
         send = partial(client.cancel, wf_id, reason, expected_version, command_id, actor=actor())
@@ -205,9 +217,12 @@ def cancel(
 @COMMAND_ID
 @WAIT
 def terminate(
-    wf_id: str, reason: str, expected_version: int | None, command_id: str | None,
+    wf_id: str,
+    reason: str,
+    expected_version: int | None,
+    command_id: str | None,
     wait_s: float | None,
-) -> None:  # fmt: skip
+) -> None:
     """Terminate a running workflow."""
     with _client() as client:
         send = partial(client.terminate, wf_id, reason, expected_version, command_id, actor=actor())
@@ -247,16 +262,27 @@ resume = _simple("resume", "Resume a paused workflow.")
 @COMMAND_ID
 @WAIT
 def signal(
-    wf_id: str, ref: str | None, status: str, output_json: str,
-    expected_version: int | None, command_id: str | None, wait_s: float | None,
-) -> None:  # fmt: skip
+    wf_id: str,
+    ref: str | None,
+    status: str,
+    output_json: str,
+    expected_version: int | None,
+    command_id: str | None,
+    wait_s: float | None,
+) -> None:
     """Complete (or fail) a waiting WAIT task of a workflow."""
     output = _json_object(output_json, "--output")
     with _client() as client:
         send = partial(
-            client.signal, wf_id, output, ref, status, expected_version, command_id,
+            client.signal,
+            wf_id,
+            output,
+            ref,
+            status,
+            expected_version,
+            command_id,
             actor=actor(),
-        )  # fmt: skip
+        )
         _act(client, "signal", wait_s, send)
 
 
@@ -273,16 +299,25 @@ def signal(
 @COMMAND_ID
 @WAIT
 def restart(
-    wf_id: str, latest_of: str | None, input_json: str | None, expected_version: int | None,
-    command_id: str | None, wait_s: float | None,
-) -> None:  # fmt: skip
+    wf_id: str,
+    latest_of: str | None,
+    input_json: str | None,
+    expected_version: int | None,
+    command_id: str | None,
+    wait_s: float | None,
+) -> None:
     """Restart a workflow in a terminal state from its beginning (same id, same input)."""
     new_input = _json_object(input_json, "--input") if input_json is not None else None
     with _client() as client:
         send = partial(
-            client.restart, wf_id, latest_of, new_input, expected_version, command_id,
+            client.restart,
+            wf_id,
+            latest_of,
+            new_input,
+            expected_version,
+            command_id,
             actor=actor(),
-        )  # fmt: skip
+        )
         _act(client, "restart", wait_s, send)
 
 
@@ -295,18 +330,29 @@ def restart(
 @COMMAND_ID
 @WAIT
 def rerun(
-    wf_id: str, task: str | None, task_json: str | None, input_json: str | None,
-    expected_version: int | None, command_id: str | None, wait_s: float | None,
-) -> None:  # fmt: skip
+    wf_id: str,
+    task: str | None,
+    task_json: str | None,
+    input_json: str | None,
+    expected_version: int | None,
+    command_id: str | None,
+    wait_s: float | None,
+) -> None:
     """Rerun a workflow in a terminal state from a task: it and every task after it run again
     (without --from-task: a restart)."""
     task_input = _json_object(task_json, "--task-input") if task_json is not None else None
     new_input = _json_object(input_json, "--input") if input_json is not None else None
     with _client() as client:
         send = partial(
-            client.rerun, wf_id, task, task_input, new_input, expected_version, command_id,
+            client.rerun,
+            wf_id,
+            task,
+            task_input,
+            new_input,
+            expected_version,
+            command_id,
             actor=actor(),
-        )  # fmt: skip
+        )
         _act(client, "rerun", wait_s, send)
 
 

@@ -45,9 +45,12 @@ def config() -> None:
 @click.argument("rate", type=float)
 @click.option("--burst", type=float, help="Tokens saved up at most (default: max(1, RATE)).")
 def set_rate(
-    task_type: str | None, tenant: str | None, rate_limit_key: str | None, rate: float,
+    task_type: str | None,
+    tenant: str | None,
+    rate_limit_key: str | None,
+    rate: float,
     burst: float | None,
-) -> None:  # fmt: skip
+) -> None:
     """At most RATE tasks per second of a task type, a tenant or a rate-limit key."""
     given = {"type": task_type, "tenant": tenant, "key": rate_limit_key}
     chosen = [(scope, subject) for scope, subject in given.items() if subject is not None]

@@ -78,9 +78,12 @@ def validate(paths: tuple[Path, ...], as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True)
 def simulate(
-    paths: tuple[Path, ...], taskdef_paths: tuple[Path, ...], input_json: str,
-    script_path: Path | None, as_json: bool,
-) -> None:  # fmt: skip
+    paths: tuple[Path, ...],
+    taskdef_paths: tuple[Path, ...],
+    input_json: str,
+    script_path: Path | None,
+    as_json: bool,
+) -> None:
     """Run the first definition with a scripted worker and a virtual clock."""
     docs = files.load(paths, taskdef_paths)
     if not docs.workflows:

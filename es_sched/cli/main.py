@@ -93,10 +93,12 @@ ONLY = click.option("--only", help="Comma-separated subset of kafka,postgres,sea
 @stack.command("up")
 @ONLY
 @click.option(
-    "--kafka-brokers", type=click.IntRange(1, 5), default=None,
+    "--kafka-brokers",
+    type=click.IntRange(1, 5),
+    default=None,
     help="Run Kafka as this many KRaft nodes (3: replication 3, min.insync.replicas 2); "
     "default ES_SCHED_STACK_KAFKA_BROKERS (1), or the size the state folder was formatted as.",
-)  # fmt: skip
+)
 def stack_up(only: str | None, kafka_brokers: int | None) -> None:
     """Install (first time) and start the stack; waits until every service is ready."""
     started = time.monotonic()
@@ -105,8 +107,11 @@ def stack_up(only: str | None, kafka_brokers: int | None) -> None:
     _report("stack", f"up in {time.monotonic() - started:.1f}s")
     kafka = [s.endpoint for s in statuses if s.role == "kafka"]
     if len(kafka) > 1:
-        _report("kafka", f"{len(kafka)} brokers: ES_SCHED_KAFKA_BOOTSTRAP_SERVERS="
-                f"{','.join(e.split(',')[0] for e in kafka)}")  # fmt: skip
+        _report(
+            "kafka",
+            f"{len(kafka)} brokers: ES_SCHED_KAFKA_BOOTSTRAP_SERVERS="
+            f"{','.join(e.split(',')[0] for e in kafka)}",
+        )
     out.print(_status_table(statuses))
     if not all(s.healthy for s in statuses):
         sys.exit(1)

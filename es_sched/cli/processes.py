@@ -94,8 +94,13 @@ class Supervisor:
         assert slot.proc is not None
         ran = time.monotonic() - slot.started
         slot.crashes = 1 if ran >= STABLE_AFTER_S else slot.crashes + 1
-        log.error("process %d (pid %d) exited with status %d after %.1fs",
-                  slot.index, slot.proc.pid, code, ran)  # fmt: skip
+        log.error(
+            "process %d (pid %d) exited with status %d after %.1fs",
+            slot.index,
+            slot.proc.pid,
+            code,
+            ran,
+        )
         slot.proc = None
         self.failed = True
         if slot.crashes > self.max_restarts:
@@ -103,8 +108,10 @@ class Supervisor:
             log.error(
                 "process %d stays down (%d exits in a row, --max-restarts %d): its partitions "
                 "move to the other processes when its group session ends",
-                slot.index, slot.crashes, self.max_restarts,
-            )  # fmt: skip
+                slot.index,
+                slot.crashes,
+                self.max_restarts,
+            )
         else:
             slot.restart_at = time.monotonic() + RESTART_DELAY_S
 
@@ -133,8 +140,12 @@ class Supervisor:
             try:
                 code = slot.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.error("process %d (pid %d) did not stop within %.0fs: killed",
-                          slot.index, slot.proc.pid, self.grace_s)  # fmt: skip
+                log.error(
+                    "process %d (pid %d) did not stop within %.0fs: killed",
+                    slot.index,
+                    slot.proc.pid,
+                    self.grace_s,
+                )
                 slot.proc.kill()
                 slot.proc.wait()
                 self.failed = True

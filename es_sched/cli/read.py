@@ -84,9 +84,15 @@ def status(wf_id: str, after: str | None, wait_s: float, as_json: bool) -> None:
     table = Table("task", "name", "attempt", "status", "worker", "started", "ended", "reason")
     for t in tasks:
         table.add_row(
-            t["ref"], t["name"], str(t["attempt"]), t["status"], t["worker_id"] or "",
-            _when(t["started_at"]), _when(t["ended_at"]), t["reason"],
-        )  # fmt: skip
+            t["ref"],
+            t["name"],
+            str(t["attempt"]),
+            t["status"],
+            t["worker_id"] or "",
+            _when(t["started_at"]),
+            _when(t["ended_at"]),
+            t["reason"],
+        )
     out.print(table)
 
 
@@ -108,9 +114,16 @@ def query() -> None:
 @WAIT
 @click.option("--json", "as_json", is_flag=True)
 def query_workflows(
-    status_: str | None, name: str | None, tenant: str | None, since: datetime | None,
-    limit: int, count_only: bool, after: str | None, wait_s: float, as_json: bool,
-) -> None:  # fmt: skip
+    status_: str | None,
+    name: str | None,
+    tenant: str | None,
+    since: datetime | None,
+    limit: int,
+    count_only: bool,
+    after: str | None,
+    wait_s: float,
+    as_json: bool,
+) -> None:
     """Workflows by status, definition, tenant and start time (newest first)."""
     settings = load_settings()
     store = bootstrap.pg_store(settings)
@@ -132,9 +145,14 @@ def query_workflows(
     table = Table("workflow", "definition", "tenant", "status", "created", "ended", "reason")
     for r in rows:
         table.add_row(
-            r["workflow_id"], f"{r['name']} v{r['def_version']}", r["tenant"] or "",
-            r["status"], _when(r["created_at"]), _when(r["ended_at"]), r["reason"],
-        )  # fmt: skip
+            r["workflow_id"],
+            f"{r['name']} v{r['def_version']}",
+            r["tenant"] or "",
+            r["status"],
+            _when(r["created_at"]),
+            _when(r["ended_at"]),
+            r["reason"],
+        )
     out.print(table)
 
 
@@ -155,9 +173,12 @@ def search(text: str, limit: int, as_json: bool) -> None:
     table = Table("kind", "id", "name", "status", "workflow")
     for h in hits:
         table.add_row(
-            h.get("kind", ""), h.get("task_id") or h.get("workflow_id", ""), h.get("name", ""),
-            h.get("status", ""), h.get("workflow_id", ""),
-        )  # fmt: skip
+            h.get("kind", ""),
+            h.get("task_id") or h.get("workflow_id", ""),
+            h.get("name", ""),
+            h.get("status", ""),
+            h.get("workflow_id", ""),
+        )
     out.print(table)
 
 

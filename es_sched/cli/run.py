@@ -95,13 +95,26 @@ def run(
     stacks.install()
     if processes > 1:
         if "api" in role:
-            raise click.UsageError("--processes does not multiply the api role: run it alone "
-                                   "with `es-sched api --workers N`")  # fmt: skip
+            raise click.UsageError(
+                "--processes does not multiply the api role: run it alone "
+                "with `es-sched api --workers N`"
+            )
         args = [a for r in role for a in ("--role", r)]
 
         def command(i: int) -> list[str]:
-            return [sys.executable, "-m", "es_sched", "run", *args, "--log-level", log_level,
-                    "--metrics-port", str(port + i if port else 0), "--slot", str(i)]  # fmt: skip
+            return [
+                sys.executable,
+                "-m",
+                "es_sched",
+                "run",
+                *args,
+                "--log-level",
+                log_level,
+                "--metrics-port",
+                str(port + i if port else 0),
+                "--slot",
+                str(i),
+            ]
 
         def env(i: int) -> dict[str, str]:
             instance = slot_instance(settings.runtime.instance, i)

@@ -95,21 +95,35 @@ class CommandClient:
 
     # -- starting workflows -----------------------------------------------------------------
     def submit(
-        self, name: str, input: JSON, version: int | None = None, priority: int = 4,
-        tenant: str | None = None, command_id: str | None = None,
-        correlation_id: str | None = None, *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        name: str,
+        input: JSON,
+        version: int | None = None,
+        priority: int = 4,
+        tenant: str | None = None,
+        command_id: str | None = None,
+        correlation_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         ids = [command_id] if command_id is not None else None
         return self.submit_many(
             name, [input], version, priority, tenant, ids, correlation_id, actor=actor
         )[0]
 
     def submit_many(
-        self, name: str, inputs: Sequence[JSON], version: int | None = None, priority: int = 4,
-        tenant: str | None = None, command_ids: Sequence[str] | None = None,
-        correlation_id: str | None = None, sources: Sequence[str] | None = None,
-        *, actor: str | None = None,
-    ) -> list[Submitted]:  # fmt: skip
+        self,
+        name: str,
+        inputs: Sequence[JSON],
+        version: int | None = None,
+        priority: int = 4,
+        tenant: str | None = None,
+        command_ids: Sequence[str] | None = None,
+        correlation_id: str | None = None,
+        sources: Sequence[str] | None = None,
+        *,
+        actor: str | None = None,
+    ) -> list[Submitted]:
         """Start one workflow per input; every command is checked before any is produced.
 
         ``sources`` label the inputs in error messages (the CLI passes ``file:line``).
@@ -151,52 +165,93 @@ class CommandClient:
 
     # -- acting on running workflows --------------------------------------------------------
     def cancel(
-        self, wf_id: str, reason: str = "canceled", expected_version: int | None = None,
-        command_id: str | None = None, *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
-        return self._send(c.CancelWorkflow, wf_id, expected_version, command_id, actor,
-                          reason=reason)  # fmt: skip
+        self,
+        wf_id: str,
+        reason: str = "canceled",
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
+        return self._send(
+            c.CancelWorkflow, wf_id, expected_version, command_id, actor, reason=reason
+        )
 
     def terminate(
-        self, wf_id: str, reason: str = "terminated", expected_version: int | None = None,
-        command_id: str | None = None, *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
-        return self._send(c.TerminateWorkflow, wf_id, expected_version, command_id, actor,
-                          reason=reason)  # fmt: skip
+        self,
+        wf_id: str,
+        reason: str = "terminated",
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
+        return self._send(
+            c.TerminateWorkflow, wf_id, expected_version, command_id, actor, reason=reason
+        )
 
     def retry(
-        self, wf_id: str, expected_version: int | None = None, command_id: str | None = None,
-        *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        wf_id: str,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         return self._send(c.RetryWorkflow, wf_id, expected_version, command_id, actor)
 
     def pause(
-        self, wf_id: str, expected_version: int | None = None, command_id: str | None = None,
-        *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        wf_id: str,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         return self._send(c.PauseWorkflow, wf_id, expected_version, command_id, actor)
 
     def resume(
-        self, wf_id: str, expected_version: int | None = None, command_id: str | None = None,
-        *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        wf_id: str,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         return self._send(c.ResumeWorkflow, wf_id, expected_version, command_id, actor)
 
     def signal(
-        self, wf_id: str, output: JSON, ref: str | None = None, status: str = "COMPLETED",
-        expected_version: int | None = None, command_id: str | None = None,
-        *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        wf_id: str,
+        output: JSON,
+        ref: str | None = None,
+        status: str = "COMPLETED",
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         return self._send(
-            c.SignalWorkflow, wf_id, expected_version, command_id, actor,
-            ref=ref, status=status, output=output,
-        )  # fmt: skip
+            c.SignalWorkflow,
+            wf_id,
+            expected_version,
+            command_id,
+            actor,
+            ref=ref,
+            status=status,
+            output=output,
+        )
 
     def restart(
-        self, wf_id: str, latest_of: str | None = None, input: JSON | None = None,
-        expected_version: int | None = None, command_id: str | None = None,
-        *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        wf_id: str,
+        latest_of: str | None = None,
+        input: JSON | None = None,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         """Restart a workflow in a terminal state from its beginning; ``latest_of`` (its
         definition's name) runs it with the latest registered version of that definition,
         resolved here and embedded as a start embeds it (Conductor's ``useLatestDefinitions``)."""
@@ -205,32 +260,55 @@ class CommandClient:
             self.ensure_topics()
             resolved = resolve(self._registry_caught_up(), latest_of, None)
             pinned = {
-                "definition": resolved.definition, "taskdefs": resolved.taskdefs,
+                "definition": resolved.definition,
+                "taskdefs": resolved.taskdefs,
                 "subworkflow_definitions": resolved.subworkflow_definitions,
-            }  # fmt: skip
+            }
         return self._send(
             c.RestartWorkflow, wf_id, expected_version, command_id, actor, input=input, **pinned
         )
 
     def rerun(
-        self, wf_id: str, task: str | None = None, task_input: JSON | None = None,
-        workflow_input: JSON | None = None, expected_version: int | None = None,
-        command_id: str | None = None, *, actor: str | None = None,
-    ) -> Submitted:  # fmt: skip
+        self,
+        wf_id: str,
+        task: str | None = None,
+        task_input: JSON | None = None,
+        workflow_input: JSON | None = None,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
         """Rerun a workflow in a terminal state from ``task`` (a task id or reference name);
         without one, restart it with ``workflow_input`` (Conductor's rerun)."""
         return self._send(
-            c.RerunWorkflow, wf_id, expected_version, command_id, actor,
-            task=task, task_input=task_input, workflow_input=workflow_input,
-        )  # fmt: skip
+            c.RerunWorkflow,
+            wf_id,
+            expected_version,
+            command_id,
+            actor,
+            task=task,
+            task_input=task_input,
+            workflow_input=workflow_input,
+        )
 
     def _send(
-        self, cls: type[c.Command], wf_id: str, expected_version: int | None,
-        command_id: str | None, actor: str | None = None, **fields: Any,
-    ) -> Submitted:  # fmt: skip
+        self,
+        cls: type[c.Command],
+        wf_id: str,
+        expected_version: int | None,
+        command_id: str | None,
+        actor: str | None = None,
+        **fields: Any,
+    ) -> Submitted:
         command_id = command_id or uuid.uuid4().hex
-        cmd = cls(input_id=command_id, workflow_id=wf_id, expected_version=expected_version,
-                  actor=actor, **fields)  # fmt: skip
+        cmd = cls(
+            input_id=command_id,
+            workflow_id=wf_id,
+            expected_version=expected_version,
+            actor=actor,
+            **fields,
+        )
         value = self._prepare(cmd)
         self.ensure_topics()
         self._produce(self.topics.commands, wf_id, value)
@@ -270,9 +348,11 @@ class CommandClient:
         )
 
     def wait(
-        self, workflow_ids: Iterable[str], timeout_s: float,
+        self,
+        workflow_ids: Iterable[str],
+        timeout_s: float,
         start: Mapping[int, int] | None = None,
-    ) -> dict[str, str | None]:  # fmt: skip
+    ) -> dict[str, str | None]:
         """Final status per workflow (COMPLETED, FAILED, ..., REJECTED for a start refused), None
         if not final by the timeout.
 
@@ -327,9 +407,11 @@ class CommandClient:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.close()
 
     def ensure_topics(self) -> None:

@@ -47,9 +47,13 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def watch(
-    bootstrap: str, topic: str, start: Mapping[int, int] | None, timeout_s: float,
-    seen: Seen, at_end: AtEnd | None = None,
-) -> bool:  # fmt: skip
+    bootstrap: str,
+    topic: str,
+    start: Mapping[int, int] | None,
+    timeout_s: float,
+    seen: Seen,
+    at_end: AtEnd | None = None,
+) -> bool:
     reader = clients.consumer(bootstrap, None, **{"enable.partition.eof": at_end is not None})
     deadline = time.monotonic() + timeout_s
     try:
@@ -86,9 +90,13 @@ def partitions(reader: Consumer, topic: str) -> list[int]:
 
 
 def final_statuses(
-    bootstrap: str, topic: str, catalog: SchemaCatalog, workflow_ids: Iterable[str],
-    timeout_s: float, start: Mapping[int, int] | None,
-) -> dict[str, str | None]:  # fmt: skip
+    bootstrap: str,
+    topic: str,
+    catalog: SchemaCatalog,
+    workflow_ids: Iterable[str],
+    timeout_s: float,
+    start: Mapping[int, int] | None,
+) -> dict[str, str | None]:
     """Final status per workflow (COMPLETED, FAILED, ..., REJECTED for a start refused), None
     if not final by the timeout."""
     result: dict[str, str | None] = dict.fromkeys(workflow_ids)
@@ -110,9 +118,13 @@ def final_statuses(
 
 
 def outcome_of(
-    bootstrap: str, topic: str, catalog: SchemaCatalog, command_id: str, timeout_s: float,
+    bootstrap: str,
+    topic: str,
+    catalog: SchemaCatalog,
+    command_id: str,
+    timeout_s: float,
     start: Mapping[int, int] | None,
-) -> Outcome | None:  # fmt: skip
+) -> Outcome | None:
     """The events caused by ``command_id`` (accepted) or its rejection; None when nothing came
     within ``timeout_s``. A rejection ends the wait at once. An accepted command's events were
     written in one transaction, consecutively in its workflow's partition: they are all read

@@ -154,8 +154,12 @@ class Dispatcher(Inputs):
         self.ready: Consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
-        self.ready.subscribe([self.topics.ready], on_assign=self._on_assign,
-                             on_revoke=self._on_revoke, on_lost=self._on_lost)  # fmt: skip
+        self.ready.subscribe(
+            [self.topics.ready],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
         log.info(
             "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
         )
@@ -260,8 +264,12 @@ class Dispatcher(Inputs):
                 self.journal.resumed(entry, number)
                 self.core.resume(entry, now)
                 leased += entry.lease is not None
-            log.info("ready partition %d: rebuilt %d leases, %d queued", number, leased,
-                     len(entries) - leased)  # fmt: skip
+            log.info(
+                "ready partition %d: rebuilt %d leases, %d queued",
+                number,
+                leased,
+                len(entries) - leased,
+            )
         assign_at_committed(cons, partitions, self._stop)
 
     def _on_revoke(self, _cons: Consumer, partitions: list[TopicPartition]) -> None:
@@ -291,8 +299,9 @@ class Dispatcher(Inputs):
     def _assign(self, a: Assignment, now: datetime) -> None:
         record, _ = dispatch_records.assignment(a)  # its DispatchTask was delivered already
         pool = self.core.pools.get(a.task.task_type, "default")
-        self.output.produce(assignment_topic(self.prefix, pool), record.worker_id,
-                            wire.encode(record), now)  # fmt: skip
+        self.output.produce(
+            assignment_topic(self.prefix, pool), record.worker_id, wire.encode(record), now
+        )
         self.journal.leased(a.task, a.lease, a.placement.gpu, now)
         self.offsets.done(a.task.task_id)
         at = self.ready_at.pop(a.task.task_id, None)
@@ -308,8 +317,13 @@ class Dispatcher(Inputs):
         self._to_worker(lease.worker_id, wire.encode(cancel), now)
         self._send(expired, now)
         self.journal.queued(lease.task_id, lease.epoch, now)
-        log.info("took back %s (epoch %d) from %s: %s", lease.task_id, lease.epoch,
-                 lease.worker_id, reason)  # fmt: skip
+        log.info(
+            "took back %s (epoch %d) from %s: %s",
+            lease.task_id,
+            lease.epoch,
+            lease.worker_id,
+            reason,
+        )
 
     def _to_worker(self, worker_id: str, value: bytes, now: datetime) -> None:
         worker = self.core.fleet.workers.get(worker_id)
@@ -344,10 +358,12 @@ class Dispatcher(Inputs):
         if name not in self.pool_topics:
             isr = self.topics.min_insync_replicas
             ensure_topic(
-                self.bootstrap, name, self.dispatch_settings.assignment_partitions,
+                self.bootstrap,
+                name,
+                self.dispatch_settings.assignment_partitions,
                 {} if isr is None else {"min.insync.replicas": str(isr)},
                 replication_factor=self.topics.replication_factor,
-            )  # fmt: skip
+            )
             self.pool_topics.add(name)
 
     def _update_gauges(self) -> None:

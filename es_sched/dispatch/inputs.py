@@ -105,9 +105,11 @@ class Inputs:
         at = ms / 1000 if kind and ms > 0 else None
         try:
             task = dispatch_records.ready_task(
-                _raw(msg.value()), datetime.fromtimestamp(at, UTC) if at else None, self.clock(),
+                _raw(msg.value()),
+                datetime.fromtimestamp(at, UTC) if at else None,
+                self.clock(),
                 tp[1],
-            )  # fmt: skip
+            )
         except SchemaError as exc:
             self.output.dead(msg, exc)
             return
@@ -177,8 +179,7 @@ class Inputs:
         self.journal.queued(task_id, epoch, self.clock())
         self.ready_at[task_id] = time.time()
         self.core.enqueue(task, front=True)
-        log.info("task %s: lease %d ended after its worker let it go; queued again", task_id,
-                 epoch)  # fmt: skip
+        log.info("task %s: lease %d ended after its worker let it go; queued again", task_id, epoch)
 
     def _given_back(self, task_id: str, epoch: int) -> None:
         """The decider ended the lease we still hold (its worker declined it, ADR 24 a): queue

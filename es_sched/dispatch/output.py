@@ -39,18 +39,24 @@ class Output:
     ) -> None:
         """``value`` None is a tombstone; ``partition`` -1 lets the key choose."""
         self.producer.produce(
-            topic, key=key.encode(), value=value, partition=partition,
-            timestamp=int(now.timestamp() * 1000), on_delivery=self._delivered,
-        )  # fmt: skip
+            topic,
+            key=key.encode(),
+            value=value,
+            partition=partition,
+            timestamp=int(now.timestamp() * 1000),
+            on_delivery=self._delivered,
+        )
         self.producer.poll(0)
 
     def dead(self, msg: Message, exc: EsSchedError) -> None:
         log.warning("dead-lettering %s@%s/%s: %s", msg.topic(), msg.partition(), msg.offset(), exc)
         self.producer.produce(
-            self.dead_letters, key=msg.key(), value=msg.value(),
+            self.dead_letters,
+            key=msg.key(),
+            value=msg.value(),
             headers=headers_for(msg, str(exc), type(exc).__name__, self.role),
             on_delivery=self._delivered,
-        )  # fmt: skip
+        )
 
     def delivered_all(self) -> bool:
         """Wait until the producer delivered everything (a broker outage is waited out); False

@@ -78,8 +78,11 @@ class ReadyOffsets:
         for tp, end in self.consumed.items():
             waiting = self.pending.get(tp)
             points[tp] = next(iter(waiting.values())) if waiting else end
-        todo = [TopicPartition(t, p, o) for (t, p), o in points.items()
-                if self.committed.get((t, p)) != o]  # fmt: skip
+        todo = [
+            TopicPartition(t, p, o)
+            for (t, p), o in points.items()
+            if self.committed.get((t, p)) != o
+        ]
         if not todo:
             return
         try:

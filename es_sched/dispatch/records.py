@@ -205,7 +205,15 @@ def journaled(record: LeaseRecord, partition: int) -> Journaled:
     lease = (
         None
         if held is None
-        else Lease(task.task_id, task.attempt, held.worker_id, held.epoch, held.token,
-                   held.granted_at, held.granted_at, task.priority)
-    )  # fmt: skip
+        else Lease(
+            task.task_id,
+            task.attempt,
+            held.worker_id,
+            held.epoch,
+            held.token,
+            held.granted_at,
+            held.granted_at,
+            task.priority,
+        )
+    )
     return Journaled(task, record.last_epoch, lease, None if held is None else held.gpu)

@@ -235,12 +235,27 @@ class ChildWorkflowEnded(Input):
 INPUT_TYPES: dict[str, type[Input]] = {
     cls.TYPE: cls
     for cls in (
-        StartWorkflow, CancelWorkflow, TerminateWorkflow, RetryWorkflow, PauseWorkflow,
-        ResumeWorkflow, SignalWorkflow, RegisterDefinition, DispatchTask, ExpireLease,
-        ReportStarted, ReportProgress, ReportCompleted, ReportFailed, FireTimer,
-        ChildWorkflowEnded, ReportCancelled, RestartWorkflow, RerunWorkflow,
+        StartWorkflow,
+        CancelWorkflow,
+        TerminateWorkflow,
+        RetryWorkflow,
+        PauseWorkflow,
+        ResumeWorkflow,
+        SignalWorkflow,
+        RegisterDefinition,
+        DispatchTask,
+        ExpireLease,
+        ReportStarted,
+        ReportProgress,
+        ReportCompleted,
+        ReportFailed,
+        FireTimer,
+        ChildWorkflowEnded,
+        ReportCancelled,
+        RestartWorkflow,
+        RerunWorkflow,
         ReportDeclined,
     )
-}  # fmt: skip
+}
 
 dict_init(globals())  # constructors store into __dict__ (domain.fastinit)

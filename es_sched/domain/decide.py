@@ -67,10 +67,15 @@ MAX_EVENTS_PER_INPUT = 20_000
 # started, making progress or back in its queue is "running" to the walk either way, and a
 # rejection changes nothing. Skipping the walk keeps these frequent inputs cheap.
 NO_PROGRESS = (
-    TaskDispatched, TaskStarted, TaskProgressed, LeaseExpired, CommandRejected, CompletionRejected,
+    TaskDispatched,
+    TaskStarted,
+    TaskProgressed,
+    LeaseExpired,
+    CommandRejected,
+    CompletionRejected,
     TaskRequeued,
     TaskCancelConfirmed,
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -135,8 +140,9 @@ def decide_with_state(
         if inp.input_id in state.recent_inputs:
             return [], state  # a redelivered input: already applied
         actor = inp.actor if isinstance(inp, c.Command) else None
-        rec = _Recorder(state, state.workflow_id, inp.input_id, state.correlation_id, now,
-                        actor=actor)  # fmt: skip
+        rec = _Recorder(
+            state, state.workflow_id, inp.input_id, state.correlation_id, now, actor=actor
+        )
         for payload in _primary(state, inp, ctx):
             rec.emit(payload)
         if isinstance(inp, c.RerunWorkflow) and isinstance(rec.events[-1].payload, WorkflowRerun):
@@ -268,15 +274,21 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                 return []  # the lease was renewed, superseded or the task ended: nothing to do
             return [LeaseExpired(inp.task_id, inp.lease_epoch)]
         case (
-            c.ReportStarted() | c.ReportProgress() | c.ReportCompleted() | c.ReportFailed()
+            c.ReportStarted()
+            | c.ReportProgress()
+            | c.ReportCompleted()
+            | c.ReportFailed()
             | c.ReportDeclined()
-        ):  # fmt: skip
+        ):
             return task_inputs.report(st, inp)
         case c.ReportCancelled():
             # Never an outcome: a cancel means no live lease, so whatever lease this names,
             # the worker's word is recorded for the audit and the task is left as it is.
-            return [TaskCancelConfirmed(inp.task_id, inp.attempt, inp.worker_id,
-                                        inp.lease_epoch, inp.reason)]  # fmt: skip
+            return [
+                TaskCancelConfirmed(
+                    inp.task_id, inp.attempt, inp.worker_id, inp.lease_epoch, inp.reason
+                )
+            ]
         case c.FireTimer():
             return task_inputs.timer_fired(st, inp, ctx)
         case c.ChildWorkflowEnded():

@@ -26,10 +26,21 @@ from es_sched.errors import DomainError
 
 SYSTEM_TYPES = frozenset(
     {
-        "SWITCH", "DECISION", "FORK_JOIN", "FORK_JOIN_DYNAMIC", "JOIN", "DO_WHILE",
-        "SET_VARIABLE", "INLINE", "LAMBDA", "TERMINATE", "WAIT", "SUB_WORKFLOW", "START_WORKFLOW",
+        "SWITCH",
+        "DECISION",
+        "FORK_JOIN",
+        "FORK_JOIN_DYNAMIC",
+        "JOIN",
+        "DO_WHILE",
+        "SET_VARIABLE",
+        "INLINE",
+        "LAMBDA",
+        "TERMINATE",
+        "WAIT",
+        "SUB_WORKFLOW",
+        "START_WORKFLOW",
     }
-)  # fmt: skip
+)
 WORKER_TYPES = frozenset({"SIMPLE", "CALLBACK"})
 TASK_TYPES = SYSTEM_TYPES | WORKER_TYPES
 RETRY_LOGICS = frozenset({"FIXED", "LINEAR_BACKOFF", "EXPONENTIAL_BACKOFF"})

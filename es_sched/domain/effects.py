@@ -190,10 +190,11 @@ def effects(
         return out
     fresh = {t for event in events for t in armed_first(st, event)}  # ids hashed only now
     return [
-        fx for i, fx in enumerate(out)
+        fx
+        for i, fx in enumerate(out)
         if not (isinstance(fx, SetTimer) and cleared.get(fx.timer.timer_id, -1) > i)
         and not (isinstance(fx, ClearTimer) and fx.timer_id in fresh)
-    ]  # fmt: skip
+    ]
 
 
 def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
@@ -204,21 +205,30 @@ def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
         if fx.parent_task_id is None:
             return None
         return c.ChildWorkflowEnded(
-            child_ended_id(fx.child_workflow_id), fx.parent_workflow_id,
-            child_workflow_id=fx.child_workflow_id, task_id=fx.parent_task_id, status="FAILED",
+            child_ended_id(fx.child_workflow_id),
+            fx.parent_workflow_id,
+            child_workflow_id=fx.child_workflow_id,
+            task_id=fx.parent_task_id,
+            status="FAILED",
             reason=f"no definition for workflow {fx.name!r}",
-        )  # fmt: skip
+        )
     definition, taskdefs = found
     linked = fx.parent_task_id is not None
     return c.StartWorkflow(
-        child_start_id(fx.child_workflow_id), fx.child_workflow_id, name=fx.name,
-        version=fx.version, input=dict(fx.input), priority=fx.priority, tenant=fx.tenant,
-        correlation_id=fx.correlation_id, definition=definition,
+        child_start_id(fx.child_workflow_id),
+        fx.child_workflow_id,
+        name=fx.name,
+        version=fx.version,
+        input=dict(fx.input),
+        priority=fx.priority,
+        tenant=fx.tenant,
+        correlation_id=fx.correlation_id,
+        definition=definition,
         taskdefs=taskdefs or [dict(td) for td in fx.parent_taskdefs],
         subworkflow_definitions=list(fx.subworkflow_definitions),
         parent_workflow_id=fx.parent_workflow_id if linked else None,
         parent_task_id=fx.parent_task_id,
-    )  # fmt: skip
+    )
 
 
 def _follow(st: WorkflowState, event: Event) -> list[Effect]:
@@ -253,12 +263,26 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
         case WorkflowEnded():
             return _notify_parent(st, p.status, p.output, p.reason)
         case (
-            WorkflowStarted() | WorkflowEnding() | WorkflowPaused() | WorkflowResumed()
-            | WorkflowRetried() | VariablesSet() | CommandRejected() | TaskDispatched()
-            | TaskStarted() | TaskProgressed() | TaskCompleted() | TaskCompletedWithErrors()
-            | TaskFailed() | TaskTimedOut() | LoopIterated() | CompletionRejected()
-            | TaskCancelConfirmed() | WorkflowRestarted() | WorkflowRerun()
-        ):  # fmt: skip
+            WorkflowStarted()
+            | WorkflowEnding()
+            | WorkflowPaused()
+            | WorkflowResumed()
+            | WorkflowRetried()
+            | VariablesSet()
+            | CommandRejected()
+            | TaskDispatched()
+            | TaskStarted()
+            | TaskProgressed()
+            | TaskCompleted()
+            | TaskCompletedWithErrors()
+            | TaskFailed()
+            | TaskTimedOut()
+            | LoopIterated()
+            | CompletionRejected()
+            | TaskCancelConfirmed()
+            | WorkflowRestarted()
+            | WorkflowRerun()
+        ):
             return []  # nothing leaves the workflow (its timers come from timers_for)
         case WorkflowRejected():
             return []  # outside any history (domain.refusals): it answers, nothing follows
@@ -308,9 +332,14 @@ def _notify_parent(st: WorkflowState, status: str, output: JSON, reason: str) ->
     if not st.parent_workflow_id:
         return []
     ended = c.ChildWorkflowEnded(
-        child_ended_id(st.workflow_id), st.parent_workflow_id, child_workflow_id=st.workflow_id,
-        task_id=st.parent_task_id or "", status=status, output=dict(output), reason=reason,
-    )  # fmt: skip
+        child_ended_id(st.workflow_id),
+        st.parent_workflow_id,
+        child_workflow_id=st.workflow_id,
+        task_id=st.parent_task_id or "",
+        status=status,
+        output=dict(output),
+        reason=reason,
+    )
     return [NotifyParent(ended)]
 
 

@@ -304,15 +304,36 @@ class WorkflowRerun(Payload):
 EVENT_TYPES: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
-        WorkflowStarted, WorkflowCompleted, WorkflowEnding, WorkflowEnded, WorkflowPaused,
-        WorkflowResumed, WorkflowRetried, VariablesSet, WorkflowStartRequested, CommandRejected,
-        TaskScheduled, TaskDispatched, TaskStarted, TaskProgressed, TaskCompleted,
-        TaskCompletedWithErrors, TaskFailed,
-        TaskTimedOut, TaskCanceled, TaskRetryScheduled, LeaseExpired, LoopIterated,
-        CompletionRejected, TaskRequeued, WorkflowRejected, TaskCancelConfirmed,
-        WorkflowRestarted, WorkflowRerun,
+        WorkflowStarted,
+        WorkflowCompleted,
+        WorkflowEnding,
+        WorkflowEnded,
+        WorkflowPaused,
+        WorkflowResumed,
+        WorkflowRetried,
+        VariablesSet,
+        WorkflowStartRequested,
+        CommandRejected,
+        TaskScheduled,
+        TaskDispatched,
+        TaskStarted,
+        TaskProgressed,
+        TaskCompleted,
+        TaskCompletedWithErrors,
+        TaskFailed,
+        TaskTimedOut,
+        TaskCanceled,
+        TaskRetryScheduled,
+        LeaseExpired,
+        LoopIterated,
+        CompletionRejected,
+        TaskRequeued,
+        WorkflowRejected,
+        TaskCancelConfirmed,
+        WorkflowRestarted,
+        WorkflowRerun,
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)

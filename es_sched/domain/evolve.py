@@ -50,13 +50,35 @@ from es_sched.domain.refusals import is_refusal
 from es_sched.errors import DomainError
 
 AnyPayload = (
-    WorkflowStarted | WorkflowCompleted | WorkflowEnding | WorkflowEnded | WorkflowPaused
-    | WorkflowResumed | WorkflowRetried | VariablesSet | WorkflowStartRequested | CommandRejected
-    | TaskScheduled | TaskDispatched | TaskStarted | TaskProgressed | TaskCompleted
-    | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled | TaskRetryScheduled
-    | LeaseExpired | LoopIterated | CompletionRejected | TaskRequeued | WorkflowRejected
-    | TaskCancelConfirmed | WorkflowRestarted | WorkflowRerun
-)  # fmt: skip
+    WorkflowStarted
+    | WorkflowCompleted
+    | WorkflowEnding
+    | WorkflowEnded
+    | WorkflowPaused
+    | WorkflowResumed
+    | WorkflowRetried
+    | VariablesSet
+    | WorkflowStartRequested
+    | CommandRejected
+    | TaskScheduled
+    | TaskDispatched
+    | TaskStarted
+    | TaskProgressed
+    | TaskCompleted
+    | TaskCompletedWithErrors
+    | TaskFailed
+    | TaskTimedOut
+    | TaskCanceled
+    | TaskRetryScheduled
+    | LeaseExpired
+    | LoopIterated
+    | CompletionRejected
+    | TaskRequeued
+    | WorkflowRejected
+    | TaskCancelConfirmed
+    | WorkflowRestarted
+    | WorkflowRerun
+)
 
 
 def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
@@ -205,9 +227,13 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
             )
         case TaskStarted():
             _task(
-                st, p.task_id, status=s.IN_PROGRESS, started_at=event.occurred_at,
-                last_progress_at=event.occurred_at, worker_id=p.worker_id,
-            )  # fmt: skip
+                st,
+                p.task_id,
+                status=s.IN_PROGRESS,
+                started_at=event.occurred_at,
+                last_progress_at=event.occurred_at,
+                worker_id=p.worker_id,
+            )
         case TaskProgressed():
             _task(st, p.task_id, progress=p.percent, last_progress_at=event.occurred_at)
         case TaskCompleted():

@@ -147,9 +147,11 @@ def complete_start(start: c.StartWorkflow, lookup: Lookup) -> c.StartWorkflow | 
     if start.definition is not None and not pinned.definitions and not carried:
         return start  # no children: nothing to pin (the common case, kept cheap)
     return dataclasses.replace(
-        start, definition=definition, taskdefs=pinned.taskdefs,
+        start,
+        definition=definition,
+        taskdefs=pinned.taskdefs,
         subworkflow_definitions=pinned.definitions,
-    )  # fmt: skip
+    )
 
 
 def pinned_child(st: WorkflowState, p: WorkflowStartRequested) -> Child | None:

@@ -111,9 +111,15 @@ def again(st: WorkflowState, old: TaskState, ctx: Context) -> list[Payload]:
     assert task is not None, old.def_ref
     suffix = old.ref[len(old.def_ref) :]
     return schedule(
-        st, task, old.ref, suffix, old.iteration, ctx, callback=old.callback,
+        st,
+        task,
+        old.ref,
+        suffix,
+        old.iteration,
+        ctx,
+        callback=old.callback,
         attempt=old.attempt + 1,
-    )  # fmt: skip
+    )
 
 
 def schedule(
@@ -133,9 +139,17 @@ def schedule(
     inputs.update(extra_input or {})
     resources, problem = _resolved_resources(task, lookup)
     p = task_payload(
-        st, task, ref, inputs, ctx, iteration=iteration, callback=callback, task_id=tid,
-        attempt=attempt, resources=resources,
-    )  # fmt: skip
+        st,
+        task,
+        ref,
+        inputs,
+        ctx,
+        iteration=iteration,
+        callback=callback,
+        task_id=tid,
+        attempt=attempt,
+        resources=resources,
+    )
     if task.type in WORKER_TYPES and p.rate_limit_key is not None:
         key, key_problem = _resolved_key(p.rate_limit_key, lookup)
         p, problem = _with(p, rate_limit_key=key), problem or key_problem

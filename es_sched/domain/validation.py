@@ -28,15 +28,36 @@ from es_sched.domain.expressions import EXPR, references, split_path
 
 WORKFLOW_FIELDS = frozenset(
     {
-        "input", "output", "variables", "workflowId", "correlationId", "status",
-        "reasonForIncompletion", "workflowType", "version", "parentWorkflowId", "priority",
-        "tenant", "createTime",
+        "input",
+        "output",
+        "variables",
+        "workflowId",
+        "correlationId",
+        "status",
+        "reasonForIncompletion",
+        "workflowType",
+        "version",
+        "parentWorkflowId",
+        "priority",
+        "tenant",
+        "createTime",
     }
-)  # fmt: skip
+)
 TASK_FIELDS = frozenset(
-    {"input", "output", "status", "taskId", "referenceTaskName", "taskType", "attempt",
-     "retryCount", "reasonForIncompletion", "workerId", "iteration"}
-)  # fmt: skip
+    {
+        "input",
+        "output",
+        "status",
+        "taskId",
+        "referenceTaskName",
+        "taskType",
+        "attempt",
+        "retryCount",
+        "reasonForIncompletion",
+        "workerId",
+        "iteration",
+    }
+)
 
 
 _VALIDATED: OrderedDict[str, list[str]] = OrderedDict()

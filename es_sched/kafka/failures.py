@@ -50,9 +50,13 @@ class Kind(enum.Enum):
     FATAL = "fatal"
 
 
-FENCING = frozenset({
-    KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-})  # fmt: skip
+FENCING = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
 
 
 def classify(err: KafkaError) -> Kind:
@@ -76,14 +80,23 @@ def error_of(exc: BaseException) -> KafkaError | None:
 
 
 # The member must rejoin (its generation is gone) or the coordinator is unreachable for now.
-REJOIN = frozenset({
-    KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
-    KafkaError.REBALANCE_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-    KafkaError._ALL_BROKERS_DOWN, KafkaError._ASSIGNMENT_LOST, KafkaError._NO_OFFSET,
-    KafkaError.UNSTABLE_OFFSET_COMMIT,
-})  # fmt: skip
+REJOIN = frozenset(
+    {
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError._WAIT_COORD,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._ASSIGNMENT_LOST,
+        KafkaError._NO_OFFSET,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+    }
+)
 
 
 def rejoins(err: KafkaError) -> bool:

@@ -96,7 +96,9 @@ class FetchStall:
         log.warning(
             "nothing fetched for %.0fs with records readable (%s): assigning %d partition(s) "
             "again at their positions (see es_sched.kafka.stall)",
-            self.after_s, ", ".join(behind), len(offsets),
-        )  # fmt: skip
+            self.after_s,
+            ", ".join(behind),
+            len(offsets),
+        )
         self.reset()
         return offsets

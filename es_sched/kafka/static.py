@@ -83,9 +83,13 @@ class StaticMember:
         goes through ``log`` (confluent-kafka's ``logger``), which notes trouble."""
         if not self.enabled:
             return {}
-        return {"group.instance.id": self.instance_id, "client.id": self.client_id,
-                "logger": self, "statistics.interval.ms": STATS_EVERY_MS,
-                "stats_cb": self.stats}  # fmt: skip
+        return {
+            "group.instance.id": self.instance_id,
+            "client.id": self.client_id,
+            "logger": self,
+            "statistics.interval.ms": STATS_EVERY_MS,
+            "stats_cb": self.stats,
+        }
 
     def log(self, level: int, msg: str, *args: Any) -> None:
         """A librdkafka log line (``args``: facility, client name, text), passed on to Python
@@ -113,8 +117,11 @@ def unanswered(report: str, after_s: float) -> list[str]:
         brokers = orjson.loads(report).get("brokers", {})
     except (orjson.JSONDecodeError, AttributeError):
         return []
-    return [name for name, b in brokers.items()
-            if b.get("waitresp_cnt", 0) > 0 and b.get("rxidle", -1) > after_s * 1e6]  # fmt: skip
+    return [
+        name
+        for name, b in brokers.items()
+        if b.get("waitresp_cnt", 0) > 0 and b.get("rxidle", -1) > after_s * 1e6
+    ]
 
 
 def rejoining(
@@ -148,6 +155,8 @@ def rejoining(
             log.warning(
                 "%s: consumer fenced off group.instance.id %r right after Kafka errors (a "
                 "self-fence after a coordinator change, confluent-kafka-go #494); rejoining (%d)",
-                member.client_id, member.instance_id, rejoins,
-            )  # fmt: skip
+                member.client_id,
+                member.instance_id,
+                rejoins,
+            )
             drop_all()

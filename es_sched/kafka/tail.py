@@ -59,8 +59,9 @@ class Tail:
                 # there: consume(1000, 0.2) waited its whole 0.2 s on every short batch, so
                 # each GET /api/v1/workers took at least that (kafka.clients.read_partitions).
                 positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
-                if all(tp.offset >= highs[tp.partition] or highs[tp.partition] == 0
-                       for tp in positions):  # fmt: skip
+                if all(
+                    tp.offset >= highs[tp.partition] or highs[tp.partition] == 0 for tp in positions
+                ):
                     return out
                 if time.monotonic() >= deadline:
                     break

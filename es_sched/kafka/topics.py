@@ -131,8 +131,10 @@ class Topics:
         if self.min_insync_replicas is None:
             return self._all()
         isr = {"min.insync.replicas": str(self.min_insync_replicas)}
-        return [Topic(t.name, t.partitions, {**t.config, **isr}, t.min_retention_ms)
-                for t in self._all()]  # fmt: skip
+        return [
+            Topic(t.name, t.partitions, {**t.config, **isr}, t.min_retention_ms)
+            for t in self._all()
+        ]
 
     def _all(self) -> list[Topic]:
         n = self.partitions
@@ -188,9 +190,11 @@ CHECKED = ("cleanup.policy", "retention.ms")
 
 
 def verify(
-    admin: AdminClient, expected: list[Topic], timeout_s: float = 30.0,
+    admin: AdminClient,
+    expected: list[Topic],
+    timeout_s: float = 30.0,
     replication_factor: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse topics whose partition count, cleanup policy or retention differ from ``expected``,
     or with fewer replicas or a lower min.insync.replicas than these settings require (an
     existing topic is never changed: repartitioning would move workflows between partitions,

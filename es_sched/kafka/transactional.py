@@ -315,8 +315,10 @@ class TransactionalLoop:
         if lost:
             log.error(
                 "%s %s: %s; re-creating the transactional producer",
-                self.role, self.txn_id, failed.reason,
-            )  # fmt: skip
+                self.role,
+                self.txn_id,
+                failed.reason,
+            )
             self._open(stop, first=False)
         role.rewind(producer_lost=lost)
 

@@ -24,9 +24,12 @@ Progress = Callable[[int, int], None]
 
 
 def catch_up(
-    settings: Settings, make_store: Callable[[], Store], group: str,
-    progress: Progress | None = None, workers: int | None = None,
-) -> int:  # fmt: skip
+    settings: Settings,
+    make_store: Callable[[], Store],
+    group: str,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> int:
     """Records projected. ``make_store`` builds the store (in each worker: it must pickle, e.g.
     ``functools.partial(PgStore, settings, schema=...)``); ``workers`` None: one per core
     when the log is large enough (``replay.parallelism``)."""
@@ -49,9 +52,12 @@ def catch_up(
 
 
 def _one(
-    settings: Settings, make_store: Callable[[], Store], group: str, parts: list[int],
+    settings: Settings,
+    make_store: Callable[[], Store],
+    group: str,
+    parts: list[int],
     progress: Progress | None,
-) -> int:  # fmt: skip
+) -> int:
     store = make_store()
     try:
         return Projector(settings, store, group=group).catch_up(progress, only=parts)

@@ -165,8 +165,10 @@ class Projector:
             self.consumer.assign([TopicPartition(self.topic, p, start[p]) for p in parts])
             total, read = sum(max(0, targets[p] - start[p]) for p in parts), 0
             while True:
-                positions = {tp.partition: tp.offset for tp in self.consumer.position(
-                    [TopicPartition(self.topic, p) for p in parts])}  # fmt: skip
+                positions = {
+                    tp.partition: tp.offset
+                    for tp in self.consumer.position([TopicPartition(self.topic, p) for p in parts])
+                }
                 if all(positions.get(p, -1) >= targets[p] or targets[p] <= start[p] for p in parts):
                     break
                 msgs = self.consumer.consume(CATCH_UP_RECORDS, 0.5)
@@ -194,8 +196,9 @@ class Projector:
         # role); only the stop flag ends the wait.
         # Every offset explicit: left unset, librdkafka's own fetch of the committed offsets can
         # stall for good (librdkafka#5586, see ``assign_at_committed``).
-        committed = {tp.partition: tp.offset
-                     for tp in committed_offsets(cons, partitions, self._stop)}  # fmt: skip
+        committed = {
+            tp.partition: tp.offset for tp in committed_offsets(cons, partitions, self._stop)
+        }
         for tp in partitions:
             checkpoint = stored.get(tp.partition)
             self.next_offset[tp.partition] = checkpoint or 0
@@ -246,8 +249,9 @@ class Projector:
             return
         self.flush(stop)  # one batch in flight at most, written in order
         last_at = events[-1].occurred_at if events else None
-        self._in_flight = _InFlight(batch, len(events), last_at, self._writer.submit(
-            self._timed_write, batch))  # fmt: skip
+        self._in_flight = _InFlight(
+            batch, len(events), last_at, self._writer.submit(self._timed_write, batch)
+        )
 
     def _timed_write(self, batch: Batch) -> float:
         started = time.monotonic()
@@ -357,7 +361,9 @@ class Projector:
             "undecodable event at %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), exc
         )
         self.producer.produce(
-            self.topics.dead_letters, key=msg.key(), value=msg.value(),
+            self.topics.dead_letters,
+            key=msg.key(),
+            value=msg.value(),
             headers=headers_for(msg, str(exc), type(exc).__name__, f"projector-{self.store.name}"),
-        )  # fmt: skip
+        )
         self.producer.poll(0)

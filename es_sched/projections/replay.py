@@ -142,9 +142,12 @@ def parallelism(records: int, per_core: int = 1) -> int:
 
 
 def _replay(
-    settings: Settings, parts: list[int], until: datetime | None, workflow_id: str | None,
+    settings: Settings,
+    parts: list[int],
+    until: datetime | None,
+    workflow_id: str | None,
     progress: Progress | None,
-) -> Replayed:  # fmt: skip
+) -> Replayed:
     topic = topics_for(settings).events
     out, started, key = Replayed(), time.monotonic(), workflow_id.encode() if workflow_id else None
     read = 0
@@ -258,9 +261,11 @@ def read_changelog(settings: Settings, parts: list[int] | None = None) -> Snapsh
     for msg in read_partitions(bootstrap, topic, parts or partitions(settings)):
         changelog = logs.setdefault(msg.partition() or 0, Changelog())
         key, value = msg.key(), msg.value()
-        changelog.feed(key.decode() if isinstance(key, bytes) else str(key),
-                       value.encode() if isinstance(value, str) else value,
-                       msg.headers())  # fmt: skip
+        changelog.feed(
+            key.decode() if isinstance(key, bytes) else str(key),
+            value.encode() if isinstance(value, str) else value,
+            msg.headers(),
+        )
     for changelog in logs.values():
         out.ended.update(changelog.ended)
         out.endings.update(changelog.endings)
@@ -269,9 +274,12 @@ def read_changelog(settings: Settings, parts: list[int] | None = None) -> Snapsh
 
 
 def verify_changelog(
-    settings: Settings, replayed: Replayed, ids: set[str], parts: list[int] | None = None,
+    settings: Settings,
+    replayed: Replayed,
+    ids: set[str],
+    parts: list[int] | None = None,
     snapshots: Snapshots | None = None,
-) -> list[Mismatch]:  # fmt: skip
+) -> list[Mismatch]:
     """The decider's latest snapshot of each workflow of ``ids`` against the fold of its
     events; ``snapshots``: the changelog read already (default: read ``parts`` now)."""
     snaps = snapshots if snapshots is not None else read_changelog(settings, parts)
@@ -303,9 +311,13 @@ def verify_changelog(
 
 
 def verify_all(
-    settings: Settings, replayed: Replayed, ids: list[str], targets: tuple[str, ...],
-    store_for: Callable[[str], Store], whole: bool,
-) -> list[Mismatch]:  # fmt: skip
+    settings: Settings,
+    replayed: Replayed,
+    ids: list[str],
+    targets: tuple[str, ...],
+    store_for: Callable[[str], Store],
+    whole: bool,
+) -> list[Mismatch]:
     """``replay --verify``: each target ("pg", "search", "changelog") compared on its own
     thread, so one's waits (a search page, the changelog's fetches, PostgreSQL's rows) overlap
     the others' work; the mismatches in the order of ``targets``. ``whole``: every workflow of

@@ -81,10 +81,14 @@ class Verified:
 
 
 def replay_verified(
-    settings: Settings, targets: tuple[str, ...], store_for: StoreFor,
-    until: datetime | None = None, workflow_id: str | None = None,
-    progress: Progress | None = None, workers: int | None = None,
-) -> Verified:  # fmt: skip
+    settings: Settings,
+    targets: tuple[str, ...],
+    store_for: StoreFor,
+    until: datetime | None = None,
+    workflow_id: str | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> Verified:
     """Fold the log (to ``until``, for ``workflow_id`` or all) and compare every workflow whose
     whole history was folded with ``targets`` ("pg", "search", "changelog"; none: the fold's
     figures only, which is ``es-sched replay`` without ``--verify``). ``workers``:
@@ -126,9 +130,14 @@ def replay_verified(
 
 
 def _group(
-    settings: Settings, parts: list[int], targets: tuple[str, ...], store_for: StoreFor,
-    until: datetime | None, workflow_id: str | None, progress: Progress | None,
-) -> Verified:  # fmt: skip
+    settings: Settings,
+    parts: list[int],
+    targets: tuple[str, ...],
+    store_for: StoreFor,
+    until: datetime | None,
+    workflow_id: str | None,
+    progress: Progress | None,
+) -> Verified:
     """One partition group: its fold, then each target compared on a thread of its own (one's
     waits on the database, the engine or the broker overlap the others' work). The changelog
     needs no fold to be read, so it is read while the events are folded: it was the last
@@ -151,7 +160,10 @@ def _group(
         futures = {target: pool.submit(one, target) for target in targets}
         found = {target: future.result() for target, future in futures.items()}
     return Verified(
-        events=done.events, refusals=done.refusals, workflows=len(done.states),
-        compared=len(ids), statuses=dict(Counter(st.status for st in done.states.values())),
+        events=done.events,
+        refusals=done.refusals,
+        workflows=len(done.states),
+        compared=len(ids),
+        statuses=dict(Counter(st.status for st in done.states.values())),
         found=found,
-    )  # fmt: skip
+    )

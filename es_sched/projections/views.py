@@ -35,15 +35,45 @@ Row = dict[str, Any]
 LARGE_BYTES = 16 * 1024
 
 WORKFLOW_FIELDS = (
-    "workflow_id", "name", "def_version", "tenant", "priority", "status", "ending", "reason",
-    "correlation_id", "parent_workflow_id", "input", "output", "created_at", "updated_at",
-    "ended_at", "version",
-)  # fmt: skip
+    "workflow_id",
+    "name",
+    "def_version",
+    "tenant",
+    "priority",
+    "status",
+    "ending",
+    "reason",
+    "correlation_id",
+    "parent_workflow_id",
+    "input",
+    "output",
+    "created_at",
+    "updated_at",
+    "ended_at",
+    "version",
+)
 TASK_FIELDS = (
-    "task_id", "workflow_id", "ref", "name", "task_type", "attempt", "iteration", "status",
-    "worker_id", "lease_epoch", "reason", "resources", "input", "output", "progress",
-    "scheduled_at", "started_at", "ended_at", "retried", "version",
-)  # fmt: skip
+    "task_id",
+    "workflow_id",
+    "ref",
+    "name",
+    "task_type",
+    "attempt",
+    "iteration",
+    "status",
+    "worker_id",
+    "lease_epoch",
+    "reason",
+    "resources",
+    "input",
+    "output",
+    "progress",
+    "scheduled_at",
+    "started_at",
+    "ended_at",
+    "retried",
+    "version",
+)
 
 # Task statuses set by events (the domain's constants, spelled out so this module reads alone).
 _ENDED = {
@@ -126,15 +156,27 @@ def _out(event: e.Event, value: Any) -> Any:
 def _workflow_changes(event: e.Event, p: e.Payload) -> Row | None:
     match p:
         case e.WorkflowCompleted():
-            return {"status": "COMPLETED", "output": _out(event, p.output), "reason": p.reason,
-                    "ended_at": event.occurred_at, "ending": None}  # fmt: skip
+            return {
+                "status": "COMPLETED",
+                "output": _out(event, p.output),
+                "reason": p.reason,
+                "ended_at": event.occurred_at,
+                "ending": None,
+            }
         case e.WorkflowEnding():
-            return {"ending": p.status, "reason": p.reason,
-                    **({"output": _out(event, p.output)} if p.output else {})}  # fmt: skip
+            return {
+                "ending": p.status,
+                "reason": p.reason,
+                **({"output": _out(event, p.output)} if p.output else {}),
+            }
         case e.WorkflowEnded():
-            return {"status": p.status, "reason": p.reason, "ending": None,
-                    "ended_at": event.occurred_at,
-                    **({"output": _out(event, p.output)} if p.output else {})}  # fmt: skip
+            return {
+                "status": p.status,
+                "reason": p.reason,
+                "ending": None,
+                "ended_at": event.occurred_at,
+                **({"output": _out(event, p.output)} if p.output else {}),
+            }
         case e.WorkflowPaused():
             return {"status": "PAUSED"}
         case e.WorkflowResumed():
@@ -142,10 +184,14 @@ def _workflow_changes(event: e.Event, p: e.Payload) -> Row | None:
         case e.WorkflowRetried():
             return {"status": "RUNNING", "ending": None, "reason": "", "ended_at": None}
         case e.WorkflowRestarted() | e.WorkflowRerun():
-            again: Row = {"status": "RUNNING", "ending": None, "reason": "", "ended_at": None,
-                          "output": {},
-                          "input": bounded(p.input, event.workflow_id, event.seq,
-                                           "payload.input")}  # fmt: skip
+            again: Row = {
+                "status": "RUNNING",
+                "ending": None,
+                "reason": "",
+                "ended_at": None,
+                "output": {},
+                "input": bounded(p.input, event.workflow_id, event.seq, "payload.input"),
+            }
             if isinstance(p, e.WorkflowRestarted):
                 again["created_at"] = event.occurred_at  # a restart runs the clock again
                 if p.definition is not None:
@@ -160,23 +206,35 @@ def _task_changes(event: e.Event, p: e.Payload) -> Row | None:
         case e.TaskDispatched():
             return {"worker_id": p.worker_id, "lease_epoch": p.lease_epoch}
         case e.TaskStarted():
-            return {"status": "IN_PROGRESS", "started_at": event.occurred_at,
-                    "worker_id": p.worker_id}  # fmt: skip
+            return {
+                "status": "IN_PROGRESS",
+                "started_at": event.occurred_at,
+                "worker_id": p.worker_id,
+            }
         case e.TaskProgressed():
             return {"progress": p.percent}
         case e.TaskCompleted():
-            return {"status": _ENDED[type(p)], "ended_at": event.occurred_at,
-                    "output": _out(event, p.output)}  # fmt: skip
+            return {
+                "status": _ENDED[type(p)],
+                "ended_at": event.occurred_at,
+                "output": _out(event, p.output),
+            }
         case e.TaskCompletedWithErrors():
             kept = {} if p.output is None else {"output": _out(event, p.output)}
             return {"status": _ENDED[type(p)], "ended_at": event.occurred_at, **kept}
         case e.TaskFailed():
-            return {"status": "FAILED_WITH_TERMINAL_ERROR" if p.terminal else "FAILED",
-                    "ended_at": event.occurred_at, "reason": p.reason,
-                    "output": _out(event, p.output)}  # fmt: skip
+            return {
+                "status": "FAILED_WITH_TERMINAL_ERROR" if p.terminal else "FAILED",
+                "ended_at": event.occurred_at,
+                "reason": p.reason,
+                "output": _out(event, p.output),
+            }
         case e.TaskTimedOut():
-            return {"status": _ENDED[type(p)], "ended_at": event.occurred_at,
-                    "reason": f"{p.kind} timeout"}  # fmt: skip
+            return {
+                "status": _ENDED[type(p)],
+                "ended_at": event.occurred_at,
+                "reason": f"{p.kind} timeout",
+            }
         case e.TaskCanceled():
             return {"status": _ENDED[type(p)], "ended_at": event.occurred_at, "reason": p.reason}
         case e.LeaseExpired():
@@ -287,14 +345,27 @@ def rows_of(state: WorkflowState) -> tuple[Row, list[Row]]:
 
 def _task_row(workflow_id: str, t: TaskState) -> Row:
     return {
-        "task_id": t.task_id, "workflow_id": workflow_id, "ref": t.ref, "name": t.name,
-        "task_type": t.task_type, "attempt": t.attempt, "iteration": t.iteration,
-        "status": t.status, "worker_id": t.worker_id, "lease_epoch": t.lease_epoch,
-        "reason": t.reason, "resources": dict(t.resources), "input": t.input,
-        "output": t.output, "progress": t.progress, "scheduled_at": t.scheduled_at,
-        "started_at": t.started_at, "ended_at": t.ended_at, "retried": t.retried,
+        "task_id": t.task_id,
+        "workflow_id": workflow_id,
+        "ref": t.ref,
+        "name": t.name,
+        "task_type": t.task_type,
+        "attempt": t.attempt,
+        "iteration": t.iteration,
+        "status": t.status,
+        "worker_id": t.worker_id,
+        "lease_epoch": t.lease_epoch,
+        "reason": t.reason,
+        "resources": dict(t.resources),
+        "input": t.input,
+        "output": t.output,
+        "progress": t.progress,
+        "scheduled_at": t.scheduled_at,
+        "started_at": t.started_at,
+        "ended_at": t.ended_at,
+        "retried": t.retried,
         "version": None,
-    }  # fmt: skip
+    }
 
 
 def is_ref(value: Any) -> bool:

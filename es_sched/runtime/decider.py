@@ -109,8 +109,16 @@ class Decider:
         )
         self.chunks: dict[str, int] = {}  # chunk records of each large snapshot (ADR 19)
         self.batches = 0
-        self.stats = {"inputs": 0, "events": 0, "dead_letters": 0, "aborts": 0, "batches": 0,
-                      "requeues": 0, "refusals": 0, "retired": 0}  # fmt: skip
+        self.stats = {
+            "inputs": 0,
+            "events": 0,
+            "dead_letters": 0,
+            "aborts": 0,
+            "batches": 0,
+            "requeues": 0,
+            "refusals": 0,
+            "retired": 0,
+        }
         r = self.metrics = registry or Registry()
         self.m_counts = {
             k: r.counter(f"es_sched_decider_{k}_total", f"Decider {k.replace('_', ' ')}.")
@@ -123,9 +131,13 @@ class Decider:
         self.m_ended = r.gauge("es_sched_decider_ended_markers", "Retired workflows' markers.")
         self.lag = LagGauge(r, "decider")
         self.loop = TransactionalLoop(
-            self.clients, self.txn_id, "decider", settings.runtime.transaction_timeout_ms,
-            registry=r, prompt=True,
-        )  # fmt: skip
+            self.clients,
+            self.txn_id,
+            "decider",
+            settings.runtime.transaction_timeout_ms,
+            registry=r,
+            prompt=True,
+        )
         self._stop = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -149,10 +161,13 @@ class Decider:
             # range: partition p of both input topics goes to one member (one changelog p).
             # A short session lets the group notice a killed decider in seconds; a static
             # member restarted under the same instance does not wait for it at all (ADR 21).
-            **{"partition.assignment.strategy": "range", "session.timeout.ms": 10_000,
-               "heartbeat.interval.ms": 2_000},
+            **{
+                "partition.assignment.strategy": "range",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 2_000,
+            },
             **self.member.config(),
-        )  # fmt: skip
+        )
         self.consumer.subscribe(
             [self.topics.commands, self.topics.task_results],
             on_assign=self._on_assign,
@@ -162,8 +177,9 @@ class Decider:
         log.info("decider %s started (group %s)", self.txn_id, self.group)
         try:
             rs = self.run_settings
-            sizer = BatchSizer(rs.batch_max_records, rs.batch_ceiling_records,
-                               rs.batch_budget_ms / 1000)  # fmt: skip
+            sizer = BatchSizer(
+                rs.batch_max_records, rs.batch_ceiling_records, rs.batch_budget_ms / 1000
+            )
             self.loop.run(
                 stop, self.consumer, self, rs.batch_max_records, rs.batch_max_ms / 1000, sizer
             )
@@ -224,8 +240,11 @@ class Decider:
         took = time.monotonic() - started  # read and decoded: the partitions can decide now
         log.info(
             "restored %d partitions: %d records in %.2fs (%.0f records/s)",
-            len(numbers), records, took, records / took if took > 0 else 0.0,
-        )  # fmt: skip
+            len(numbers),
+            records,
+            took,
+            records / took if took > 0 else 0.0,
+        )
 
     def _keep_restored(self, number: int, found: Changelog, read_s: float) -> None:
         """One partition's changelog into memory: ended workflows resting, the rest decoded
@@ -244,9 +263,14 @@ class Decider:
         log.info(
             "restored partition %d: %d records, %d live states (%d resting), %d ended markers "
             "in %.2fs (%.0f records/s)",
-            number, found.records, live, self.states.resting - resting, len(found.ended), took,
+            number,
+            found.records,
+            live,
+            self.states.resting - resting,
+            len(found.ended),
+            took,
             found.records / took if took > 0 else 0.0,
-        )  # fmt: skip
+        )
 
     def _drop(self, numbers: set[int]) -> None:
         for wf in [wf for wf, p in self.partition_of.items() if p in numbers]:
@@ -393,7 +417,8 @@ class Decider:
             "dead letter from %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), reason
         )
         return Record(
-            self.topics.dead_letters, key_text,
+            self.topics.dead_letters,
+            key_text,
             raw if isinstance(raw, bytes) or raw is None else raw.encode(),
             headers_for(msg, reason, error_class, "decider"),
-        )  # fmt: skip
+        )

@@ -69,11 +69,20 @@ def ready_record(
     counts lands on one partition, so one dispatcher counts them all (ADR 13)."""
     t = st.tasks[task_id]
     value = encode_ready(
-        workflow_id=st.workflow_id, task_id=t.task_id, ref=t.ref, name=t.name,
-        attempt=t.attempt, input=t.input, priority=t.priority, resources=t.resources,
-        rate_limit_key=t.rate_limit_key, tenant=st.tenant, callback=t.callback,
-        workflow_started_at=st.created_at, limits=limits or task_limits(st, task_id),
-    )  # fmt: skip
+        workflow_id=st.workflow_id,
+        task_id=t.task_id,
+        ref=t.ref,
+        name=t.name,
+        attempt=t.attempt,
+        input=t.input,
+        priority=t.priority,
+        resources=t.resources,
+        rate_limit_key=t.rate_limit_key,
+        tenant=st.tenant,
+        callback=t.callback,
+        workflow_started_at=st.created_at,
+        limits=limits or task_limits(st, task_id),
+    )
     return Record(topics.ready, t.rate_limit_key or t.name, value)
 
 
@@ -86,9 +95,13 @@ def timer_record(topics: Topics, timer: Timer, partition: int | None = None) -> 
 def retry_record(topics: Topics, wake: WakeRetry) -> Record:
     """The record of one retry wake-up, on the tier of its delay, keyed by workflow."""
     retry = Retry(
-        workflow_id=wake.workflow_id, task_id=wake.task_id, attempt=wake.attempt,
-        next_attempt=wake.next_attempt, due_at=wake.due_at, delay_seconds=wake.delay_seconds,
-    )  # fmt: skip
+        workflow_id=wake.workflow_id,
+        task_id=wake.task_id,
+        attempt=wake.attempt,
+        next_attempt=wake.next_attempt,
+        due_at=wake.due_at,
+        delay_seconds=wake.delay_seconds,
+    )
     topic = topics.retry(topics.retry_tier_for(wake.delay_seconds))
     return Record(topic, wake.workflow_id, encode_retry(retry))
 

@@ -210,8 +210,12 @@ class RetryRelay:
 
     def _session(self, stop: threading.Event) -> None:
         self._cons = cons = self._clients.consumer(self._group, **self._member.config())
-        cons.subscribe(self._tiers, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                       on_lost=self._on_revoke)  # fmt: skip
+        cons.subscribe(
+            self._tiers,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
         try:
             self._loop.run(stop, cons, self, MAX_DRAIN, TICK_S)
             self._report(cons, final=True)
@@ -298,9 +302,12 @@ class RetryRelay:
         if released or any(backlog.values()):
             log.info(
                 "retry relay: released %d in %.0f s (%.1f/s, %d in total); backlog per tier %s",
-                released, now - self._logged_at, released / (now - self._logged_at),
-                self.released_total, dict(sorted(backlog.items())),
-            )  # fmt: skip
+                released,
+                now - self._logged_at,
+                released / (now - self._logged_at),
+                self.released_total,
+                dict(sorted(backlog.items())),
+            )
         self._logged_at, self._logged_total = now, self.released_total
 
 

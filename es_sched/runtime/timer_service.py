@@ -239,8 +239,10 @@ class TimerService:
         for tp in partitions:
             log.info(
                 "timers[%d]: restored %d timers up to offset %d",
-                tp.partition, self.heap.size(tp.partition), tp.offset,
-            )  # fmt: skip
+                tp.partition,
+                self.heap.size(tp.partition),
+                tp.offset,
+            )
         log.info("restored %d partitions in %.2f s", len(partitions), time.monotonic() - started)
         cons.assign(partitions)
 
@@ -338,8 +340,12 @@ class TimerService:
         self.m_fired.inc(len(due))
         log.info(
             "fired %d timers (%d in total), rewrote %d, dead-lettered %d; %d pending",
-            len(due), self.fired_total, len(rewrites), len(poison), len(self.heap),
-        )  # fmt: skip
+            len(due),
+            self.fired_total,
+            len(rewrites),
+            len(poison),
+            len(self.heap),
+        )
 
     def _tombstone(self, key: str | bytes | None, part: int, of: int) -> Out:
         return Out(self._topics.timers, key, None, [(TOMBSTONE_OF, str(of))], part)

@@ -61,10 +61,14 @@ def ended_key(workflow_id: str) -> str:
 
 def encode_ended(ended: Ended) -> bytes:
     return orjson.dumps(
-        {"ended_version": ENDED_VERSION, "workflow_id": ended.workflow_id,
-         "status": ended.status, "seq": ended.seq},
+        {
+            "ended_version": ENDED_VERSION,
+            "workflow_id": ended.workflow_id,
+            "status": ended.status,
+            "seq": ended.seq,
+        },
         option=orjson.OPT_SORT_KEYS,
-    )  # fmt: skip
+    )
 
 
 def decode_ended(raw: bytes) -> Ended:

@@ -30,11 +30,22 @@ ANNOTATIONS = frozenset(
 )
 KEYWORDS = frozenset(
     {
-        "type", "const", "enum", "properties", "required", "additionalProperties", "items",
-        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+        "type",
+        "const",
+        "enum",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
         "pattern",
     }
-)  # fmt: skip
+)
 _TYPES = {  # JSON values decoded by json/orjson have exactly these classes
     "string": "{v}.__class__ is str",
     "integer": "({v}.__class__ is int or ({v}.__class__ is float and {v}.is_integer()))",

@@ -113,11 +113,20 @@ def _one_pass(raw: bytes) -> Event | None:
     payload = _new(cls)
     _set(payload, "__dict__", fields)
     event = _new(Event)
-    _set(event, "__dict__", {
-        "event_id": doc.event_id, "workflow_id": doc.workflow_id, "seq": doc.seq,
-        "occurred_at": occurred_at, "causation_id": doc.causation_id,
-        "correlation_id": doc.correlation_id, "payload": payload, "actor": doc.actor,
-    })  # fmt: skip
+    _set(
+        event,
+        "__dict__",
+        {
+            "event_id": doc.event_id,
+            "workflow_id": doc.workflow_id,
+            "seq": doc.seq,
+            "occurred_at": occurred_at,
+            "causation_id": doc.causation_id,
+            "correlation_id": doc.correlation_id,
+            "payload": payload,
+            "actor": doc.actor,
+        },
+    )
     return event
 
 

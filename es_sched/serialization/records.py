@@ -100,10 +100,21 @@ def _object(raw: bytes | None, type_: str) -> dict[str, Any]:
 
 # -- ready ----------------------------------------------------------------------------------
 def encode_ready(
-    *, workflow_id: str, task_id: str, ref: str, name: str, attempt: int, input: dict[str, Any],
-    priority: int, resources: dict[str, Any], rate_limit_key: str | None, tenant: str | None,
-    callback: bool, workflow_started_at: datetime | None, limits: TaskLimits | None = None,
-) -> bytes:  # fmt: skip
+    *,
+    workflow_id: str,
+    task_id: str,
+    ref: str,
+    name: str,
+    attempt: int,
+    input: dict[str, Any],
+    priority: int,
+    resources: dict[str, Any],
+    rate_limit_key: str | None,
+    tenant: str | None,
+    callback: bool,
+    workflow_started_at: datetime | None,
+    limits: TaskLimits | None = None,
+) -> bytes:
     return orjson.dumps(
         {
             "workflow_id": workflow_id,

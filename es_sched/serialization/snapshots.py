@@ -156,8 +156,9 @@ def decode_bundle(digest: str, raw: bytes) -> Bundle:
 def _bundle(digest: str, doc: dict[str, Any]) -> Bundle:
     hit = _BY_HASH.get(digest)
     if hit is None:  # one object per hash: parse caches then hit by identity
-        hit = Bundle(digest, doc["definition"], doc["taskdefs"],
-                     tuple(doc["subworkflow_definitions"]))  # fmt: skip
+        hit = Bundle(
+            digest, doc["definition"], doc["taskdefs"], tuple(doc["subworkflow_definitions"])
+        )
         _remember(_BY_HASH, digest, hit)
     return hit
 
@@ -172,8 +173,14 @@ def upcast(doc: dict[str, Any]) -> tuple[dict[str, Any], Bundle | None]:
         raise SchemaError(f"unknown snapshot_version {version!r}")
     subs = doc.get("subworkflow_definitions", [])
     digest, _ = _bundle_bytes(doc["definition"], doc["taskdefs"], subs)
-    bundle = _bundle(digest, {"definition": doc["definition"], "taskdefs": doc["taskdefs"],
-                              "subworkflow_definitions": subs})  # fmt: skip
+    bundle = _bundle(
+        digest,
+        {
+            "definition": doc["definition"],
+            "taskdefs": doc["taskdefs"],
+            "subworkflow_definitions": subs,
+        },
+    )
     rest = {k: v for k, v in doc.items() if k not in _BUNDLED}
     return {**rest, "snapshot_version": SNAPSHOT_VERSION, "definition_hash": digest}, bundle
 

@@ -31,11 +31,19 @@ from es_sched.stack.base import (
 from es_sched.stack.probes import Probe
 
 # The lines below that make the local nodes one cluster: not the operator's to replace.
-CLUSTER_KEYS = frozenset({
-    "process.roles", "node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
-    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
-    "log.dirs",
-})  # fmt: skip
+CLUSTER_KEYS = frozenset(
+    {
+        "process.roles",
+        "node.id",
+        "controller.quorum.voters",
+        "listeners",
+        "advertised.listeners",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "listener.security.protocol.map",
+        "log.dirs",
+    }
+)
 
 
 def server_properties(
@@ -135,8 +143,14 @@ class LocalKafka(LocalService):
         props = self.home / "server.properties"
         first_port = self.endpoint.port - 2 * (self.node - 1)
         controller = self.settings.stack.kafka_controller_port
-        text = server_properties(first_port, controller, str(data), self.node, self.nodes,
-                                 self.settings.stack.kafka_properties)  # fmt: skip
+        text = server_properties(
+            first_port,
+            controller,
+            str(data),
+            self.node,
+            self.nodes,
+            self.settings.stack.kafka_properties,
+        )
         props.write_text(text)
         log4j = self.home / "log4j2.properties"
         log4j.write_text(resource_text("kafka-log4j2.properties"))
@@ -145,9 +159,16 @@ class LocalKafka(LocalService):
         if not (data / "meta.properties").exists():
             cluster_id = self._cluster_id()
             fmt = java_command(
-                "256m", lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                "-c", str(props), "--ignore-formatted",
-            )  # fmt: skip
+                "256m",
+                lib,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(props),
+                "--ignore-formatted",
+            )
             fmt.insert(1, jvm_log)
             process.run(fmt, what="formatting Kafka KRaft storage", timeout_s=120)
         cmd = java_command(heap, lib, "kafka.Kafka", str(props))

@@ -62,12 +62,18 @@ class LocalOpenSearch(LocalService):
         # The runner copies its own opensearch.yml only when none exists: ours must be there first.
         (config / "opensearch.yml").write_text(OPENSEARCH_YML)
         cmd = java_command(
-            self.settings.stack.search_heap, lib, RUNNER_MAIN,
-            "-basePath", str(base),
-            "-numOfNode", "1",
-            "-baseHttpPort", str(self.endpoint.port - 1),
-            "-clusterName", "es-sched",
-        )  # fmt: skip
+            self.settings.stack.search_heap,
+            lib,
+            RUNNER_MAIN,
+            "-basePath",
+            str(base),
+            "-numOfNode",
+            "1",
+            "-baseHttpPort",
+            str(self.endpoint.port - 1),
+            "-clusterName",
+            "es-sched",
+        )
         pid = proc.spawn(cmd, self.log_file)
         self.owned.record(pid)
         return pid

@@ -105,13 +105,20 @@ class LocalPostgres(LocalService):
             proc.run(
                 self._as_server_user(
                     [
-                        str(bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                        "-E", "UTF8", "--locale=C",
-                        "--auth-local=trust", "--auth-host=scram-sha-256",
+                        str(bin_dir / "initdb"),
+                        "-D",
+                        str(self.data_dir),
+                        "-U",
+                        "postgres",
+                        "-E",
+                        "UTF8",
+                        "--locale=C",
+                        "--auth-local=trust",
+                        "--auth-host=scram-sha-256",
                     ]
                 ),
                 what="initdb",
-            )  # fmt: skip
+            )
         options = (
             f"-c listen_addresses={self.endpoint.host} -p {self.endpoint.port} "
             f"-c unix_socket_directories={self.socket_dir}"
@@ -119,21 +126,34 @@ class LocalPostgres(LocalService):
         proc.run(
             self._as_server_user(
                 [
-                    str(bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
-                    "-w", "-t", "60", "-o", options, "start",
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.log_file),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    options,
+                    "start",
                 ]
             ),
             what=f"pg_ctl start (log: {self.log_file})",
-        )  # fmt: skip
+        )
         pid = int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
         self.owned.record(pid)
         return pid
 
     def _superuser(self) -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(
-            host=str(self.socket_dir), port=self.endpoint.port, user="postgres",
-            dbname="postgres", autocommit=True, connect_timeout=3,
-        )  # fmt: skip
+            host=str(self.socket_dir),
+            port=self.endpoint.port,
+            user="postgres",
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=3,
+        )
 
     def server_probe(self) -> Probe:
         try:

@@ -135,9 +135,13 @@ class Reporter:
         self._producer = producer(bootstrap, **{"linger.ms": REPORT_LINGER_MS, **extra})
 
     def _produce(
-        self, topic: str, key: str, value: bytes | None, delivery: Delivery | None = None,
+        self,
+        topic: str,
+        key: str,
+        value: bytes | None,
+        delivery: Delivery | None = None,
         **extra: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         def delivered(err: KafkaError | None, msg: Message) -> None:
             self._delivered(err, msg)
             if delivery is not None:

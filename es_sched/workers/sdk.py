@@ -66,7 +66,7 @@ from es_sched.workers.context import (
     TaskFailure,
     as_task,
     outcome,
-)  # fmt: skip
+)
 from es_sched.workers.stale import Stale, StaleLeases
 
 __all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]

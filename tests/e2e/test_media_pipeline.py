@@ -48,8 +48,23 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
     clips = demo.make_videos(tmp_path / "in", 10, seconds=(2, 3))
     receiver = demo.Callbacks(b"test-secret")
     url = receiver.start()
-    roles = [Role(env, "all", ["run", "--role", "decider", "--role", "timers",
-                               "--role", "retry", "--role", "dispatcher"])]  # fmt: skip
+    roles = [
+        Role(
+            env,
+            "all",
+            [
+                "run",
+                "--role",
+                "decider",
+                "--role",
+                "timers",
+                "--role",
+                "retry",
+                "--role",
+                "dispatcher",
+            ],
+        )
+    ]
     workers = [
         Role(
             env,
@@ -68,10 +83,14 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
         for i in (1, 2)
     ]
     inputs = [
-        {"source_uri": clip.path.as_uri(), "source_checksum": clip.sha256,
-         "asset_id": f"a{i}", "callback_url": f"{url}/{i}"}
+        {
+            "source_uri": clip.path.as_uri(),
+            "source_checksum": clip.sha256,
+            "asset_id": f"a{i}",
+            "callback_url": f"{url}/{i}",
+        }
         for i, clip in enumerate(clips)
-    ]  # fmt: skip
+    ]
     starts: list[str] = []
     try:
         for r in [*roles, *workers]:
@@ -82,8 +101,9 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
 
         def all_ended() -> bool:
             by_wf = read_events(env)
-            return all(final_status(by_wf.get(wf, [])) in ("COMPLETED", "FAILED")
-                       for wf in starts) and len(receiver.received) >= len(starts)  # fmt: skip
+            return all(
+                final_status(by_wf.get(wf, [])) in ("COMPLETED", "FAILED") for wf in starts
+            ) and len(receiver.received) >= len(starts)
 
         wait_until(all_ended, 600, "every workflow to end and call back")
     finally:
@@ -99,9 +119,11 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
         ev.payload.output
         for wf in valid
         for ev in by_wf[wf]
-        if isinstance(ev.payload, e.TaskCompleted) and "codec" in ev.payload.output
-        and "height" in ev.payload.output and ev.payload.output.get("kind") == "rendition"
-    ]  # fmt: skip
+        if isinstance(ev.payload, e.TaskCompleted)
+        and "codec" in ev.payload.output
+        and "height" in ev.payload.output
+        and ev.payload.output.get("kind") == "rendition"
+    ]
     assert len(renditions) >= 10 and all(demo.probe_ok(r) for r in renditions)
     lost = [ev for v in by_wf.values() for ev in v if isinstance(ev.payload, e.LeaseExpired)]
     assert lost  # the killed worker's tasks came back and ran elsewhere

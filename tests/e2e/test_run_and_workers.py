@@ -53,8 +53,9 @@ def test_a_thousand_media_workflows_through_dispatcher_and_noop_workers(env: Env
         handled = 1000 + sum(e.type == "task.completed" for v in logged.values() for e in v)
         wait_until(
             lambda: (metric(scrape(ports[0]), "es_sched_decider_inputs_total") or 0) >= handled,
-            30, f"the decider's input counter to reach {handled}",
-        )  # fmt: skip
+            30,
+            f"the decider's input counter to reach {handled}",
+        )
         texts = [scrape(p) for p in ports]
     finally:
         for r in [*workers, *roles]:

@@ -50,9 +50,11 @@ def keyed_env() -> Iterator[Env]:
 def api(env: Env, **extra_env: str) -> Iterator[Api]:
     port = free_port()
     role = Role(
-        env, "api", argv=["api", "--port", str(port)],
+        env,
+        "api",
+        argv=["api", "--port", str(port)],
         **{"ES_SCHED_API_AUTH": "off", **extra_env},
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _answers(url) or role.proc.poll() is not None, 60, f"the API on {url}")

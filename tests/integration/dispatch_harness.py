@@ -53,8 +53,11 @@ class Bench:
 
     def start(self) -> None:
         self.thread.start()
-        wait_until(lambda: self.dispatcher.started.is_set() or self.error is not None, 60,
-                   "the dispatcher to start")  # fmt: skip
+        wait_until(
+            lambda: self.dispatcher.started.is_set() or self.error is not None,
+            60,
+            "the dispatcher to start",
+        )
         assert self.error is None, self.error
 
     def close(self) -> None:
@@ -65,14 +68,30 @@ class Bench:
         assert self.error is None, self.error
 
     # -- inputs ----------------------------------------------------------------------------
-    def ready(self, task_id: str, name: str = "enc", priority: int = 4, cpu: float = 1.0,
-              workflow_id: str = "wf", started: datetime | None = None,
-              **res: Any) -> None:  # fmt: skip
+    def ready(
+        self,
+        task_id: str,
+        name: str = "enc",
+        priority: int = 4,
+        cpu: float = 1.0,
+        workflow_id: str = "wf",
+        started: datetime | None = None,
+        **res: Any,
+    ) -> None:
         value = encode_ready(
-            workflow_id=workflow_id, task_id=task_id, ref=task_id, name=name, attempt=1,
-            input={}, priority=priority, resources={"cpu": cpu, **res}, rate_limit_key=None,
-            tenant=None, callback=False, workflow_started_at=started,
-        )  # fmt: skip
+            workflow_id=workflow_id,
+            task_id=task_id,
+            ref=task_id,
+            name=name,
+            attempt=1,
+            input={},
+            priority=priority,
+            resources={"cpu": cpu, **res},
+            rate_limit_key=None,
+            tenant=None,
+            callback=False,
+            workflow_started_at=started,
+        )
         self.producer.produce(self.topics.ready, key=name.encode(), value=value)
         self.producer.poll(0)
 
@@ -83,10 +102,18 @@ class Bench:
         publish(self.settings, key, value)
 
     def completed(self, task_id: str, workflow_id: str = "wf") -> None:
-        event = Event(uuid.uuid4().hex, workflow_id, 1, datetime.now(UTC), "test", workflow_id,
-                      TaskCompleted(task_id, {}))  # fmt: skip
-        self.producer.produce(self.topics.events, key=workflow_id.encode(),
-                              value=encode_event(event))  # fmt: skip
+        event = Event(
+            uuid.uuid4().hex,
+            workflow_id,
+            1,
+            datetime.now(UTC),
+            "test",
+            workflow_id,
+            TaskCompleted(task_id, {}),
+        )
+        self.producer.produce(
+            self.topics.events, key=workflow_id.encode(), value=encode_event(event)
+        )
         self.flush()
 
     # -- outputs ---------------------------------------------------------------------------
@@ -153,12 +180,22 @@ class FakeWorker:
                 last = time.monotonic()
                 with self.lock:
                     status = wire.WorkerStatus(
-                        self.worker_id, "default", self.version, self.types, self.cpu, 64_000,
-                        gpus=self.gpus, running=sorted(self.running), concurrency=64,
+                        self.worker_id,
+                        "default",
+                        self.version,
+                        self.types,
+                        self.cpu,
+                        64_000,
+                        gpus=self.gpus,
+                        running=sorted(self.running),
+                        concurrency=64,
                         sent_at=datetime.now(UTC).isoformat(),
-                    )  # fmt: skip
-                p.produce(self.bench.topics.worker_status, key=self.worker_id.encode(),
-                          value=wire.encode(status))  # fmt: skip
+                    )
+                p.produce(
+                    self.bench.topics.worker_status,
+                    key=self.worker_id.encode(),
+                    value=wire.encode(status),
+                )
                 p.flush(10)
 
 

@@ -48,18 +48,30 @@ FLOW = {
     "version": 1,
     "tasks": [
         {"name": "fault.step", "taskReferenceName": "a"},
-        {"name": "pause", "taskReferenceName": "pause", "type": "WAIT",
-         "inputParameters": {"duration": "${workflow.input.wait}"}},
-        {"name": "fault.flaky", "taskReferenceName": "flaky",
-         "inputParameters": {"fail": "${workflow.input.fail}"}},
+        {
+            "name": "pause",
+            "taskReferenceName": "pause",
+            "type": "WAIT",
+            "inputParameters": {"duration": "${workflow.input.wait}"},
+        },
+        {
+            "name": "fault.flaky",
+            "taskReferenceName": "flaky",
+            "inputParameters": {"fail": "${workflow.input.fail}"},
+        },
         {"name": "fault.step", "taskReferenceName": "b"},
     ],
-}  # fmt: skip
+}
 TASKDEFS = [
     {"name": "fault.step", "retryCount": 0, "responseTimeoutSeconds": 3600},
-    {"name": "fault.flaky", "retryCount": 2, "retryLogic": "FIXED", "retryDelaySeconds": 2,
-     "responseTimeoutSeconds": 3600},
-]  # fmt: skip
+    {
+        "name": "fault.flaky",
+        "retryCount": 2,
+        "retryLogic": "FIXED",
+        "retryDelaySeconds": 2,
+        "responseTimeoutSeconds": 3600,
+    },
+]
 ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
 TERMINAL = ("workflow.completed", "workflow.ended")
 
@@ -191,11 +203,15 @@ class System:
             "projector-search": Proxy(search.hostname or "127.0.0.1", search.port or 9200),
         }
         self.store_env = {
-            "projector-pg": {"ES_SCHED_PG_URL": pg.url.replace(
-                f"{pg.host}:{pg.port}", f"127.0.0.1:{self.proxies['projector-pg'].port}")},
-            "projector-search": {"ES_SCHED_SEARCH_URL":
-                f"http://127.0.0.1:{self.proxies['projector-search'].port}"},
-        }  # fmt: skip
+            "projector-pg": {
+                "ES_SCHED_PG_URL": pg.url.replace(
+                    f"{pg.host}:{pg.port}", f"127.0.0.1:{self.proxies['projector-pg'].port}"
+                )
+            },
+            "projector-search": {
+                "ES_SCHED_SEARCH_URL": f"http://127.0.0.1:{self.proxies['projector-search'].port}"
+            },
+        }
         self.metrics_port = {name: free_port() for name in self.proxies}
 
     def start_all(self, workers: int) -> None:
@@ -250,8 +266,12 @@ class System:
                 self.submit(at_least + margin - open_)
             return self.events.in_flight() >= at_least + 20
 
-        wait_until(enough, 180, lambda: f"{at_least} in flight (have "
-                   f"{self.events.in_flight()})", every_s=0.5)  # fmt: skip
+        wait_until(
+            enough,
+            180,
+            lambda: f"{at_least} in flight (have {self.events.in_flight()})",
+            every_s=0.5,
+        )
         return self.events.in_flight()
 
     def all_ended(self) -> bool:
@@ -280,8 +300,9 @@ class System:
         try:
             topic = assignment_topic(self.env.prefix, "default")
             parts = int(self.env.vars["ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS"])
-            return sum(cons.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
-                       for p in range(parts))  # fmt: skip
+            return sum(
+                cons.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(parts)
+            )
         finally:
             cons.close()
 

@@ -84,8 +84,13 @@ class Faults:
     def error(self, method: str, nth: int, after: bool) -> KafkaError | None:
         for f in self.fails:
             if (f.method, f.nth, f.after) == (method, nth, after):
-                log.warning("fault: %s call %d raises %s%s", method, nth, f.kind,
-                            " after it succeeded" if after else "")  # fmt: skip
+                log.warning(
+                    "fault: %s call %d raises %s%s",
+                    method,
+                    nth,
+                    f.kind,
+                    " after it succeeded" if after else "",
+                )
                 return ERRORS[f.kind]()
         return None
 
@@ -119,8 +124,9 @@ class FaultyProducer(Producer):
         nth = self.faults.calls["send_offsets_to_transaction"] + 1
         if nth == self.faults.pause_after_txns:
             self.flush(30)
-            log.warning("fault: transaction open with records flushed; pausing %.0fs",
-                        self.faults.pause_s)  # fmt: skip
+            log.warning(
+                "fault: transaction open with records flushed; pausing %.0fs", self.faults.pause_s
+            )
             time.sleep(self.faults.pause_s)
         real = super().send_offsets_to_transaction
         self._around("send_offsets_to_transaction", real, positions, group_metadata, timeout)

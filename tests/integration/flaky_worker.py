@@ -26,8 +26,9 @@ def main() -> None:
     pause = float(os.environ.get("FLAKY_WORKER_STEP_S", "0.5"))
     # No-op tasks use nothing: declare room for many at once, as bench/e2e.py's workers do.
     capacity = replace(discover(), cpu=128.0, memory_mb=262144)
-    worker = Worker(pool="default", version="1.0", worker_id=sys.argv[1], concurrency=32,
-                    capacity=capacity)  # fmt: skip
+    worker = Worker(
+        pool="default", version="1.0", worker_id=sys.argv[1], concurrency=32, capacity=capacity
+    )
 
     @worker.task("fault.step")
     def step(_ctx: TaskContext, data: dict[str, Any]) -> dict[str, Any]:

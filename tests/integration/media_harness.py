@@ -36,10 +36,18 @@ def context(
     task_type: str, attempt: int = 1, gpu_index: int | None = None, **res: Any
 ) -> TaskContext:
     a = wire.Assignment(
-        worker_id="w-test", workflow_id="wf-media", task_id=f"task-{task_type}-{attempt}",
-        task_type=task_type, attempt=attempt, lease_epoch=1, lease_token="tok",
-        lease_expires_at="2030-01-01T00:00:00+00:00", input={}, gpu=gpu_index, resources=res,
-    )  # fmt: skip
+        worker_id="w-test",
+        workflow_id="wf-media",
+        task_id=f"task-{task_type}-{attempt}",
+        task_type=task_type,
+        attempt=attempt,
+        lease_epoch=1,
+        lease_token="tok",
+        lease_expires_at="2030-01-01T00:00:00+00:00",
+        input={},
+        gpu=gpu_index,
+        resources=res,
+    )
     return TaskContext(a, "w-test", cast(Reporter, Progress()))
 
 

@@ -56,10 +56,13 @@ MEDIA = (ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_t
 def media_inputs(n: int, tag: str = "") -> list[dict[str, Any]]:
     """``n`` valid inputs of the media pipeline, with distinct sources and asset ids."""
     return [
-        {"source_uri": f"file:///in/{tag}{i}.mp4", "asset_id": f"a{tag}{i}",
-         "callback_url": "http://cb"}
+        {
+            "source_uri": f"file:///in/{tag}{i}.mp4",
+            "asset_id": f"a{tag}{i}",
+            "callback_url": "http://cb",
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 @dataclass
@@ -143,9 +146,13 @@ class Role:
     process with this env, logging to a file."""
 
     def __init__(
-        self, env: Env, role: str, argv: Sequence[str] = (), module: str = "es_sched",
+        self,
+        env: Env,
+        role: str,
+        argv: Sequence[str] = (),
+        module: str = "es_sched",
         **extra_env: str,
-    ) -> None:  # fmt: skip
+    ) -> None:
         logs = Path(tempfile.gettempdir()) / "es-sched-test-roles"
         logs.mkdir(exist_ok=True)
         self.log = role_logs.started(logs / f"{env.prefix}-{role}-{uuid.uuid4().hex[:6]}.log")
@@ -223,9 +230,14 @@ class Worker:
                         continue
                     task = cast(dict[str, Any], decode_ready(msg.value()))
                     status, output = self.policy(task)
-                    base = dict(workflow_id=task["workflow_id"], task_id=task["task_id"],
-                                attempt=task["attempt"], worker_id="test-worker", lease_epoch=1,
-                                lease_token=f"tok-{task['task_id']}")  # fmt: skip
+                    base = dict(
+                        workflow_id=task["workflow_id"],
+                        task_id=task["task_id"],
+                        attempt=task["attempt"],
+                        worker_id="test-worker",
+                        lease_epoch=1,
+                        lease_token=f"tok-{task['task_id']}",
+                    )
                     lease = c.DispatchTask(f"dispatch:{task['task_id']}:1", **base)
                     report: c.Input
                     rid = f"report:{task['task_id']}:{task['attempt']}"
@@ -237,8 +249,11 @@ class Worker:
                         )
                     self.executions.append((task["task_id"], task["attempt"], status))
                     for inp in (lease, report):  # one key: the decider reads them in order
-                        prod.produce(self.env.topics.task_results, key=inp.workflow_id.encode(),
-                                     value=encode_input(inp))  # fmt: skip
+                        prod.produce(
+                            self.env.topics.task_results,
+                            key=inp.workflow_id.encode(),
+                            value=encode_input(inp),
+                        )
                     prod.poll(0)
                 prod.flush(10)
         finally:
@@ -272,8 +287,9 @@ def assert_log_invariants(
     ``read_models``: projectors ran, so I4 too: once both read models have projected the whole
     log, ``es-sched audit check`` compares every workflow of PostgreSQL and of the search
     engine with the fold of the log, and finds them all equal."""
-    report = check(read_log(env.settings), WORKFLOW_TERMINAL.__contains__(status),
-                   bootstrap.script_engine())  # fmt: skip
+    report = check(
+        read_log(env.settings), WORKFLOW_TERMINAL.__contains__(status), bootstrap.script_engine()
+    )
     assert report.ok, "\n".join(v.line() for v in report.violations[:20])
     have = set(report.states)
     assert have == ids, f"missing {sorted(ids - have)[:5]}, extra {sorted(have - ids)[:5]}"
@@ -303,8 +319,9 @@ def assert_read_models(env: Env, workflows: int, timeout_s: float = 300) -> None
     """I4 by ``es-sched audit check --idle``, as an operator runs it, once both read models
     caught up: no violation, and all ``workflows`` compared in PostgreSQL and in search."""
     wait_until(lambda: read_models_caught_up(env), timeout_s, "both read models caught up")
-    done = es_sched("audit", "check", "--prefix", env.prefix, "--idle", "--json", env=env.vars,
-                    timeout_s=600)  # fmt: skip
+    done = es_sched(
+        "audit", "check", "--prefix", env.prefix, "--idle", "--json", env=env.vars, timeout_s=600
+    )
     assert done.stdout, done.stderr
     report = json.loads(done.stdout)
     assert (done.returncode, report["violations"][:20]) == (0, []), report["counts"]
@@ -374,14 +391,19 @@ def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -
     status = {wf: final_status(v) for wf, v in by_wf.items()}
     done = sum(s == "COMPLETED" for s in status.values())
     stuck = sorted(wf for wf, s in status.items() if s == "RUNNING")
-    lines = [f"{done} of {expected} workflows completed, {len(stuck)} running,"
-             f" {len(status) - done - len(stuck)} ended otherwise"]  # fmt: skip
+    lines = [
+        f"{done} of {expected} workflows completed, {len(stuck)} running,"
+        f" {len(status) - done - len(stuck)} ended otherwise"
+    ]
     for wf in stuck[:stuck_shown]:
         events = by_wf[wf]
-        refs = {p.task_id: p.ref for p in (e.payload for e in events)
-                if isinstance(p, TaskScheduled)}  # fmt: skip
-        lines.append(f"  {wf} ({len(events)} events), last: "
-                     + "; ".join(_step(e, refs) for e in events[-5:]))  # fmt: skip
+        refs = {
+            p.task_id: p.ref for p in (e.payload for e in events) if isinstance(p, TaskScheduled)
+        }
+        lines.append(
+            f"  {wf} ({len(events)} events), last: "
+            + "; ".join(_step(e, refs) for e in events[-5:])
+        )
     for role in logs:
         text = role.text()
         trouble = [
@@ -391,8 +413,9 @@ def describe_stall(env: Env, expected: int, *logs: Role, stuck_shown: int = 5) -
         ]
         code = role.proc.poll()
         alive = "running" if code is None else f"EXITED with code {code}"
-        lines.append(f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the"
-                     " last 15:")  # fmt: skip
+        lines.append(
+            f"--- {role.log.name} ({alive}): {len(trouble)} warning/error lines, the last 15:"
+        )
         lines += trouble[-15:]
         lines += [f"--- {role.log.name}: tail", text[-2500:]]
         if role.has_stacks and code is None:  # where each thread waits now

@@ -45,26 +45,48 @@ def store() -> Iterator[PgStore]:
 
 def _task(n: int) -> dict[str, object]:
     return {
-        "task_id": f"t{n}", "workflow_id": "wf1", "ref": f"r{n}", "name": "transcode",
-        "task_type": "transcode", "attempt": 1 + (n == 1), "iteration": 0,
-        "status": "COMPLETED" if n else "FAILED", "worker_id": f"w{n}" if n else None,
-        "lease_epoch": n, "reason": "" if n else "boom", "resources": {"cpu": 1},
-        "input": {"height": 720 + n}, "output": {"ok": n} if n else {},
-        "progress": 0.25 * n, "scheduled_at": T0 + timedelta(seconds=3 - n),
-        "started_at": T0 if n else None, "ended_at": T0 + timedelta(seconds=n),
-        "retried": n == 0, "version": 10 - n,
-    }  # fmt: skip
+        "task_id": f"t{n}",
+        "workflow_id": "wf1",
+        "ref": f"r{n}",
+        "name": "transcode",
+        "task_type": "transcode",
+        "attempt": 1 + (n == 1),
+        "iteration": 0,
+        "status": "COMPLETED" if n else "FAILED",
+        "worker_id": f"w{n}" if n else None,
+        "lease_epoch": n,
+        "reason": "" if n else "boom",
+        "resources": {"cpu": 1},
+        "input": {"height": 720 + n},
+        "output": {"ok": n} if n else {},
+        "progress": 0.25 * n,
+        "scheduled_at": T0 + timedelta(seconds=3 - n),
+        "started_at": T0 if n else None,
+        "ended_at": T0 + timedelta(seconds=n),
+        "retried": n == 0,
+        "version": 10 - n,
+    }
 
 
 def _seed(store: PgStore) -> None:
     workflow = {
-        "workflow_id": "wf1", "name": "media", "def_version": 3, "tenant": None,
-        "priority": 2, "status": "RUNNING", "ending": None, "reason": "",
-        "correlation_id": "c-1", "parent_workflow_id": None,
+        "workflow_id": "wf1",
+        "name": "media",
+        "def_version": 3,
+        "tenant": None,
+        "priority": 2,
+        "status": "RUNNING",
+        "ending": None,
+        "reason": "",
+        "correlation_id": "c-1",
+        "parent_workflow_id": None,
         "input": {"src": "s3://in/a.mp4", "n": [1, 2.5, None, True], "deep": {"é": "ü"}},
-        "output": {}, "created_at": T0, "updated_at": T0 + timedelta(seconds=3),
-        "ended_at": None, "version": 7,
-    }  # fmt: skip
+        "output": {},
+        "created_at": T0,
+        "updated_at": T0 + timedelta(seconds=3),
+        "ended_at": None,
+        "version": 7,
+    }
     tasks = [_task(n) for n in range(3)]
     tasks.append({**tasks[0], "task_id": "t9", "version": 1})  # a tie in scheduled_at
     with store.engine.begin() as conn:
@@ -132,13 +154,23 @@ FILTERS = [
 
 def _row(n: int) -> dict[str, object]:
     return {
-        "workflow_id": f"w{n:02d}", "name": ("media", "thumbs", "probe")[n % 3],
-        "def_version": 1 + n % 2, "tenant": ("acme", None)[n % 2], "priority": n % 5,
-        "status": STATUSES[n % 4], "ending": None, "reason": "", "correlation_id": f"c-{n}",
-        "parent_workflow_id": "w00" if n % 5 == 0 and n else None, "input": {"n": n},
-        "output": {}, "created_at": T0 + timedelta(minutes=n // 2),  # ties in created_at
-        "updated_at": T0 + timedelta(minutes=n), "ended_at": None, "version": n,
-    }  # fmt: skip
+        "workflow_id": f"w{n:02d}",
+        "name": ("media", "thumbs", "probe")[n % 3],
+        "def_version": 1 + n % 2,
+        "tenant": ("acme", None)[n % 2],
+        "priority": n % 5,
+        "status": STATUSES[n % 4],
+        "ending": None,
+        "reason": "",
+        "correlation_id": f"c-{n}",
+        "parent_workflow_id": "w00" if n % 5 == 0 and n else None,
+        "input": {"n": n},
+        "output": {},
+        "created_at": T0 + timedelta(minutes=n // 2),  # ties in created_at
+        "updated_at": T0 + timedelta(minutes=n),
+        "ended_at": None,
+        "version": n,
+    }
 
 
 def _many(store: PgStore) -> None:

@@ -30,17 +30,27 @@ pytestmark = pytest.mark.integration
 
 STEP = {"name": "api.step", "retryCount": 0, "timeoutSeconds": 60, "responseTimeoutSeconds": 30}
 FLOW = {
-    "name": "api.flow", "version": 1, "schemaVersion": 2,
-    "tasks": [{"name": "api.step", "taskReferenceName": "step", "type": "SIMPLE",
-               "inputParameters": {"fail": "${workflow.input.fail}"}}],
-}  # fmt: skip
+    "name": "api.flow",
+    "version": 1,
+    "schemaVersion": 2,
+    "tasks": [
+        {
+            "name": "api.step",
+            "taskReferenceName": "step",
+            "type": "SIMPLE",
+            "inputParameters": {"fail": "${workflow.input.fail}"},
+        }
+    ],
+}
 GATE = {
-    "name": "api.gate", "version": 1, "schemaVersion": 2,
+    "name": "api.gate",
+    "version": 1,
+    "schemaVersion": 2,
     "tasks": [
         {"name": "gate", "taskReferenceName": "gate", "type": "WAIT"},
         {"name": "api.step", "taskReferenceName": "after", "type": "SIMPLE"},
     ],
-}  # fmt: skip
+}
 
 
 def fails_first_attempt(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -69,9 +79,10 @@ def status_of(http: httpx.Client, workflow_id: str) -> str | None:
 
 def wait_status(http: httpx.Client, workflow_id: str, status: str, timeout_s: float = 60) -> None:
     wait_until(
-        lambda: status_of(http, workflow_id) == status, timeout_s,
+        lambda: status_of(http, workflow_id) == status,
+        timeout_s,
         lambda: f"{workflow_id} {status} (now {status_of(http, workflow_id)})",
-    )  # fmt: skip
+    )
 
 
 def search(http: httpx.Client, **params: Any) -> dict[str, Any]:
@@ -121,16 +132,22 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         push_definitions(http)
 
         # Start both ways; the answer is the id as text/plain.
-        started = http.post("/api/workflow", json={
-            "name": "api.flow", "version": 1, "correlationId": f"corr-{tag}",
-            "input": {"note": f"banana{tag}"},
-        })  # fmt: skip
+        started = http.post(
+            "/api/workflow",
+            json={
+                "name": "api.flow",
+                "version": 1,
+                "correlationId": f"corr-{tag}",
+                "input": {"note": f"banana{tag}"},
+            },
+        )
         assert started.status_code == 200, started.text
         assert started.headers["content-type"].startswith("text/plain")
         assert started.headers["X-Es-Sched-Token"]
         ok_id = started.text
-        failing = http.post("/api/workflow/api.flow", params={"correlationId": f"corr-{tag}"},
-                            json={"fail": True})  # fmt: skip
+        failing = http.post(
+            "/api/workflow/api.flow", params={"correlationId": f"corr-{tag}"}, json={"fail": True}
+        )
         assert failing.status_code == 200, failing.text
         bad_id = failing.text
         unknown = http.post("/api/workflow/api.nothing", json={})
@@ -155,15 +172,19 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         assert failed["tasks"][0]["reasonForIncompletion"]
 
         # Search: Conductor's query syntax, then free text through the search store.
-        wait_until(lambda: found_ids(http, query=f'correlationId="corr-{tag}"') == {ok_id, bad_id},
-                   60, "both workflows by correlation id")  # fmt: skip
+        wait_until(
+            lambda: found_ids(http, query=f'correlationId="corr-{tag}"') == {ok_id, bad_id},
+            60,
+            "both workflows by correlation id",
+        )
         both = search(http, query=f"correlationId = corr-{tag} AND status IN (COMPLETED)")
         assert [r["workflowId"] for r in both["results"]] == [ok_id]
         assert both["totalHits"] == 1
         ordered = search(http, query=f"correlationId='corr-{tag}'", sort="startTime:ASC")
         assert [r["workflowId"] for r in ordered["results"]] == [ok_id, bad_id]
-        wait_until(lambda: found_ids(http, freeText=f"banana{tag}") == {ok_id}, 60,
-                   "the free-text hit")  # fmt: skip
+        wait_until(
+            lambda: found_ids(http, freeText=f"banana{tag}") == {ok_id}, 60, "the free-text hit"
+        )
         assert found_ids(http, freeText=f"banana{tag}", query="status=FAILED") == set()
         refused = http.get("/api/workflow/search", params={"query": "colour = red"})
         assert refused.status_code == 400
@@ -183,8 +204,9 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         wait_status(http, gate[0], "PAUSED")
         assert http.put(f"/api/workflow/{gate[0]}/resume").status_code == 200
         wait_status(http, gate[0], "RUNNING")
-        assert http.delete(f"/api/workflow/{gate[0]}", params={"reason": "by test"}).status_code \
-            == 200  # fmt: skip
+        assert (
+            http.delete(f"/api/workflow/{gate[0]}", params={"reason": "by test"}).status_code == 200
+        )
         wait_status(http, gate[0], "TERMINATED")
         assert http.get(f"/api/workflow/{gate[0]}").json()["reasonForIncompletion"]
         # Who did it: the caller (anonymous with auth off) is on the events it caused (ADR 27).
@@ -210,8 +232,11 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         resumed = http.put("/api/workflow/bulk/resume", json=[gate[1]]).json()
         assert resumed["bulkSuccessfulResults"] == [gate[1]]
         wait_status(http, gate[1], "RUNNING")
-        gone = http.post("/api/workflow/bulk/terminate", params={"reason": "bulk test"},
-                         json=[gate[1], gate[2], gate[3]]).json()  # fmt: skip
+        gone = http.post(
+            "/api/workflow/bulk/terminate",
+            params={"reason": "bulk test"},
+            json=[gate[1], gate[2], gate[3]],
+        ).json()
         assert gone["bulkSuccessfulResults"] == [gate[1], gate[2], gate[3]]
         for wf in gate[1:]:
             wait_status(http, wf, "TERMINATED")
@@ -227,27 +252,46 @@ def test_the_conductor_python_sdk_drives_the_api_unchanged() -> None:
     with stack() as (_env, server):
         clients = OrkesClients(Configuration(server_api_url=server.url + "/api"))
         metadata, workflows = clients.get_metadata_client(), clients.get_workflow_client()
-        metadata.register_task_def(TaskDef(name="sdk.step", retry_count=0, timeout_seconds=60,
-                                           response_timeout_seconds=30))  # fmt: skip
-        step = WorkflowTask(name="sdk.step", task_reference_name="step", type="SIMPLE",
-                            input_parameters={"n": "${workflow.input.n}"})  # fmt: skip
+        metadata.register_task_def(
+            TaskDef(name="sdk.step", retry_count=0, timeout_seconds=60, response_timeout_seconds=30)
+        )
+        step = WorkflowTask(
+            name="sdk.step",
+            task_reference_name="step",
+            type="SIMPLE",
+            input_parameters={"n": "${workflow.input.n}"},
+        )
         wait = WorkflowTask(name="gate", task_reference_name="gate", type="WAIT")
         for name, tasks in (("sdk.flow", [step]), ("sdk.gate", [wait, step])):
             metadata.register_workflow_def(
-                WorkflowDef(name=name, version=1, tasks=tasks, schema_version=2,
-                            timeout_seconds=600, timeout_policy="TIME_OUT_WF"),
+                WorkflowDef(
+                    name=name,
+                    version=1,
+                    tasks=tasks,
+                    schema_version=2,
+                    timeout_seconds=600,
+                    timeout_policy="TIME_OUT_WF",
+                ),
                 overwrite=True,
-            )  # fmt: skip
+            )
         got_def = metadata.get_workflow_def("sdk.flow", version=1)
-        print("SDK get_workflow_def:", got_def.name, got_def.version,
-              [t.task_reference_name for t in got_def.tasks])  # fmt: skip
+        print(
+            "SDK get_workflow_def:",
+            got_def.name,
+            got_def.version,
+            [t.task_reference_name for t in got_def.tasks],
+        )
         assert got_def.tasks[0].task_reference_name == "step"
         print("SDK get_task_def:", metadata.get_task_def("sdk.step"))
 
-        flow_id = workflows.start_workflow(StartWorkflowRequest(
-            name="sdk.flow", version=1, input={"n": 1}, correlation_id=f"sdk-{tag}"))  # fmt: skip
-        by_name = workflows.start_workflow_by_name("sdk.flow", {"n": 2}, version=1,
-                                                   correlationId=f"sdk-{tag}")  # fmt: skip
+        flow_id = workflows.start_workflow(
+            StartWorkflowRequest(
+                name="sdk.flow", version=1, input={"n": 1}, correlation_id=f"sdk-{tag}"
+            )
+        )
+        by_name = workflows.start_workflow_by_name(
+            "sdk.flow", {"n": 2}, version=1, correlationId=f"sdk-{tag}"
+        )
         gate_id = workflows.start_workflow_by_name("sdk.gate", {"n": 3})
         print("SDK start_workflow ->", repr(flow_id), repr(by_name), repr(gate_id))
         assert isinstance(flow_id, str) and len(flow_id) == 36
@@ -264,9 +308,14 @@ def test_the_conductor_python_sdk_drives_the_api_unchanged() -> None:
         for wf, want in ((flow_id, "COMPLETED"), (by_name, "COMPLETED"), (gate_id, "RUNNING")):
             reached(wf, want)
         done = workflows.get_workflow(flow_id, include_tasks=True)
-        print("SDK get_workflow:", done.workflow_id, done.workflow_name, done.status,
-              done.correlation_id, [(t.reference_task_name, t.status, t.output_data)
-                                    for t in done.tasks])  # fmt: skip
+        print(
+            "SDK get_workflow:",
+            done.workflow_id,
+            done.workflow_name,
+            done.status,
+            done.correlation_id,
+            [(t.reference_task_name, t.status, t.output_data) for t in done.tasks],
+        )
         assert done.tasks[0].output_data == {"done": "step"}
 
         def hits() -> set[str]:
@@ -282,8 +331,10 @@ def test_the_conductor_python_sdk_drives_the_api_unchanged() -> None:
         )
         # 2.0.0 reads the answer as Orkes' ScrollableSearchResult (results, queryId): it
         # ignores Conductor's totalHits, which the API still sends.
-        print("SDK search:", [(r.workflow_id, r.workflow_type, r.status, r.start_time)
-                              for r in page.results])  # fmt: skip
+        print(
+            "SDK search:",
+            [(r.workflow_id, r.workflow_type, r.status, r.start_time) for r in page.results],
+        )
         assert {r.workflow_id for r in page.results} == {flow_id, by_name}
 
         workflows.terminate_workflow(gate_id, reason="sdk test")

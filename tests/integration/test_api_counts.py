@@ -30,11 +30,23 @@ STATUSES = {"COMPLETED": 7, "FAILED": 3, "RUNNING": 1}
 def _row(i: int, status: str) -> dict[str, object]:
     at = T0 + timedelta(minutes=i)
     return {
-        "workflow_id": f"wf-{i:03d}", "name": "counted", "def_version": 1, "tenant": None,
-        "priority": 4, "status": status, "ending": None, "reason": "",
-        "correlation_id": f"c-{i}", "parent_workflow_id": None, "input": {}, "output": {},
-        "created_at": at, "updated_at": at, "ended_at": None, "version": 1,
-    }  # fmt: skip
+        "workflow_id": f"wf-{i:03d}",
+        "name": "counted",
+        "def_version": 1,
+        "tenant": None,
+        "priority": 4,
+        "status": status,
+        "ending": None,
+        "reason": "",
+        "correlation_id": f"c-{i}",
+        "parent_workflow_id": None,
+        "input": {},
+        "output": {},
+        "created_at": at,
+        "updated_at": at,
+        "ended_at": None,
+        "version": 1,
+    }
 
 
 @pytest.fixture(scope="module")

@@ -49,14 +49,18 @@ def test_two_workers_share_the_port_and_one_token_key(env: Env) -> None:
         token = answer.json()["token"]
         # A new connection each time: the kernel hands them to either worker.
         statuses = [
-            httpx.get(f"{server.url}/api/token/userInfo", headers={"X-Authorization": token},
-                      timeout=30).status_code
+            httpx.get(
+                f"{server.url}/api/token/userInfo", headers={"X-Authorization": token}, timeout=30
+            ).status_code
             for _ in range(30)
-        ]  # fmt: skip
+        ]
         log = server.role.text()
     assert len(workers) >= 2, f"expected two worker processes, saw {workers}:\n{log}"
     assert statuses == [200] * 30, log
     assert server.role.proc.wait(60) is not None
     # Reparented and reaped once the supervisor is gone: wait for the fact, not a while.
-    wait_until(lambda: not any(Path(f"/proc/{w}").exists() for w in workers), 30,
-               "the workers to exit after the supervisor's SIGTERM")  # fmt: skip
+    wait_until(
+        lambda: not any(Path(f"/proc/{w}").exists() for w in workers),
+        30,
+        "the workers to exit after the supervisor's SIGTERM",
+    )

@@ -32,11 +32,18 @@ def env() -> Env:
 @pytest.fixture(scope="module")
 def server(env: Env) -> Iterator[Api]:
     flow = {
-        "name": "api.flow", "version": 1,
+        "name": "api.flow",
+        "version": 1,
         "inputParameters": ["clip"],
-        "tasks": [{"name": f"{env.prefix}.step", "taskReferenceName": "step", "type": "SIMPLE",
-                   "inputParameters": {"clip": "${workflow.input.clip}"}}],
-    }  # fmt: skip
+        "tasks": [
+            {
+                "name": f"{env.prefix}.step",
+                "taskReferenceName": "step",
+                "type": "SIMPLE",
+                "inputParameters": {"clip": "${workflow.input.clip}"},
+            }
+        ],
+    }
     env.push(flow, [{"name": f"{env.prefix}.step"}])
     with (
         roles(env, "decider", "projector-pg"),
@@ -113,10 +120,12 @@ def test_queue_depth_then_drain_history_and_verify(env: Env, server: Api) -> Non
     with Worker(env):
         wait_until(lambda: not queue_of(server, step), 120, "the queue drained")
     wait_until(
-        lambda: server.http.get(f"/api/v1/workflows/{wf}").json()["workflow"]["status"]
-        == "COMPLETED",
-        120, "the workflow completed in the read model",
-    )  # fmt: skip
+        lambda: (
+            server.http.get(f"/api/v1/workflows/{wf}").json()["workflow"]["status"] == "COMPLETED"
+        ),
+        120,
+        "the workflow completed in the read model",
+    )
     logged = histories(env)[wf]
     history = server.http.get(f"/api/v1/workflows/{wf}/history").json()
     got = [(e["seq"], e["eventId"], e["type"]) for e in history["events"]]

@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "schema-test-jwt-secret-0123456789abcdef"
 EXAMPLES = 25  # generated inputs per operation in the fuzzing phase
 DEFINITION = {
-    "name": "schema_probe", "version": 1, "schemaVersion": 2,
+    "name": "schema_probe",
+    "version": 1,
+    "schemaVersion": 2,
     "tasks": [{"name": "probe", "taskReferenceName": "probe", "type": "SIMPLE"}],
-}  # fmt: skip
+}
 TASKDEFS = [{"name": "probe", "retryCount": 0, "timeoutSeconds": 60, "responseTimeoutSeconds": 30}]
 
 
@@ -69,14 +71,26 @@ def st_run(
 ) -> subprocess.CompletedProcess[str]:
     st = Path(sys.executable).with_name("st")
     argv = [
-        str(st), "run", document,
-        "--checks", "not_a_server_error,reason_on_4xx",
-        "--phases", "examples,coverage,fuzzing",
-        "--max-examples", str(examples), "--seed", "14", "--workers", "1",
-        "--generation-database", "none", "--request-timeout", "60",
+        str(st),
+        "run",
+        document,
+        "--checks",
+        "not_a_server_error,reason_on_4xx",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-examples",
+        str(examples),
+        "--seed",
+        "14",
+        "--workers",
+        "1",
+        "--generation-database",
+        "none",
+        "--request-timeout",
+        "60",
         *(["--header", f"X-Authorization: {token}"] if token else []),
         *extra,
-    ]  # fmt: skip
+    ]
     env = {
         **os.environ,
         "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks",

@@ -38,11 +38,13 @@ pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
 FAST = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "50"}
 CHAIN = {
-    "name": "http_chain", "version": 1,
-    "tasks": [{"name": "http.a", "taskReferenceName": "a"},
-              {"name": "http.b", "taskReferenceName": "b",
-               "inputParameters": {"x": "${a.output.x}"}}],
-}  # fmt: skip
+    "name": "http_chain",
+    "version": 1,
+    "tasks": [
+        {"name": "http.a", "taskReferenceName": "a"},
+        {"name": "http.b", "taskReferenceName": "b", "inputParameters": {"x": "${a.output.x}"}},
+    ],
+}
 TASKDEFS = [
     {"name": n, "retryCount": 0, "responseTimeoutSeconds": 600} for n in ("http.a", "http.b")
 ]
@@ -62,8 +64,10 @@ def poll_one(server: Api, task_type: str, worker: str, within_s: float = 60) -> 
     found: list[JSON] = []
 
     def got() -> bool:
-        r = server.http.get(f"/api/tasks/poll/batch/{task_type}",
-                            params={"workerid": worker, "count": 1, "timeout": 2000})  # fmt: skip
+        r = server.http.get(
+            f"/api/tasks/poll/batch/{task_type}",
+            params={"workerid": worker, "count": 1, "timeout": 2000},
+        )
         assert r.status_code == 200, r.text
         found.extend(r.json())
         return bool(found)
@@ -73,8 +77,13 @@ def poll_one(server: Api, task_type: str, worker: str, within_s: float = 60) -> 
 
 
 def result(task: JSON, worker: str, status: str = "COMPLETED", **extra: Any) -> JSON:
-    return {"workflowInstanceId": task["workflowInstanceId"], "taskId": task["taskId"],
-            "status": status, "workerId": worker, **extra}  # fmt: skip
+    return {
+        "workflowInstanceId": task["workflowInstanceId"],
+        "taskId": task["taskId"],
+        "status": status,
+        "workerId": worker,
+        **extra,
+    }
 
 
 def events_of(env: Env, wf: str) -> list[Event]:
@@ -96,8 +105,13 @@ def test_an_http_worker_completes_a_workflow() -> None:
             wf,
         )
         assert (a["referenceTaskName"], a["workerId"], a["retryCount"]) == ("a", "w1", 0)
-        progress = result(a, "w1", "IN_PROGRESS", callbackAfterSeconds=5,
-                          logs=[{"log": "half way", "taskId": a["taskId"]}])  # fmt: skip
+        progress = result(
+            a,
+            "w1",
+            "IN_PROGRESS",
+            callbackAfterSeconds=5,
+            logs=[{"log": "half way", "taskId": a["taskId"]}],
+        )
         assert server.http.post("/api/tasks", json=progress).status_code == 200
         done = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 7}))
         assert (done.status_code, done.text) == (200, a["taskId"])
@@ -119,8 +133,10 @@ def test_an_http_worker_completes_a_workflow() -> None:
 def test_a_batch_poll_on_an_empty_queue_answers_an_empty_list_after_its_timeout() -> None:
     env = _env()
     with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
-        r = server.http.get("/api/tasks/poll/batch/nobody.schedules.this",
-                            params={"workerid": "w", "count": 3, "timeout": 300})  # fmt: skip
+        r = server.http.get(
+            "/api/tasks/poll/batch/nobody.schedules.this",
+            params={"workerid": "w", "count": 3, "timeout": 300},
+        )
         assert (r.status_code, r.json()) == (200, [])
         assert r.elapsed.total_seconds() >= 0.3  # it waited out its timeout
         one = server.http.get("/api/tasks/poll/nobody.schedules.this", params={"workerid": "w"})
@@ -161,8 +177,11 @@ def test_a_retried_update_is_one_outcome_and_a_forged_one_is_refused_and_recorde
         b = poll_one(server, "http.b", "w1")
         assert server.http.post("/api/tasks", json=result(b, "w1")).status_code == 200
         wait_until(lambda: ended(env, wf), 60, "the workflow's end")
-        outcomes = [e for e in events_of(env, wf)
-                    if e.type == "task.completed" and e.payload.task_id == a["taskId"]]  # type: ignore[attr-defined]  # fmt: skip
+        outcomes = [
+            e
+            for e in events_of(env, wf)
+            if e.type == "task.completed" and e.payload.task_id == a["taskId"]
+        ]  # type: ignore[attr-defined]
         assert len(outcomes) == 1
     assert_log_invariants(env, {wf})
 
@@ -178,8 +197,11 @@ def test_a_task_polled_on_one_api_process_is_completed_through_another() -> None
         assert b["inputData"] == {"x": 2}
         assert one.http.post("/api/tasks", json=result(b, "w2")).status_code == 200
         wait_until(lambda: ended(env, wf), 60, "the workflow's end")
-        started = {e.payload.task_id: e.payload.worker_id  # type: ignore[attr-defined]
-                   for e in events_of(env, wf) if e.type == "task.started"}  # fmt: skip
+        started = {
+            e.payload.task_id: e.payload.worker_id  # type: ignore[attr-defined]
+            for e in events_of(env, wf)
+            if e.type == "task.started"
+        }
         assert started[a["taskId"]] != started[b["taskId"]], "one gateway per API process"
         assert final_status(events_of(env, wf)) == "COMPLETED"
     assert_log_invariants(env, {wf})
@@ -195,9 +217,11 @@ def test_the_conductor_python_sdk_worker_completes_a_workflow(
     with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
         config = Configuration(server_api_url=f"{server.url}/api", debug=True)
         handler = TaskHandler(
-            workers=[], configuration=config, scan_for_annotated_workers=True,
+            workers=[],
+            configuration=config,
+            scan_for_annotated_workers=True,
             import_modules=["tests.integration.conductor_sdk_workers"],
-        )  # fmt: skip
+        )
         ids = [s.workflow_id for s in env.submit("http_chain", [{}, {}])]
         handler.start_processes()
         try:
@@ -241,8 +265,9 @@ def test_a_task_no_http_worker_polled_is_declined_and_a_later_poll_completes_att
 
         wait_until(lambda: bool(of("task.scheduled")), 60, "task a scheduled")
         scheduled = of("task.scheduled")[0].payload.task_id  # type: ignore[attr-defined]
-        once = server.http.get("/api/tasks/poll/batch/http.a",
-                               params={"workerid": "w1", "count": 4, "timeout": 1})  # fmt: skip
+        once = server.http.get(
+            "/api/tasks/poll/batch/http.a", params={"workerid": "w1", "count": 4, "timeout": 1}
+        )
         assert (once.status_code, once.json()) == (200, [])  # then this worker stops polling
         wait_until(lambda: bool(of("task.lease_expired")), 60, "the gateway's decline")
         [expired] = of("task.lease_expired")
@@ -258,8 +283,11 @@ def test_a_task_no_http_worker_polled_is_declined_and_a_later_poll_completes_att
         wait_until(lambda: ended(env, wf), 60, "the workflow's end")
         assert final_status(events_of(env, wf)) == "COMPLETED"
         assert of("task.failed") == []
-        attempts = {e.payload.attempt for e in of("task.dispatched")  # type: ignore[attr-defined]
-                    if e.payload.task_id == scheduled}  # type: ignore[attr-defined]  # fmt: skip
+        attempts = {
+            e.payload.attempt
+            for e in of("task.dispatched")  # type: ignore[attr-defined]
+            if e.payload.task_id == scheduled
+        }  # type: ignore[attr-defined]
         assert attempts == {1}
     assert_log_invariants(env, {wf})
 
@@ -271,11 +299,24 @@ def test_http_workers_across_two_api_processes_on_one_port_complete_every_task()
     env = _env()
     tasks = 12
     branches = [[{"name": "http.a", "taskReferenceName": f"t{i}"}] for i in range(tasks)]
-    fork = {"name": "http_fork", "version": 1, "tasks": [
-        {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": branches},
-        {"name": "join", "taskReferenceName": "join", "type": "JOIN",
-         "joinOn": [f"t{i}" for i in range(tasks)]},
-    ]}  # fmt: skip
+    fork = {
+        "name": "http_fork",
+        "version": 1,
+        "tasks": [
+            {
+                "name": "fork",
+                "taskReferenceName": "fork",
+                "type": "FORK_JOIN",
+                "forkTasks": branches,
+            },
+            {
+                "name": "join",
+                "taskReferenceName": "join",
+                "type": "JOIN",
+                "joinOn": [f"t{i}" for i in range(tasks)],
+            },
+        ],
+    }
     env.push(fork, TASKDEFS)
     with roles(env, *ROLES, **FAST), api(env, **FAST, ES_SCHED_API_WORKERS="2") as server:
         started = re.compile(r"gateway worker (\S+) started")
@@ -296,8 +337,10 @@ def test_http_workers_across_two_api_processes_on_one_port_complete_every_task()
 
         def work() -> bool:
             with httpx.Client(base_url=server.url, timeout=30) as http:  # a new connection
-                got = http.get("/api/tasks/poll/batch/http.a",
-                               params={"workerid": "w1", "count": 4, "timeout": 500})  # fmt: skip
+                got = http.get(
+                    "/api/tasks/poll/batch/http.a",
+                    params={"workerid": "w1", "count": 4, "timeout": 500},
+                )
                 assert got.status_code == 200, got.text
                 for t in got.json():
                     done = http.post("/api/tasks", json=result(t, "w1"))

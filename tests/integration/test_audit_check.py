@@ -31,7 +31,7 @@ from tests.integration.runtime_harness import (
     read_events,
     read_models_caught_up,
     roles,
-)  # fmt: skip
+)
 from tests.support.cli import es_sched
 from tests.support.core import run_with_python_core
 from tests.support.kafka import read_to_end
@@ -99,19 +99,34 @@ def test_a_clean_run_passes_and_planted_corruptions_fail() -> None:
     done = next(e for e in reversed(lease_events) if isinstance(e.payload, TaskCompleted))
     task_id = done.payload.task_id  # type: ignore[attr-defined]
     forged = c.ReportCompleted(
-        "forged-report", lease_wf, task_id=task_id, attempt=1, worker_id="intruder",
-        lease_epoch=99, lease_token="stolen",
-    )  # fmt: skip
+        "forged-report",
+        lease_wf,
+        task_id=task_id,
+        attempt=1,
+        worker_id="intruder",
+        lease_epoch=99,
+        lease_token="stolen",
+    )
     raw.produce(env.topics.task_results, key=lease_wf.encode(), value=encode_input(forged))
     last = lease_events[-1]
     seq = last.seq + 1
     outcome = TaskCompleted(task_id, {"x": 1})
-    extra = Event(event_id(lease_wf, seq), lease_wf, seq, last.occurred_at, forged.input_id,
-                  last.correlation_id, outcome)  # fmt: skip
+    extra = Event(
+        event_id(lease_wf, seq),
+        lease_wf,
+        seq,
+        last.occurred_at,
+        forged.input_id,
+        last.correlation_id,
+        outcome,
+    )
     raw.produce(env.topics.events, key=lease_wf.encode(), value=encode_event(extra))
     assert raw.flush(30) == 0
-    planted = [m for m in read_to_end(env.topics.events, "read_committed", bootstrap=env.bootstrap)
-               if m.value() == encode_event(extra)]  # fmt: skip
+    planted = [
+        m
+        for m in read_to_end(env.topics.events, "read_committed", bootstrap=env.bootstrap)
+        if m.value() == encode_event(extra)
+    ]
     assert len(planted) == 1  # the fault is in the log
 
     code, report = audit(env, "--idle")

@@ -36,10 +36,26 @@ def test_the_api_benchmark_runs_and_accounts_for_every_request(tmp_path: Path) -
     bench = _module("api")
     env = Env()
     out, png = tmp_path / "api.json", tmp_path / "api.png"
-    opts = bench.parser().parse_args([
-        "--workflows", "200", "--runs", "1", "--seconds", "2", "--warmup", "0.2",
-        "--clients", "5", "--no-profile", "--no-workers", "--out", str(out), "--png", str(png),
-    ])  # fmt: skip
+    opts = bench.parser().parse_args(
+        [
+            "--workflows",
+            "200",
+            "--runs",
+            "1",
+            "--seconds",
+            "2",
+            "--warmup",
+            "0.2",
+            "--clients",
+            "5",
+            "--no-profile",
+            "--no-workers",
+            "--out",
+            str(out),
+            "--png",
+            str(png),
+        ]
+    )
     console = Console(file=io.StringIO(), width=200)
     try:
         bench.report(bench.run(opts, console, env), console, png)

@@ -34,10 +34,16 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-TINY = {"name": "bounded_tiny", "version": 1,
-        "tasks": [{"name": "tiny", "taskReferenceName": "tiny", "type": "SIMPLE"}]}  # fmt: skip
-HOLD = {"name": "bounded_hold", "version": 1,
-        "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}]}  # fmt: skip
+TINY = {
+    "name": "bounded_tiny",
+    "version": 1,
+    "tasks": [{"name": "tiny", "taskReferenceName": "tiny", "type": "SIMPLE"}],
+}
+HOLD = {
+    "name": "bounded_hold",
+    "version": 1,
+    "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}],
+}
 FINISHED = 20
 ENDED_KEY_PREFIX = "~ended:"  # serialization.changelog; spelt out: the test reads the topic raw
 RESTORED = re.compile(
@@ -80,8 +86,9 @@ def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker
 
         def retired() -> bool:
             latest, ended = changelog(env)
-            return all(latest.get(wf, b"") is None and ended.get(wf) == "COMPLETED"
-                       for wf in tiny_ids)  # fmt: skip
+            return all(
+                latest.get(wf, b"") is None and ended.get(wf) == "COMPLETED" for wf in tiny_ids
+            )
 
         wait_until(retired, 90, "a tombstone and a COMPLETED marker for every tiny workflow")
         latest, _ = changelog(env)
@@ -90,16 +97,21 @@ def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker
     decider = Role(env, "decider")  # a restart: restores from the changelog alone
     try:
         decider.wait_log("started")
-        wait_until(lambda: restored_counts(decider, env.partitions) is not None, 60,
-                   "the restored decider's restore lines")  # fmt: skip
+        wait_until(
+            lambda: restored_counts(decider, env.partitions) is not None,
+            60,
+            "the restored decider's restore lines",
+        )
         assert restored_counts(decider, env.partitions) == (2, 0, FINISHED)  # waiting: decoded
 
         gone = tiny[0]
         seq = len(read_events(env)[gone.workflow_id])
         done = es_sched("cancel", gone.workflow_id, "--wait", "20", env=env.vars)
         assert done.returncode == 1, done.stdout + done.stderr
-        assert (f"rejected: workflow ended COMPLETED at seq {seq} and its state was retired "
-                "after the retention period: workflow.cancel refused") in done.stderr  # fmt: skip
+        assert (
+            f"rejected: workflow ended COMPLETED at seq {seq} and its state was retired "
+            "after the retention period: workflow.cancel refused"
+        ) in done.stderr
 
         # The same command id again: nothing starts. A sentinel after it, on its key, proves
         # the decider read past it.
@@ -120,8 +132,10 @@ def test_finished_workflows_are_retired_and_late_inputs_answered_from_the_marker
         report = orjson.loads(audit.stdout)
         assert (report["workflows"], report["mismatches"]) == (FINISHED + 2, 0)
 
-        env.send([c.SignalWorkflow(f"signal-{s.workflow_id}", s.workflow_id) for s in holds],
-                 env.topics.commands)  # fmt: skip
+        env.send(
+            [c.SignalWorkflow(f"signal-{s.workflow_id}", s.workflow_id) for s in holds],
+            env.topics.commands,
+        )
 
         def holds_completed() -> bool:
             events = read_events(env)
@@ -148,16 +162,21 @@ def test_a_restored_decider_keeps_ended_states_resting_and_decodes_one_an_input_
 
         def completed() -> bool:
             events = read_events(env)
-            return all(events.get(wf, [])[-1:] and events[wf][-1].type == "workflow.completed"
-                       for wf in ids)  # fmt: skip
+            return all(
+                events.get(wf, [])[-1:] and events[wf][-1].type == "workflow.completed"
+                for wf in ids
+            )
 
         wait_until(completed, 90, "the four tiny workflows to complete")
 
     decider = Role(env, "decider")  # a restart: restores from the changelog alone
     try:
         decider.wait_log("started")
-        wait_until(lambda: restored_counts(decider, env.partitions) is not None, 60,
-                   "the restored decider's restore lines")  # fmt: skip
+        wait_until(
+            lambda: restored_counts(decider, env.partitions) is not None,
+            60,
+            "the restored decider's restore lines",
+        )
         assert restored_counts(decider, env.partitions) == (4, 4, 0)
         late = tiny[0].workflow_id
         seq = len(read_events(env)[late])
@@ -170,7 +189,9 @@ def test_a_restored_decider_keeps_ended_states_resting_and_decodes_one_an_input_
         wait_until(answered, 60, "the late cancels' rejections in the history")
         rejected = [e for e in read_events(env)[late] if e.type == "command.rejected"]
         assert [(e.seq, e.causation_id) for e in rejected] == [
-            (seq + 1, "late-cancel-0"), (seq + 2, "late-cancel-1")]  # fmt: skip
+            (seq + 1, "late-cancel-0"),
+            (seq + 2, "late-cancel-1"),
+        ]
         assert all("workflow is COMPLETED" in str(e.payload) for e in rejected)
     finally:
         decider.stop()

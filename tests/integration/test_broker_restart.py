@@ -106,8 +106,11 @@ def checkpoints(env: Env) -> dict[str, int]:
 
 def first_after(env: Env, topic: str, since: float, keep: Callable[[Any], bool]) -> float | None:
     """Seconds from ``since`` (wall clock) to the first record of ``topic`` stamped after it."""
-    stamps = [m.timestamp()[1] / 1000 for m in read_to_end(topic, "read_committed",
-              bootstrap=env.bootstrap) if keep(m)]  # fmt: skip
+    stamps = [
+        m.timestamp()[1] / 1000
+        for m in read_to_end(topic, "read_committed", bootstrap=env.bootstrap)
+        if keep(m)
+    ]
     later = [t for t in stamps if t >= since]
     return min(later) - since if later else None
 
@@ -131,10 +134,12 @@ def probe_producer(bootstrap: str, topic: str) -> Producer:
 def probe_times_out(probe: Producer, topic: str) -> str:
     """Send one record to the stopped broker; the delivery error's name (``_MSG_TIMED_OUT``)."""
     errors: list[KafkaError | None] = []
-    probe.produce(topic, b"during the stop",
-                  on_delivery=lambda err, msg: errors.append(err))  # fmt: skip
-    wait_until(lambda: probe.poll(0.5) >= 0 and bool(errors), PROBE_TIMEOUT_MS / 1000 + 15,
-               "the probe's delivery report")  # fmt: skip
+    probe.produce(topic, b"during the stop", on_delivery=lambda err, msg: errors.append(err))
+    wait_until(
+        lambda: probe.poll(0.5) >= 0 and bool(errors),
+        PROBE_TIMEOUT_MS / 1000 + 15,
+        "the probe's delivery report",
+    )
     assert errors[0] is not None, "a record was delivered to a stopped broker"
     assert errors[0].code() == KafkaError._MSG_TIMED_OUT, f"probe failed otherwise: {errors[0]}"
     return str(errors[0].name())
@@ -161,10 +166,14 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
             projectors.wait_log("projector pg started", 90)
             projectors.wait_log("projector search started", 90)
             worker.wait_log("started", 90)
-            submitted = {s.workflow_id for s in env.submit("media_pipeline",
-                                                           media_inputs(WORKFLOWS))}  # fmt: skip
-            wait_until(lambda: tasks_completed(env) >= FIRE_AFTER_TASKS, 300,
-                       f"{FIRE_AFTER_TASKS} tasks to complete")  # fmt: skip
+            submitted = {
+                s.workflow_id for s in env.submit("media_pipeline", media_inputs(WORKFLOWS))
+            }
+            wait_until(
+                lambda: tasks_completed(env) >= FIRE_AFTER_TASKS,
+                300,
+                f"{FIRE_AFTER_TASKS} tasks to complete",
+            )
             in_flight = sum(s == "RUNNING" for s in histories(env).values())
             assert in_flight >= 1000, f"only {in_flight} workflows in flight at the fault"
             pid = kafka.pid
@@ -184,8 +193,11 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
                 stopped_at = time.monotonic()
                 # kill() returns before every thread of the JVM is stopped: wait for the state
                 # (CI read it once at once, and failed on a broker still stopping).
-                wait_until(lambda: process_state(pid) == "T", 10,
-                           lambda: f"broker pid {pid} to stop: {process_state(pid)}")  # fmt: skip
+                wait_until(
+                    lambda: process_state(pid) == "T",
+                    10,
+                    lambda: f"broker pid {pid} to stop: {process_state(pid)}",
+                )
                 logged = timeouts(procs)
                 probe_error = probe_times_out(probe, probe_topic)
                 # Held for STOPPED_S (the fault's length, not a wait for something to happen);
@@ -215,12 +227,18 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
                 # Reported, not required (see the module's docstring); gathered up to the
                 # recovery, as a request sent just before the stop times out on its own timer.
                 timed_out = sorted(t for t, n in timeouts(procs).items() if n > logged[t])
-                proof = (f"broker state T for {stopped_s:.0f}s; a probe's record failed with "
-                         f"{probe_error}; roles logged {timed_out or 'no timeout'}")  # fmt: skip
-            wait_until(lambda: sum(s == "COMPLETED" for s in histories(env).values())
-                       == WORKFLOWS, 600, stalled("every workflow after the fault"))  # fmt: skip
-            wait_until(lambda: read_models_caught_up(env), 300,
-                       stalled("both read models caught up"))  # fmt: skip
+                proof = (
+                    f"broker state T for {stopped_s:.0f}s; a probe's record failed with "
+                    f"{probe_error}; roles logged {timed_out or 'no timeout'}"
+                )
+            wait_until(
+                lambda: sum(s == "COMPLETED" for s in histories(env).values()) == WORKFLOWS,
+                600,
+                stalled("every workflow after the fault"),
+            )
+            wait_until(
+                lambda: read_models_caught_up(env), 300, stalled("both read models caught up")
+            )
             assert all(r.proc.poll() is None for r in procs), "nothing else restarted"
         finally:
             for r in procs:
@@ -245,14 +263,17 @@ def run_fault(kafka: PrivateKafka, fault: str) -> None:
     stalls = projectors.text().count("again at their positions")
     recovery += f"; stalled fetchers assigned again (ADR 46): {stalls}"
     print(f"\n[broker {fault}] in flight {in_flight}; first record after ready: {recovery}")
-    record(Row(
-        fault="kill -9 of the Kafka broker, restart on the same data" if fault == "kill"
-        else f"SIGSTOP of the Kafka broker for {STOPPED_S:.0f}s, then SIGCONT",
-        in_flight=in_flight,
-        proof=proof,
-        invariants=f"I1-I5 clean ({WORKFLOWS} workflows; I4 on pg and search)",
-        recovery=f"broker ready -> first new record per role: {recovery}",
-    ))  # fmt: skip
+    record(
+        Row(
+            fault="kill -9 of the Kafka broker, restart on the same data"
+            if fault == "kill"
+            else f"SIGSTOP of the Kafka broker for {STOPPED_S:.0f}s, then SIGCONT",
+            in_flight=in_flight,
+            proof=proof,
+            invariants=f"I1-I5 clean ({WORKFLOWS} workflows; I4 on pg and search)",
+            recovery=f"broker ready -> first new record per role: {recovery}",
+        )
+    )
 
 
 @pytest.mark.timeout(1200)  # 1,200 workflows of 6 tasks on a loaded 2-core machine

@@ -15,8 +15,11 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 HEARTBEAT_S = 1.0
-TICKING = {"name": "ticking", "version": 1,
-           "tasks": [{"name": "tick.step", "taskReferenceName": "tick"}]}  # fmt: skip
+TICKING = {
+    "name": "ticking",
+    "version": 1,
+    "tasks": [{"name": "tick.step", "taskReferenceName": "tick"}],
+}
 
 
 def _ticks(path: Path) -> list[str]:
@@ -31,8 +34,13 @@ def test_a_cancelled_workflows_running_handler_stops_within_two_heartbeats(
     env.push(TICKING, [{"name": "tick.step", "retryCount": 0, "responseTimeoutSeconds": 600}])
     ticks = tmp_path / "ticks.txt"
     with roles(env, "decider", "dispatcher"):
-        worker = Role(env, "ticker", ["ticker"], module="tests.integration.ticking_worker",
-                      TICK_FILE=str(ticks))  # fmt: skip
+        worker = Role(
+            env,
+            "ticker",
+            ["ticker"],
+            module="tests.integration.ticking_worker",
+            TICK_FILE=str(ticks),
+        )
         try:
             worker.wait_log("started", 60)
             [submitted] = env.submit("ticking", [{}])

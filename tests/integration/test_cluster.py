@@ -163,12 +163,18 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         killed_at = time.monotonic()
         first = cluster.kill(NODES[victim - 1])
         assert running > 0, "the kill must hit workflows in flight"
-        wait_until(lambda: shrunk_to_survivors(cluster, victim, env.topics.events, assignments),
-                   60, f"2 brokers listed and node {victim} out of every ISR")  # fmt: skip
+        wait_until(
+            lambda: shrunk_to_survivors(cluster, victim, env.topics.events, assignments),
+            60,
+            f"2 brokers listed and node {victim} out of every ISR",
+        )
         election_s = time.monotonic() - killed_at
         tasks_then = tasks_completed(env)
-        wait_until(lambda: tasks_completed(env) >= tasks_then + 60, 120,
-                   stalled("60 more tasks completed on two nodes"))  # fmt: skip
+        wait_until(
+            lambda: tasks_completed(env) >= tasks_then + 60,
+            120,
+            stalled("60 more tasks completed on two nodes"),
+        )
         sixty_s = time.monotonic() - killed_at - election_s
 
         # -- two nodes of three: no quorum, no ISR minimum: writes wait ---------------------
@@ -204,8 +210,11 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
         blocked_s = acked_at[0] - second_at
         client.close()
         ids = submitted | {s.workflow_id for s in late}
-        wait_until(lambda: completed(env) == WORKFLOWS + LATE, 300,
-                   stalled("every workflow completed", WORKFLOWS + LATE))  # fmt: skip
+        wait_until(
+            lambda: completed(env) == WORKFLOWS + LATE,
+            300,
+            stalled("every workflow completed", WORKFLOWS + LATE),
+        )
         done_s = time.monotonic() - restart_at
         assert roles.proc.poll() is None and worker.proc.poll() is None, "nothing else restarted"
     finally:
@@ -222,13 +231,15 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
     assert "role decider failed" not in log and "role dispatcher failed" not in log
     assert_log_invariants(env, ids)
     assert len(ids) == WORKFLOWS + LATE  # every acknowledged StartWorkflow has its workflow
-    record(Row(
-        fault=f"kill -9 of 1 of 3 Kafka nodes (node {victim}, leader of the worker's "
-        f"assignment partition), then of a second node",
-        in_flight=running,
-        proof=f"pid {first} gone; 2 brokers listed, node {victim} out of every ISR; a "
-        f"submission unacknowledged {blocked_s:.0f}s with 1 node of 3",
-        invariants=f"I1-I3, I5 clean ({len(ids)} workflows)",
-        recovery=f"leaders moved {election_s:.1f}s after the kill; 60 more tasks done "
-        f"{sixty_s:.1f}s after the election; all done {done_s:.1f}s after the restart",
-    ))  # fmt: skip
+    record(
+        Row(
+            fault=f"kill -9 of 1 of 3 Kafka nodes (node {victim}, leader of the worker's "
+            f"assignment partition), then of a second node",
+            in_flight=running,
+            proof=f"pid {first} gone; 2 brokers listed, node {victim} out of every ISR; a "
+            f"submission unacknowledged {blocked_s:.0f}s with 1 node of 3",
+            invariants=f"I1-I3, I5 clean ({len(ids)} workflows)",
+            recovery=f"leaders moved {election_s:.1f}s after the kill; 60 more tasks done "
+            f"{sixty_s:.1f}s after the election; all done {done_s:.1f}s after the restart",
+        )
+    )

@@ -86,8 +86,11 @@ def test_submit_produces_one_start_keyed_by_workflow_id_with_the_definition(
     assert isinstance(cmd, StartWorkflow)
     assert (cmd.workflow_id, cmd.command_id) == (sent.workflow_id, sent.command_id)
     assert (cmd.name, cmd.version, cmd.priority, cmd.correlation_id) == (
-        "media_pipeline", 1, 2, "batch-7"
-    )  # fmt: skip
+        "media_pipeline",
+        1,
+        2,
+        "batch-7",
+    )
     assert cmd.input == MEDIA_INPUT
     assert cmd.definition == json.loads(MEDIA[0].read_text())
     assert sorted(td["name"] for td in cmd.taskdefs) == sorted(
@@ -179,9 +182,13 @@ def test_control_commands_are_keyed_by_their_workflow(
     assert {key for key, _ in records} == {wf}
     decoded = [decode_input(value) for _, value in records]
     assert [type(d).__name__ for d in decoded] == [
-        "CancelWorkflow", "TerminateWorkflow", "RetryWorkflow", "PauseWorkflow",
-        "ResumeWorkflow", "SignalWorkflow",
-    ]  # fmt: skip
+        "CancelWorkflow",
+        "TerminateWorkflow",
+        "RetryWorkflow",
+        "PauseWorkflow",
+        "ResumeWorkflow",
+        "SignalWorkflow",
+    ]
     assert [d.command_id for d in decoded] == [s.command_id for s in sent]  # one key, in order
     assert decoded[0] == CancelWorkflow("c-1", wf, expected_version=3, reason="user asked")
     assert decoded[-1] == SignalWorkflow(
@@ -221,10 +228,14 @@ def test_push_of_a_broken_definition_produces_nothing(
 # -- wait ---------------------------------------------------------------------------------------
 def _event(workflow_id: str, seq: int, payload: Any) -> Event:
     return Event(
-        event_id=event_id(workflow_id, seq), workflow_id=workflow_id, seq=seq,
-        occurred_at=datetime.now(UTC), causation_id="test", correlation_id=workflow_id,
+        event_id=event_id(workflow_id, seq),
+        workflow_id=workflow_id,
+        seq=seq,
+        occurred_at=datetime.now(UTC),
+        causation_id="test",
+        correlation_id=workflow_id,
         payload=payload,
-    )  # fmt: skip
+    )
 
 
 def test_wait_reports_final_statuses_from_the_events_topic(
@@ -301,10 +312,13 @@ def test_cli_submit_wait_prints_the_final_statuses(settings: Settings, tmp_path:
     args = ["submit", "media_pipeline", "--input-file", str(lines), "--command-id", command_id]
     env = {**os.environ, **vars_of(settings), "PYTHONUNBUFFERED": "1"}
     with subprocess.Popen(
-        [sys.executable, "-m", "es_sched", *args, "--wait", "60", "--json"], cwd=ROOT, env=env,
+        [sys.executable, "-m", "es_sched", *args, "--wait", "60", "--json"],
+        cwd=ROOT,
+        env=env,
         text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    ) as proc:  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
         commands = f"{settings.kafka.topic_prefix}.commands"
 
         def arrived() -> bool:

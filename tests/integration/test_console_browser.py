@@ -33,21 +33,37 @@ def step(ref: str) -> dict[str, Any]:
 
 
 DEFINITION = {
-    "name": "console.review", "version": 1, "schemaVersion": 2, "ownerEmail": "t@example.com",
+    "name": "console.review",
+    "version": 1,
+    "schemaVersion": 2,
+    "ownerEmail": "t@example.com",
     "tasks": [
         step("fetch"),
-        {"name": "route", "taskReferenceName": "route", "type": "SWITCH",
-         "evaluatorType": "value-param", "expression": "kind",
-         "inputParameters": {"kind": "${workflow.input.kind}"},
-         "decisionCases": {"video": [step("transcode")], "image": [step("resize")]},
-         "defaultCase": [step("skip")]},
-        {"name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN", "forkTasks": [
-            [step("thumbs")], [step("check")]]},
-        {"name": "join", "taskReferenceName": "join", "type": "JOIN",
-         "joinOn": ["thumbs", "check"]},
+        {
+            "name": "route",
+            "taskReferenceName": "route",
+            "type": "SWITCH",
+            "evaluatorType": "value-param",
+            "expression": "kind",
+            "inputParameters": {"kind": "${workflow.input.kind}"},
+            "decisionCases": {"video": [step("transcode")], "image": [step("resize")]},
+            "defaultCase": [step("skip")],
+        },
+        {
+            "name": "fan",
+            "taskReferenceName": "fan",
+            "type": "FORK_JOIN",
+            "forkTasks": [[step("thumbs")], [step("check")]],
+        },
+        {
+            "name": "join",
+            "taskReferenceName": "join",
+            "type": "JOIN",
+            "joinOn": ["thumbs", "check"],
+        },
         step("publish"),
     ],
-}  # fmt: skip
+}
 TASKDEFS = [{"name": "console.step", "retryCount": 0, "responseTimeoutSeconds": 600}]
 
 
@@ -105,16 +121,18 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
         roles(env, "decider", "dispatcher", "projector-pg", "projector-search"),
         api(env) as stack,
     ):
-        submitted = env.submit("console.review", [
-            {"kind": "video"}, {"kind": "image"}, {"kind": "audio"}])  # fmt: skip
+        submitted = env.submit(
+            "console.review", [{"kind": "video"}, {"kind": "image"}, {"kind": "audio"}]
+        )
         ids = [s.workflow_id for s in submitted]
         policy.victim = ids[0]
         with Worker(env, policy):
             want = {ids[0]: "FAILED", ids[1]: "COMPLETED", ids[2]: "COMPLETED"}
             wait_until(
-                lambda: _statuses(stack, ids) == want, 120,
+                lambda: _statuses(stack, ids) == want,
+                120,
                 lambda: f"the read model to show {want}: {_statuses(stack, ids)}",
-            )  # fmt: skip
+            )
 
             page = chromium.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(TIMEOUT_MS)
@@ -130,7 +148,8 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
             expect(page.locator("table.workflows tbody tr")).to_have_count(1)
             assert "status=FAILED" in page.url
             expect(page.locator("table.workflows tbody tr").first).to_have_attribute(
-                "data-status", "FAILED")  # fmt: skip
+                "data-status", "FAILED"
+            )
             page.screenshot(path=str(ARTIFACTS / "list-failed.png"), full_page=True)
             # A bulk action on everything the filter matches asks first, with the count.
             page.locator('form#bulk select[name="action"]').select_option("terminate")
@@ -160,12 +179,14 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
             expect(page.locator("#wf-status")).to_have_text("COMPLETED")
             expect(dag.locator('g.node.state-COMPLETED[data-ref="publish"]')).to_have_count(1)
             expect(dag.locator('g.node[data-ref="check"]')).to_have_attribute(
-                "data-state", "COMPLETED")  # fmt: skip
+                "data-state", "COMPLETED"
+            )
             dag.locator('g.node[data-ref="check"]').click()
             expect(page.locator("#panel details.attempt")).to_have_count(2)
             page.get_by_text("all", exact=True).click()
             expect(page.locator('#history table[data-failed="no"]')).to_contain_text(
-                "workflow.retried")  # fmt: skip
+                "workflow.retried"
+            )
             page.screenshot(path=str(ARTIFACTS / "workflow.png"), full_page=True)
 
             page.goto(f"{stack.url}/ui/?name=console.review")
@@ -177,9 +198,10 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
         # (per type and priority, with the oldest age) once the read model has them.
         waiting = env.submit("console.review", [{"kind": "video"}, {"kind": "image"}])
         wait_until(
-            lambda: all(_statuses(stack, [w.workflow_id]) for w in waiting), 60,
+            lambda: all(_statuses(stack, [w.workflow_id]) for w in waiting),
+            60,
             "the waiting workflows in the read model",
-        )  # fmt: skip
+        )
         page = chromium.new_page(viewport={"width": 1400, "height": 600})
         page.set_default_timeout(TIMEOUT_MS)
 
@@ -190,8 +212,9 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
 
         # queued + leased-not-started: the departed worker may still be offered one
         wait_until(
-            lambda: len(cells := backlog()) == 6 and int(cells[2]) + int(cells[3]) == 2, 60,
+            lambda: len(cells := backlog()) == 6 and int(cells[2]) + int(cells[3]) == 2,
+            60,
             lambda: f"two waiting console.step tasks on the queues page: {backlog()}",
-        )  # fmt: skip
+        )
         page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
         page.close()

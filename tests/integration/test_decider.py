@@ -153,9 +153,10 @@ def test_poison_records_go_to_dead_letters_with_their_origin() -> None:
     dead = Reader(env.topics.dead_letters)
     try:
         wait_until(
-            lambda: len(dead.read()) >= len(poison), 30,
+            lambda: len(dead.read()) >= len(poison),
+            30,
             lambda: f"{len(poison)} dead letters ({len(dead.messages)} arrived)",
-        )  # fmt: skip
+        )
         letters: list[Message] = dead.messages
     finally:
         dead.close()

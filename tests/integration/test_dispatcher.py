@@ -35,8 +35,11 @@ def test_priority_zero_jumps_500_queued_tasks_and_capacity_is_released() -> None
         b.ready("urgent", priority=0)
         b.flush()
         wait_until(lambda: b.queued() == 501, 30, "501 queued tasks")
-        wait_until(lambda: 'es_sched_queue_depth{priority="8",task_type="enc"} 500'
-                   in scrape(port), 10, "the depth gauge")  # fmt: skip
+        wait_until(
+            lambda: 'es_sched_queue_depth{priority="8",task_type="enc"} 500' in scrape(port),
+            10,
+            "the depth gauge",
+        )
         with FakeWorker(b, "w1", cpu=1) as w:
             wait_until(lambda: len(w.assignments) == 1, 15, "the first assignment")
             assert w.ids() == ["urgent"]
@@ -117,9 +120,11 @@ def test_gpu_memory_need_never_lands_on_a_worker_reporting_less_free() -> None:
 
 def test_a_banned_version_gets_nothing_until_unbanned() -> None:
     # binpack would pick the tighter v1 worker if it were not banned
-    with bench(config={"ban-version:v1": {}}) as b, \
-         FakeWorker(b, "a-v1", cpu=2, version="v1") as old, \
-         FakeWorker(b, "b-v2", cpu=100, version="v2") as new:  # fmt: skip
+    with (
+        bench(config={"ban-version:v1": {}}) as b,
+        FakeWorker(b, "a-v1", cpu=2, version="v1") as old,
+        FakeWorker(b, "b-v2", cpu=100, version="v2") as new,
+    ):
         wait_until(lambda: len(b.dispatcher.core.fleet.workers) == 2, 10, "two workers")
         for i in range(5):
             b.ready(f"t{i}")

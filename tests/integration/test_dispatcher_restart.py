@@ -64,8 +64,14 @@ def _env() -> Env:
 
 
 def _worker(env: Env, worker_id: str, seconds: float) -> Role:
-    return Role(env, worker_id, [worker_id], module="tests.integration.slow_worker",
-                SLOW_WORKER_S=str(seconds), SLOW_WORKER_CONCURRENCY="1")  # fmt: skip
+    return Role(
+        env,
+        worker_id,
+        [worker_id],
+        module="tests.integration.slow_worker",
+        SLOW_WORKER_S=str(seconds),
+        SLOW_WORKER_CONCURRENCY="1",
+    )
 
 
 def _ready_committed(env: Env) -> bool:
@@ -127,10 +133,13 @@ def _assert_released_once_at_the_next_epoch(events: list[Event]) -> None:
     """doomed had it at epoch 1, the lease expired, rescuer had it at epoch 2, same attempt,
     and it completed once, there; no retry was spent."""
     dispatched = [e.payload for e in events if e.type == "task.dispatched"]
-    assert [(getattr(p, "worker_id", ""), getattr(p, "lease_epoch", 0), getattr(p, "attempt", 0))
-            for p in dispatched] == [("doomed", 1, 1), ("rescuer", 2, 1)]  # fmt: skip
-    assert [getattr(e.payload, "lease_epoch", 0) for e in events
-            if e.type == "task.lease_expired"] == [1]  # fmt: skip
+    assert [
+        (getattr(p, "worker_id", ""), getattr(p, "lease_epoch", 0), getattr(p, "attempt", 0))
+        for p in dispatched
+    ] == [("doomed", 1, 1), ("rescuer", 2, 1)]
+    assert [
+        getattr(e.payload, "lease_epoch", 0) for e in events if e.type == "task.lease_expired"
+    ] == [1]
     types = [e.type for e in events]
     assert "task.failed" not in types and "task.retry_scheduled" not in types, types
     assert "task.completion_rejected" not in types, types
@@ -156,11 +165,17 @@ def test_a_lease_rebuilt_after_a_dispatcher_crash_expires_when_its_worker_dies()
         os.kill(doomed.proc.pid, signal.SIGKILL)  # its last heartbeat is its last word
         assert doomed.proc.wait(30) == -signal.SIGKILL
         died = time.time()
-        wait_until(lambda: bool(_assignments_to(env, "rescuer")), 3 * TTL_S,
-                   "the task to be leased again, to rescuer")  # fmt: skip
+        wait_until(
+            lambda: bool(_assignments_to(env, "rescuer")),
+            3 * TTL_S,
+            "the task to be leased again, to rescuer",
+        )
         [(again, at)] = _assignments_to(env, "rescuer")
-        wait_until(lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED", 60,
-                   "the workflow to complete on rescuer")  # fmt: skip
+        wait_until(
+            lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED",
+            60,
+            "the workflow to complete on rescuer",
+        )
     finally:
         _stop(doomed, rescuer, dispatcher, decider)
     relet = at - died
@@ -197,11 +212,17 @@ def test_a_task_taken_back_before_a_dispatcher_crash_is_dispatched_after_it() ->
         dispatcher = _restart_dispatcher(env, dispatcher)
         rescuer = _worker(env, "rescuer", 0)
         rescuer.wait_log("started", 60)
-        wait_until(lambda: bool(_assignments_to(env, "rescuer")), 3 * TTL_S,
-                   "the taken-back task to be dispatched to rescuer")  # fmt: skip
+        wait_until(
+            lambda: bool(_assignments_to(env, "rescuer")),
+            3 * TTL_S,
+            "the taken-back task to be dispatched to rescuer",
+        )
         [(again, _)] = _assignments_to(env, "rescuer")
-        wait_until(lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED", 60,
-                   "the workflow to complete on rescuer")  # fmt: skip
+        wait_until(
+            lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED",
+            60,
+            "the workflow to complete on rescuer",
+        )
     finally:
         _stop(doomed, rescuer, dispatcher, decider)
     assert (again.attempt, again.lease_epoch) == (1, 2)  # epochs go on across the restart

@@ -110,14 +110,17 @@ def decide_under(n: int, last_fault: str, *faults: str) -> tuple[Env, set[str], 
 
 def test_an_aborted_and_an_ambiguous_transaction_are_recovered_without_duplicates() -> None:
     env, ids, log = decide_under(
-        150, "commit_transaction call 8 raises fatal",
+        150,
+        "commit_transaction call 8 raises fatal",
         # abortable, raised once the broker has the offsets (the coordinator holds an ongoing
         # transaction): abort, rewind to the committed offsets, decide the batch again
-        "--fail", "send_offsets_to_transaction:3:abortable:after",
+        "--fail",
+        "send_offsets_to_transaction:3:abortable:after",
         # fatal after the commit went through: the outcome is unknown to the loop, which
         # re-creates the producer and rebuilds the decider's state from the changelog
-        "--fail", "commit_transaction:8:fatal:after",
-    )  # fmt: skip
+        "--fail",
+        "commit_transaction:8:fatal:after",
+    )
     assert "fault: send_offsets_to_transaction call 3 raises abortable" in log
     # The broker may refuse the abort itself (CI, stop 31: no "transaction aborted", the log
     # not kept; librdkafka#4849, open: abort_transaction "can sometimes fail with
@@ -136,10 +139,13 @@ def test_a_refused_abort_gives_the_producer_up_and_the_state_is_rebuilt() -> Non
     The loop re-creates the producer (whose ``init_transactions`` ends the open transaction)
     and the decider rebuilds its state from the changelog, as after an unknown outcome."""
     env, ids, log = decide_under(
-        60, "abort_transaction call 1 raises fatal",
-        "--fail", "send_offsets_to_transaction:3:abortable:after",
-        "--fail", "abort_transaction:1:fatal",
-    )  # fmt: skip
+        60,
+        "abort_transaction call 1 raises fatal",
+        "--fail",
+        "send_offsets_to_transaction:3:abortable:after",
+        "--fail",
+        "abort_transaction:1:fatal",
+    )
     assert escalated(log), warnings(log)
     assert "transaction aborted" not in log
     assert "rebuilding partitions" in log

@@ -39,8 +39,11 @@ from tests.support.kafka import read_to_end
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
-TICKING = {"name": "ticking", "version": 1,
-           "tasks": [{"name": "tick.step", "taskReferenceName": "tick"}]}  # fmt: skip
+TICKING = {
+    "name": "ticking",
+    "version": 1,
+    "tasks": [{"name": "tick.step", "taskReferenceName": "tick"}],
+}
 
 
 def _lines(path: Path) -> list[str]:
@@ -48,9 +51,15 @@ def _lines(path: Path) -> list[str]:
 
 
 def _ticker(env: Env, worker_id: str, tmp: Path, seconds: float) -> Role:
-    return Role(env, worker_id, [worker_id], module="tests.integration.ticking_worker",
-                TICK_FILE=str(tmp / f"{worker_id}.ticks"), START_FILE=str(tmp / "starts.txt"),
-                TICK_SECONDS=str(seconds))  # fmt: skip
+    return Role(
+        env,
+        worker_id,
+        [worker_id],
+        module="tests.integration.ticking_worker",
+        TICK_FILE=str(tmp / f"{worker_id}.ticks"),
+        START_FILE=str(tmp / "starts.txt"),
+        TICK_SECONDS=str(seconds),
+    )
 
 
 def _records(env: Env) -> list[wire.Record]:
@@ -101,8 +110,11 @@ def test_a_frozen_worker_gets_no_lease_while_silent_and_runs_nothing_stale(
             rescuer = _ticker(env, "rescuer", tmp_path, 0.5)
             rescuer.wait_log("started", 60)
             frozen.proc.send_signal(signal.SIGSTOP)  # no heartbeats; the handler stops mid-run
-            wait_until(lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED", 90,
-                       "the task to complete on the rescuer")  # fmt: skip
+            wait_until(
+                lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED",
+                90,
+                "the task to complete on the rescuer",
+            )
             leased = [r for r in _records(env) if isinstance(r, wire.Assignment)]
             woke = datetime.now(UTC)
             frozen.proc.send_signal(signal.SIGCONT)
@@ -114,8 +126,11 @@ def test_a_frozen_worker_gets_no_lease_while_silent_and_runs_nothing_stale(
             # Before: 5 leases to frozen (epochs 1-5, the rescuer got 6); after SIGCONT frozen
             # ran the 4 stale epochs 2-5.
             assert (to_frozen, stale_runs) == ([(1, "frozen")], []), ran
-            wait_until(lambda: _confirmed(read_events(env)[wf]) != [], 60,
-                       "frozen's late report to be recorded")  # fmt: skip
+            wait_until(
+                lambda: _confirmed(read_events(env)[wf]) != [],
+                60,
+                "frozen's late report to be recorded",
+            )
         finally:
             frozen.proc.send_signal(signal.SIGCONT)
             for worker in (frozen, rescuer):
@@ -123,8 +138,11 @@ def test_a_frozen_worker_gets_no_lease_while_silent_and_runs_nothing_stale(
                     worker.stop()
     events = read_events(env)[wf]
     assert ran == [f"{leased[0].task_id} 1 frozen", f"{leased[0].task_id} 2 rescuer"]
-    dispatched = [(e.payload.worker_id, e.payload.lease_epoch)  # type: ignore[attr-defined]
-                  for e in events if e.type == "task.dispatched"]  # fmt: skip
+    dispatched = [
+        (e.payload.worker_id, e.payload.lease_epoch)  # type: ignore[attr-defined]
+        for e in events
+        if e.type == "task.dispatched"
+    ]
     assert dispatched == [("frozen", 1), ("rescuer", 2)]
     expired = [e.payload.lease_epoch for e in events if e.type == "task.lease_expired"]  # type: ignore[attr-defined]
     assert expired == [1]

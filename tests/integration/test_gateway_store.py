@@ -54,8 +54,10 @@ def test_a_poll_hands_its_tasks_and_the_first_outcome_is_kept(store: GatewayStor
     store.handed("gw", "w3", [_task(1, epoch=2)])  # polled again: a fresh lease, not ended
     lease = store.lease("t1")
     assert lease is not None and (lease.lease_epoch, lease.ended, lease.http_worker_id) == (
-        2, None, "w3",
-    )  # fmt: skip
+        2,
+        None,
+        "w3",
+    )
     assert store.ended_of("gw", ["t1", "t2"]) == set()
 
 

@@ -36,14 +36,20 @@ pytestmark = pytest.mark.integration
 BRANCHES = int(os.environ.get("ES_SCHED_TEST_FANOUT_BRANCHES", "2000"))
 KAFKA_DEFAULT_MAX = 1_000_000  # librdkafka's message.max.bytes (the broker's: 1,048,588)
 FAN = {
-    "name": "fan", "version": 1,
+    "name": "fan",
+    "version": 1,
     "tasks": [
-        {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN_DYNAMIC",
-         "inputParameters": {"tasks": "${workflow.input.tasks}", "inputs": {}},
-         "dynamicForkTasksParam": "tasks", "dynamicForkTasksInputParamName": "inputs"},
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN_DYNAMIC",
+            "inputParameters": {"tasks": "${workflow.input.tasks}", "inputs": {}},
+            "dynamicForkTasksParam": "tasks",
+            "dynamicForkTasksInputParamName": "inputs",
+        },
         {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
     ],
-}  # fmt: skip
+}
 
 
 def _progress(env: Env, wf: str) -> str:
@@ -62,9 +68,10 @@ def test_a_fork_of_2000_branches_completes_and_its_chunked_state_is_restored() -
         [started] = env.submit("fan", [{"tasks": tasks}])
         wf = started.workflow_id
         wait_until(
-            lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED", 150 * scale,
+            lambda: final_status(read_events(env).get(wf, [])) == "COMPLETED",
+            150 * scale,
             lambda: _progress(env, wf),
-        )  # fmt: skip
+        )
     events = read_events(env)[wf]
     assert sum(e.type == "task.completed" for e in events) == BRANCHES + 2  # fork, join
 
@@ -88,19 +95,27 @@ def test_a_fork_of_2000_branches_completes_and_its_chunked_state_is_restored() -
     # (without it, the input would be refused outside any history, as for an unknown id).
     branch = next(e for e in events if e.type == "task.scheduled" and e.payload.ref == "b7")  # type: ignore[attr-defined]
     late = c.ReportCompleted(
-        "late-report", wf, task_id=branch.payload.task_id, attempt=1,  # type: ignore[attr-defined]
-        worker_id="test-worker", lease_epoch=1, lease_token="tok",
-    )  # fmt: skip
+        "late-report",
+        wf,
+        task_id=branch.payload.task_id,
+        attempt=1,  # type: ignore[attr-defined]
+        worker_id="test-worker",
+        lease_epoch=1,
+        lease_token="tok",
+    )
     with roles(env, "decider"):
         env.send([late], env.topics.task_results)
         wait_until(
-            lambda: any(e.type == "task.completion_rejected" for e in read_events(env)[wf]), 60,
+            lambda: any(e.type == "task.completion_rejected" for e in read_events(env)[wf]),
+            60,
             "the restored decider's answer to a late report",
-        )  # fmt: skip
+        )
     [answer] = [e for e in read_events(env)[wf] if e.type == "task.completion_rejected"]
     assert answer.seq == len(events) + 1
     assert "already COMPLETED" in answer.payload.reason  # type: ignore[attr-defined]
     head = heads[-1]
-    print(f"\nfan-out: {BRANCHES} branches, {len(events)} events, a snapshot of "
-          f"{head['bytes']} bytes in {head['snapshot_chunks']} chunk records")  # fmt: skip
+    print(
+        f"\nfan-out: {BRANCHES} branches, {len(events)} events, a snapshot of "
+        f"{head['bytes']} bytes in {head['snapshot_chunks']} chunk records"
+    )
     assert_log_invariants(env, {wf})

@@ -80,14 +80,23 @@ def dispatch_times(env: Env) -> dict[str, list[int]]:
 def fork(name: str, *types: str) -> JSON:
     branches = [[{"name": t, "taskReferenceName": f"r{i}"}] for i, t in enumerate(types)]
     return {
-        "name": name, "version": 1,
+        "name": name,
+        "version": 1,
         "tasks": [
-            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN",
-             "forkTasks": branches},
-            {"name": "join", "taskReferenceName": "join", "type": "JOIN",
-             "joinOn": [f"r{i}" for i in range(len(types))]},
+            {
+                "name": "fork",
+                "taskReferenceName": "fork",
+                "type": "FORK_JOIN",
+                "forkTasks": branches,
+            },
+            {
+                "name": "join",
+                "taskReferenceName": "join",
+                "type": "JOIN",
+                "joinOn": [f"r{i}" for i in range(len(types))],
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def types_on_every_partition(partitions: int, stem: str) -> list[str]:
@@ -137,22 +146,33 @@ def test_two_dispatcher_processes_together_never_exceed_a_tenant_limit() -> None
     a, b = types_on_every_partition(2, "ten")
     env.push(fork("tenant_pair", a, b), [{"name": t, "retryCount": 0} for t in (a, b)])
     env.cli("config", "set-rate", "--tenant", "acme", "2", "--burst", "2")  # 2 per second
-    worker = ["worker", "--noop", "--types", f"{a},{b}", "--concurrency", "8",
-              "--heartbeat-s", "0.5"]  # fmt: skip
+    worker = [
+        "worker",
+        "--noop",
+        "--types",
+        f"{a},{b}",
+        "--concurrency",
+        "8",
+        "--heartbeat-s",
+        "0.5",
+    ]
     dispatchers = [Role(env, "dispatcher"), Role(env, "dispatcher")]
     roles = [Role(env, "decider"), *dispatchers, Role(env, "worker", argv=worker)]
     with running(roles):
         wait_until(lambda: group_spread(env, 2), 90, "both dispatchers owning a ready partition")
         with env.client() as client:
-            ids = [s.workflow_id for s in client.submit_many("tenant_pair", [{}] * 10,
-                                                             tenant="acme")]  # fmt: skip
+            ids = [
+                s.workflow_id for s in client.submit_many("tenant_pair", [{}] * 10, tenant="acme")
+            ]
         wait_until(lambda: completed(env, ids), 180, "10 tenant workflows completed")
     times = dispatch_times(env)
     assert sorted(times) == [a, b]
     every = times[a] + times[b]
     worst = worst_window(every, 1000)
-    print(f"tenant acme at 2 per s, 2 dispatchers: worst 1-s window {worst}, "
-          f"{len(every)} dispatches over {(max(every) - min(every)) / 1000:.1f} s")  # fmt: skip
+    print(
+        f"tenant acme at 2 per s, 2 dispatchers: worst 1-s window {worst}, "
+        f"{len(every)} dispatches over {(max(every) - min(every)) / 1000:.1f} s"
+    )
     assert worst <= 2, f"{worst} dispatches of tenant acme within one second (limit 2)"
     assert all(n > 0 for n in dispatched_by(dispatchers)), dispatched_by(dispatchers)
     assert_log_invariants(env, set(ids))
@@ -163,12 +183,23 @@ def test_taskdef_concurrency_rate_and_a_shared_rate_limit_key_hold() -> None:
     env.create()
     defs: list[JSON] = [
         {"name": "lim.conc", "retryCount": 0, "concurrentExecLimit": 2},
-        {"name": "lim.rate", "retryCount": 0, "rateLimitPerFrequency": 2,
-         "rateLimitFrequencyInSeconds": 1},
-        *({"name": t, "retryCount": 0, "rateLimitPerFrequency": 3,
-           "rateLimitFrequencyInSeconds": 2, "rateLimitKey": "shared-${workflow.input.region}"}
-          for t in ("lim.ka", "lim.kb")),
-    ]  # fmt: skip
+        {
+            "name": "lim.rate",
+            "retryCount": 0,
+            "rateLimitPerFrequency": 2,
+            "rateLimitFrequencyInSeconds": 1,
+        },
+        *(
+            {
+                "name": t,
+                "retryCount": 0,
+                "rateLimitPerFrequency": 3,
+                "rateLimitFrequencyInSeconds": 2,
+                "rateLimitKey": "shared-${workflow.input.region}",
+            }
+            for t in ("lim.ka", "lim.kb")
+        ),
+    ]
     env.push(fork("limited", *(d["name"] for d in defs)), defs)
     worker = Worker(worker_id="w-lim", concurrency=8, settings=env.settings, heartbeat_s=0.5)
     peak = Peak()
@@ -210,8 +241,18 @@ def test_a_worker_declaring_two_gpu_slots_holds_at_most_two_tasks_needing_one() 
     env.create()
     taskdef = {"name": "gpu.step", "retryCount": 0, "resources": {"custom": {"gpu_slot": 1}}}
     env.push(fork("gpu_pair", "gpu.step", "gpu.step"), [taskdef])
-    worker = ["worker", "--noop", "--types", "gpu.step", "--concurrency", "8",
-              "--custom", "gpu_slot=2", "--heartbeat-s", "0.5"]  # fmt: skip
+    worker = [
+        "worker",
+        "--noop",
+        "--types",
+        "gpu.step",
+        "--concurrency",
+        "8",
+        "--custom",
+        "gpu_slot=2",
+        "--heartbeat-s",
+        "0.5",
+    ]
     roles = [Role(env, "decider"), Role(env, "dispatcher"), Role(env, "worker", argv=worker)]
     with running(roles):
         ids = [s.workflow_id for s in env.submit("gpu_pair", [{}] * 8)]

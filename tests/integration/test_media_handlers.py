@@ -42,13 +42,34 @@ def _ffmpeg() -> str:
 
 def make_clip(path: Path, seconds: float, size: str, rate: int = 25) -> Path:
     subprocess.run(
-        [_ffmpeg(), "-hide_banner", "-loglevel", "error", "-y",
-         "-f", "lavfi", "-i", f"testsrc2=size={size}:rate={rate}:duration={seconds}",
-         "-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}",
-         "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
-         "-c:a", "aac", "-shortest", str(path)],
-        check=True, timeout=120,
-    )  # fmt: skip
+        [
+            _ffmpeg(),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc2=size={size}:rate={rate}:duration={seconds}",
+            "-f",
+            "lavfi",
+            "-i",
+            f"sine=frequency=440:sample_rate=48000:duration={seconds}",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-shortest",
+            str(path),
+        ],
+        check=True,
+        timeout=120,
+    )
     return path
 
 
@@ -71,10 +92,23 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Toolkit:
 
 def ffprobe_video(path: Path) -> JSON:
     done = subprocess.run(
-        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-         "stream=codec_name,width,height", "-of", "json", str(path)],
-        check=True, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=codec_name,width,height",
+            "-of",
+            "json",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     stream: JSON = json.loads(done.stdout)["streams"][0]
     return stream
 
@@ -89,9 +123,18 @@ def renditions(clips: dict[str, Path], kit: Toolkit) -> dict[str, tuple[JSON, li
     made = {}
     for name, task, attempt in (
         ("720p_h264", {"height": 720, "codec": "h264", "crf": 23, "preset": "medium"}, 1),
-        ("360p_h265", {"height": 360, "codec": "h265", "crf": 28, "preset": "medium",
-                       "degrade_on_retry": True}, 2),
-    ):  # fmt: skip
+        (
+            "360p_h265",
+            {
+                "height": 360,
+                "codec": "h265",
+                "crf": 28,
+                "preset": "medium",
+                "degrade_on_retry": True,
+            },
+            2,
+        ),
+    ):
         ctx = context("media.transcode", attempt=attempt)
         source = {"source": uri_of(clips["clip"]), "source_checksum": sha256(clips["clip"])}
         out = transcode(ctx, {**source, **task, "name": name}, kit)
@@ -159,8 +202,13 @@ def test_cancellation_ends_ffmpegs_whole_process_group(
     clips: dict[str, Path], kit: Toolkit
 ) -> None:
     ctx = context("media.transcode")
-    task = {"source": str(clips["long"]), "height": 720, "codec": "h265", "preset": "slow",
-            "name": "cancelled"}  # fmt: skip
+    task = {
+        "source": str(clips["long"]),
+        "height": 720,
+        "codec": "h265",
+        "preset": "slow",
+        "name": "cancelled",
+    }
     caught: list[BaseException] = []
 
     def run() -> None:
@@ -255,10 +303,21 @@ def test_hls_master_playlist_lists_every_rendition(hls: JSON) -> None:
         assert all((master.parent / uri).parent.joinpath(s).stat().st_size > 0 for s in segments)
     # ffmpeg itself reads the package back through the master playlist
     done = subprocess.run(
-        ["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,height", "-of", "json",
-         str(master)],
-        check=True, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-show_entries",
+            "stream=codec_name,height",
+            "-of",
+            "json",
+            str(master),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     heights = {s.get("height") for s in json.loads(done.stdout)["streams"]}
     assert {720, 360} <= heights
     assert not list(master.parent.parent.glob(".hls.part"))
@@ -269,9 +328,14 @@ def test_asset_record_lists_every_output_with_matching_checksums(
 ) -> None:
     probed = probe_source(context("media.probe"), {"uri": str(clips["clip"])}, kit)
     thumbs = thumbnail(context("media.thumbnail"), {"source": str(clips["clip"])}, kit)
-    task = {"asset_id": "asset-1", "source": probed["uri"], "probe": probed,
-            "renditions": {"720": {k: v for k, (v, _) in renditions.items()}},
-            "thumbnails": thumbs, "package": hls}  # fmt: skip
+    task = {
+        "asset_id": "asset-1",
+        "source": probed["uri"],
+        "probe": probed,
+        "renditions": {"720": {k: v for k, (v, _) in renditions.items()}},
+        "thumbnails": thumbs,
+        "package": hls,
+    }
     out = write_asset(context("media.write_asset"), task, kit)
     record_path = Path(out["path"])
     assert out["sha256"] == sha256(record_path)

@@ -31,13 +31,18 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 PARENT = {
-    "name": "pin_parent", "version": 1,
+    "name": "pin_parent",
+    "version": 1,
     "tasks": [
         {"name": "pin.prep", "taskReferenceName": "prep", "type": "SIMPLE"},
-        {"name": "pin_child", "taskReferenceName": "child", "type": "SUB_WORKFLOW",
-         "subWorkflowParam": {"name": "pin_child"}},  # no version: the latest at the start
+        {
+            "name": "pin_child",
+            "taskReferenceName": "child",
+            "type": "SUB_WORKFLOW",
+            "subWorkflowParam": {"name": "pin_child"},
+        },  # no version: the latest at the start
     ],
-}  # fmt: skip
+}
 CHILD_V1 = {
     "name": "pin_child",
     "version": 1,
@@ -92,8 +97,14 @@ def test_a_child_pushed_in_version_2_mid_run_runs_version_1_as_simulated(
     env.push(PARENT, [])
     gate = tmp_path / "gate"
     with roles(env, "decider", "dispatcher"):
-        worker = Role(env, "gated", ["gated"], module="tests.integration.gated_worker",
-                      GATE_FILE=str(gate), TASK_TYPES="pin.v1,pin.v2")  # fmt: skip
+        worker = Role(
+            env,
+            "gated",
+            ["gated"],
+            module="tests.integration.gated_worker",
+            GATE_FILE=str(gate),
+            TASK_TYPES="pin.v1,pin.v2",
+        )
         try:
             worker.wait_log("started", 60)
             [first] = env.submit("pin_parent", [{}])

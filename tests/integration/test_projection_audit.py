@@ -94,8 +94,10 @@ def test_replay_without_verify_reports_the_fold_of_every_history(live: Env) -> N
     report = orjson.loads(result.stdout)
     one = audit.replay(live.settings, workers=1)
     assert (report["events"], report["refusals"], report["workflows"]) == (
-        one.events, one.refusals, len(one.states),
-    )  # fmt: skip
+        one.events,
+        one.refusals,
+        len(one.states),
+    )
     assert report["statuses"] == {"COMPLETED": 40} and "mismatches" not in report
 
 
@@ -181,9 +183,14 @@ def test_status_after_a_token_reads_its_own_write(live: Env) -> None:
     runner = CliRunner()
     sent = runner.invoke(
         cli,
-        ["submit", "media_pipeline", "--json", "--input",
-         '{"source_uri": "file:///ryw.mp4", "asset_id": "ryw", "callback_url": "http://cb"}'],
-    )  # fmt: skip
+        [
+            "submit",
+            "media_pipeline",
+            "--json",
+            "--input",
+            '{"source_uri": "file:///ryw.mp4", "asset_id": "ryw", "callback_url": "http://cb"}',
+        ],
+    )
     assert sent.exit_code == 0, sent.output
     [row] = orjson.loads(sent.stdout)
     assert row["token"]

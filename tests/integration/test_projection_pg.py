@@ -104,8 +104,12 @@ def test_killed_between_database_and_kafka_commits_it_converges_and_counts_skips
                 load = threading.Thread(target=submit_for, args=(env, 60.0), daemon=True)
                 load.start()
                 for n in range(4):  # each projector dies right after its 2nd database commit
-                    doomed = Role(env, f"doomed-projector-{n}", ["2"],
-                                  module="tests.integration.doomed_projector")  # fmt: skip
+                    doomed = Role(
+                        env,
+                        f"doomed-projector-{n}",
+                        ["2"],
+                        module="tests.integration.doomed_projector",
+                    )
                     doomed.wait_log(f"{FAULT} 2", 90)  # the injected fault, not another death
                     assert doomed.proc.wait(30) == -signal.SIGKILL, doomed.text()[-3000:]
                 load.join()

@@ -39,8 +39,9 @@ def _of(events: list[Event], kind: str) -> list[Event]:
 
 
 def _noop_worker(env: Env, task_type: str) -> Role:
-    return Role(env, "worker", ["worker", "--noop", "--types", task_type,
-                                "--worker-id", f"w-{task_type}"])  # fmt: skip
+    return Role(
+        env, "worker", ["worker", "--noop", "--types", task_type, "--worker-id", f"w-{task_type}"]
+    )
 
 
 def _state(env: Env, *wfs: str) -> str:
@@ -54,8 +55,13 @@ def test_a_task_whose_ready_record_was_dead_lettered_is_requeued_and_completed()
     env.push(LOST, [{"name": "re.step", "retryCount": 0}])
     env.push(HELD, [{"name": "re.held", "retryCount": 0}])
     port = free_port()
-    decider = Role(env, "decider", ["--role", "decider", "--corrupt", "ready:1"], module=MODULE,
-                   ES_SCHED_RUN_METRICS_PORT=str(port))  # fmt: skip
+    decider = Role(
+        env,
+        "decider",
+        ["--role", "decider", "--corrupt", "ready:1"],
+        module=MODULE,
+        ES_SCHED_RUN_METRICS_PORT=str(port),
+    )
     workers: list[Role] = []
     try:
         decider.wait_log("started")
@@ -76,13 +82,15 @@ def test_a_task_whose_ready_record_was_dead_lettered_is_requeued_and_completed()
             )
             workers.append(_noop_worker(env, "re.held"))
             wait_until(
-                lambda: final_status(read_events(env).get(held, [])) == "COMPLETED", 60,
+                lambda: final_status(read_events(env).get(held, [])) == "COMPLETED",
+                60,
                 lambda: f"the held task done: {_state(env, held)}",
-            )  # fmt: skip
+            )
         wait_until(
-            lambda: (metric(scrape(port), "es_sched_decider_requeues_total") or 0) >= 2, 10,
+            lambda: (metric(scrape(port), "es_sched_decider_requeues_total") or 0) >= 2,
+            10,
             "the decider's requeue counter",
-        )  # fmt: skip
+        )
     finally:
         for role in (*workers, decider):
             role.stop()
@@ -106,7 +114,9 @@ def test_a_task_whose_ready_record_was_dead_lettered_is_requeued_and_completed()
         assert dispatched.seq > first.seq
         assert len(_of(events, "task.completed")) == 1, wf
         assert not _of(events, "task.completion_rejected"), wf
-        print(f"\nreconciler: {wf} requeued {waited:.2f}s after it was scheduled (bound "
-              f"{BOUND_S:g}s), {len(_of(events, 'task.requeued'))} requeue(s)")  # fmt: skip
+        print(
+            f"\nreconciler: {wf} requeued {waited:.2f}s after it was scheduled (bound "
+            f"{BOUND_S:g}s), {len(_of(events, 'task.requeued'))} requeue(s)"
+        )
     assert sum(r["workflow_id"] == held for r in ready) >= 2  # the duplicate the dispatcher held
     assert_log_invariants(env, {lost, held})

@@ -42,17 +42,19 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.integration
 
 HOLD = {  # one WAIT task: the workflow runs until it is signalled or canceled
-    "name": "refuse_hold", "version": 1,
+    "name": "refuse_hold",
+    "version": 1,
     "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}],
-}  # fmt: skip
+}
 BROKEN = {
-    "name": "refuse_broken", "version": 1,
+    "name": "refuse_broken",
+    "version": 1,
     "tasks": [
         {"name": "a", "taskReferenceName": "a", "type": "SIMPLE"},
         {"name": "b", "taskReferenceName": "a", "type": "SIMPLE"},
         {"name": "j", "taskReferenceName": "j", "type": "JOIN", "joinOn": ["a"]},
     ],
-}  # fmt: skip
+}
 
 
 def upstream_start(
@@ -60,9 +62,14 @@ def upstream_start(
 ) -> c.StartWorkflow:
     """A StartWorkflow as a service produces it, bypassing es-sched's client and its checks."""
     start = c.StartWorkflow(
-        command_id, workflow_id_for_command(command_id), name=name, version=None,
-        input={"asset": command_id}, correlation_id=f"corr-{command_id}", definition=definition,
-    )  # fmt: skip
+        command_id,
+        workflow_id_for_command(command_id),
+        name=name,
+        version=None,
+        input={"asset": command_id},
+        correlation_id=f"corr-{command_id}",
+        definition=definition,
+    )
     env.send([start], env.topics.commands)
     return start
 
@@ -100,8 +107,9 @@ def test_starts_that_cannot_start_are_answered_by_workflow_rejected_not_dead_let
 
         wait_until(
             lambda: all(rejection(env, s.workflow_id) for s in (unknown, invalid)),
-            60, "both refusals on the events topic",
-        )  # fmt: skip
+            60,
+            "both refusals on the events topic",
+        )
         wait_until(lambda: len(read_to_end(env.topics.dead_letters)) >= 2, 60, "the sentinels")
         dead = {m.value() for m in read_to_end(env.topics.dead_letters)}
         assert dead == {b"\xff sentinel", encode_input(wrong_key)}, "only the sentinels"
@@ -109,11 +117,15 @@ def test_starts_that_cannot_start_are_answered_by_workflow_rejected_not_dead_let
         first = rejection(env, unknown.workflow_id)
         assert first is not None and isinstance(first.payload, WorkflowRejected)
         assert (first.seq, first.causation_id, first.correlation_id) == (
-            0, unknown.input_id, unknown.correlation_id,
-        )  # fmt: skip
+            0,
+            unknown.input_id,
+            unknown.correlation_id,
+        )
         assert (first.payload.command_id, first.payload.command_type, first.payload.name) == (
-            unknown.input_id, "workflow.start", "refuse_nobody_pushed",
-        )  # fmt: skip
+            unknown.input_id,
+            "workflow.start",
+            "refuse_nobody_pushed",
+        )
         assert first.payload.reason == (
             "no definition for workflow 'refuse_nobody_pushed' version (latest): "
             "none embedded and none registered"
@@ -142,9 +154,11 @@ def test_starts_that_cannot_start_are_answered_by_workflow_rejected_not_dead_let
             rows = conn.execute(select(REJECTIONS.c.workflow_id, REJECTIONS.c.reason)).all()
         engine.dispose()
         assert sorted(rows) == sorted(
-            [(unknown.workflow_id, first.payload.reason),
-             (invalid.workflow_id, second.payload.reason)]
-        )  # fmt: skip
+            [
+                (unknown.workflow_id, first.payload.reason),
+                (invalid.workflow_id, second.payload.reason),
+            ]
+        )
         audit = es_sched("replay", "--verify", "--json", env=env.vars)
         assert audit.returncode == 0, audit.stdout + audit.stderr
         report = json.loads(audit.stdout)
@@ -161,8 +175,10 @@ def run_cli(env: Env, *args: str) -> tuple[int, str, str]:
     started = time.monotonic()
     done = es_sched(*args, env=env.vars)
     took = time.monotonic() - started
-    print(f"$ es-sched {' '.join(args)}\n{done.stdout}{done.stderr}exit {done.returncode} "
-          f"after {took:.2f}s")  # fmt: skip
+    print(
+        f"$ es-sched {' '.join(args)}\n{done.stdout}{done.stderr}exit {done.returncode} "
+        f"after {took:.2f}s"
+    )
     last = done.stderr.splitlines()[-1] if done.stderr.strip() else ""
     return done.returncode, done.stdout, last
 

@@ -34,18 +34,24 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.integration
 
 TWO_STEPS = {
-    "name": "rerun_two_steps", "version": 1,
+    "name": "rerun_two_steps",
+    "version": 1,
     "tasks": [
         {"name": "rerun.a", "taskReferenceName": "a", "type": "SIMPLE"},
-        {"name": "rerun.b", "taskReferenceName": "b", "type": "SIMPLE",
-         "inputParameters": {"from_a": "${a.output.ok}"}},
+        {
+            "name": "rerun.b",
+            "taskReferenceName": "b",
+            "type": "SIMPLE",
+            "inputParameters": {"from_a": "${a.output.ok}"},
+        },
     ],
-}  # fmt: skip
+}
 TASKDEFS = [{"name": n, "retryCount": 0} for n in ("rerun.a", "rerun.b")]
 HOLD = {
-    "name": "rerun_hold", "version": 1,
+    "name": "rerun_hold",
+    "version": 1,
     "tasks": [{"name": "hold", "taskReferenceName": "hold", "type": "WAIT"}],
-}  # fmt: skip
+}
 
 
 def status_of(env: Env, workflow_id: str) -> str:

@@ -110,14 +110,26 @@ def outage(s: System) -> tuple[str, int, str, str]:
     try:
         for name, projection in (("projector-pg", "pg"), ("projector-search", "search")):
             port = s.metrics_port[name]
-            wait_until(lambda p=port, j=projection: metric(  # type: ignore[misc]
-                scrape(p), "es_sched_projector_store_up", projection=j) == 0,
-                120, f"{name} to see its store down")  # fmt: skip
+            wait_until(
+                lambda p=port, j=projection: (
+                    metric(  # type: ignore[misc]
+                        scrape(p), "es_sched_projector_store_up", projection=j
+                    )
+                    == 0
+                ),
+                120,
+                f"{name} to see its store down",
+            )
         # Nothing else stopped: workflows keep finishing while both stores are down.
-        wait_until(lambda: len(s.events.ended) >= ended_before + 100, 180,
-                   "100 workflows to finish during the outage")  # fmt: skip
-        lags = {name: metric(scrape(s.metrics_port[name]), "es_sched_consumer_lag_records",
-                             role=name) for name in s.proxies}  # fmt: skip
+        wait_until(
+            lambda: len(s.events.ended) >= ended_before + 100,
+            180,
+            "100 workflows to finish during the outage",
+        )
+        lags = {
+            name: metric(scrape(s.metrics_port[name]), "es_sched_consumer_lag_records", role=name)
+            for name in s.proxies
+        }
         assert all((lag or 0) > 0 for lag in lags.values()), lags
         finished = len(s.events.ended) - ended_before
     finally:
@@ -126,12 +138,14 @@ def outage(s: System) -> tuple[str, int, str, str]:
     back = time.time()
     took = {name: s.recovered(name, back) for name in s.proxies}
     return (
-        "PostgreSQL and the search engine stopped (for the projectors)", in_flight,
+        "PostgreSQL and the search engine stopped (for the projectors)",
+        in_flight,
         f"both projectors reported store_up 0 and lag {lags}; "
         f"{finished} workflows completed meanwhile",
-        "projection resumed " + ", ".join(f"{n.removeprefix('projector-')} {t:.1f} s"
-                                           for n, t in took.items()) + " after the stores' return",
-    )  # fmt: skip
+        "projection resumed "
+        + ", ".join(f"{n.removeprefix('projector-')} {t:.1f} s" for n, t in took.items())
+        + " after the stores' return",
+    )
 
 
 @pytest.mark.timeout(1500)  # ~12 faults in turn, then 2,500+ workflows drained and audited
@@ -147,8 +161,11 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         s.top_up(AT_LEAST)
         # The tail must be fresh when w0 is seen holding leases: a lagging one names tasks w0
         # finished seconds ago (one run failed so: nothing of its "held" was ever taken back).
-        wait_until(lambda: len(s.events.held_by("w0")) >= 3 and s.events.fresh(2.0), 120,
-                   "w0 holding leases, seen by a tail within 2 s of the log end")  # fmt: skip
+        wait_until(
+            lambda: len(s.events.held_by("w0")) >= 3 and s.events.fresh(2.0),
+            120,
+            "w0 holding leases, seen by a tail within 2 s of the log end",
+        )
         in_flight = s.kill("w0")
         killed = time.time()
         # What w0 held when it died: the log as of a record written 2 s after the kill, so the
@@ -156,27 +173,35 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         wait_until(lambda: s.events.last_written() > killed + 2.0, 120, "the log past the kill")
         held = s.events.held_by("w0")
         assert held, "w0 held nothing when it was killed: no take-back to prove"
-        wait_until(lambda: not (held & s.events.held_by("w0")), 180,
-                   "the dead worker's tasks leased to another")  # fmt: skip
+        wait_until(
+            lambda: not (held & s.events.held_by("w0")),
+            180,
+            "the dead worker's tasks leased to another",
+        )
         taken = [(t, w) for t, task, w in s.events.redispatched if task in held and t > killed]
         assert taken and all(w != "w0" for _, w in taken), taken
         wait_until(lambda: held <= s.events.finished, 180, "the taken-back tasks finished")
-        rows.append((
-            "kill -9 worker (not restarted)", in_flight,
-            f"{len(held)} tasks leased to it unfinished at the kill; {len(taken)} leased "
-            f"again to {sorted({w for _, w in taken})}, all finished",
-            f"first taken back {min(t for t, _ in taken) - killed:.1f} s after the kill",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "kill -9 worker (not restarted)",
+                in_flight,
+                f"{len(held)} tasks leased to it unfinished at the kill; {len(taken)} leased "
+                f"again to {sorted({w for _, w in taken})}, all finished",
+                f"first taken back {min(t for t, _ in taken) - killed:.1f} s after the kill",
+            )
+        )
 
         # A zombie decider: a second decider (instance "z") shares the partitions; it is
         # stopped inside an open transaction, past the session timeout.
         main = s.roles["decider"]
         s.top_up(AT_LEAST, margin=400)  # the zombie's 30th transaction is seconds away
         zombie = s.roles["decider-z"] = Role(
-            s.env, "decider-z", ["--role", "decider", "--pause-after-txns", "30",
-                                 "--pause-s", "10"],
-            module=MODULE, ES_SCHED_RUN_INSTANCE="z",
-        )  # fmt: skip
+            s.env,
+            "decider-z",
+            ["--role", "decider", "--pause-after-txns", "30", "--pause-s", "10"],
+            module=MODULE,
+            ES_SCHED_RUN_INSTANCE="z",
+        )
         zombie.wait_log("fault: transaction open with records flushed", 180)
         zombie.proc.send_signal(signal.SIGSTOP)
         stopped = time.time()
@@ -184,8 +209,11 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         mine, mark, main_mark = owned(zombie.text()), len(zombie.text()), len(main.text())
         assert mine and mine != set(range(4)), mine
         try:
-            wait_until(lambda: mine <= restored(main.text()[main_mark:]), 120,
-                       "the other decider to take the zombie's partitions")  # fmt: skip
+            wait_until(
+                lambda: mine <= restored(main.text()[main_mark:]),
+                120,
+                "the other decider to take the zombie's partitions",
+            )
             took_over = time.time() - stopped
         finally:
             zombie.proc.send_signal(signal.SIGCONT)
@@ -197,18 +225,28 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         def ended_txn() -> list[str]:
             return [line for line in since().splitlines() if any(m in line for m in ENDED)]
 
-        wait_until(lambda: bool(ended_txn()) and "restored partition" in since().partition(
-            "revoked partitions")[2], 120, lambda: f"the zombie's transaction ended and the "
-            f"zombie back in the group: {since()[-3000:]}")  # fmt: skip
+        wait_until(
+            lambda: (
+                bool(ended_txn())
+                and "restored partition" in since().partition("revoked partitions")[2]
+            ),
+            120,
+            lambda: (
+                f"the zombie's transaction ended and the "
+                f"zombie back in the group: {since()[-3000:]}"
+            ),
+        )
         aborted = ended_txn()[0]
-        rows.append((
-            "zombie decider (SIGSTOP in an open transaction past the session timeout, SIGCONT)",
-            in_flight,
-            f"the other decider restored the zombie's partitions {sorted(mine)} "
-            f"{took_over:.1f} s after the SIGSTOP; the zombie, continued: "
-            + aborted.split(": ", 1)[-1][:200],
-            f"zombie rejoined {time.time() - woke:.1f} s after SIGCONT",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "zombie decider (SIGSTOP in an open transaction past the session timeout, SIGCONT)",
+                in_flight,
+                f"the other decider restored the zombie's partitions {sorted(mine)} "
+                f"{took_over:.1f} s after the SIGSTOP; the zombie, continued: "
+                + aborted.split(": ", 1)[-1][:200],
+                f"zombie rejoined {time.time() - woke:.1f} s after SIGCONT",
+            )
+        )
 
         # A twin: a decider started with the first decider's instance id fences it at once.
         s.top_up(AT_LEAST)
@@ -221,20 +259,31 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         assert main.proc.returncode != 0
         assert f"transactional.id '{s.env.prefix}-decider-0' was fenced" in text
         assert "ES_SCHED_RUN_INSTANCE must be unique" in text
-        rows.append((
-            "second decider process with the same instance id", in_flight,
-            "the first logged its transactional.id fenced and exited "
-            f"{main.proc.returncode}",
-            f"first stopped {fenced_after:.1f} s after the twin started",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "second decider process with the same instance id",
+                in_flight,
+                f"the first logged its transactional.id fenced and exited {main.proc.returncode}",
+                f"first stopped {fenced_after:.1f} s after the twin started",
+            )
+        )
 
         rows.append(outage(s))
 
-        wait_until(s.all_ended, 420, lambda: f"every workflow to end "
-                   f"({len(s.submitted - s.events.ended)} open)")  # fmt: skip
+        wait_until(
+            s.all_ended,
+            420,
+            lambda: f"every workflow to end ({len(s.submitted - s.events.ended)} open)",
+        )
         assert_log_invariants(s.env, s.submitted, read_models=True)
         total = len(s.submitted)
     for fault, in_flight, proof, recovery in rows:
-        fault_report.record(fault_report.Row(
-            fault, in_flight, proof, f"I1-I5 clean ({total:,} workflows)", recovery,
-        ))  # fmt: skip
+        fault_report.record(
+            fault_report.Row(
+                fault,
+                in_flight,
+                proof,
+                f"I1-I5 clean ({total:,} workflows)",
+                recovery,
+            )
+        )

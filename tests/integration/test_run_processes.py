@@ -59,14 +59,28 @@ def test_two_decider_processes_share_the_partitions_and_take_over_from_a_dead_on
     env = Env()
     env.create()
     env.push_files(*MEDIA)
-    argv = ["run", "--processes", "2", "--max-restarts", "1",
-            "--role", "decider", "--role", "timers", "--role", "retry"]  # fmt: skip
+    argv = [
+        "run",
+        "--processes",
+        "2",
+        "--max-restarts",
+        "1",
+        "--role",
+        "decider",
+        "--role",
+        "timers",
+        "--role",
+        "retry",
+    ]
     parent = Role(env, "processes", argv=argv, ES_SCHED_RUN_INSTANCE="s")
     try:
         with Worker(env):
             both = ["s-0", "s-1"]
-            wait_until(lambda: sorted(k for k, v in owners(env).items() if v) == both, 90,
-                       "both children own partitions")  # fmt: skip
+            wait_until(
+                lambda: sorted(k for k, v in owners(env).items() if v) == both,
+                90,
+                "both children own partitions",
+            )
             split = owners(env)
             assert sorted(split["s-0"] + split["s-1"]) == [0, 1, 2, 3], split
             ids = {s.workflow_id for s in env.submit("media_pipeline", media_inputs(40, "a"))}
@@ -76,8 +90,11 @@ def test_two_decider_processes_share_the_partitions_and_take_over_from_a_dead_on
             [victim] = [p for s, p in pids(parent) if s == 1]
             restores, before = len(RESTORED_P1.findall(parent.text())), len(parent.text())
             os.kill(victim, signal.SIGKILL)
-            wait_until(lambda: len(RESTORED_P1.findall(parent.text())) > restores, 60,
-                       "slot 1 restarted and restored its partitions")  # fmt: skip
+            wait_until(
+                lambda: len(RESTORED_P1.findall(parent.text())) > restores,
+                60,
+                "slot 1 restarted and restored its partitions",
+            )
             assert len(pids(parent)) == 3 and "exited with status -9" in parent.text()
             assert owners(env) == split, "the restarted slot got another assignment"
             since = parent.text()[before:]
@@ -86,8 +103,11 @@ def test_two_decider_processes_share_the_partitions_and_take_over_from_a_dead_on
             # killed again at once: a crash loop past --max-restarts 1, the slot stays down
             os.kill(pids(parent)[-1][1], signal.SIGKILL)
             parent.wait_log("process 1 stays down", 60)
-            wait_until(lambda: owners(env) == {"s-0": [0, 1, 2, 3]}, 90,
-                       lambda: f"slot 0 owning every partition, have {owners(env)}")  # fmt: skip
+            wait_until(
+                lambda: owners(env) == {"s-0": [0, 1, 2, 3]},
+                90,
+                lambda: f"slot 0 owning every partition, have {owners(env)}",
+            )
             more = {s.workflow_id for s in env.submit("media_pipeline", media_inputs(40, "b"))}
             wait_until(lambda: completed(env) >= 80, 180, "80 workflows completed")
     finally:

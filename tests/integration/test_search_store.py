@@ -30,8 +30,13 @@ TOPIC = "es-sched-events"
 
 
 def settings_for(url: str, flavor: str, prefix: str) -> Settings:
-    return settings_with({"ES_SCHED_SEARCH_URL": url, "ES_SCHED_SEARCH_FLAVOR": flavor,
-                          "ES_SCHED_SEARCH_INDEX_PREFIX": prefix})  # fmt: skip
+    return settings_with(
+        {
+            "ES_SCHED_SEARCH_URL": url,
+            "ES_SCHED_SEARCH_FLAVOR": flavor,
+            "ES_SCHED_SEARCH_INDEX_PREFIX": prefix,
+        }
+    )
 
 
 def rows_after(name: str, count: int | None = None, suffix: str = "") -> Rows:

@@ -37,19 +37,29 @@ def test_two_dispatchers_never_overcommit_a_shared_worker() -> None:
     env.create()
     a, b = _two_types_on_two_partitions(env.partitions)
     pair = {
-        "name": "pair", "version": 1,
+        "name": "pair",
+        "version": 1,
         "tasks": [
-            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN",
-             "forkTasks": [[{"name": a, "taskReferenceName": "a"}],
-                           [{"name": b, "taskReferenceName": "b"}]]},
+            {
+                "name": "fork",
+                "taskReferenceName": "fork",
+                "type": "FORK_JOIN",
+                "forkTasks": [
+                    [{"name": a, "taskReferenceName": "a"}],
+                    [{"name": b, "taskReferenceName": "b"}],
+                ],
+            },
             {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["a", "b"]},
         ],
-    }  # fmt: skip
+    }
     env.push(pair, [{"name": n, "retryCount": 0, "resources": {"cpu": 1}} for n in (a, b)])
     worker = Worker(
-        worker_id="shared", concurrency=8, settings=env.settings, heartbeat_s=0.5,
+        worker_id="shared",
+        concurrency=8,
+        settings=env.settings,
+        heartbeat_s=0.5,
         capacity=Capacity(cpu=2.0, memory_mb=8000),
-    )  # fmt: skip
+    )
     peak = Peak()
 
     def work(ctx: TaskContext, task_input: JSON) -> JSON:

@@ -46,9 +46,13 @@ def _env(**extra: str) -> Env:
 
 def _slow_worker(env: Env, worker_id: str, seconds: float, concurrency: int = 2) -> Role:
     return Role(
-        env, worker_id, [worker_id], module="tests.integration.slow_worker",
-        SLOW_WORKER_S=str(seconds), SLOW_WORKER_CONCURRENCY=str(concurrency),
-    )  # fmt: skip
+        env,
+        worker_id,
+        [worker_id],
+        module="tests.integration.slow_worker",
+        SLOW_WORKER_S=str(seconds),
+        SLOW_WORKER_CONCURRENCY=str(concurrency),
+    )
 
 
 def _wait_up(roles: list[Role], worker: Role) -> None:
@@ -113,9 +117,15 @@ def test_a_frozen_workers_late_completion_is_rejected() -> None:
         frozen.wait_log("ended after cancellation", 30)  # the SDK dropped the result
         old = _first_assignment(env, "frozen")
         late = c.ReportCompleted(
-            "late-report", wf, task_id=old.task_id, attempt=old.attempt, worker_id="frozen",
-            lease_epoch=old.lease_epoch, lease_token=old.lease_token, output={"by": "frozen"},
-        )  # fmt: skip
+            "late-report",
+            wf,
+            task_id=old.task_id,
+            attempt=old.attempt,
+            worker_id="frozen",
+            lease_epoch=old.lease_epoch,
+            lease_token=old.lease_token,
+            output={"by": "frozen"},
+        )
         env.send([late], env.topics.task_results)
 
         def rejected() -> bool:
@@ -131,9 +141,10 @@ def test_a_frozen_workers_late_completion_is_rejected() -> None:
     # "started" report still in its producer when SIGSTOP landed is delivered after SIGCONT
     # and refused as a lease mismatch (seen once in CI under load: two rejections).
     [reject] = [
-        e for e in events
+        e
+        for e in events
         if e.type == "task.completion_rejected" and e.causation_id == late.command_id
-    ]  # fmt: skip
+    ]
     assert getattr(reject.payload, "worker_id", "") == "frozen"
     assert "lease mismatch" in getattr(reject.payload, "reason", "") or "already" in getattr(
         reject.payload, "reason", ""
@@ -157,8 +168,10 @@ def test_a_killed_workers_leases_are_reclaimed() -> None:
             by_wf = read_events(env)
             return sum(
                 getattr(e.payload, "worker_id", "") == "doomed"
-                for s in starts for e in by_wf.get(s.workflow_id, []) if e.type == "task.started"
-            )  # fmt: skip
+                for s in starts
+                for e in by_wf.get(s.workflow_id, [])
+                if e.type == "task.started"
+            )
 
         wait_until(lambda: started_on_doomed() == 3, 60, "doomed's 3 started reports in the log")
         os.kill(doomed.proc.pid, signal.SIGKILL)  # no heartbeat, no report, no hand-back, ever

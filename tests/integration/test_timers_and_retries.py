@@ -138,9 +138,12 @@ def test_timers_fire_once_at_their_time_and_survive_a_restart() -> None:
     def write(name: str, kind: str, task_id: str | None, due_s: float) -> tuple[str, datetime]:
         due = t0 + timedelta(seconds=due_s)
         doc = {
-            "timer_id": f"timer-{name}", "workflow_id": f"wf-{name}", "kind": kind,
-            "task_id": task_id, "due_at": due.isoformat(),
-        }  # fmt: skip
+            "timer_id": f"timer-{name}",
+            "workflow_id": f"wf-{name}",
+            "kind": kind,
+            "task_id": task_id,
+            "due_at": due.isoformat(),
+        }
         p.produce(topics.timers, key=f"timer-{name}", value=json.dumps(doc).encode())
         return f"timer:timer-{name}:{due.isoformat()}", due
 
@@ -162,9 +165,10 @@ def test_timers_fire_once_at_their_time_and_survive_a_restart() -> None:
             wait_until(lambda: len(commands.read()) >= 1, 30, "the first timer to fire")
         with running(TimerService(settings)):  # a restart: state comes back from the topic
             wait_until(
-                lambda: {f.workflow_id for f in fires(commands.read())} >= set(expected), 30,
+                lambda: {f.workflow_id for f in fires(commands.read())} >= set(expected),
+                30,
                 lambda: f"every due timer to fire (fired: {len(commands.messages)})",
-            )  # fmt: skip
+            )
     finally:
         commands.close()
 
@@ -204,9 +208,13 @@ def test_retry_relay_releases_due_retries_once_at_the_capped_rate() -> None:
             )
             for i in range(50):
                 doc = {
-                    "workflow_id": f"wf-{i}", "task_id": f"task-{i}", "attempt": 1,
-                    "next_attempt": 2, "due_at": due.isoformat(), "delay_seconds": 1.0,
-                }  # fmt: skip
+                    "workflow_id": f"wf-{i}",
+                    "task_id": f"task-{i}",
+                    "attempt": 1,
+                    "next_attempt": 2,
+                    "due_at": due.isoformat(),
+                    "delay_seconds": 1.0,
+                }
                 p.produce(tier, key=f"wf-{i}", value=json.dumps(doc).encode())
             assert p.flush(30) == 0
             wait_until(lambda: len(commands.read()) >= 50, 60, "50 released retries")
@@ -224,8 +232,10 @@ def test_retry_relay_releases_due_retries_once_at_the_capped_rate() -> None:
     # 20 tokens at the due time, then 20/s: the 50th needs 1.5 s more (10 ms for ms rounding).
     span_s = (stamps[-1] - ms(due)) / 1000
     assert span_s >= 1.49, f"rate not capped: 50 released within {span_s:.3f} s"
-    print(f"\nretry relay: 50 released {span_s:.3f} s after due; after the burst of 20, "
-          f"{30 / ((stamps[-1] - stamps[19]) / 1000):.1f}/s")  # fmt: skip
+    print(
+        f"\nretry relay: 50 released {span_s:.3f} s after due; after the burst of 20, "
+        f"{30 / ((stamps[-1] - stamps[19]) / 1000):.1f}/s"
+    )
 
     (letter,) = read_to_end(topics.dead_letters)
     headers = header_map(letter)
@@ -352,16 +362,16 @@ def test_a_wait_and_a_retry_delay_survive_restarts_of_their_roles() -> None:
     events = read_events(env)[wf]
     pause_id = task_id(events, "pause")
     waited = next(
-        e for e in events
+        e
+        for e in events
         if e.type == "task.completed" and getattr(e.payload, "task_id", "") == pause_id
-    )  # fmt: skip
+    )
     scheduled = next(e for e in events if e.type == "task.scheduled")
     assert (waited.occurred_at - scheduled.occurred_at).total_seconds() >= 5
     assert attempts(events)["flaky"] == 2
     second = next(
-        e for e in events
-        if e.type == "task.scheduled" and getattr(e.payload, "attempt", 1) == 2
-    )  # fmt: skip
+        e for e in events if e.type == "task.scheduled" and getattr(e.payload, "attempt", 1) == 2
+    )
     assert second.occurred_at >= retry.due_at  # the retry delay was honoured
 
 

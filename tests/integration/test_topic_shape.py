@@ -98,8 +98,9 @@ def test_the_ready_topic_keeps_records_for_the_reconciler_and_shorter_is_refused
     created = Topics(prefix, 2, requeue_after_s=bound_s)
     ensure_topics(BOOTSTRAP, created)
     assert _config(created.ready, "retention.ms", "retention.bytes") == {
-        "retention.ms": str(int(4 * bound_s * 1000)), "retention.bytes": "-1",
-    }  # fmt: skip
+        "retention.ms": str(int(4 * bound_s * 1000)),
+        "retention.bytes": "-1",
+    }
     # A ready topic created before the reconciler (broker defaults: a week) passes a 300 s bound.
     old = unique_name()
     ensure_topic(BOOTSTRAP, f"{old}.ready", 2)

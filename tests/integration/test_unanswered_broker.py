@@ -52,8 +52,11 @@ def test_a_paused_broker_is_trouble_for_a_static_member_and_an_answering_one_is_
         wait_until(lambda: cons.poll(0.2) is None and assigned.is_set(), 60, "the assignment")
         # Answering: a few stats reports (one a second) pass with no trouble.
         until = time.monotonic() + 3 * UNANSWERED_S / 5 + 1
-        wait_until(lambda: cons.poll(0.2) is None and time.monotonic() > until, 30,
-                   "three statistics reports")  # fmt: skip
+        wait_until(
+            lambda: cons.poll(0.2) is None and time.monotonic() > until,
+            30,
+            "three statistics reports",
+        )
         assert not member.troubled(), "a broker that answers is no trouble"
         pid = kafka.pid
         assert pid is not None
@@ -61,8 +64,11 @@ def test_a_paused_broker_is_trouble_for_a_static_member_and_an_answering_one_is_
         stopped_at = time.monotonic()
         try:
             wait_until(lambda: process_state(pid) == "T", 10, "the broker to stop")
-            wait_until(lambda: cons.poll(0.2) is None and member.troubled(), 30,
-                       "the member to see trouble")  # fmt: skip
+            wait_until(
+                lambda: cons.poll(0.2) is None and member.troubled(),
+                30,
+                "the member to see trouble",
+            )
             took = time.monotonic() - stopped_at
             assert process_state(pid) == "T", "still stopped when the trouble was seen"
         finally:

@@ -55,9 +55,15 @@ def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None
     env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": str(H)})
     env.create()
     starts = tmp_path / "starts.txt"
-    worker = Role(env, "sleeper", ["sleeper"], module="tests.integration.ticking_worker",
-                  TICK_FILE=str(tmp_path / "ticks.txt"), START_FILE=str(starts),
-                  TICK_SECONDS="1")  # fmt: skip
+    worker = Role(
+        env,
+        "sleeper",
+        ["sleeper"],
+        module="tests.integration.ticking_worker",
+        TICK_FILE=str(tmp_path / "ticks.txt"),
+        START_FILE=str(starts),
+        TICK_SECONDS="1",
+    )
     d = Dispatcher(env.settings)
     try:
         worker.wait_log("started", 60)
@@ -65,28 +71,41 @@ def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None
         frozen_at = time.monotonic()
         later = _iso(datetime.now(UTC) + timedelta(minutes=10))
         # What a dispatcher writes for a worker that stopped heartbeating, in partition order:
-        cancelled = d.assign("sleeper", "tick.step", {}, task_id="cancelled", lease_epoch=1,
-                             lease_expires_at=later)  # fmt: skip
+        cancelled = d.assign(
+            "sleeper", "tick.step", {}, task_id="cancelled", lease_epoch=1, lease_expires_at=later
+        )
         d.cancel(cancelled)  # cancel, terminate, a timeout: it follows the assignment
         lapsing = datetime.now(UTC) + timedelta(seconds=H)
-        d.assign("sleeper", "tick.step", {}, task_id="expired", lease_epoch=1,
-                 lease_expires_at=_iso(lapsing))  # fmt: skip
+        d.assign(
+            "sleeper",
+            "tick.step",
+            {},
+            task_id="expired",
+            lease_epoch=1,
+            lease_expires_at=_iso(lapsing),
+        )
         d.cancel_task("sleeper", "overtaken", 2, "preempted")  # another dispatcher's, earlier
-        d.assign("sleeper", "tick.step", {}, task_id="overtaken", lease_epoch=2,
-                 lease_expires_at=later)  # fmt: skip
-        live = d.assign("sleeper", "tick.step", {}, task_id="live", lease_epoch=1,
-                        lease_expires_at=later)  # fmt: skip
+        d.assign(
+            "sleeper", "tick.step", {}, task_id="overtaken", lease_epoch=2, lease_expires_at=later
+        )
+        live = d.assign(
+            "sleeper", "tick.step", {}, task_id="live", lease_epoch=1, lease_expires_at=later
+        )
         # The fault: the lease of "expired" runs out while the worker is silent for longer
         # than the shortest lease (3 heartbeats), so the dispatcher would have expired it.
         wait_until(
             lambda: datetime.now(UTC) > lapsing and time.monotonic() - frozen_at > 3.5 * H,
-            30, "the frozen worker's silence to outlast a lease",
-        )  # fmt: skip
+            30,
+            "the frozen worker's silence to outlast a lease",
+        )
         worker.proc.send_signal(signal.SIGCONT)
         # The live assignment is the last record: once it started, everything before it was
         # read and decided on (one handler at a time, in partition order).
-        wait_until(lambda: any(s.startswith("live ") for s in _lines(starts)), 30,
-                   lambda: f"the live task to start; started so far: {_lines(starts)}")  # fmt: skip
+        wait_until(
+            lambda: any(s.startswith("live ") for s in _lines(starts)),
+            30,
+            lambda: f"the live task to start; started so far: {_lines(starts)}",
+        )
         assert _lines(starts) == ["live 1 sleeper"], "stale assignments were started"
         stale = ("cancelled", "expired", "overtaken")
         wait_until(lambda: all(d.types(t) for t in stale), 30, "a report of each stale task")
@@ -102,8 +121,11 @@ def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None
         "expired": ["worker.task_declined"],
         "overtaken": ["worker.task_cancelled"],
     }
-    reasons = {t: rs[0].reason for t, rs in reports.items()
-               if isinstance(rs[0], c.ReportCancelled | c.ReportDeclined)}  # fmt: skip
+    reasons = {
+        t: rs[0].reason
+        for t, rs in reports.items()
+        if isinstance(rs[0], c.ReportCancelled | c.ReportDeclined)
+    }
     assert reasons["cancelled"] == "cancelled before it started: canceled"
     assert "lease expired" in reasons["expired"] and "not heartbeating" in reasons["expired"]
     assert reasons["overtaken"] == "cancelled before it started"
@@ -150,8 +172,14 @@ def test_a_cancelled_transcode_ends_ffmpegs_process_group(
         pytest.fail("ffmpeg/ffprobe missing: `es-sched stack up` installs them")
     clip = make_clip(tmp_path / "long.mp4", 60, "320x180", rate=15)
     w = register_media(make_worker(settings), settings)
-    task = {"source": uri_of(clip), "height": 720, "codec": "h265", "preset": "slow",
-            "name": "cancelled", "output_dir": str(tmp_path / "out")}  # fmt: skip
+    task = {
+        "source": uri_of(clip),
+        "height": 720,
+        "codec": "h265",
+        "preset": "slow",
+        "name": "cancelled",
+        "output_dir": str(tmp_path / "out"),
+    }
     with Running(w):
         a = dispatcher.assign(w.worker_id, "media.transcode", task)
         wait_until(lambda: len(children(os.getpid(), "ffmpeg")) == 1, 60, "ffmpeg to run")

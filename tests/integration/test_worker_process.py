@@ -123,9 +123,17 @@ def test_cli_noop_worker_echoes_and_stops_on_sigterm(
     worker_id = f"cli-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, **vars_of(settings)}
     cmd = [
-        sys.executable, "-c", "from es_sched.cli.worker import worker; worker()",
-        "--noop", "--types", "a,b", "--worker-id", worker_id, "--heartbeat-s", "0.2",
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        "from es_sched.cli.worker import worker; worker()",
+        "--noop",
+        "--types",
+        "a,b",
+        "--worker-id",
+        worker_id,
+        "--heartbeat-s",
+        "0.2",
+    ]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None

@@ -61,8 +61,11 @@ def test_a_quick_task_sends_one_report_and_a_long_one_its_start_while_it_runs(
         g = dispatcher.assign(w.worker_id, "gated", {})
         done = dispatcher.final(q.task_id)
         # The gated handler is still running: its start must come on its own.
-        wait_until(lambda: dispatcher.types(g.task_id) == ["worker.task_started"], 15,
-                   "the gated task's start, reported while it runs")  # fmt: skip
+        wait_until(
+            lambda: dispatcher.types(g.task_id) == ["worker.task_started"],
+            15,
+            "the gated task's start, reported while it runs",
+        )
         gate.set()
         done_g = dispatcher.final(g.task_id)
     assert dispatcher.types(q.task_id) == ["worker.task_completed"]
@@ -100,8 +103,11 @@ def test_through_the_decider_the_history_keeps_every_start_and_the_audit_passes(
     for wf, events in read_events(env).items():
         if wf not in ids:
             continue
-        steps = [(e.type, getattr(e.payload, "task_id", None)) for e in events
-                 if e.type in ("task.started", "task.completed")]  # fmt: skip
+        steps = [
+            (e.type, getattr(e.payload, "task_id", None))
+            for e in events
+            if e.type in ("task.started", "task.completed")
+        ]
         tasks = {t for _, t in steps}
         assert len(tasks) == 3, steps
         for t in tasks:

@@ -83,8 +83,9 @@ class Dispatcher:
         the worker wrote before has then been read too. How a test shows none came after."""
         task_id = f"sentinel-{uuid.uuid4().hex}"
         mark = c.ReportProgress(f"in-{task_id}", workflow_id, task_id=task_id)
-        self.producer.produce(self.topics.task_results, key=workflow_id.encode(),
-                              value=encode_input(mark))  # fmt: skip
+        self.producer.produce(
+            self.topics.task_results, key=workflow_id.encode(), value=encode_input(mark)
+        )
         assert self.producer.flush(10) == 0
         wait_until(lambda: bool(self.reports(task_id)), 15, "the sentinel report")
 

@@ -18,9 +18,13 @@ INSTALL = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromiu
 # Quiet, headless and alone: no sandbox (containers lack the namespaces), no GPU, nothing that
 # phones home or updates itself while a test runs.
 ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def chromium_path() -> tuple[Path | None, str]:

@@ -17,6 +17,10 @@ def es_sched(
     """Run ``es-sched ARGS`` to its end; the caller checks ``returncode`` and the output."""
     return subprocess.run(
         [sys.executable, "-m", "es_sched", *args],
-        cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-        timeout=timeout_s, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -25,8 +25,12 @@ def rerun_with_python_core(nodeid: str) -> bool:
     env = {**os.environ, "ES_SCHED_CORE": "pure"}
     child = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", nodeid],
-        env=env, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     passed = child.returncode == 0 and re.search(r"^1 passed", child.stdout, re.M)
     assert passed, child.stdout[-3000:]
     return True
@@ -36,8 +40,12 @@ def run_with_python_core(code: str, env: dict[str, str]) -> str:
     """Run ``code`` (a Python program) in a child whose core is the Python files, with ``env``
     added to this process's environment; its standard output, or a failure with its errors."""
     child = subprocess.run(
-        [sys.executable, "-c", code], env={**os.environ, **env, "ES_SCHED_CORE": "pure"},
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        env={**os.environ, **env, "ES_SCHED_CORE": "pure"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     return child.stdout

@@ -59,8 +59,9 @@ def read_to_end(
     the one each partition had then (a polling check asks again). Waiting for every partition
     to be at its end at one instant instead may never happen under a steady load.
     """
-    reader = consumer(bootstrap, None, **{"isolation.level": isolation,
-                                          "enable.partition.eof": True})  # fmt: skip
+    reader = consumer(
+        bootstrap, None, **{"isolation.level": isolation, "enable.partition.eof": True}
+    )
     try:
         parts = partitions_of(reader, topic)
         reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
@@ -146,7 +147,8 @@ def numbered_topic(name: str, partitions: int, records: int, bootstrap: str = BO
     p = producer(bootstrap, None)
     for partition in range(partitions):
         for i in range(records):
-            p.produce(name, f"{partition}-{i}".encode(), partition=partition,
-                      on_delivery=check_delivery)  # fmt: skip
+            p.produce(
+                name, f"{partition}-{i}".encode(), partition=partition, on_delivery=check_delivery
+            )
     assert p.flush(30) == 0, f"records of {name} not acknowledged"
     return name

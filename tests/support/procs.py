@@ -46,8 +46,11 @@ def stacks(proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 10.0) ->
     before = log.read_text(errors="replace").count(MARKER)
     proc.send_signal(signal.SIGUSR1)
     try:
-        wait_until(lambda: log.read_text(errors="replace").count(MARKER) > before, timeout_s,
-                   "the stacks in the log")  # fmt: skip
+        wait_until(
+            lambda: log.read_text(errors="replace").count(MARKER) > before,
+            timeout_s,
+            "the stacks in the log",
+        )
     except AssertionError:
         return f"(no stacks logged within {timeout_s:g}s of SIGUSR1)"
     text = log.read_text(errors="replace")

@@ -90,6 +90,7 @@ def private_settings(
 def vars_of(settings: Settings) -> dict[str, str]:
     """The private variables of ``settings`` (built by ``private_settings``), for a child."""
     return private_vars(
-        settings.kafka.topic_prefix, settings.kafka.partitions,
+        settings.kafka.topic_prefix,
+        settings.kafka.partitions,
         settings.dispatch.assignment_partitions,
-    )  # fmt: skip
+    )

@@ -12,9 +12,11 @@ MAX_PAUSE_S = 1.0
 
 
 def wait_until(
-    check: Callable[[], bool], timeout_s: float, what: str | Callable[[], str],
+    check: Callable[[], bool],
+    timeout_s: float,
+    what: str | Callable[[], str],
     every_s: float = 0.05,
-) -> None:  # fmt: skip
+) -> None:
     """Return once ``check()`` is true; raise ``AssertionError`` naming ``what`` after
     ``timeout_s``. ``what`` may be a callable, to describe the state at the timeout.
 
@@ -46,8 +48,9 @@ def wait_for_log(
             return True
         if exited:
             assert proc is not None
-            raise AssertionError(f"{log.name}: exited {proc.returncode} before {text!r}:\n"
-                                 f"{_tail(log)}")  # fmt: skip
+            raise AssertionError(
+                f"{log.name}: exited {proc.returncode} before {text!r}:\n{_tail(log)}"
+            )
         return False
 
     wait_until(seen, timeout_s, lambda: f"{text!r} in {log}:\n{_tail(log)}")

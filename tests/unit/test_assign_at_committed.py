@@ -49,8 +49,10 @@ class Coordinator:
         error = self.errors.pop(0) if self.errors else None
         if isinstance(error, KafkaError):
             raise KafkaException(error)
-        out = [Answer(tp.topic, tp.partition, self.offsets.get(tp.partition, OFFSET_INVALID))
-               for tp in partitions]  # fmt: skip
+        out = [
+            Answer(tp.topic, tp.partition, self.offsets.get(tp.partition, OFFSET_INVALID))
+            for tp in partitions
+        ]
         if error is not None:
             out[error[0]].error = error[1]
         return out
@@ -66,8 +68,13 @@ def offsets(assigned: list[TP]) -> list[tuple[int, int]]:
 def test_a_not_coordinator_answer_is_asked_again_and_nothing_is_assigned_unset() -> None:
     """The request-level NOT_COORDINATOR of the issue, then a partition's pending transactional
     commit: both asked again; the partition with nothing committed starts at its beginning."""
-    cons = Coordinator({0: 42}, [KafkaError(KafkaError.NOT_COORDINATOR),
-                                 (1, KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT))])  # fmt: skip
+    cons = Coordinator(
+        {0: 42},
+        [
+            KafkaError(KafkaError.NOT_COORDINATOR),
+            (1, KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT)),
+        ],
+    )
     got = assign_at_committed(cons, [TP("t", 0), TP("t", 1)], threading.Event())
     assert cons.asked == 3
     assert [offsets(a) for a in cons.assigned] == [[(0, 42), (1, OFFSET_BEGINNING)]]

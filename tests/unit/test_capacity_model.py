@@ -16,18 +16,39 @@ import capacity
 from capacity import OUTSIDE, Measured, ceilings, one_machine_check, project, restore_s
 
 ROUND = Measured(
-    cores=2, decider_inputs_per_s=4_000, inputs_per_workflow=20, events_per_workflow=40,
-    tasks_per_workflow=10, inputs_per_transaction=100, dispatcher_tasks_per_s=4_000,
-    pg_events_per_s=5_000, search_events_per_s=5_000, restore_records_per_s=10_000,
-    records_per_state=2, kib_per_state=4, cpu_ms_per_workflow=40, broker_records_per_s=30_000,
-    e2e_workflows_per_s=40, side_by_side_workflows_per_s=None, sources=(),
-)  # fmt: skip
-PARAMS = {**OUTSIDE, "replication_factor": 3, "partitions_per_broker": 4_000,
-          "partitions_per_cluster": 200_000, "txn_per_s_per_broker": 1_000,
-          "pg_row_writes_per_s": 80_000, "pg_rows_per_event": 2,
-          "search_docs_per_s_per_node": 20_000, "search_docs_per_event": 2,
-          "machines_per_search_node": 4, "decider_partitions": 64, "workflow_keyed_topics": 10,
-          "retain_finished_s": 3_600}  # fmt: skip
+    cores=2,
+    decider_inputs_per_s=4_000,
+    inputs_per_workflow=20,
+    events_per_workflow=40,
+    tasks_per_workflow=10,
+    inputs_per_transaction=100,
+    dispatcher_tasks_per_s=4_000,
+    pg_events_per_s=5_000,
+    search_events_per_s=5_000,
+    restore_records_per_s=10_000,
+    records_per_state=2,
+    kib_per_state=4,
+    cpu_ms_per_workflow=40,
+    broker_records_per_s=30_000,
+    e2e_workflows_per_s=40,
+    side_by_side_workflows_per_s=None,
+    sources=(),
+)
+PARAMS = {
+    **OUTSIDE,
+    "replication_factor": 3,
+    "partitions_per_broker": 4_000,
+    "partitions_per_cluster": 200_000,
+    "txn_per_s_per_broker": 1_000,
+    "pg_row_writes_per_s": 80_000,
+    "pg_rows_per_event": 2,
+    "search_docs_per_s_per_node": 20_000,
+    "search_docs_per_event": 2,
+    "machines_per_search_node": 4,
+    "decider_partitions": 64,
+    "workflow_keyed_topics": 10,
+    "retain_finished_s": 3_600,
+}
 
 
 def test_records_per_workflow_counts_inputs_snapshots_events_ready_and_assignments() -> None:

@@ -32,10 +32,17 @@ class FakeClient:
 
 @pytest.mark.parametrize(
     "argv",
-    [["cancel", "wf-1"], ["terminate", "wf-1"], ["retry", "wf-1"], ["pause", "wf-1"],
-     ["resume", "wf-1"], ["signal", "wf-1"], ["restart", "wf-1"],
-     ["rerun", "wf-1", "--from-task", "encode"]],
-)  # fmt: skip
+    [
+        ["cancel", "wf-1"],
+        ["terminate", "wf-1"],
+        ["retry", "wf-1"],
+        ["pause", "wf-1"],
+        ["resume", "wf-1"],
+        ["signal", "wf-1"],
+        ["restart", "wf-1"],
+        ["rerun", "wf-1", "--from-task", "encode"],
+    ],
+)
 def test_control_commands_send_the_os_user_as_actor(
     argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

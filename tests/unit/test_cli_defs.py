@@ -14,23 +14,38 @@ from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.simulate import Simulation
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ("examples/media_pipeline.json", "examples/media_taskdefs.json",
-            "examples/editorial_review.json", "examples/clip_highlights.json")  # fmt: skip
+EXAMPLES = (
+    "examples/media_pipeline.json",
+    "examples/media_taskdefs.json",
+    "examples/editorial_review.json",
+    "examples/clip_highlights.json",
+)
 MEDIA = ("examples/media_pipeline.json", "--taskdefs", "examples/media_taskdefs.json")
 MEDIA_INPUT = {"source_uri": "s3://in/match.mp4", "asset_id": "a1", "callback_url": "http://cb"}
 SMALL = {
-    "name": "small", "version": 1,
-    "tasks": [{"name": "a", "taskReferenceName": "a", "type": "SIMPLE",
-               "inputParameters": {"x": "${workflow.input.x}"}}],
+    "name": "small",
+    "version": 1,
+    "tasks": [
+        {
+            "name": "a",
+            "taskReferenceName": "a",
+            "type": "SIMPLE",
+            "inputParameters": {"x": "${workflow.input.x}"},
+        }
+    ],
     "outputParameters": {"a": "${a.output}"},
-}  # fmt: skip
+}
 
 
 def defs(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "es_sched", "defs", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def flat(text: str) -> str:
@@ -43,8 +58,9 @@ def simulate(
 ) -> dict[str, Any]:
     script_path = tmp_path / "script.json"
     script_path.write_text(json.dumps(script))
-    res = defs("simulate", *paths, "--input", json.dumps(inp), "--script", str(script_path),
-               "--json")  # fmt: skip
+    res = defs(
+        "simulate", *paths, "--input", json.dumps(inp), "--script", str(script_path), "--json"
+    )
     assert res.returncode == 0, res.stderr
     result: dict[str, Any] = json.loads(res.stdout)
     check_shape(result)
@@ -94,11 +110,23 @@ def test_validate_examples_json() -> None:
 
 def test_validate_broken_definition_lists_every_problem_with_its_task(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
-    broken.write_text(json.dumps({"name": "broken", "version": 1, "tasks": [
-        {"name": "a", "taskReferenceName": "a", "type": "SIMPLE",
-         "inputParameters": {"x": "${ghost.output.y}"}},
-        {"name": "j", "taskReferenceName": "j", "type": "JOIN", "joinOn": ["a"]},
-    ]}))  # fmt: skip
+    broken.write_text(
+        json.dumps(
+            {
+                "name": "broken",
+                "version": 1,
+                "tasks": [
+                    {
+                        "name": "a",
+                        "taskReferenceName": "a",
+                        "type": "SIMPLE",
+                        "inputParameters": {"x": "${ghost.output.y}"},
+                    },
+                    {"name": "j", "taskReferenceName": "j", "type": "JOIN", "joinOn": ["a"]},
+                ],
+            }
+        )
+    )
     res = defs("validate", str(broken))
     assert res.returncode == 1
     out = flat(res.stdout)
@@ -148,8 +176,9 @@ def test_simulate_1080p_source_transcodes_four_renditions_and_packages_them(
     transcodes = ("transcode_1080p", "transcode_720p", "transcode_720p_h265", "transcode_480p")
     for ref in (*transcodes, "join_1080", "package", "write_asset", "notify_done"):
         assert st[ref] == "COMPLETED"
-    assert sorted(r["taskReferenceName"] for r in result["tasks"]
-                  if r["taskType"] == "media.transcode") == sorted(transcodes)  # fmt: skip
+    assert sorted(
+        r["taskReferenceName"] for r in result["tasks"] if r["taskType"] == "media.transcode"
+    ) == sorted(transcodes)
     assert result["output"]["ladder"] == "1080"
     assert result["output"]["height"] == 1080
     assert "notify_failure" not in st  # the CALLBACK runs only on another ending
@@ -160,8 +189,9 @@ def test_simulate_480p_source_transcodes_only_480p(tmp_path: Path) -> None:
     script = [{"ref": "probe", "output": {"height": 480, "duration": 6}}]
     result = simulate(tmp_path, MEDIA, MEDIA_INPUT, script)
     assert result["status"] == "COMPLETED"
-    transcodes = [r["taskReferenceName"] for r in result["tasks"]
-                  if r["taskType"] == "media.transcode"]  # fmt: skip
+    transcodes = [
+        r["taskReferenceName"] for r in result["tasks"] if r["taskType"] == "media.transcode"
+    ]
     assert transcodes == ["transcode_480p_only"]
     assert status_of(result)["transcode_480p_only"] == "COMPLETED"
     assert result["output"]["ladder"] == "480"
@@ -185,17 +215,28 @@ def test_simulate_transcode_failing_four_times_fails_the_workflow(tmp_path: Path
     assert "transcode_720p" in result["reasonForIncompletion"]
     rows = by_ref(result)
     assert [(r["attempt"], r["status"]) for r in rows["transcode_720p"]] == [
-        (1, "FAILED"), (2, "FAILED"), (3, "FAILED"), (4, "FAILED")
-    ]  # fmt: skip
+        (1, "FAILED"),
+        (2, "FAILED"),
+        (3, "FAILED"),
+        (4, "FAILED"),
+    ]
     assert [(r["attempt"], r["status"]) for r in rows["transcode_480p"]] == [
-        (1, "FAILED"), (2, "FAILED"), (3, "CANCELED")
-    ]  # fmt: skip
+        (1, "FAILED"),
+        (2, "FAILED"),
+        (3, "CANCELED"),
+    ]
     st = status_of(result)
     assert st["transcode_1080p"] == "COMPLETED"
     assert st["join_1080"] == "CANCELED"
     assert not {"thumbnail", "package", "write_asset", "notify_done"} & st.keys()
-    assert rows["notify_failure"] == [{"taskReferenceName": "notify_failure",
-        "taskType": "media.callback", "status": "COMPLETED", "attempt": 1}]  # fmt: skip
+    assert rows["notify_failure"] == [
+        {
+            "taskReferenceName": "notify_failure",
+            "taskType": "media.callback",
+            "status": "COMPLETED",
+            "attempt": 1,
+        }
+    ]
     assert result["tasks"][-1]["taskReferenceName"] == "notify_failure"
 
 
@@ -213,8 +254,12 @@ def test_failure_callback_input_carries_the_failed_status() -> None:
 
 
 # -- simulate: editorial_review with media_pipeline as its sub-workflow -------------------------
-EDITORIAL = ("examples/editorial_review.json", "examples/media_pipeline.json",
-             "--taskdefs", "examples/media_taskdefs.json")  # fmt: skip
+EDITORIAL = (
+    "examples/editorial_review.json",
+    "examples/media_pipeline.json",
+    "--taskdefs",
+    "examples/media_taskdefs.json",
+)
 EDITORIAL_INPUT = {**MEDIA_INPUT, "desk": "sports"}
 
 
@@ -254,8 +299,10 @@ def test_simulate_editorial_review_rejected(tmp_path: Path) -> None:
 
 # -- simulate: clip_highlights ------------------------------------------------------------------
 def test_simulate_clip_highlights(tmp_path: Path) -> None:
-    segments = [{"start": s, "end": s + 10, "score": score}
-                for s, score in ((0, 0.5), (10, 0.9), (20, 0.1), (30, 0.7))]  # fmt: skip
+    segments = [
+        {"start": s, "end": s + 10, "score": score}
+        for s, score in ((0, 0.5), (10, 0.9), (20, 0.1), (30, 0.7))
+    ]
     script = [
         {"ref": "purge", "output": {"purge_id": "p1"}},
         {"ref": "purge_status__1", "output": {"state": "pending"}},

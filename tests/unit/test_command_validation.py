@@ -38,10 +38,13 @@ JSON = dict[str, Any]
 
 def start(**changes: Any) -> c.StartWorkflow:
     fields: JSON = {
-        "input_id": "cmd-1", "workflow_id": "wf-1", "name": "flow", "input": {"x": 1},
+        "input_id": "cmd-1",
+        "workflow_id": "wf-1",
+        "name": "flow",
+        "input": {"x": 1},
         "definition": {"name": "flow", "version": 1, "tasks": []},
         "taskdefs": [{"name": "t"}],
-    }  # fmt: skip
+    }
     return c.StartWorkflow(**{**fields, **changes})
 
 
@@ -155,8 +158,12 @@ def simple(name: str) -> JSON:
 
 def sub(name: str, version: int | None = None) -> JSON:
     param: JSON = {"name": name} if version is None else {"name": name, "version": version}
-    return {"name": f"call_{name}", "taskReferenceName": f"call_{name}",
-            "type": "SUB_WORKFLOW", "subWorkflowParam": param}  # fmt: skip
+    return {
+        "name": f"call_{name}",
+        "taskReferenceName": f"call_{name}",
+        "type": "SUB_WORKFLOW",
+        "subWorkflowParam": param,
+    }
 
 
 def test_resolve_takes_the_latest_version_unless_one_is_named() -> None:
@@ -235,8 +242,15 @@ def test_sub_workflow_cycles_and_empty_files_are_problems(tmp_path: Path) -> Non
 
 # -- final events ----------------------------------------------------------------------------------
 def event(payload: Any, workflow_id: str = "wf") -> Event:
-    return Event("00000000-0000-0000-0000-000000000001", workflow_id, 1,
-                 datetime(2026, 1, 1, tzinfo=UTC), "c", "c", payload)  # fmt: skip
+    return Event(
+        "00000000-0000-0000-0000-000000000001",
+        workflow_id,
+        1,
+        datetime(2026, 1, 1, tzinfo=UTC),
+        "c",
+        "c",
+        payload,
+    )
 
 
 def test_terminal_status() -> None:
@@ -279,8 +293,15 @@ def test_the_outcome_of_a_command_is_its_rejection_or_its_events() -> None:
 def test_caused_by_picks_the_records_that_may_carry_a_command_id_without_decoding() -> None:
     mine = encode_event(event(WorkflowPaused()))  # causation_id "c"
     assert caused_by(mine, "c") and not caused_by(mine, "other") and not caused_by(None, "c")
-    quoted = Event("00000000-0000-0000-0000-000000000001", "wf", 1,
-                   datetime(2026, 1, 1, tzinfo=UTC), 'id "é"', "c", WorkflowPaused())  # fmt: skip
+    quoted = Event(
+        "00000000-0000-0000-0000-000000000001",
+        "wf",
+        1,
+        datetime(2026, 1, 1, tzinfo=UTC),
+        'id "é"',
+        "c",
+        WorkflowPaused(),
+    )
     assert caused_by(encode_event(quoted), 'id "é"')
 
 
@@ -327,6 +348,14 @@ def test_register_attaches_the_commands() -> None:
     cli, defs = click.Group("cli"), click.Group("defs")
     register(cli, defs)
     assert set(cli.commands) == {
-        "submit", "cancel", "terminate", "retry", "pause", "resume", "signal", "restart", "rerun",
-    }  # fmt: skip
+        "submit",
+        "cancel",
+        "terminate",
+        "retry",
+        "pause",
+        "resume",
+        "signal",
+        "restart",
+        "rerun",
+    }
     assert set(defs.commands) == {"push"}

@@ -24,9 +24,26 @@ COMPILED = sorted(
     for p in (ROOT / family).glob("*.json")
 )
 ODD_VALUES: list[Any] = [
-    None, True, False, 0, -1, 1, 1.0, 2.5, 10**6, "", "x", "x" * 300, "2026-01-01T00:00:00Z",
-    [], ["a"], [1], {}, {"a": 1}, {"cpu": -1},
-]  # fmt: skip
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    1.0,
+    2.5,
+    10**6,
+    "",
+    "x",
+    "x" * 300,
+    "2026-01-01T00:00:00Z",
+    [],
+    ["a"],
+    [1],
+    {},
+    {"a": 1},
+    {"cpu": -1},
+]
 
 
 def _load(path: Path) -> Any:
@@ -73,12 +90,19 @@ def test_compiled_keywords_agree_with_jsonschema_on_any_value(value: Any) -> Non
         {"type": ["string", "null"], "minLength": 1, "maxLength": 3},
         {"type": "number", "exclusiveMinimum": 0},
         {"exclusiveMaximum": 1, "minLength": 2},
-        {"const": 1}, {"const": "x"}, {"const": None}, {"const": {"a": 1}},
-        {"enum": ["a", "x"]}, {"enum": [1, None, True]},
-        {"pattern": "^x+$"}, {"type": "boolean"}, {"items": {"type": "string"}},
-        {"additionalProperties": {"type": "integer"}}, {"required": ["a"]},
+        {"const": 1},
+        {"const": "x"},
+        {"const": None},
+        {"const": {"a": 1}},
+        {"enum": ["a", "x"]},
+        {"enum": [1, None, True]},
+        {"pattern": "^x+$"},
+        {"type": "boolean"},
+        {"items": {"type": "string"}},
+        {"additionalProperties": {"type": "integer"}},
+        {"required": ["a"]},
         {"properties": {"a": {"type": "string"}}, "additionalProperties": False},
-    ]  # fmt: skip
+    ]
     for schema in schemas:
         expected = Draft202012Validator(schema).is_valid(value)
         assert compile_schema(schema)(value) == expected, (schema, value)

@@ -37,9 +37,11 @@ def package(tmp_path: Path, **sources: str) -> Path:
     (pkg / "_compiled").mkdir(parents=True)
     for name, text in sources.items():
         (pkg / f"{name}.py").write_text(text)
-    record = {"soabi": sysconfig.get_config_var("SOABI"), "mypy": "test",
-              "sources": {f"{n}.py": hashlib.sha256(t.encode()).hexdigest()
-                          for n, t in sources.items()}}  # fmt: skip
+    record = {
+        "soabi": sysconfig.get_config_var("SOABI"),
+        "mypy": "test",
+        "sources": {f"{n}.py": hashlib.sha256(t.encode()).hexdigest() for n, t in sources.items()},
+    }
     (pkg / "_compiled" / "build.json").write_text(json.dumps(record))
     return pkg
 
@@ -75,8 +77,14 @@ def test_another_interpreters_build_or_none_is_not_loaded(tmp_path: Path) -> Non
 
 def child(code: str, core: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ES_SCHED_CORE": core}
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_variable_is_checked_and_a_required_build_is_required() -> None:
@@ -103,9 +111,12 @@ def test_the_compiled_core_is_what_runs_and_decides_the_golden_histories_as_pyth
     golden = Path(__file__).parent / "core" / "test_golden.py"
     python = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(golden)],
-        env={**os.environ, "ES_SCHED_CORE": "pure"}, capture_output=True, text=True,
-        timeout=240, check=False,
-    )  # fmt: skip
+        env={**os.environ, "ES_SCHED_CORE": "pure"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert python.returncode == 0 and " passed" in python.stdout, python.stdout[-3000:]
 
 

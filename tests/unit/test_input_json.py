@@ -71,7 +71,9 @@ def test_refused_as_before(raw: bytes) -> None:
 
 
 def test_a_lone_surrogate_is_a_refusal() -> None:
-    doc = (b'{"type":"workflow.start","schema_version":1,"input_id":"c","workflow_id":"w",'
-           b'"name":"n","input":{"x":"\\ud800"}}')  # fmt: skip
+    doc = (
+        b'{"type":"workflow.start","schema_version":1,"input_id":"c","workflow_id":"w",'
+        b'"name":"n","input":{"x":"\\ud800"}}'
+    )
     with pytest.raises(SchemaError):
         decode_input(doc)

@@ -26,8 +26,11 @@ def test_three_nodes_are_three_voters_with_replication_3_and_min_isr_2() -> None
     assert nodes[2]["listeners"] == "PLAINTEXT://127.0.0.1:19134,CONTROLLER://127.0.0.1:19135"
     assert nodes[2]["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19134"
     for n in nodes:  # es-sched's topics (broker defaults) and Kafka's own survive one loss
-        for key in ("default.replication.factor", "offsets.topic.replication.factor",
-                    "transaction.state.log.replication.factor"):  # fmt: skip
+        for key in (
+            "default.replication.factor",
+            "offsets.topic.replication.factor",
+            "transaction.state.log.replication.factor",
+        ):
             assert n[key] == "3", key
         assert n["min.insync.replicas"] == n["transaction.state.log.min.isr"] == "2"
 
@@ -116,10 +119,12 @@ def test_up_returns_once_every_node_of_ours_is_healthy_at_the_same_time(
     """A node already running saw 2 of 3 brokers just after the two restarted ones were ready;
     ``up`` reports the cluster once it has settled, not that moment."""
     stack = Stack(load_settings(), ("kafka",))
-    views = iter([
-        [_node("kafka", True), _node("kafka-2", False), _node("kafka-3", True)],
-        [_node("kafka", True), _node("kafka-2", True), _node("kafka-3", True)],
-    ])  # fmt: skip
+    views = iter(
+        [
+            [_node("kafka", True), _node("kafka-2", False), _node("kafka-3", True)],
+            [_node("kafka", True), _node("kafka-2", True), _node("kafka-3", True)],
+        ]
+    )
     calls: list[list[ServiceStatus]] = []
 
     def status() -> list[ServiceStatus]:

@@ -100,12 +100,21 @@ def test_degraded_presets_are_faster() -> None:
 def test_progress_blocks_become_percent_of_the_duration() -> None:
     p = ProgressParser(duration_s=4.0)
     lines = [
-        "frame=0", "out_time_us=N/A", "speed=N/A", "progress=continue",
-        "frame=30", "out_time_us=1000000", "speed=2.5x", "progress=continue",
-        "out_time_us=3000000", "progress=continue",
-        "out_time_us=4100000", "progress=continue",  # muxing overshoots a little
-        "out_time_us=4100000", "progress=end",
-    ]  # fmt: skip
+        "frame=0",
+        "out_time_us=N/A",
+        "speed=N/A",
+        "progress=continue",
+        "frame=30",
+        "out_time_us=1000000",
+        "speed=2.5x",
+        "progress=continue",
+        "out_time_us=3000000",
+        "progress=continue",
+        "out_time_us=4100000",
+        "progress=continue",  # muxing overshoots a little
+        "out_time_us=4100000",
+        "progress=end",
+    ]
     got = [v for v in (p.feed(line) for line in lines) if v is not None]
     assert got == [25.0, 75.0, 100.0, 100.0]
     assert p.speed == "2.5x"

@@ -71,11 +71,21 @@ def test_the_gpu_path_declares_gpu_memory_and_little_cpu() -> None:
 def test_the_inputs_are_recorded_for_refinement() -> None:
     e = estimate(12.5, 1920, 1080, 720, "h265", preset="fast", fps=25.0, max_cpu=4.0)
     assert e.inputs == {
-        "model": MODEL, "duration_s": 12.5, "src_width": 1920, "src_height": 1080,
-        "width": 1280, "height": 720, "fps": 25.0, "codec": "h265", "codec_cost": 4.0,
-        "preset": "fast", "preset_factor": 0.8, "accel": "cpu", "max_cpu": 4.0,
+        "model": MODEL,
+        "duration_s": 12.5,
+        "src_width": 1920,
+        "src_height": 1080,
+        "width": 1280,
+        "height": 720,
+        "fps": 25.0,
+        "codec": "h265",
+        "codec_cost": 4.0,
+        "preset": "fast",
+        "preset_factor": 0.8,
+        "accel": "cpu",
+        "max_cpu": 4.0,
         "gigapixels": round(1280 * 720 * 25 * 12.5 / 1e9, 6),
-    }  # fmt: skip
+    }
     assert e.as_dict()["inputs"] == e.inputs
 
 

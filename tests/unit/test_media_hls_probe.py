@@ -28,16 +28,30 @@ from es_sched.workers.sdk import TaskFailure
 
 
 def rendition(name: str, height: int, **extra: Any) -> dict[str, Any]:
-    return {"kind": "rendition", "name": name, "uri": f"file:///o/{name}.mp4", "sha256": "0" * 64,
-            "height": height, "width": height * 16 // 9, **extra}  # fmt: skip
+    return {
+        "kind": "rendition",
+        "name": name,
+        "uri": f"file:///o/{name}.mp4",
+        "sha256": "0" * 64,
+        "height": height,
+        "width": height * 16 // 9,
+        **extra,
+    }
 
 
 def test_master_playlist_lists_every_variant_with_its_attributes() -> None:
     variants = [
-        {"uri": "720p/index.m3u8", "bandwidth": 2_500_000, "average_bandwidth": 2_000_000,
-         "width": 1280, "height": 720, "codecs": "avc1.64001f,mp4a.40.2", "fps": 30},
+        {
+            "uri": "720p/index.m3u8",
+            "bandwidth": 2_500_000,
+            "average_bandwidth": 2_000_000,
+            "width": 1280,
+            "height": 720,
+            "codecs": "avc1.64001f,mp4a.40.2",
+            "fps": 30,
+        },
         {"uri": "480p/index.m3u8", "bandwidth": 900_000, "width": 854, "height": 480},
-    ]  # fmt: skip
+    ]
     text = master_playlist(variants)
     assert text == (
         "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n"
@@ -51,8 +65,10 @@ def test_master_playlist_lists_every_variant_with_its_attributes() -> None:
 
 def test_attributes_keep_quoted_commas_together() -> None:
     assert attributes('BANDWIDTH=1,CODECS="avc1.64001f,mp4a.40.2",RESOLUTION=2x2') == [
-        ("BANDWIDTH", "1"), ("CODECS", '"avc1.64001f,mp4a.40.2"'), ("RESOLUTION", "2x2"),
-    ]  # fmt: skip
+        ("BANDWIDTH", "1"),
+        ("CODECS", '"avc1.64001f,mp4a.40.2"'),
+        ("RESOLUTION", "2x2"),
+    ]
 
 
 def test_renditions_are_found_in_switch_cases_of_join_outputs() -> None:
@@ -79,8 +95,11 @@ def test_playlist_files_and_bandwidths(tmp_path: Path) -> None:
         "#EXTINF:2.000000,\nseg_0000.m4s\n#EXTINF:1.000000,\nseg_0001.m4s\n#EXT-X-ENDLIST\n"
     )
     files = playlist_files(playlist)
-    assert files == [(tmp_path / "init.mp4", None), (tmp_path / "seg_0000.m4s", 2.0),
-                     (tmp_path / "seg_0001.m4s", 1.0)]  # fmt: skip
+    assert files == [
+        (tmp_path / "init.mp4", None),
+        (tmp_path / "seg_0000.m4s", 2.0),
+        (tmp_path / "seg_0001.m4s", 1.0),
+    ]
     peak, average = bandwidths(files)
     assert peak == 24_000  # 3000 bytes in 1 s
     assert average == (1000 + 3000) * 8 // 3  # the init section is loaded once: not counted
@@ -88,15 +107,31 @@ def test_playlist_files_and_bandwidths(tmp_path: Path) -> None:
 
 FFPROBE: dict[str, Any] = {
     "streams": [
-        {"codec_type": "video", "codec_name": "h264", "profile": "High", "level": 31,
-         "width": 1280, "height": 720, "avg_frame_rate": "30000/1001", "pix_fmt": "yuv420p"},
-        {"codec_type": "audio", "codec_name": "aac", "profile": "LC", "channels": 2,
-         "sample_rate": "48000"},
+        {
+            "codec_type": "video",
+            "codec_name": "h264",
+            "profile": "High",
+            "level": 31,
+            "width": 1280,
+            "height": 720,
+            "avg_frame_rate": "30000/1001",
+            "pix_fmt": "yuv420p",
+        },
+        {
+            "codec_type": "audio",
+            "codec_name": "aac",
+            "profile": "LC",
+            "channels": 2,
+            "sample_rate": "48000",
+        },
         {"codec_type": "video", "codec_name": "mjpeg", "disposition": {"attached_pic": 1}},
     ],
-    "format": {"format_name": "mov,mp4,m4a,3gp,3g2,mj2", "duration": "12.345678",
-               "bit_rate": "2500000"},
-}  # fmt: skip
+    "format": {
+        "format_name": "mov,mp4,m4a,3gp,3g2,mj2",
+        "duration": "12.345678",
+        "bit_rate": "2500000",
+    },
+}
 
 
 def test_parse_probe_reads_the_video_and_audio() -> None:
@@ -108,8 +143,10 @@ def test_parse_probe_reads_the_video_and_audio() -> None:
 
 
 def test_a_rotated_phone_video_reports_what_players_show() -> None:
-    doc = {"streams": [{**FFPROBE["streams"][0], "side_data_list": [{"rotation": -90}]}],
-           "format": FFPROBE["format"]}  # fmt: skip
+    doc = {
+        "streams": [{**FFPROBE["streams"][0], "side_data_list": [{"rotation": -90}]}],
+        "format": FFPROBE["format"],
+    }
     p = parse_probe(doc)
     assert (p["width"], p["height"], p["rotation"]) == (720, 1280, -90)
 

@@ -36,14 +36,16 @@ def test_a_dag_that_never_completed_ranks_above_all_that_did() -> None:
     assert summary == {"n": 90, "missing": 10, "p50": 50, "p95": None, "p99": None}
 
 
-def _phase(rate: float, seconds: float, latency_s: float, completes_every: float = 1.0
-           ) -> dict[str, Any]:  # fmt: skip
+def _phase(
+    rate: float, seconds: float, latency_s: float, completes_every: float = 1.0
+) -> dict[str, Any]:
     """An open-loop phase from t0 = 100: DAG i submitted at 100 + i / rate, completing
     ``latency_s`` later when ``i`` is a multiple of ``completes_every``."""
     n = int(rate * seconds)
     submits = {f"d{i}": 100 + i / rate for i in range(n)}
-    done = {k: t + latency_s for i, (k, t) in enumerate(submits.items())
-            if i % completes_every == 0}  # fmt: skip
+    done = {
+        k: t + latency_s for i, (k, t) in enumerate(submits.items()) if i % completes_every == 0
+    }
     return ps.open_loop_figures(rate, seconds, submits, done, 100.0)
 
 
@@ -95,22 +97,38 @@ def test_median_of_ranks_missing_figures_highest() -> None:
 
 def _system(top: float, p95s: list[float | None], sustained: int = 1) -> dict[str, Any]:
     loads = [
-        {"share": s, "offered_per_second": s * top, "steady_completion_rate": s * top,
-         "sustained": sustained > 0 and s <= 1, "latency_ms": {"p50": 1.0, "p95": p, "p99": p},
-         "dispatch_ms": {"p50": 1.0, "p95": 2.0, "p99": 3.0}}
+        {
+            "share": s,
+            "offered_per_second": s * top,
+            "steady_completion_rate": s * top,
+            "sustained": sustained > 0 and s <= 1,
+            "latency_ms": {"p50": 1.0, "p95": p, "p99": p},
+            "dispatch_ms": {"p50": 1.0, "p95": 2.0, "p99": 3.0},
+        }
         for s, p in zip(ps.LOADS, p95s, strict=True)
-    ]  # fmt: skip
-    return {"max": {"per_second": top, "dispatch_ms": {"p50": 1, "p95": 2, "p99": 3}},
-            "loads": loads}  # fmt: skip
+    ]
+    return {
+        "max": {"per_second": top, "dispatch_ms": {"p50": 1, "p95": 2, "p99": 3}},
+        "loads": loads,
+    }
 
 
 def _result() -> dict[str, Any]:
-    runs = {"es-sched": _system(80, [10, 12, 15, 30, None]),
-            "celery default": _system(40, [20, 24, 45, 90, 900])}  # fmt: skip
+    runs = {
+        "es-sched": _system(80, [10, 12, 15, 30, None]),
+        "celery default": _system(40, [20, 24, 45, 90, 900]),
+    }
     med = {k: ps.median_system([v]) for k, v in runs.items()}
-    return {"runs": 1, "label": "test", "machine": {"cores": 2, "cpu": "cpu"},
-            "median": {"systems": med, "ratios": ps.ratios(med, "es-sched", "celery default"),
-                       "kafka_limit": {"batch 500, bytes": 30000.0}}}  # fmt: skip
+    return {
+        "runs": 1,
+        "label": "test",
+        "machine": {"cores": 2, "cpu": "cpu"},
+        "median": {
+            "systems": med,
+            "ratios": ps.ratios(med, "es-sched", "celery default"),
+            "kafka_limit": {"batch 500, bytes": 30000.0},
+        },
+    }
 
 
 def test_ratios_are_ours_over_the_peer_from_the_same_medians() -> None:
@@ -177,8 +195,9 @@ def test_celery_canvas_mirrors_the_json_dag() -> None:
     assert [len(s) for s in stages] == [1, 4, 1, 1, 1, 1]  # the fork is the only parallel stage
     sig = celery_peer.canvas(stages, "dag-1")
     # Celery folds what follows a chord into the chord's body: the order it runs is the same.
-    assert _run_order(sig) == [[(ref, name, ref == "notify_done") for ref, name in s]
-                               for s in stages]  # fmt: skip
+    assert _run_order(sig) == [
+        [(ref, name, ref == "notify_done") for ref, name in s] for s in stages
+    ]
     assert type(sig).__name__ == "_chain"
     assert type(sig.tasks[1]).__name__ == "_chord"  # the join of the four transcodes
 

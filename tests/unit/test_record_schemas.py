@@ -119,9 +119,12 @@ def test_ready_record_round_trip_and_defaults() -> None:
 def test_timer_and_retry_round_trip() -> None:
     timer = records.decode_timer(_raw(_example("records/timer.v1.json")))
     assert timer == Timer(
-        "7f0c2d1e-6b1a-5e8d-9c3f-2a4b6d8e0f12", "215970a1-cb55-5414-be94-3b55fef02bb3",
-        "response_timeout", "task-7c3b5f08-720p", datetime(2026, 11, 29, 9, 5, 38, tzinfo=UTC),
-    )  # fmt: skip
+        "7f0c2d1e-6b1a-5e8d-9c3f-2a4b6d8e0f12",
+        "215970a1-cb55-5414-be94-3b55fef02bb3",
+        "response_timeout",
+        "task-7c3b5f08-720p",
+        datetime(2026, 11, 29, 9, 5, 38, tzinfo=UTC),
+    )
     assert records.decode_timer(records.encode_timer(timer)) == timer
     retry = records.decode_retry(_raw(_example("records/retry.v1.json")))
     assert (retry.next_attempt, retry.delay_seconds) == (2, 30.0)

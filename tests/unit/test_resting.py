@@ -66,7 +66,11 @@ def test_every_golden_history_restores_resting_when_ended_and_decodes_to_its_sta
                 continue
             assert isinstance(k, Resting), name
             assert (k.workflow_id, k.status, k.seq, k.ended_at) == (
-                st.workflow_id, st.status, st.seq, st.ended_at)  # fmt: skip
+                st.workflow_id,
+                st.status,
+                st.seq,
+                st.ended_at,
+            )
             assert _doc(k.state()) == _doc(st)  # the header and the snapshot agree
             [decoded] = log.states()  # what an auditor reads: decoded, as before
             assert _doc(decoded) == _doc(st)
@@ -113,11 +117,14 @@ def test_a_chunked_snapshot_carries_the_header_on_its_head(
 
 @pytest.mark.parametrize(
     "value",
-    [b"{not json", b'{"v": 2, "status": "COMPLETED", "seq": 3, "ended_at": "2026-12-06T00:00:00Z"}',
-     b'{"v": 1, "status": "RUNNING", "seq": 3, "ended_at": "2026-12-06T00:00:00Z"}',
-     b'{"v": 1, "status": "COMPLETED", "seq": 3, "ended_at": "yesterday"}'],
+    [
+        b"{not json",
+        b'{"v": 2, "status": "COMPLETED", "seq": 3, "ended_at": "2026-12-06T00:00:00Z"}',
+        b'{"v": 1, "status": "RUNNING", "seq": 3, "ended_at": "2026-12-06T00:00:00Z"}',
+        b'{"v": 1, "status": "COMPLETED", "seq": 3, "ended_at": "yesterday"}',
+    ],
     ids=["not-json", "newer-version", "not-ended", "bad-time"],
-)  # fmt: skip
+)
 def test_an_unreadable_header_is_refused_not_guessed_at(value: bytes) -> None:
     with pytest.raises(SchemaError, match=ENDED_HEADER):
         read_ended_header([(ENDED_HEADER, value)])
@@ -165,7 +172,8 @@ def test_the_auditor_checks_an_ended_header_against_the_fold_of_the_history() ->
     replayed = Replayed(states={st.workflow_id: st})
     settings = settings_with({})
     for seq, found in ((st.seq, []), (st.seq - 1, [("ending", "seq", st.seq, st.seq - 1)])):
-        snaps = Snapshots(latest={st.workflow_id: st},
-                          endings={st.workflow_id: (st.status, seq, st.ended_at)})  # fmt: skip
+        snaps = Snapshots(
+            latest={st.workflow_id: st}, endings={st.workflow_id: (st.status, seq, st.ended_at)}
+        )
         mismatches = verify_changelog(settings, replayed, {st.workflow_id}, snapshots=snaps)
         assert [(m.kind, m.field, m.log, m.store) for m in mismatches] == found

@@ -17,13 +17,17 @@ from es_sched.cli.processes import Supervisor, slot_instance
 from tests.support.wait import wait_until
 
 # A child that notes its start (its INST variable, else its argument) and serves until SIGTERM.
-SERVE = ("import os, signal, sys, time, pathlib\n"
-         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-         "pathlib.Path(sys.argv[1]).open('a').write(os.environ.get('INST', sys.argv[2]) + '\\n')\n"
-         "while True: time.sleep(0.05)\n")  # fmt: skip
-CRASH = ("import sys, pathlib\n"
-         "pathlib.Path(sys.argv[1]).open('a').write(sys.argv[2] + '\\n')\n"
-         "sys.exit(3)\n")  # fmt: skip
+SERVE = (
+    "import os, signal, sys, time, pathlib\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "pathlib.Path(sys.argv[1]).open('a').write(os.environ.get('INST', sys.argv[2]) + '\\n')\n"
+    "while True: time.sleep(0.05)\n"
+)
+CRASH = (
+    "import sys, pathlib\n"
+    "pathlib.Path(sys.argv[1]).open('a').write(sys.argv[2] + '\\n')\n"
+    "sys.exit(3)\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -42,8 +46,13 @@ def test_slots_have_distinct_instances_that_survive_a_restart() -> None:
 
 def test_a_stop_request_stops_every_child_and_the_status_is_zero(tmp_path: Path) -> None:
     seen = tmp_path / "starts"
-    sup = Supervisor(3, lambda i: [sys.executable, "-c", SERVE, str(seen), str(i)],
-                     lambda i: {**os.environ}, max_restarts=3, grace_s=10)  # fmt: skip
+    sup = Supervisor(
+        3,
+        lambda i: [sys.executable, "-c", SERVE, str(seen), str(i)],
+        lambda i: {**os.environ},
+        max_restarts=3,
+        grace_s=10,
+    )
     stop = threading.Event()
     result: list[int] = []
     t = threading.Thread(target=lambda: result.append(sup.run(stop)))
@@ -57,9 +66,13 @@ def test_a_stop_request_stops_every_child_and_the_status_is_zero(tmp_path: Path)
 
 def test_a_dead_child_is_restarted_in_its_slot_with_its_own_environment(tmp_path: Path) -> None:
     seen = tmp_path / "starts"
-    sup = Supervisor(2, lambda i: [sys.executable, "-c", SERVE, str(seen), ""],
-                     lambda i: {**os.environ, "INST": slot_instance("x", i)},
-                     max_restarts=3, grace_s=10)  # fmt: skip
+    sup = Supervisor(
+        2,
+        lambda i: [sys.executable, "-c", SERVE, str(seen), ""],
+        lambda i: {**os.environ, "INST": slot_instance("x", i)},
+        max_restarts=3,
+        grace_s=10,
+    )
     stop = threading.Event()
     result: list[int] = []
     t = threading.Thread(target=lambda: result.append(sup.run(stop)))
@@ -95,7 +108,12 @@ def test_a_crash_loop_leaves_the_slot_down_and_the_others_running(tmp_path: Path
 
 def test_the_parent_exits_when_every_slot_is_down(tmp_path: Path) -> None:
     seen = tmp_path / "starts"
-    sup = Supervisor(2, lambda i: [sys.executable, "-c", CRASH, str(seen), str(i)],
-                     lambda i: {**os.environ}, max_restarts=0, grace_s=10)  # fmt: skip
+    sup = Supervisor(
+        2,
+        lambda i: [sys.executable, "-c", CRASH, str(seen), str(i)],
+        lambda i: {**os.environ},
+        max_restarts=0,
+        grace_s=10,
+    )
     assert sup.run(threading.Event()) == 1
     assert sorted(starts(seen)) == ["0", "1"]

@@ -139,8 +139,14 @@ def test_a_fence_after_the_consumer_logged_a_broker_connection_failure_rejoins()
 
 def report(**brokers: tuple[int, int]) -> str:
     """A librdkafka statistics report naming, per broker, (waitresp_cnt, rxidle in us)."""
-    return orjson.dumps({"brokers": {name: {"waitresp_cnt": w, "rxidle": rx, "state": "UP"}
-                                     for name, (w, rx) in brokers.items()}}).decode()  # fmt: skip
+    return orjson.dumps(
+        {
+            "brokers": {
+                name: {"waitresp_cnt": w, "rxidle": rx, "state": "UP"}
+                for name, (w, rx) in brokers.items()
+            }
+        }
+    ).decode()
 
 
 def test_a_broker_that_stopped_answering_a_request_in_flight_is_trouble() -> None:
@@ -149,8 +155,12 @@ def test_a_broker_that_stopped_answering_a_request_in_flight_is_trouble() -> Non
     flight) and brokers answering within ``UNANSWERED_S`` are not trouble."""
     member = StaticMember("g", "p-decider-0", enabled=True)
     stats = member.config()["stats_cb"]
-    for quiet in (report(b1=(0, 60_000_000)), report(b1=(3, int(UNANSWERED_S * 1e6) - 1)),
-                  "not json", report()):  # fmt: skip
+    for quiet in (
+        report(b1=(0, 60_000_000)),
+        report(b1=(3, int(UNANSWERED_S * 1e6) - 1)),
+        "not json",
+        report(),
+    ):
         stats(quiet)
         assert not member.troubled(), quiet
     _, fenced = sessions(fences=1, after_trouble=False)

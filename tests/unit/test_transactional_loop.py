@@ -79,9 +79,11 @@ def test_a_batch_is_produced_then_its_offsets_sent_with_the_group_metadata_then_
     role, _ = run_loop(clients, batch(committed))
     assert clients.configs == [("p-decider-0", {"transaction.timeout.ms": 30_000})]
     assert p.names() == [
-        "init_transactions", "begin_transaction", "send_offsets_to_transaction",
+        "init_transactions",
+        "begin_transaction",
+        "send_offsets_to_transaction",
         "commit_transaction",
-    ]  # fmt: skip
+    ]
     assert p.produced == [("events", "wf-1", b"e1", -1), ("timers", b"t-1", None, 2)]
     offsets = [("in", 0, 5), ("in", 1, 11)]
     assert p.calls[2][1] == (offsets, "group-metadata")
@@ -155,19 +157,20 @@ def test_retriable_past_the_transaction_timeout_aborts() -> None:
     assert committed == [] and role.rewinds == [False]
 
 
-def test_an_abort_refused_while_the_timed_out_commit_still_runs_re_creates_the_producer_at_once(
-) -> None:  # fmt: skip
+def test_an_abort_refused_during_a_timed_out_commit_re_creates_the_producer_at_once() -> None:
     """The cluster test's decider, after the nodes came back: commit_transaction timed out past
     the transaction timeout, and abort_transaction then answered ``_CONFLICT`` ("Conflicting
     commit_transaction API call is already in progress", flagged retriable) 145 times in 30 s
     before the producer was re-created anyway. That abort cannot succeed while our own commit
     runs in the background: give the producer up at the first refusal."""
     conflict = KafkaError(KafkaError._CONFLICT, "commit in progress", retriable=True)
-    p = FakeProducer({"commit_transaction": [retriable()] * 1000,
-                      "abort_transaction": [conflict] * 1000})  # fmt: skip
+    p = FakeProducer(
+        {"commit_transaction": [retriable()] * 1000, "abort_transaction": [conflict] * 1000}
+    )
     clients, committed = FakeClients(p), list[str]()
-    role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"), txn_ms=1000,
-                       call_timeout_s=0.2)  # fmt: skip
+    role, _ = run_loop(
+        clients, batch(committed, "b1"), batch(committed, "b2"), txn_ms=1000, call_timeout_s=0.2
+    )
     assert p.names().count("abort_transaction") == 1
     assert len(clients.made) == 2 and role.rewinds == [True]  # it may have committed
     assert committed == ["b2"]
@@ -241,9 +244,11 @@ def test_fatal_re_creates_the_producer_and_the_role_rebuilds() -> None:
     role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"))
     new = clients.made[1]
     assert new.names() == [
-        "init_transactions", "begin_transaction", "send_offsets_to_transaction",
+        "init_transactions",
+        "begin_transaction",
+        "send_offsets_to_transaction",
         "commit_transaction",
-    ]  # fmt: skip
+    ]
     assert "abort_transaction" not in old.names()
     assert role.rewinds == [True]  # it may have committed: the role must rebuild
     assert committed == ["b2"]
@@ -254,8 +259,9 @@ def test_a_call_that_never_returns_is_given_up_and_the_producer_replaced() -> No
     stuck = FakeProducer({"send_offsets_to_transaction": [HANG]})
     clients, committed = FakeClients(stuck), list[str]()
     try:
-        role, _ = run_loop(clients, batch(committed, "b1"), batch(committed, "b2"),
-                           call_timeout_s=0.2)  # fmt: skip
+        role, _ = run_loop(
+            clients, batch(committed, "b1"), batch(committed, "b2"), call_timeout_s=0.2
+        )
         assert len(clients.made) == 2
         assert role.rewinds == [True] and committed == ["b2"]
         assert not stuck.closed.is_set(), "its thread is still stuck in the call"

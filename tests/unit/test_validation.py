@@ -58,8 +58,9 @@ def test_task_missing_name_or_reference_name() -> None:
     problems = validate_workflow(workflow({"taskReferenceName": "a", "type": "SIMPLE"}))
     assert _has(problems, "a", "missing required field name")
     problems = validate_workflow(workflow({"name": "nameless_ref", "type": "SIMPLE"}))
-    assert any("'nameless_ref'" in p and "missing required field taskReferenceName" in p
-               for p in problems)  # fmt: skip
+    assert any(
+        "'nameless_ref'" in p and "missing required field taskReferenceName" in p for p in problems
+    )
 
 
 def test_duplicate_reference_name() -> None:
@@ -68,8 +69,13 @@ def test_duplicate_reference_name() -> None:
 
 
 def test_duplicate_reference_name_across_a_switch_case_and_a_fork_branch() -> None:
-    switch = task("s", type_="SWITCH", expression="x", inputParameters={"x": WF_X},
-                  decisionCases={"one": [task("dup")]})  # fmt: skip
+    switch = task(
+        "s",
+        type_="SWITCH",
+        expression="x",
+        inputParameters={"x": WF_X},
+        decisionCases={"one": [task("dup")]},
+    )
     problems = validate_workflow(workflow(switch, _fork("f", [task("dup")]), _join("j", "dup")))
     assert _has(problems, "dup", "duplicate taskReferenceName")
 
@@ -175,8 +181,9 @@ def test_nested_do_while() -> None:
     ids=["no-expression", "bad-evaluator"],
 )
 def test_inline(params: dict[str, Any], fault: str) -> None:
-    assert _has(validate_workflow(workflow(task("i", type_="INLINE", inputParameters=params))),
-                "i", fault)  # fmt: skip
+    assert _has(
+        validate_workflow(workflow(task("i", type_="INLINE", inputParameters=params))), "i", fault
+    )
 
 
 def test_terminate_with_a_bad_status() -> None:
@@ -186,13 +193,16 @@ def test_terminate_with_a_bad_status() -> None:
 
 @pytest.mark.parametrize(
     ("params", "fault"),
-    [({"duration": "soon"}, "cannot read duration 'soon'"),
-     ({"until": "next tuesday"}, "cannot read time 'next tuesday'")],
+    [
+        ({"duration": "soon"}, "cannot read duration 'soon'"),
+        ({"until": "next tuesday"}, "cannot read time 'next tuesday'"),
+    ],
     ids=["duration", "until"],
-)  # fmt: skip
+)
 def test_wait_with_unreadable_time(params: dict[str, str], fault: str) -> None:
-    assert _has(validate_workflow(workflow(task("w", type_="WAIT", inputParameters=params))),
-                "w", fault)  # fmt: skip
+    assert _has(
+        validate_workflow(workflow(task("w", type_="WAIT", inputParameters=params))), "w", fault
+    )
 
 
 def test_wait_with_readable_times_is_valid() -> None:
@@ -285,8 +295,11 @@ REAL = _real_definitions()
 
 def test_real_definitions_were_found() -> None:
     ids = {p.id for p in REAL}
-    assert {"examples/media_pipeline.json", "examples/editorial_review.json",
-            "examples/clip_highlights.json"} <= ids  # fmt: skip
+    assert {
+        "examples/media_pipeline.json",
+        "examples/editorial_review.json",
+        "examples/clip_highlights.json",
+    } <= ids
     assert sum(i.endswith("/workflow.json") for i in ids if i) >= 12
 
 

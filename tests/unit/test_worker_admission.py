@@ -15,9 +15,18 @@ from es_sched.workers.capacity import Capacity
 
 def a(task_id: str, gpu: int | None = None, **resources: Any) -> wire.Assignment:
     return wire.Assignment(
-        "w", "wf", task_id, "enc", 1, 1, "tok", "2030-01-01T00:00:00+00:00", {},
-        gpu=gpu, resources=resources,
-    )  # fmt: skip
+        "w",
+        "wf",
+        task_id,
+        "enc",
+        1,
+        1,
+        "tok",
+        "2030-01-01T00:00:00+00:00",
+        {},
+        gpu=gpu,
+        resources=resources,
+    )
 
 
 CAP = Capacity(cpu=4, memory_mb=8000, gpus=[wire.GpuStatus(0, 8000, 8000)])

@@ -67,8 +67,11 @@ def reader(
 ) -> tuple[AssignmentReader, Client, Client]:
     """A reader that has read offset 0 (created at ``created_s``), with offsets 1-3 fetched:
     the fetch answer said the end was ``cached_end``, the broker says 4 (a cancel at 3)."""
-    reading = Client([Msg(0, created_s), Msg(1, created_s), Msg(2, created_s),
-                      Msg(3, created_s)], cached_end, end=4)  # fmt: skip
+    reading = Client(
+        [Msg(0, created_s), Msg(1, created_s), Msg(2, created_s), Msg(3, created_s)],
+        cached_end,
+        end=4,
+    )
     ends = Client([], cached_end, end=4)
     monkeypatch.setattr(runner, "consumer", lambda *_a, **_k: reading)
     monkeypatch.setattr(ends_module, "consumer", lambda *_a, **_k: ends)

@@ -29,10 +29,16 @@ class Clocks:
 
 def assignment(task_id: str = "t1", epoch: int = 1, expires_s: float = 3.0) -> wire.Assignment:
     return wire.Assignment(
-        worker_id="w", workflow_id="wf", task_id=task_id, task_type="encode", attempt=1,
-        lease_epoch=epoch, lease_token="tok",
-        lease_expires_at=(T0 + timedelta(seconds=expires_s)).isoformat(), input={},
-    )  # fmt: skip
+        worker_id="w",
+        workflow_id="wf",
+        task_id=task_id,
+        task_type="encode",
+        attempt=1,
+        lease_epoch=epoch,
+        lease_token="tok",
+        lease_expires_at=(T0 + timedelta(seconds=expires_s)).isoformat(),
+        input={},
+    )
 
 
 def beating(clocks: Clocks, until_s: float) -> StaleLeases:

@@ -94,9 +94,14 @@ class LeanWorkerRoutes:
             await self._admit(request)
             gw = await self._gateway(scope)
             took = await take_tasks(
-                self.svc, gw, poll.task_type, poll.count, poll.worker, poll.domain,
+                self.svc,
+                gw,
+                poll.task_type,
+                poll.count,
+                poll.worker,
+                poll.domain,
                 poll.timeout_ms,
-            )  # fmt: skip
+            )
             response: Response = _json(took)
         except Exception as exc:  # noqa: BLE001 - every failure gets its error body
             response = errors.answer(request, exc)
@@ -152,9 +157,12 @@ def _poll_of(request: Request, task_type: str) -> _Poll | None:
     if not (INTEGER.fullmatch(count) and INTEGER.fullmatch(timeout)):
         return None
     return _Poll(
-        task_type=task_type, worker=query.get("workerid", ""), count=int(count),
-        timeout_ms=int(timeout), domain=query.get("domain") or "",
-    )  # fmt: skip
+        task_type=task_type,
+        worker=query.get("workerid", ""),
+        count=int(count),
+        timeout_ms=int(timeout),
+        domain=query.get("domain") or "",
+    )
 
 
 def _result_of(request: Request, body: bytes) -> TaskResult | None:

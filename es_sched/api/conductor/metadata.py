@@ -51,18 +51,27 @@ def _version(doc: JSON) -> int:
 
 def _refuse_existing(svc: Services, workflows: list[JSON]) -> None:
     known, _ = svc.commands.get().definitions()
-    taken = [f"{d.get('name')} v{_version(d)}" for d in workflows
-             if (d.get("name"), _version(d)) in known]  # fmt: skip
+    taken = [
+        f"{d.get('name')} v{_version(d)}"
+        for d in workflows
+        if (d.get("name"), _version(d)) in known
+    ]
     if taken:
-        raise ApiError(409, f"workflow definition already exists: {', '.join(taken)} "
-                       "(pass overwrite=true to replace it)")  # fmt: skip
+        raise ApiError(
+            409,
+            f"workflow definition already exists: {', '.join(taken)} "
+            "(pass overwrite=true to replace it)",
+        )
 
 
 def _is_workflow(docs: list[JSON]) -> None:
     for i, doc in enumerate(docs):
         if not isinstance(doc.get("tasks"), list):
-            raise ApiError(400, f"document {i} ({doc.get('name')!r}) is not a workflow "
-                           "definition: it has no tasks list")  # fmt: skip
+            raise ApiError(
+                400,
+                f"document {i} ({doc.get('name')!r}) is not a workflow "
+                "definition: it has no tasks list",
+            )
 
 
 @router.post("/workflow")

@@ -25,9 +25,16 @@ from es_sched.projections.views import Row
 JSON = dict[str, Any]
 CONDUCTOR_STATUS = {"CANCELED": "TERMINATED"}
 TERMINAL_TASK = frozenset(
-    {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT",
-     "CANCELED", "SKIPPED"}
-)  # fmt: skip
+    {
+        "COMPLETED",
+        "COMPLETED_WITH_ERRORS",
+        "FAILED",
+        "FAILED_WITH_TERMINAL_ERROR",
+        "TIMED_OUT",
+        "CANCELED",
+        "SKIPPED",
+    }
+)
 UNSUCCESSFUL_TASK = frozenset({"FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED"})
 
 
@@ -140,9 +147,14 @@ def iso(when: datetime | None) -> str:
     if when.tzinfo is not UTC:
         when = when.astimezone(UTC)
     return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031 - the fastest, above
-        when.year, when.month, when.day, when.hour, when.minute, when.second,
+        when.year,
+        when.month,
+        when.day,
+        when.hour,
+        when.minute,
+        when.second,
         when.microsecond // 1000,
-    )  # fmt: skip
+    )
 
 
 def workflow_status(status: str) -> str:

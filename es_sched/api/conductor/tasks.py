@@ -129,16 +129,38 @@ def task_json(a: wire.Assignment, worker_id: str, workflow_type: str) -> JSON:
     answer too; IN_PROGRESS: the poll started it), with the fields only a poll carries."""
     now = _ms()
     task = models.Task(
-        taskId=a.task_id, taskType=a.task_type, taskDefName=a.task_type,
-        referenceTaskName=a.ref, status="IN_PROGRESS", inputData=a.input, outputData={},
-        retryCount=a.attempt - 1, seq=0, pollCount=1, workerId=worker_id, scheduledTime=now,
-        startTime=now, endTime=0, updateTime=now, reasonForIncompletion=None,
-        workflowInstanceId=a.workflow_id, workflowType=workflow_type, correlationId=None,
-        workflowPriority=a.priority, iteration=0, retried=a.attempt > 1, executed=False,
+        taskId=a.task_id,
+        taskType=a.task_type,
+        taskDefName=a.task_type,
+        referenceTaskName=a.ref,
+        status="IN_PROGRESS",
+        inputData=a.input,
+        outputData={},
+        retryCount=a.attempt - 1,
+        seq=0,
+        pollCount=1,
+        workerId=worker_id,
+        scheduledTime=now,
+        startTime=now,
+        endTime=0,
+        updateTime=now,
+        reasonForIncompletion=None,
+        workflowInstanceId=a.workflow_id,
+        workflowType=workflow_type,
+        correlationId=None,
+        workflowPriority=a.priority,
+        iteration=0,
+        retried=a.attempt > 1,
+        executed=False,
         callbackAfterSeconds=0,
-    )  # fmt: skip
-    return {**task.model_dump(), "responseTimeoutSeconds": 0, "startDelayInSeconds": 0,
-            "callbackFromWorker": True, "domain": None}  # fmt: skip
+    )
+    return {
+        **task.model_dump(),
+        "responseTimeoutSeconds": 0,
+        "startDelayInSeconds": 0,
+        "callbackFromWorker": True,
+        "domain": None,
+    }
 
 
 def _name(what: str, value: str) -> str:
@@ -231,13 +253,17 @@ def apply_result(svc: Services, gw: Gateway, result: TaskResult) -> Answer:
         ("taskId", result.taskId),
         ("workerId", result.workerId or ""),
     ):
-        _name(what, value)  # fmt: skip
+        _name(what, value)
     u = Update(
-        workflow_id=result.workflowInstanceId, task_id=result.taskId, status=result.status,
-        output=result.outputData, reason=result.reasonForIncompletion or "",
-        worker_id=result.workerId or "", logs=[x.log for x in result.logs if x.log],
+        workflow_id=result.workflowInstanceId,
+        task_id=result.taskId,
+        status=result.status,
+        output=result.outputData,
+        reason=result.reasonForIncompletion or "",
+        worker_id=result.workerId or "",
+        logs=[x.log for x in result.logs if x.log],
         callback_after_s=result.callbackAfterSeconds,
-    )  # fmt: skip
+    )
     return apply(gw, u, lambda task_id: _attempt(svc, task_id))
 
 
@@ -261,9 +287,10 @@ async def updated(svc: Services, gw: Gateway, result: TaskResult) -> Answer:
     answer = await run_in_threadpool(apply_result, svc, gw, result)
     if answer.status != 200:
         raise HTTPException(
-            answer.status, f"{answer.message}; sent for the record as input {answer.input_id}",
+            answer.status,
+            f"{answer.message}; sent for the record as input {answer.input_id}",
             headers={INPUT_ID_HEADER: answer.input_id},
-        )  # fmt: skip
+        )
     return answer
 
 
@@ -331,7 +358,11 @@ def poll_data(
 ) -> list[JSON]:
     rows = gw.store.poll_data(_name("taskType", taskType))
     return [
-        {"queueName": r["task_type"], "domain": r["domain"] or None,
-         "workerId": r["worker_id"], "lastPollTime": _ms(r["last_poll_at"])}
+        {
+            "queueName": r["task_type"],
+            "domain": r["domain"] or None,
+            "workerId": r["worker_id"],
+            "lastPollTime": _ms(r["last_poll_at"]),
+        }
         for r in rows
-    ]  # fmt: skip
+    ]

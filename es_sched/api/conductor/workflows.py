@@ -75,20 +75,31 @@ def _accepted(svc: Services, sent: Submitted, response: Response) -> None:
 
 # -- starting -------------------------------------------------------------------------------
 def _start(
-    svc: Services, name: str, input: dict[str, Any], version: int | None,
-    correlation_id: str | None, priority: int | None, command_id: str | None = None,
-    *, actor: str,
-) -> Submitted:  # fmt: skip
+    svc: Services,
+    name: str,
+    input: dict[str, Any],
+    version: int | None,
+    correlation_id: str | None,
+    priority: int | None,
+    command_id: str | None = None,
+    *,
+    actor: str,
+) -> Submitted:
     if priority is not None and not 0 <= priority <= MAX_PRIORITY:
         raise ApiError(
-            400, f"priority {priority} is out of range: es-sched's are 0 (highest) to "
-            f"{MAX_PRIORITY}",
-        )  # fmt: skip
+            400,
+            f"priority {priority} is out of range: es-sched's are 0 (highest) to {MAX_PRIORITY}",
+        )
     try:
         return svc.commands.get().submit(
-            name, input, version=version, priority=4 if priority is None else priority,
-            correlation_id=correlation_id, command_id=command_id, actor=actor,
-        )  # fmt: skip
+            name,
+            input,
+            version=version,
+            priority=4 if priority is None else priority,
+            correlation_id=correlation_id,
+            command_id=command_id,
+            actor=actor,
+        )
     except UnknownDefinition as exc:
         raise ApiError(404, str(exc)) from None
 
@@ -101,17 +112,23 @@ def _plain(svc: Services, sent: Submitted) -> PlainTextResponse:
 
 @router.post("/workflow", response_class=PlainTextResponse, responses=TEXT)
 def start_workflow(
-    request: models.StartWorkflowRequest, svc: Services = SVC,
+    request: models.StartWorkflowRequest,
+    svc: Services = SVC,
     who: Principal = OPERATOR,
-) -> PlainTextResponse:  # fmt: skip
+) -> PlainTextResponse:
     """Start a workflow (Conductor's ``StartWorkflowRequest``); answers its id as text."""
     unsupported = [
         (request.taskToDomain, "taskToDomain: es-sched has no task domains"),
-        (request.workflowDef, "workflowDef: register the definition with "
-         "POST /api/metadata/workflow, then start it by name"),
-        (request.externalInputPayloadStoragePath, "externalInputPayloadStoragePath: es-sched "
-         "keeps no external payload storage"),
-    ]  # fmt: skip
+        (
+            request.workflowDef,
+            "workflowDef: register the definition with "
+            "POST /api/metadata/workflow, then start it by name",
+        ),
+        (
+            request.externalInputPayloadStoragePath,
+            "externalInputPayloadStoragePath: es-sched keeps no external payload storage",
+        ),
+    ]
     problems = [reason for value, reason in unsupported if value]
     if problems:
         raise ApiError(400, "; ".join(problems))
@@ -119,12 +136,21 @@ def start_workflow(
     if request.idempotencyKey:
         if request.idempotencyStrategy not in (None, "RETURN_EXISTING"):
             raise ApiError(
-                400, f"idempotencyStrategy {request.idempotencyStrategy}: es-sched supports "
+                400,
+                f"idempotencyStrategy {request.idempotencyStrategy}: es-sched supports "
                 "RETURN_EXISTING only (the same key answers the same workflow id)",
-            )  # fmt: skip
+            )
         command_id = f"conductor:{request.name}:{request.idempotencyKey}"[:200]
-    sent = _start(svc, request.name, request.input, request.version, request.correlationId,
-                  request.priority, command_id, actor=who.name)  # fmt: skip
+    sent = _start(
+        svc,
+        request.name,
+        request.input,
+        request.version,
+        request.correlationId,
+        request.priority,
+        command_id,
+        actor=who.name,
+    )
     return _plain(svc, sent)
 
 
@@ -211,36 +237,45 @@ IDS = Annotated[list[str], Body(description="workflow ids")]
 
 @router.put("/workflow/bulk/pause", response_model=models.BulkResponse)
 def bulk_pause(
-    response: Response, ids: IDS, svc: Services = SVC,
+    response: Response,
+    ids: IDS,
+    svc: Services = SVC,
     who: Principal = OPERATOR,
-) -> models.BulkResponse:  # fmt: skip
+) -> models.BulkResponse:
     response.headers[REFLECTS] = reflects(svc)
     return _bulk(svc, who, "pause", ids)
 
 
 @router.put("/workflow/bulk/resume", response_model=models.BulkResponse)
 def bulk_resume(
-    response: Response, ids: IDS, svc: Services = SVC,
+    response: Response,
+    ids: IDS,
+    svc: Services = SVC,
     who: Principal = OPERATOR,
-) -> models.BulkResponse:  # fmt: skip
+) -> models.BulkResponse:
     response.headers[REFLECTS] = reflects(svc)
     return _bulk(svc, who, "resume", ids)
 
 
 @router.post("/workflow/bulk/retry", response_model=models.BulkResponse)
 def bulk_retry(
-    response: Response, ids: IDS, svc: Services = SVC,
+    response: Response,
+    ids: IDS,
+    svc: Services = SVC,
     who: Principal = OPERATOR,
-) -> models.BulkResponse:  # fmt: skip
+) -> models.BulkResponse:
     response.headers[REFLECTS] = reflects(svc)
     return _bulk(svc, who, "retry", ids)
 
 
 @router.post("/workflow/bulk/terminate", response_model=models.BulkResponse)
 def bulk_terminate(
-    response: Response, ids: IDS, reason: str | None = None, svc: Services = SVC,
+    response: Response,
+    ids: IDS,
+    reason: str | None = None,
+    svc: Services = SVC,
     who: Principal = OPERATOR,
-) -> models.BulkResponse:  # fmt: skip
+) -> models.BulkResponse:
     response.headers[REFLECTS] = reflects(svc)
     return _bulk(svc, who, "terminate", ids, reason)
 
@@ -266,9 +301,10 @@ def _absent(svc: Services, workflow_id: str) -> ApiError:
     if refused:
         last = refused[-1]
         return ApiError(
-            404, f"workflow {workflow_id} has no history: its {last['command_type']} was "
+            404,
+            f"workflow {workflow_id} has no history: its {last['command_type']} was "
             f"refused: {last['reason']}",
-        )  # fmt: skip
+        )
     return ApiError(404, f"No such workflow found by id: {workflow_id}")
 
 
@@ -313,24 +349,29 @@ def terminate(
     who: Principal = OPERATOR,
 ) -> None:
     if triggerFailureWorkflow:
-        raise ApiError(400, "triggerFailureWorkflow: es-sched does not start a failure "
-                       "workflow on terminate")  # fmt: skip
+        raise ApiError(
+            400, "triggerFailureWorkflow: es-sched does not start a failure workflow on terminate"
+        )
     _act(svc, who, "terminate", workflowId, response, reason=reason or "terminated")
 
 
 @router.put("/workflow/{workflowId}/pause")
 def pause(
     workflowId: str,
-    response: Response, svc: Services = SVC, who: Principal = OPERATOR,
-) -> None:  # fmt: skip
+    response: Response,
+    svc: Services = SVC,
+    who: Principal = OPERATOR,
+) -> None:
     _act(svc, who, "pause", workflowId, response)
 
 
 @router.put("/workflow/{workflowId}/resume")
 def resume(
     workflowId: str,
-    response: Response, svc: Services = SVC, who: Principal = OPERATOR,
-) -> None:  # fmt: skip
+    response: Response,
+    svc: Services = SVC,
+    who: Principal = OPERATOR,
+) -> None:
     _act(svc, who, "resume", workflowId, response)
 
 

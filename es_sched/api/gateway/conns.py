@@ -84,9 +84,12 @@ class Connections:
                 return self._idle.pop()
         try:
             return psycopg.connect(
-                self._dsn, autocommit=True, row_factory=dict_row,
-                connect_timeout=CONNECT_TIMEOUT_S, options=f"-c search_path={self._schema}",
-            )  # fmt: skip
+                self._dsn,
+                autocommit=True,
+                row_factory=dict_row,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                options=f"-c search_path={self._schema}",
+            )
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"PostgreSQL gateway: {exc}") from exc
 

@@ -47,8 +47,9 @@ class Demand:
     wanted: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
     _types: dict[str, _Type] = field(default_factory=dict)
 
-    def asked(self, task_type: str, worker: str, count: int, now: float, next_of_update: bool
-              ) -> None:  # fmt: skip
+    def asked(
+        self, task_type: str, worker: str, count: int, now: float, next_of_update: bool
+    ) -> None:
         """A poll (or update-v2's take of the next task) for ``count`` tasks arrived."""
         seen = self._types.get(task_type)
         if seen is None:

@@ -82,9 +82,16 @@ class HeldLease:
 def as_assignment(lease: HeldLease) -> wire.Assignment:
     """The lease as the assignment that granted it (what the report builders take)."""
     return wire.Assignment(
-        lease.gateway_id, lease.workflow_id, lease.task_id, lease.task_type, lease.attempt,
-        lease.lease_epoch, lease.lease_token, "", {},
-    )  # fmt: skip
+        lease.gateway_id,
+        lease.workflow_id,
+        lease.task_id,
+        lease.task_type,
+        lease.attempt,
+        lease.lease_epoch,
+        lease.lease_token,
+        "",
+        {},
+    )
 
 
 def _now() -> datetime:
@@ -119,11 +126,13 @@ class GatewayStore:
         if not tasks:
             return
         columns = {
-            "task_id": [a.task_id for a in tasks], "workflow_id": [a.workflow_id for a in tasks],
-            "task_type": [a.task_type for a in tasks], "attempt": [a.attempt for a in tasks],
+            "task_id": [a.task_id for a in tasks],
+            "workflow_id": [a.workflow_id for a in tasks],
+            "task_type": [a.task_type for a in tasks],
+            "attempt": [a.attempt for a in tasks],
             "lease_epoch": [a.lease_epoch for a in tasks],
             "lease_token": [a.lease_token for a in tasks],
-        }  # fmt: skip
+        }
         self._hot.execute(_HANDED, {**columns, "g": gateway_id, "w": http_worker_id, "now": _now()})
 
     def taken_by(self, gateway_id: str) -> list[HeldLease]:
@@ -143,10 +152,18 @@ class GatewayStore:
     def lease(self, task_id: str) -> HeldLease | None:
         self.ensure()
         with available("gateway"), self.engine.connect() as conn:
-            row = conn.execute(text(
-                "SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
-                " gateway_id, http_worker_id, ended, lease_over FROM leases WHERE task_id = :t"
-            ), {"t": task_id}).mappings().first()  # fmt: skip
+            row = (
+                conn.execute(
+                    text(
+                        "SELECT task_id, workflow_id, task_type, attempt, lease_epoch, lease_token,"
+                        " gateway_id, http_worker_id, ended, lease_over"
+                        " FROM leases WHERE task_id = :t"
+                    ),
+                    {"t": task_id},
+                )
+                .mappings()
+                .first()
+            )
         return HeldLease(**dict(row)) if row else None
 
     def end(
@@ -160,8 +177,7 @@ class GatewayStore:
         SELECT beside it sees the row as it was before (a data-modifying WITH's snapshot).
         """
         self.ensure()
-        params = {"o": outcome, "now": _now(), "t": task_id, "wf": workflow_id,
-                  "w": http_worker_id}  # fmt: skip
+        params = {"o": outcome, "now": _now(), "t": task_id, "wf": workflow_id, "w": http_worker_id}
         found = self._hot.fetch_one(_END, params)
         if found is None:
             return None, None

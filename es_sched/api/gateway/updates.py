@@ -78,10 +78,15 @@ def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[reports.Del
     what = _digest([u.status, u.logs, u.output, u.callback_after_s])
     report = c.ReportProgress(
         input_id=_id("gateway", a.task_id, a.attempt, a.lease_epoch, "progress", what),
-        workflow_id=a.workflow_id, task_id=a.task_id, attempt=a.attempt,
-        worker_id=a.worker_id, lease_epoch=a.lease_epoch, lease_token=a.lease_token,
-        percent=0.0, message=message,
-    )  # fmt: skip
+        workflow_id=a.workflow_id,
+        task_id=a.task_id,
+        attempt=a.attempt,
+        worker_id=a.worker_id,
+        lease_epoch=a.lease_epoch,
+        lease_token=a.lease_token,
+        percent=0.0,
+        message=message,
+    )
     record = wire.Progress(a.worker_id, a.task_id, a.lease_epoch, 0.0, message, reports.now_iso())
     sent += [reports.Delivery(), reports.Delivery()]
     gw.reporter.status(record, reports.progress_key(a.worker_id, a.task_id), sent[-2])
@@ -112,11 +117,16 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
         lease, first = gw.store.end(u.task_id, u.workflow_id, u.worker_id, u.status)
     refused: tuple[int, str] | None = None
     if lease is None or lease.workflow_id != u.workflow_id:
-        refused = (404, f"task {u.task_id} of workflow {u.workflow_id} is not leased to an "
-                        "HTTP worker (not polled through a gateway, or forgotten)")  # fmt: skip
+        refused = (
+            404,
+            f"task {u.task_id} of workflow {u.workflow_id} is not leased to an "
+            "HTTP worker (not polled through a gateway, or forgotten)",
+        )
     elif u.worker_id and u.worker_id != lease.http_worker_id:
-        refused = (409, f"task {u.task_id} is leased to worker {lease.http_worker_id!r}, "
-                        f"not {u.worker_id!r}")  # fmt: skip
+        refused = (
+            409,
+            f"task {u.task_id} is leased to worker {lease.http_worker_id!r}, not {u.worker_id!r}",
+        )
     elif lease.lease_over is not None:
         refused = (409, f"the lease of task {u.task_id} ended: {lease.lease_over}")
     if refused is not None:
@@ -140,8 +150,7 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
     if lease.gateway_id == gw.worker_id:
         gw.forget(u.task_id)
     if first != u.status:
-        return Answer(409, f"task {u.task_id} was already reported {first}", report.input_id,
-                      None)  # fmt: skip
+        return Answer(409, f"task {u.task_id} was already reported {first}", report.input_id, None)
     return Answer(200, u.task_id, report.input_id, lease.task_type)
 
 

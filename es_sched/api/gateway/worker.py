@@ -241,8 +241,9 @@ class Gateway:
             self._restore()
             self._heartbeat()
             self.ready.set()
-            log.info("gateway worker %s started (%s[%d])", self.worker_id, reader.topic,
-                     reader.partition)  # fmt: skip
+            log.info(
+                "gateway worker %s started (%s[%d])", self.worker_id, reader.topic, reader.partition
+            )
             next_beat = last_status = next_check = time.monotonic()
             next_beat += self.heartbeat_s
             while not self._stop.is_set():
@@ -323,8 +324,7 @@ class Gateway:
                     del self._waiting[task_id]
                     back.append((held.assignment, patience))
         for a, patience in back:
-            log.info("handing back %s (%s): not polled for %.2fs", a.task_id, a.task_type,
-                     patience)  # fmt: skip
+            log.info("handing back %s (%s): not polled for %.2fs", a.task_id, a.task_type, patience)
             reason = NOT_POLLED.format(s=patience)
             self.reporter.send(reports.declined(a, self.worker_id, reason))
 

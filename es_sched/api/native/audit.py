@@ -59,9 +59,12 @@ def verify(
         Difference(kind=m.kind, id=m.id, field=m.field, log=m.log, store=m.store) for m in found
     ]
     return Verified(
-        workflowId=workflow_id, equal=not differences, events=events,
-        differences=differences, freshness=fresh,
-    )  # fmt: skip
+        workflowId=workflow_id,
+        equal=not differences,
+        events=events,
+        differences=differences,
+        freshness=fresh,
+    )
 
 
 def fold(svc: Services, workflow_id: str) -> tuple[WorkflowState, int]:

@@ -46,9 +46,15 @@ def submit(body: SubmitRequest, svc: Services = SVC, who: Principal = OPERATOR) 
     """Start a workflow (accepted, not yet decided: read it back with ``?after=token``)."""
     client = svc.commands.get()
     done = client.submit(
-        body.name, body.input, body.version, body.priority, body.tenant,
-        command_id=body.idempotencyKey, correlation_id=body.correlationId, actor=who.name,
-    )  # fmt: skip
+        body.name,
+        body.input,
+        body.version,
+        body.priority,
+        body.tenant,
+        command_id=body.idempotencyKey,
+        correlation_id=body.correlationId,
+        actor=who.name,
+    )
     return Submitted(
         workflowId=done.workflow_id, commandId=done.command_id, token=client.token(done.workflow_id)
     )
@@ -88,9 +94,12 @@ def list_workflows(
     wait_after(svc, after)
     fresh = freshness_of(svc)
     f = queries.WorkflowFilter(
-        names=tuple(name or ()), versions=tuple(version or ()), statuses=tuple(status or ()),
-        tenants=tuple(tenant or ()), correlation_ids=tuple(correlationId or ()),
-    )  # fmt: skip
+        names=tuple(name or ()),
+        versions=tuple(version or ()),
+        statuses=tuple(status or ()),
+        tenants=tuple(tenant or ()),
+        correlation_ids=tuple(correlationId or ()),
+    )
     total, rows = queries.search_workflows(svc.engine, f, start, size)
     return WorkflowList(
         total=total, start=start, results=[workflow_of(r, None) for r in rows], freshness=fresh
@@ -126,23 +135,43 @@ def get_history(
 
 def workflow_of(row: Row, tasks: list[Row] | None) -> Workflow:
     return Workflow(
-        workflowId=row["workflow_id"], name=row["name"], version=row["def_version"],
-        status=row["status"], priority=row["priority"], tenant=row["tenant"],
-        correlationId=row["correlation_id"], parentWorkflowId=row["parent_workflow_id"],
-        reason=row["reason"], input=row["input"], output=row["output"],
-        createdAt=row["created_at"], updatedAt=row["updated_at"], endedAt=row["ended_at"],
-        seq=row["version"], tasks=None if tasks is None else [task_of(t) for t in tasks],
-    )  # fmt: skip
+        workflowId=row["workflow_id"],
+        name=row["name"],
+        version=row["def_version"],
+        status=row["status"],
+        priority=row["priority"],
+        tenant=row["tenant"],
+        correlationId=row["correlation_id"],
+        parentWorkflowId=row["parent_workflow_id"],
+        reason=row["reason"],
+        input=row["input"],
+        output=row["output"],
+        createdAt=row["created_at"],
+        updatedAt=row["updated_at"],
+        endedAt=row["ended_at"],
+        seq=row["version"],
+        tasks=None if tasks is None else [task_of(t) for t in tasks],
+    )
 
 
 def task_of(t: Row) -> Task:
     return Task(
-        taskId=t["task_id"], ref=t["ref"], name=t["name"], taskType=t["task_type"],
-        status=t["status"], attempt=t["attempt"], iteration=t["iteration"],
-        workerId=t["worker_id"], reason=t["reason"], progress=t["progress"], input=t["input"],
-        output=t["output"], scheduledAt=t["scheduled_at"], startedAt=t["started_at"],
+        taskId=t["task_id"],
+        ref=t["ref"],
+        name=t["name"],
+        taskType=t["task_type"],
+        status=t["status"],
+        attempt=t["attempt"],
+        iteration=t["iteration"],
+        workerId=t["worker_id"],
+        reason=t["reason"],
+        progress=t["progress"],
+        input=t["input"],
+        output=t["output"],
+        scheduledAt=t["scheduled_at"],
+        startedAt=t["started_at"],
         endedAt=t["ended_at"],
-    )  # fmt: skip
+    )
 
 
 def queues_of(rows: list[Row], now: datetime | None = None) -> list[Queue]:
@@ -162,10 +191,15 @@ def queues_of(rows: list[Row], now: datetime | None = None) -> list[Queue]:
 
 def history_event(r: Row) -> HistoryEvent:
     return HistoryEvent(
-        seq=r["seq"], eventId=r["event_id"], type=r["type"], occurredAt=r["occurred_at"],
-        causationId=r["causation_id"], payload=r["payload"], kafkaPartition=r["kafka_partition"],
+        seq=r["seq"],
+        eventId=r["event_id"],
+        type=r["type"],
+        occurredAt=r["occurred_at"],
+        causationId=r["causation_id"],
+        payload=r["payload"],
+        kafkaPartition=r["kafka_partition"],
         kafkaOffset=r["kafka_offset"],
-    )  # fmt: skip
+    )
 
 
 for _part in (audit, config, ops):

@@ -121,9 +121,11 @@ def _route(a: Node, b: Node, kind: str) -> tuple[tuple[int, int], ...]:
     if kind == "loop":
         right = max(a.x, b.x) + NODE_W + GAP_X // 2
         return (
-            (a.x + NODE_W, a.y + NODE_H // 2), (right, a.y + NODE_H // 2),
-            (right, b.y + NODE_H // 2), (b.x + NODE_W, b.y + NODE_H // 2),
-        )  # fmt: skip
+            (a.x + NODE_W, a.y + NODE_H // 2),
+            (right, a.y + NODE_H // 2),
+            (right, b.y + NODE_H // 2),
+            (b.x + NODE_W, b.y + NODE_H // 2),
+        )
     ax, ay = a.x + NODE_W // 2, a.y + NODE_H
     bx, by = b.x + NODE_W // 2, b.y
     if ax == bx:
@@ -160,12 +162,17 @@ class _Builder:
         last = rows[-1] if rows else None
         child = (last.get("output") or {}).get("subWorkflowId") if last else None
         return Node(
-            ref=task.ref, name=task.name, type=task.type,
-            state=str(last["status"]) if last else NOT_STARTED, x=0, y=0,
-            attempts=len(rows), iterations=max((int(r.get("iteration") or 0) for r in rows),
-                                               default=0),
-            child_workflow_id=str(child) if child else None, taken=taken,
-        )  # fmt: skip
+            ref=task.ref,
+            name=task.name,
+            type=task.type,
+            state=str(last["status"]) if last else NOT_STARTED,
+            x=0,
+            y=0,
+            attempts=len(rows),
+            iterations=max((int(r.get("iteration") or 0) for r in rows), default=0),
+            child_workflow_id=str(child) if child else None,
+            taken=taken,
+        )
 
     def task(self, task: WorkflowTask, taken: bool | None) -> _Block:
         head = self.node(task, taken)
@@ -180,8 +187,9 @@ class _Builder:
             edges = [(head.ref, e, "flow", "") for e in body.entries] + body.edges
             edges += [(x, head.ref, "loop", "") for x in body.exits]
             # The loop's right-hand return edge needs room beside the body.
-            return _Block(nodes, edges, width + GAP_X, NODE_H + GAP_Y + body.height,
-                          [head.ref], body.exits)  # fmt: skip
+            return _Block(
+                nodes, edges, width + GAP_X, NODE_H + GAP_Y + body.height, [head.ref], body.exits
+            )
         return _Block([head], [], NODE_W, NODE_H, [task.ref], [task.ref])
 
     def branches(self, head: Node, task: WorkflowTask, taken: bool | None) -> _Block:
@@ -197,13 +205,16 @@ class _Builder:
             took = None if chosen is None else (label == chosen)
             inner = taken if took is None else (took and taken is not False)
             blocks.append((label, took, self.sequence(tasks, inner)))
-        width = max(NODE_W, sum(max(b.width, NODE_W // 2) for _, _, b in blocks)
-                    + GAP_X * (len(blocks) - 1))  # fmt: skip
+        width = max(
+            NODE_W, sum(max(b.width, NODE_W // 2) for _, _, b in blocks) + GAP_X * (len(blocks) - 1)
+        )
         nodes = [_moved(head, (width - NODE_W) // 2, 0)]
         edges: list[tuple[str, str, str, str]] = []
         exits: list[str] = []
-        x = (width - (sum(max(b.width, NODE_W // 2) for _, _, b in blocks)
-                      + GAP_X * (len(blocks) - 1))) // 2  # fmt: skip
+        x = (
+            width
+            - (sum(max(b.width, NODE_W // 2) for _, _, b in blocks) + GAP_X * (len(blocks) - 1))
+        ) // 2
         height = NODE_H
         for label, took, b in blocks:
             kind = "flow" if took is None else ("taken" if took else "skipped")

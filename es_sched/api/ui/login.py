@@ -46,9 +46,14 @@ def login(
         return templates.TemplateResponse(request, "login.html", context, status_code=401)
     answer = RedirectResponse(target, status_code=303)
     answer.set_cookie(
-        COOKIE, token, max_age=svc.settings.api.token_ttl_s, path="/", httponly=True,
-        samesite="strict", secure=request.url.scheme == "https",
-    )  # fmt: skip
+        COOKIE,
+        token,
+        max_age=svc.settings.api.token_ttl_s,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return answer
 
 

@@ -70,11 +70,15 @@ def definitions_page(
         if chosen is None:
             raise ApiError(404, f"no definition {name} version {v}")
     return _page(
-        request, "ops_definitions.html", who, topic=topics_for(svc.settings).definitions,
-        versions=versions, chosen=chosen,
+        request,
+        "ops_definitions.html",
+        who,
+        topic=topics_for(svc.settings).definitions,
+        versions=versions,
+        chosen=chosen,
         svg=diagram(chosen) if chosen else None,
         text=json.dumps(chosen, indent=2, sort_keys=True) if chosen else None,
-    )  # fmt: skip
+    )
 
 
 @router.get("/submit", response_class=HTMLResponse)
@@ -92,10 +96,16 @@ def submit_form(
     chosen = found.get((name, version or max(versions))) if name and versions else None
     prefill = json.dumps(default_input(chosen), indent=2) if chosen else "{}"
     return _page(
-        request, "ops_submit.html", who, topic=topics_for(svc.settings).definitions,
-        names=names, name=name, versions=versions,
-        version=chosen.get("version") if chosen else None, prefill=prefill,
-    )  # fmt: skip
+        request,
+        "ops_submit.html",
+        who,
+        topic=topics_for(svc.settings).definitions,
+        names=names,
+        name=name,
+        versions=versions,
+        version=chosen.get("version") if chosen else None,
+        prefill=prefill,
+    )
 
 
 @router.post("/submit")
@@ -134,6 +144,11 @@ def media_page(
     if row is None:
         raise ApiError(404, f"no workflow {workflow_id} in the read model")
     return _page(
-        request, "ops_media.html", who, wf=row, media=media_view(tasks), fresh=fresh,
+        request,
+        "ops_media.html",
+        who,
+        wf=row,
+        media=media_view(tasks),
+        fresh=fresh,
         now=datetime.now(UTC),
-    )  # fmt: skip
+    )

@@ -54,10 +54,21 @@ async def workflows_page(
     chosen = f.statuses or tuple(counts)
     total = sum(n for s, n in counts.items() if s in chosen)
     return page(
-        request, "workflows.html", svc, who, fresh=fresh, q=q, rows=rows, total=total,
-        counts=counts, capped=capped, more=any(s in capped for s in chosen),
-        statuses=filters.STATUSES, sizes=filters.PAGE_SIZES, actions=BULK_ACTIONS,
-    )  # fmt: skip
+        request,
+        "workflows.html",
+        svc,
+        who,
+        fresh=fresh,
+        q=q,
+        rows=rows,
+        total=total,
+        counts=counts,
+        capped=capped,
+        more=any(s in capped for s in chosen),
+        statuses=filters.STATUSES,
+        sizes=filters.PAGE_SIZES,
+        actions=BULK_ACTIONS,
+    )
 
 
 async def _bulk_form(request: Request) -> tuple[str, str, list[str], filters.ListQuery]:
@@ -88,9 +99,16 @@ async def bulk_preview(
         count = len(ids)
     cap = svc.settings.api.console_bulk_max
     return fragment(
-        request, "_bulk_confirm.html", action=action, scope=scope, ids=ids, q=q,
-        count=min(count, cap), capped=count > cap, cap=cap,
-    )  # fmt: skip
+        request,
+        "_bulk_confirm.html",
+        action=action,
+        scope=scope,
+        ids=ids,
+        q=q,
+        count=min(count, cap),
+        capped=count > cap,
+        cap=cap,
+    )
 
 
 @router.post("/bulk", response_class=HTMLResponse)

@@ -40,13 +40,18 @@ def bars(rows: Sequence[Mapping[str, Any]], now: datetime) -> tuple[list[Bar], f
         scheduled, started, ended = r["scheduled_at"], r.get("started_at"), r.get("ended_at")
         stop = ended or now
         queued_to = started or stop
-        out.append(Bar(
-            ref=str(r["ref"]), attempt=int(r.get("attempt") or 0),
-            iteration=int(r.get("iteration") or 0), status=str(r["status"]),
-            worker=str(r.get("worker_id") or ""),
-            queued_left=pct(scheduled), queued_width=max(pct(queued_to) - pct(scheduled), 0.0),
-            run_left=pct(started) if started else 0.0,
-            run_width=max(pct(stop) - pct(started), 0.3) if started else 0.0,
-            seconds=round((stop - scheduled).total_seconds(), 3),
-        ))  # fmt: skip
+        out.append(
+            Bar(
+                ref=str(r["ref"]),
+                attempt=int(r.get("attempt") or 0),
+                iteration=int(r.get("iteration") or 0),
+                status=str(r["status"]),
+                worker=str(r.get("worker_id") or ""),
+                queued_left=pct(scheduled),
+                queued_width=max(pct(queued_to) - pct(scheduled), 0.0),
+                run_left=pct(started) if started else 0.0,
+                run_width=max(pct(stop) - pct(started), 0.3) if started else 0.0,
+                seconds=round((stop - scheduled).total_seconds(), 3),
+            )
+        )
     return out, round(span, 3)

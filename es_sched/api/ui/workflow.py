@@ -41,14 +41,23 @@ def _live(svc: Services, workflow_id: str) -> dict[str, Any]:
     started = queries.started_definition(svc.engine, workflow_id) or {}
     definition = started.get("definition") or {}
     bars, span = timeline.bars(rows, datetime.now(UTC))
-    waiting = [t for t in rows if t["task_type"] == "WAIT" and t["status"] not in TERMINAL
-               and t["status"] != "COMPLETED"]  # fmt: skip
+    waiting = [
+        t
+        for t in rows
+        if t["task_type"] == "WAIT" and t["status"] not in TERMINAL and t["status"] != "COMPLETED"
+    ]
     return {
-        "wf": row, "tasks": rows, "layout": dag.layout(definition, rows), "bars": bars,
+        "wf": row,
+        "tasks": rows,
+        "layout": dag.layout(definition, rows),
+        "bars": bars,
         "media": any(str(t["task_type"]).startswith("media.") for t in rows),
-        "span": span, "definition": definition, "waiting": waiting,
-        "parent_task_id": started.get("parent_task_id"), "rerun": True,
-    }  # fmt: skip
+        "span": span,
+        "definition": definition,
+        "waiting": waiting,
+        "parent_task_id": started.get("parent_task_id"),
+        "rerun": True,
+    }
 
 
 @router.get("/{workflow_id}", response_class=HTMLResponse)
@@ -84,8 +93,9 @@ def task_panel(
     """Every row of one task (attempts, iterations): input, output, worker, lease, progress."""
     _, rows = queries.workflow(svc.engine, workflow_id)
     mine = [r for r in rows if dag.base_ref(str(r["ref"])) == ref]
-    return fragment(request, "_task.html", workflow_id=workflow_id, ref=ref, rows=mine,
-                    dumps=_dumps)  # fmt: skip
+    return fragment(
+        request, "_task.html", workflow_id=workflow_id, ref=ref, rows=mine, dumps=_dumps
+    )
 
 
 @router.get("/{workflow_id}/history", response_class=HTMLResponse)
@@ -97,8 +107,14 @@ def history(
     who: Principal = VIEWER,
 ) -> HTMLResponse:
     events = queries.history(svc.engine, workflow_id, failed_only=failed)
-    return fragment(request, "_history.html", workflow_id=workflow_id, events=events,
-                    failed=failed, dumps=_dumps)  # fmt: skip
+    return fragment(
+        request,
+        "_history.html",
+        workflow_id=workflow_id,
+        events=events,
+        failed=failed,
+        dumps=_dumps,
+    )
 
 
 @router.get("/{workflow_id}/history.json")

@@ -102,20 +102,26 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_hex(16)
     port = _console_port()
-    env = {"ES_SCHED_KAFKA_TOPIC_PREFIX": PREFIX, "ES_SCHED_PG_SCHEMA_NAME": SCHEMA,
-           "ES_SCHED_MEDIA_OUTPUT_DIR": str(outputs), "ES_SCHED_MEDIA_CALLBACK_SECRET": secret,
-           "ES_SCHED_DISPATCH_HEARTBEAT_S": "2",
-           # the console for this run: loopback only, so it may go without keys (ADR 25)
-           "ES_SCHED_API_HOST": "127.0.0.1", "ES_SCHED_API_PORT": str(port),
-           "ES_SCHED_API_AUTH": "off"}  # fmt: skip
+    env = {
+        "ES_SCHED_KAFKA_TOPIC_PREFIX": PREFIX,
+        "ES_SCHED_PG_SCHEMA_NAME": SCHEMA,
+        "ES_SCHED_MEDIA_OUTPUT_DIR": str(outputs),
+        "ES_SCHED_MEDIA_CALLBACK_SECRET": secret,
+        "ES_SCHED_DISPATCH_HEARTBEAT_S": "2",
+        # the console for this run: loopback only, so it may go without keys (ADR 25)
+        "ES_SCHED_API_HOST": "127.0.0.1",
+        "ES_SCHED_API_PORT": str(port),
+        "ES_SCHED_API_AUTH": "off",
+    }
     os.environ.update(env)
     settings = load_settings()
     with out.status("bringing the stack up (first time: installs Kafka, OpenSearch, PostgreSQL)"):
         statuses = Stack(settings).up()
     if not all(s.healthy for s in statuses):
         raise click.ClickException("the stack is not healthy: `es-sched stack status`")
-    kept = kept_partitions(settings, existing_partitions(
-        settings.kafka.bootstrap_servers, topics_for(settings).events))  # fmt: skip
+    kept = kept_partitions(
+        settings, existing_partitions(settings.kafka.bootstrap_servers, topics_for(settings).events)
+    )
     if kept is not None:
         env["ES_SCHED_KAFKA_PARTITIONS"] = os.environ["ES_SCHED_KAFKA_PARTITIONS"] = str(kept)
         settings = load_settings()
@@ -128,8 +134,15 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
     procs.start("roles", "run")
     procs.start("api", "api")
     for n in (1, 2):
-        procs.start(f"media-{n}", "worker", "--media", "--worker-id", f"demo-media-{n}-{run}",
-                    "--concurrency", "2")  # fmt: skip
+        procs.start(
+            f"media-{n}",
+            "worker",
+            "--media",
+            "--worker-id",
+            f"demo-media-{n}-{run}",
+            "--concurrency",
+            "2",
+        )
     try:
         for name in ("roles", "media-1", "media-2"):
             procs.wait_log(name, "started", 180)
@@ -181,9 +194,13 @@ def _console_port() -> int:
 
 
 def _drive(
-    settings: Any, clips: list[demo.Video], url: str, run: str,
-    receiver: demo.Callbacks, timeout_s: float,
-) -> dict[str, Any]:  # fmt: skip
+    settings: Any,
+    clips: list[demo.Video],
+    url: str,
+    run: str,
+    receiver: demo.Callbacks,
+    timeout_s: float,
+) -> dict[str, Any]:
     topics = topics_for(settings)
     tail = Tail(settings.kafka.bootstrap_servers, topics.events, OFFSET_END)
     # Pin the start to each partition's log end now (OFFSET_END resolves lazily, at the first
@@ -191,18 +208,25 @@ def _drive(
     probe = consumer(
         settings.kafka.bootstrap_servers, None, **{"isolation.level": "read_uncommitted"}
     )
-    ends = [TopicPartition(topics.events, p, watermarks(probe, TopicPartition(topics.events, p))[1])
-            for p in tail.partitions]  # fmt: skip
+    ends = [
+        TopicPartition(topics.events, p, watermarks(probe, TopicPartition(topics.events, p))[1])
+        for p in tail.partitions
+    ]
     probe.close()
     tail.consumer.assign(ends)
     client = bootstrap.command_client(settings)
-    client.push_definitions([ROOT / "examples" / "media_pipeline.json",
-                             ROOT / "examples" / "media_taskdefs.json"])  # fmt: skip
+    client.push_definitions(
+        [ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_taskdefs.json"]
+    )
     submitted: dict[str, tuple[demo.Video, float]] = {}
     started = time.time()
     for i, clip in enumerate(clips):
-        doc = {"source_uri": clip.path.resolve().as_uri(), "source_checksum": clip.sha256,
-               "asset_id": f"{run}-{i:02d}", "callback_url": f"{url}/{run}-{i:02d}"}  # fmt: skip
+        doc = {
+            "source_uri": clip.path.resolve().as_uri(),
+            "source_checksum": clip.sha256,
+            "asset_id": f"{run}-{i:02d}",
+            "callback_url": f"{url}/{run}-{i:02d}",
+        }
         sent = client.submit("media_pipeline", doc, command_id=f"demo-{run}-{i:02d}")
         submitted[sent.workflow_id] = (clip, time.time())
     client.close()
@@ -219,8 +243,11 @@ def _drive(
     tail.close()
     elapsed = time.time() - started
     calls = receiver.by_path()
-    latency = [calls[f"/{run}-{i:02d}"]["at"] - submitted[wf][1]
-               for i, wf in enumerate(submitted) if f"/{run}-{i:02d}" in calls]  # fmt: skip
+    latency = [
+        calls[f"/{run}-{i:02d}"]["at"] - submitted[wf][1]
+        for i, wf in enumerate(submitted)
+        if f"/{run}-{i:02d}" in calls
+    ]
     broken_wf = next(wf for wf, (clip, _) in submitted.items() if clip.broken)
     verified = sum(demo.probe_ok(r) for r in board.renditions)
     failed = {
@@ -255,8 +282,11 @@ def _print_summary(s: dict[str, Any], clips: list[demo.Video], outputs: Path, lo
     for wf, (status, reason) in s["failed"].items():
         t.add_row(f"workflow {wf[:8]}… {status}", reason[:300] or "(no reason)")
     t.add_row("renditions produced", f"{s['renditions']} (ffprobe confirms {s['verified']})")
-    t.add_row("throughput", f"{len(clips) / s['seconds'] * 60:.1f} workflows/min, "
-              f"{s['video_seconds'] / s['seconds']:.2f} video-seconds/s")  # fmt: skip
+    t.add_row(
+        "throughput",
+        f"{len(clips) / s['seconds'] * 60:.1f} workflows/min, "
+        f"{s['video_seconds'] / s['seconds']:.2f} video-seconds/s",
+    )
     p50, p95 = demo.percentile(s["latency"], 0.5), demo.percentile(s["latency"], 0.95)
     latency = f"{p50:.1f} s / {p95:.1f} s" if p50 is not None and p95 is not None else "n/a"
     t.add_row("submit -> callback p50 / p95", latency)

@@ -60,13 +60,35 @@ def make_videos(
         path = folder / f"video-{i:02d}-{height}p-{length}s.mp4"
         if not path.exists():
             subprocess.run(
-                [ffmpeg, "-hide_banner", "-loglevel", "error", "-y",
-                 "-f", "lavfi", "-i", f"testsrc2=size={width}x{height}:rate=25:duration={length}",
-                 "-f", "lavfi", "-i", f"sine=frequency={220 + 40 * i}:duration={length}",
-                 "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
-                 "-c:a", "aac", "-shortest", str(path)],
-                check=True, capture_output=True, timeout=300,
-            )  # fmt: skip
+                [
+                    ffmpeg,
+                    "-hide_banner",
+                    "-loglevel",
+                    "error",
+                    "-y",
+                    "-f",
+                    "lavfi",
+                    "-i",
+                    f"testsrc2=size={width}x{height}:rate=25:duration={length}",
+                    "-f",
+                    "lavfi",
+                    "-i",
+                    f"sine=frequency={220 + 40 * i}:duration={length}",
+                    "-c:v",
+                    "libx264",
+                    "-preset",
+                    "ultrafast",
+                    "-pix_fmt",
+                    "yuv420p",
+                    "-c:a",
+                    "aac",
+                    "-shortest",
+                    str(path),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
         videos.append(Video(path, width, height, length))
     broken = folder / "broken.mp4"
     broken.write_bytes(b"this is not a video, whatever its name says\n" * 64)
@@ -130,8 +152,10 @@ class Processes:
         log = (self.logs / f"{name}.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "es_sched", *args],
-            env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.children.append((name, proc))
 
     def wait_log(self, name: str, text: str, timeout_s: float = 120) -> None:
@@ -176,10 +200,23 @@ def probe_ok(rendition: dict[str, Any]) -> bool:
     if ffprobe is None or not path.exists():
         return False
     probe = subprocess.run(
-        [ffprobe, "-v", "error", "-select_streams", "v:0", "-show_entries",
-         "stream=height,codec_name", "-of", "json", str(path)],
-        check=False, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            ffprobe,
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=height,codec_name",
+            "-of",
+            "json",
+            str(path),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     streams = json.loads(probe.stdout or "{}").get("streams") or [{}]
     codec = {"h264": "h264", "h265": "hevc", "hevc": "hevc"}.get(str(rendition.get("codec")))
     return bool(

@@ -139,17 +139,21 @@ class Limits:
             self.concurrency[task_type] = limit
 
     def own(
-        self, partitions: frozenset[int], total: int, now: datetime,
+        self,
+        partitions: frozenset[int],
+        total: int,
+        now: datetime,
         held: frozenset[int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """The ready partitions this core owns changed. ``held``: those nobody else can have
         used meanwhile (default: the ones owned until now; none at the first call). Tenant
         shares follow the partitions; every bucket of a partition gained beyond ``held`` is
         entered as used up at this moment, since its previous owner may have used it all."""
         if held is None:
             held = self.owned.partitions if self.owned is not None else frozenset()
-        before = {s: Ownership(held, total).share(self.rates[s].count)
-                  for s in self._tenant_scopes()}  # fmt: skip
+        before = {
+            s: Ownership(held, total).share(self.rates[s].count) for s in self._tenant_scopes()
+        }
         self.owned = Ownership(partitions, total)
         t = _us(now)
         for p in partitions - held:
@@ -180,9 +184,14 @@ class Limits:
 
     # -- decisions -------------------------------------------------------------------------
     def admit(
-        self, task_type: str, tenant: str | None, now: datetime,
-        key: str | None = None, task: TaskLimits = NO_LIMITS, partition: int | None = None,
-    ) -> str | None:  # fmt: skip
+        self,
+        task_type: str,
+        tenant: str | None,
+        now: datetime,
+        key: str | None = None,
+        task: TaskLimits = NO_LIMITS,
+        partition: int | None = None,
+    ) -> str | None:
         """None when the task may start now (counted in its buckets), else the refusing limit.
         ``partition``: the ready partition the task came from (its type and key buckets live
         there)."""

@@ -261,8 +261,15 @@ class Fleet:
         self._index(w)
 
     # -- protection ------------------------------------------------------------------------
-    def record_outcome(self, worker_id: str, failed: bool, now: datetime, threshold: float = 0.5,
-                       min_samples: int = 10, cooldown_s: float = 300.0) -> bool:  # fmt: skip
+    def record_outcome(
+        self,
+        worker_id: str,
+        failed: bool,
+        now: datetime,
+        threshold: float = 0.5,
+        min_samples: int = 10,
+        cooldown_s: float = 300.0,
+    ) -> bool:
         """Track a worker's recent failures; True when this outcome blacklisted it."""
         w = self.workers.get(worker_id)
         if w is None:

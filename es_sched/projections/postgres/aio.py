@@ -110,9 +110,13 @@ class AsyncReads:
         return await self._with(run)
 
     async def search_page(
-        self, f: WorkflowFilter, start: int, size: int, sort: Sequence[tuple[str, bool]],
+        self,
+        f: WorkflowFilter,
+        start: int,
+        size: int,
+        sort: Sequence[tuple[str, bool]],
         cap: int,
-    ) -> tuple[int, bool, list[Row]]:  # fmt: skip
+    ) -> tuple[int, bool, list[Row]]:
         """``pages.search_page``: its statements, in one snapshot, in one round trip."""
         count, page = await self._snapshot(pages.search_statements(f, start, size, sort, cap))
         return *pages.capped(int(next(iter(count[0].values()))), start, cap), page
@@ -180,10 +184,12 @@ class AsyncReads:
             return self._idle.pop()
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, row_factory=dict_row,
+                self._dsn,
+                autocommit=True,
+                row_factory=dict_row,
                 connect_timeout=CONNECT_TIMEOUT_S,
                 options=f"-c search_path={self._schema} -c TimeZone=UTC",
-            )  # fmt: skip
+            )
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"PostgreSQL read: {exc}") from exc
         set_json_loads(orjson.loads, conn)

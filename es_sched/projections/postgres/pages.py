@@ -97,9 +97,13 @@ def capped(total: int, start: int, cap: int) -> tuple[int, bool]:
 
 
 def search_page(
-    engine: Engine, f: WorkflowFilter, start: int, size: int,
-    sort: Sequence[tuple[str, bool]], cap: int,
-) -> tuple[int, bool, list[Row]]:  # fmt: skip
+    engine: Engine,
+    f: WorkflowFilter,
+    start: int,
+    size: int,
+    sort: Sequence[tuple[str, bool]],
+    cap: int,
+) -> tuple[int, bool, list[Row]]:
     """One page of rows matching ``f`` with a bounded total: (total, capped, rows). The total
     counts at most ``start + cap`` rows (an exact count scans every match: 58k rows for one
     status at 100k workflows); ``capped`` says there are more. Count and page share one
@@ -149,9 +153,13 @@ def console_counts(
 
 
 def console_page(
-    engine: Engine, f: WorkflowFilter, statuses: Sequence[str], start: int, size: int,
+    engine: Engine,
+    f: WorkflowFilter,
+    statuses: Sequence[str],
+    start: int,
+    size: int,
     cap: int,
-) -> tuple[dict[str, int], frozenset[str], list[Row]]:  # fmt: skip
+) -> tuple[dict[str, int], frozenset[str], list[Row]]:
     """The console's list: rows matching ``f`` per status in ``statuses`` (over ``f`` without
     its statuses, each counted to at most ``start + cap``: one index range per status, not a
     scan of the table), the statuses whose count stopped there, and one page of ``f``'s rows

@@ -75,12 +75,18 @@ class WorkflowFilter:
 # request's values (``filter_params``), so the rule for a field lives here alone.
 _C = WORKFLOWS.c
 CONDITIONS: dict[str, Callable[[BindParameter[Any]], ColumnElement[bool]]] = {
-    "names": _C.name.in_, "versions": _C.def_version.in_, "statuses": _C.status.in_,
-    "tenants": _C.tenant.in_, "correlation_ids": _C.correlation_id.in_,
-    "ids": _C.workflow_id.in_, "parent_workflow_id": lambda p: _C.parent_workflow_id == p,
-    "created_from": lambda p: _C.created_at >= p, "created_to": lambda p: _C.created_at < p,
-    "updated_from": lambda p: _C.updated_at >= p, "updated_to": lambda p: _C.updated_at < p,
-}  # fmt: skip
+    "names": _C.name.in_,
+    "versions": _C.def_version.in_,
+    "statuses": _C.status.in_,
+    "tenants": _C.tenant.in_,
+    "correlation_ids": _C.correlation_id.in_,
+    "ids": _C.workflow_id.in_,
+    "parent_workflow_id": lambda p: _C.parent_workflow_id == p,
+    "created_from": lambda p: _C.created_at >= p,
+    "created_to": lambda p: _C.created_at < p,
+    "updated_from": lambda p: _C.updated_at >= p,
+    "updated_to": lambda p: _C.updated_at < p,
+}
 LISTS = frozenset({"names", "versions", "statuses", "tenants", "correlation_ids", "ids"})
 
 
@@ -102,9 +108,11 @@ def filter_params(f: WorkflowFilter, suffix: str = "") -> dict[str, Any]:
 
 
 def where(
-    query: Select[Any], fields: Iterable[str], suffix: str = "",
+    query: Select[Any],
+    fields: Iterable[str],
+    suffix: str = "",
     values: Mapping[str, Any] | None = None,
-) -> Select[Any]:  # fmt: skip
+) -> Select[Any]:
     """``query`` with the condition of each field in ``fields``, on ``bindparam(field +
     suffix)``, holding its entry of ``values`` when given (else bound at execution)."""
     for field in fields:
@@ -162,9 +170,12 @@ def status_counts(engine: Engine, f: WorkflowFilter) -> dict[str, int]:
 
 
 def _filtered(
-    query: Select[Any], status: str | None, name: str | None, tenant: str | None,
+    query: Select[Any],
+    status: str | None,
+    name: str | None,
+    tenant: str | None,
     since: datetime | None,
-) -> Select[Any]:  # fmt: skip
+) -> Select[Any]:
     for column, value in (("status", status), ("name", name), ("tenant", tenant)):
         if value is not None:
             query = query.where(WORKFLOWS.c[column] == value)
@@ -223,17 +234,25 @@ def reflected(engine: Engine, projection: str = "pg") -> dict[str, dict[int, int
 # Events the console's history lists under "failed only": failures, refusals, lost leases.
 FAILED_EVENTS = frozenset(
     {
-        "workflow.ending", "workflow.rejected", "command.rejected", "task.failed",
-        "task.timed_out", "task.completed_with_errors", "task.completion_rejected",
+        "workflow.ending",
+        "workflow.rejected",
+        "command.rejected",
+        "task.failed",
+        "task.timed_out",
+        "task.completed_with_errors",
+        "task.completion_rejected",
         "task.lease_expired",
     }
-)  # fmt: skip
+)
 
 
 def history(
-    engine: Engine, workflow_id: str, start: int = 0, size: int = 2000,
+    engine: Engine,
+    workflow_id: str,
+    start: int = 0,
+    size: int = 2000,
     failed_only: bool = False,
-) -> list[Row]:  # fmt: skip
+) -> list[Row]:
     """One page of the workflow's archived events in order, from seq ``start`` (its primary
     key's prefix: one index range); ``failed_only`` keeps ``FAILED_EVENTS``."""
     e = EVENTS.c

@@ -122,9 +122,17 @@ def available(
 
 JSON_FIELDS = frozenset({"input", "output", "resources", "payload"})
 ARCHIVE_FIELDS = (
-    "workflow_id", "seq", "event_id", "type", "occurred_at", "causation_id", "correlation_id",
-    "kafka_partition", "kafka_offset", "actor",
-)  # fmt: skip
+    "workflow_id",
+    "seq",
+    "event_id",
+    "type",
+    "occurred_at",
+    "causation_id",
+    "correlation_id",
+    "kafka_partition",
+    "kafka_offset",
+    "actor",
+)
 KEYS = {"workflows": "workflow_id", "tasks": "task_id", "events": "workflow_id, seq"}
 # A load's ids go as one array parameter (``= ANY(:ids)``), not as an IN list of a parameter
 # each: 2,000 ids made a 2,000-parameter statement that SQLAlchemy rendered, psycopg split and
@@ -173,9 +181,13 @@ class PgStore:
     """The ``Store`` port over PostgreSQL (one schema)."""
 
     def __init__(
-        self, settings: Settings, schema: str | None = None, projection: str = "pg",
-        pool_size: int = 4, max_overflow: int = 10,
-    ) -> None:  # fmt: skip
+        self,
+        settings: Settings,
+        schema: str | None = None,
+        projection: str = "pg",
+        pool_size: int = 4,
+        max_overflow: int = 10,
+    ) -> None:
         self.schema = schema or settings.postgres.schema_name
         self.name = projection
         self.engine = engine_for(settings, self.schema, pool_size, max_overflow)

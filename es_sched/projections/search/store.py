@@ -61,9 +61,18 @@ _DATE = {"type": "date"}
 _INTEGER = {"type": "integer"}
 _OPAQUE = {"type": "object", "enabled": False}  # kept in _source, not indexed
 _KEYWORDS = (
-    "workflow_id", "task_id", "name", "tenant", "status", "ending", "correlation_id",
-    "parent_workflow_id", "ref", "task_type", "worker_id",
-)  # fmt: skip
+    "workflow_id",
+    "task_id",
+    "name",
+    "tenant",
+    "status",
+    "ending",
+    "correlation_id",
+    "parent_workflow_id",
+    "ref",
+    "task_type",
+    "worker_id",
+)
 _FIELD_TYPES: dict[str, Doc] = {
     **dict.fromkeys(_KEYWORDS, _KEYWORD),
     "reason": {"type": "keyword", "ignore_above": 1024},  # full text via search_text
@@ -241,8 +250,9 @@ class SearchStore:
     def ensure(self) -> None:
         """Create what is missing: the checkpoints index, and the generation behind the aliases
         (``g1`` for a new live store) or this rebuild store's own generation."""
-        self._client.create_index(self.checkpoints_index, {"auto_expand_replicas": "0-1"},
-                                  _CHECKPOINT_MAPPINGS)  # fmt: skip
+        self._client.create_index(
+            self.checkpoints_index, {"auto_expand_replicas": "0-1"}, _CHECKPOINT_MAPPINGS
+        )
         generation = self.generation or self.current_generation() or FIRST_GENERATION
         self._create_generation(generation)
         if self.generation is None:
@@ -361,15 +371,22 @@ class SearchStore:
                 "duplicates": batch.duplicates.get(partition, 0),
                 "updated_at": now,
             }
-            first = {"projection": self.name, "topic": topic, "partition": partition,
-                     "next_offset": params["next_offset"],
-                     "duplicates_skipped": params["duplicates"], "updated_at": now}  # fmt: skip
+            first = {
+                "projection": self.name,
+                "topic": topic,
+                "partition": partition,
+                "next_offset": params["next_offset"],
+                "duplicates_skipped": params["duplicates"],
+                "updated_at": now,
+            }
             meta = {"_index": self.checkpoints_index, "_id": self._checkpoint_id(topic, partition)}
             ops += [
                 {"update": {**meta, "retry_on_conflict": 3}},
-                {"script": {"source": _ADVANCE, "lang": "painless", "params": params},
-                 "upsert": first},
-            ]  # fmt: skip
+                {
+                    "script": {"source": _ADVANCE, "lang": "painless", "params": params},
+                    "upsert": first,
+                },
+            ]
         return ops
 
     def _create_generation(self, generation: str) -> bool:

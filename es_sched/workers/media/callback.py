@@ -98,9 +98,14 @@ def callback(ctx: TaskContext, task: JSON, kit: Toolkit) -> JSON:
         DELIVERY_HEADER: ctx.task_id,
     }
     status, attempts = deliver(
-        url, body, headers, s.callback_attempts, s.callback_backoff_s, s.callback_timeout_s,
+        url,
+        body,
+        headers,
+        s.callback_attempts,
+        s.callback_backoff_s,
+        s.callback_timeout_s,
         ctx.cancel_event,
-    )  # fmt: skip
+    )
     return {
         "url": url,
         "status": status,

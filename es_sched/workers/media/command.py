@@ -21,13 +21,29 @@ CODECS: tuple[Codec, ...] = ("h264", "h265")
 CPU_ENCODERS = {"h264": "libx264", "h265": "libx265"}
 GPU_ENCODERS = {"h264": "h264_nvenc", "h265": "hevc_nvenc"}
 PRESETS = (
-    "ultrafast", "superfast", "veryfast", "faster", "fast",
-    "medium", "slow", "slower", "veryslow", "placebo",
-)  # fmt: skip
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+    "placebo",
+)
 NVENC_PRESETS = {  # x264 names -> NVENC p1 (fastest) .. p7 (best)
-    "ultrafast": "p1", "superfast": "p1", "veryfast": "p2", "faster": "p3", "fast": "p3",
-    "medium": "p4", "slow": "p5", "slower": "p6", "veryslow": "p7", "placebo": "p7",
-}  # fmt: skip
+    "ultrafast": "p1",
+    "superfast": "p1",
+    "veryfast": "p2",
+    "faster": "p3",
+    "fast": "p3",
+    "medium": "p4",
+    "slow": "p5",
+    "slower": "p6",
+    "veryslow": "p7",
+    "placebo": "p7",
+}
 
 
 @dataclass(frozen=True)
@@ -68,13 +84,25 @@ def transcode_command(
 ) -> list[str]:
     """ffmpeg's argument list: ``source`` -> an MP4 at ``output`` (the caller's temp name)."""
     argv = [
-        ffmpeg, "-hide_banner", "-nostdin", "-y", "-loglevel", "error",
-        "-i", str(source),
-        "-map", "0:v:0", "-map", "0:a:0?",
-        "-vf", f"scale=-2:{r.height}",
-        "-c:v", encoder_for(r.codec, gpu),
-        "-pix_fmt", "yuv420p",
-    ]  # fmt: skip
+        ffmpeg,
+        "-hide_banner",
+        "-nostdin",
+        "-y",
+        "-loglevel",
+        "error",
+        "-i",
+        str(source),
+        "-map",
+        "0:v:0",
+        "-map",
+        "0:a:0?",
+        "-vf",
+        f"scale=-2:{r.height}",
+        "-c:v",
+        encoder_for(r.codec, gpu),
+        "-pix_fmt",
+        "yuv420p",
+    ]
     if gpu:
         argv += ["-gpu", "0", "-preset", NVENC_PRESETS[r.preset], "-rc", "vbr"]
         if r.bitrate_kbps is None:
@@ -96,11 +124,23 @@ def transcode_command(
     if r.keyframe_s:
         argv += ["-force_key_frames", f"expr:gte(t,n_forced*{r.keyframe_s:g})"]
     argv += [
-        "-c:a", "aac", "-b:a", f"{r.audio_kbps}k", "-ac", "2",
-        "-movflags", "+faststart", "-f", "mp4",
-        "-progress", "pipe:1", "-nostats", "-stats_period", f"{progress_period_s:g}",
+        "-c:a",
+        "aac",
+        "-b:a",
+        f"{r.audio_kbps}k",
+        "-ac",
+        "2",
+        "-movflags",
+        "+faststart",
+        "-f",
+        "mp4",
+        "-progress",
+        "pipe:1",
+        "-nostats",
+        "-stats_period",
+        f"{progress_period_s:g}",
         str(output),
-    ]  # fmt: skip
+    ]
     return argv
 
 

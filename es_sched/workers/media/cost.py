@@ -30,9 +30,17 @@ DEFAULT_FPS = 30.0
 CODEC_COST = {"h264": 1.0, "h265": 4.0}
 CODEC_MEMORY = {"h264": 1.0, "h265": 2.5}
 PRESET_FACTOR = {
-    "ultrafast": 0.2, "superfast": 0.3, "veryfast": 0.45, "faster": 0.65, "fast": 0.8,
-    "medium": 1.0, "slow": 1.7, "slower": 3.0, "veryslow": 6.0, "placebo": 15.0,
-}  # fmt: skip
+    "ultrafast": 0.2,
+    "superfast": 0.3,
+    "veryfast": 0.45,
+    "faster": 0.65,
+    "fast": 0.8,
+    "medium": 1.0,
+    "slow": 1.7,
+    "slower": 3.0,
+    "veryslow": 6.0,
+    "placebo": 15.0,
+}
 STANDARD_HEIGHTS = (2160, 1440, 1080, 720, 480, 360)
 Accel = Literal["cpu", "gpu"]
 
@@ -140,9 +148,15 @@ def estimate_grid(
         for height in heights:
             for accel in ("cpu", "gpu"):
                 est = estimate(
-                    duration_s, src_width, src_height, height, codec, fps=fps,
-                    accel=accel, max_cpu=max_cpu,
-                )  # fmt: skip
+                    duration_s,
+                    src_width,
+                    src_height,
+                    height,
+                    codec,
+                    fps=fps,
+                    accel=accel,
+                    max_cpu=max_cpu,
+                )
                 suffix = "_gpu" if accel == "gpu" else ""
                 grid[f"{codec}_{height}{suffix}"] = est.resources
     return {

@@ -53,12 +53,31 @@ def find_renditions(value: Any) -> list[JSON]:
 def hls_command(ffmpeg: str, source: Path, folder: Path, segment_s: float, fmp4: bool) -> list[str]:
     ext = "m4s" if fmp4 else "ts"
     argv = [
-        ffmpeg, "-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-i", str(source),
-        "-map", "0", "-c", "copy", "-f", "hls", "-hls_time", f"{segment_s:g}",
-        "-hls_playlist_type", "vod", "-hls_flags", "independent_segments",
-        "-hls_segment_type", "fmp4" if fmp4 else "mpegts",
-        "-hls_segment_filename", str(folder / f"seg_%04d.{ext}"),
-    ]  # fmt: skip
+        ffmpeg,
+        "-hide_banner",
+        "-nostdin",
+        "-y",
+        "-loglevel",
+        "error",
+        "-i",
+        str(source),
+        "-map",
+        "0",
+        "-c",
+        "copy",
+        "-f",
+        "hls",
+        "-hls_time",
+        f"{segment_s:g}",
+        "-hls_playlist_type",
+        "vod",
+        "-hls_flags",
+        "independent_segments",
+        "-hls_segment_type",
+        "fmp4" if fmp4 else "mpegts",
+        "-hls_segment_filename",
+        str(folder / f"seg_%04d.{ext}"),
+    ]
     if fmp4:
         argv += ["-hls_fmp4_init_filename", "init.mp4"]
     return [*argv, str(folder / "index.m3u8")]
@@ -136,13 +155,19 @@ def package(ctx: TaskContext, task: JSON, kit: Toolkit) -> JSON:
             peak, average = bandwidths(files)
             variants.append(
                 {
-                    "name": vname, "uri": f"{vname}/index.m3u8", "fmp4": fmp4,
-                    "bandwidth": peak, "average_bandwidth": average,
-                    "width": r["width"], "height": r["height"], "codecs": r.get("codecs"),
-                    "fps": r.get("fps"), "segments": sum(1 for _, d in files if d),
+                    "name": vname,
+                    "uri": f"{vname}/index.m3u8",
+                    "fmp4": fmp4,
+                    "bandwidth": peak,
+                    "average_bandwidth": average,
+                    "width": r["width"],
+                    "height": r["height"],
+                    "codecs": r.get("codecs"),
+                    "fps": r.get("fps"),
+                    "segments": sum(1 for _, d in files if d),
                     "bytes": sum(p.stat().st_size for p, _ in files),
                 }
-            )  # fmt: skip
+            )
             ctx.progress(100 * (i + 1) / len(renditions), f"packaged {vname}")
         write_atomically(work / "master.m3u8", master_playlist(variants).encode())
         shutil.rmtree(final, ignore_errors=True)  # an earlier attempt's complete package

@@ -132,9 +132,15 @@ def parse_probe(doc: JSON, name: str = "input") -> JSON:
 def probe(path: Path, ffprobe: str | None = None) -> JSON:
     """Run ffprobe on a local file; see ``parse_probe`` for the result and failures."""
     argv = [
-        ffprobe or tool("ffprobe"), "-v", "error", "-print_format", "json",
-        "-show_format", "-show_streams", str(path),
-    ]  # fmt: skip
+        ffprobe or tool("ffprobe"),
+        "-v",
+        "error",
+        "-print_format",
+        "json",
+        "-show_format",
+        "-show_streams",
+        str(path),
+    ]
     done = run_quick(argv)
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]

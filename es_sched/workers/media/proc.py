@@ -129,9 +129,14 @@ def run_quick(argv: Sequence[str], timeout_s: float = 120.0) -> subprocess.Compl
     started = time.monotonic()
     try:
         return subprocess.run(
-            list(argv), capture_output=True, text=True, errors="replace",
-            timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as exc:
         took = time.monotonic() - started
         raise TaskFailure(f"{os.path.basename(argv[0])} timed out after {took:.0f}s") from exc

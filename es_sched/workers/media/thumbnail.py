@@ -36,19 +36,50 @@ def sprite_command(
     columns, rows = grid(count)
     vf = f"fps={count}/{duration_s:.3f},scale={width}:-2,tile={columns}x{rows}"
     return [
-        ffmpeg, "-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-i", str(source),
-        "-vf", vf, "-frames:v", "1", "-q:v", "3", "-update", "1", "-f", "image2", str(output),
-    ]  # fmt: skip
+        ffmpeg,
+        "-hide_banner",
+        "-nostdin",
+        "-y",
+        "-loglevel",
+        "error",
+        "-i",
+        str(source),
+        "-vf",
+        vf,
+        "-frames:v",
+        "1",
+        "-q:v",
+        "3",
+        "-update",
+        "1",
+        "-f",
+        "image2",
+        str(output),
+    ]
 
 
 def frames_command(
     ffmpeg: str, source: Path, pattern: Path, duration_s: float, count: int, width: int
 ) -> list[str]:
     return [
-        ffmpeg, "-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-i", str(source),
-        "-vf", f"fps={count}/{duration_s:.3f},scale={width}:-2", "-frames:v", str(count),
-        "-q:v", "3", "-f", "image2", str(pattern),
-    ]  # fmt: skip
+        ffmpeg,
+        "-hide_banner",
+        "-nostdin",
+        "-y",
+        "-loglevel",
+        "error",
+        "-i",
+        str(source),
+        "-vf",
+        f"fps={count}/{duration_s:.3f},scale={width}:-2",
+        "-frames:v",
+        str(count),
+        "-q:v",
+        "3",
+        "-f",
+        "image2",
+        str(pattern),
+    ]
 
 
 def thumbnail(ctx: TaskContext, task: JSON, kit: Toolkit) -> JSON:
@@ -78,9 +109,14 @@ def thumbnail(ctx: TaskContext, task: JSON, kit: Toolkit) -> JSON:
             part.unlink(missing_ok=True)
         columns, rows = grid(count)
         out["sprite"] = file_ref(
-            final, width=columns * width, height=rows * tile_height, columns=columns,
-            rows=rows, tile_width=width, tile_height=tile_height,
-        )  # fmt: skip
+            final,
+            width=columns * width,
+            height=rows * tile_height,
+            columns=columns,
+            rows=rows,
+            tile_width=width,
+            tile_height=tile_height,
+        )
         return out
     pattern = folder / f".{name}.part_%02d.jpg"
     written: list[Path] = []

@@ -91,9 +91,16 @@ def transcode(ctx: TaskContext, task: JSON, kit: Toolkit) -> JSON:
     r = rendition_of(task, preset)
     gpu, why = _use_gpu(ctx, task, kit, r.codec)
     est = cost.estimate(
-        src["duration"], src["width"], src["height"], r.height, r.codec, r.preset,
-        fps=src["fps"], accel="gpu" if gpu else "cpu", max_cpu=kit.settings.max_cpu,
-    )  # fmt: skip
+        src["duration"],
+        src["width"],
+        src["height"],
+        r.height,
+        r.codec,
+        r.preset,
+        fps=src["fps"],
+        accel="gpu" if gpu else "cpu",
+        max_cpu=kit.settings.max_cpu,
+    )
     declared = float(ctx.resources.get("cpu") or est.resources["cpu"])
     threads = max(1, math.ceil(declared))
     name = safe_name(str(task.get("name") or f"{r.height}p_{r.codec}"))

@@ -23,24 +23,49 @@ MS0 = 1_796_040_000_123
 
 def _wf(**over: Any) -> dict[str, Any]:
     row = {
-        "workflow_id": "w1", "name": "media.ingest", "def_version": 2, "tenant": None,
-        "priority": 3, "status": "RUNNING", "ending": None, "reason": "",
-        "correlation_id": "order-7", "parent_workflow_id": None, "input": {"a": 1},
-        "output": {}, "created_at": T0, "updated_at": T0 + timedelta(seconds=2),
-        "ended_at": None, "version": 5,
-    }  # fmt: skip
+        "workflow_id": "w1",
+        "name": "media.ingest",
+        "def_version": 2,
+        "tenant": None,
+        "priority": 3,
+        "status": "RUNNING",
+        "ending": None,
+        "reason": "",
+        "correlation_id": "order-7",
+        "parent_workflow_id": None,
+        "input": {"a": 1},
+        "output": {},
+        "created_at": T0,
+        "updated_at": T0 + timedelta(seconds=2),
+        "ended_at": None,
+        "version": 5,
+    }
     return {**row, **over}
 
 
 def _task(**over: Any) -> dict[str, Any]:
     row = {
-        "task_id": "t1", "workflow_id": "w1", "ref": "probe", "name": "media.probe",
-        "task_type": "media.probe", "attempt": 2, "iteration": 0, "status": "FAILED",
-        "worker_id": "wk-1", "lease_epoch": 1, "reason": "boom", "resources": {},
-        "input": {"x": 1}, "output": {}, "progress": 0.0, "scheduled_at": T0,
-        "started_at": T0 + timedelta(seconds=1), "ended_at": None, "retried": False,
+        "task_id": "t1",
+        "workflow_id": "w1",
+        "ref": "probe",
+        "name": "media.probe",
+        "task_type": "media.probe",
+        "attempt": 2,
+        "iteration": 0,
+        "status": "FAILED",
+        "worker_id": "wk-1",
+        "lease_epoch": 1,
+        "reason": "boom",
+        "resources": {},
+        "input": {"x": 1},
+        "output": {},
+        "progress": 0.0,
+        "scheduled_at": T0,
+        "started_at": T0 + timedelta(seconds=1),
+        "ended_at": None,
+        "retried": False,
         "version": 4,
-    }  # fmt: skip
+    }
     return {**row, **over}
 
 
@@ -58,8 +83,10 @@ def test_epoch_ms_and_summary_times() -> None:
 
 
 def test_workflow_json_has_conductors_names_and_the_sdk_reads_it() -> None:
-    body = models.workflow(_wf(), [_task(), _task(task_id="t2", attempt=1, status="SCHEDULED",
-                                                  ref="thumb", started_at=None)])  # fmt: skip
+    body = models.workflow(
+        _wf(),
+        [_task(), _task(task_id="t2", attempt=1, status="SCHEDULED", ref="thumb", started_at=None)],
+    )
     data = body.model_dump(mode="json")
     assert data["workflowId"] == "w1"
     assert data["workflowName"] == "media.ingest"

@@ -18,8 +18,13 @@ def definition(*tasks: dict[str, Any]) -> dict[str, Any]:
 def row(
     ref: str, status: str, attempt: int = 1, iteration: int = 0, **output: Any
 ) -> dict[str, Any]:
-    return {"ref": ref, "status": status, "attempt": attempt, "iteration": iteration,
-            "output": output}  # fmt: skip
+    return {
+        "ref": ref,
+        "status": status,
+        "attempt": attempt,
+        "iteration": iteration,
+        "output": output,
+    }
 
 
 def overlap(a: Node, b: Node) -> bool:
@@ -39,9 +44,14 @@ def test_a_sequence_stacks_top_down_coloured_by_the_latest_attempt() -> None:
 
 
 def test_a_switch_marks_the_branch_it_took() -> None:
-    sw = simple("sw", "SWITCH", evaluatorType="value-param", expression="k",
-                decisionCases={"x": [simple("x1")], "y": [simple("y1")]},
-                defaultCase=[simple("d1")])  # fmt: skip
+    sw = simple(
+        "sw",
+        "SWITCH",
+        evaluatorType="value-param",
+        expression="k",
+        decisionCases={"x": [simple("x1")], "y": [simple("y1")]},
+        defaultCase=[simple("d1")],
+    )
     lay = layout(
         definition(sw, simple("after")),
         [row("sw", "COMPLETED", evaluationResult=["y"], selectedCase="y")],

@@ -19,27 +19,61 @@ from es_sched.projections.postgres import queries
 from es_sched.settings import ApiSettings, load_settings
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-DEFINITION = {"name": "wf", "version": 1, "tasks": [
-    {"name": "a", "taskReferenceName": "a", "type": "SIMPLE"},
-    {"name": "b", "taskReferenceName": "b", "type": "SIMPLE"},
-]}  # fmt: skip
+DEFINITION = {
+    "name": "wf",
+    "version": 1,
+    "tasks": [
+        {"name": "a", "taskReferenceName": "a", "type": "SIMPLE"},
+        {"name": "b", "taskReferenceName": "b", "type": "SIMPLE"},
+    ],
+}
 
 
 def wf_row(wid: str, status: str = "FAILED") -> dict[str, Any]:
     reason = "task a failed" if status == "FAILED" else ""
-    return {"workflow_id": wid, "name": "wf", "def_version": 1, "tenant": None, "priority": 4,
-            "status": status, "ending": None, "reason": reason, "correlation_id": "c1",
-            "parent_workflow_id": None, "input": {}, "output": {}, "created_at": T0,
-            "updated_at": T0, "ended_at": T0, "version": 7}  # fmt: skip
+    return {
+        "workflow_id": wid,
+        "name": "wf",
+        "def_version": 1,
+        "tenant": None,
+        "priority": 4,
+        "status": status,
+        "ending": None,
+        "reason": reason,
+        "correlation_id": "c1",
+        "parent_workflow_id": None,
+        "input": {},
+        "output": {},
+        "created_at": T0,
+        "updated_at": T0,
+        "ended_at": T0,
+        "version": 7,
+    }
 
 
 def task_row(ref: str, status: str, attempt: int = 1) -> dict[str, Any]:
-    return {"task_id": f"{ref}-{attempt}", "workflow_id": "w1", "ref": ref, "name": ref,
-            "task_type": "SIMPLE", "attempt": attempt, "iteration": 0, "status": status,
-            "worker_id": "wk-1", "lease_epoch": 3, "reason": "", "resources": {},
-            "input": {"x": 1}, "output": {"logs": ["line one"]}, "progress": 0.5,
-            "scheduled_at": T0, "started_at": T0 + timedelta(seconds=1),
-            "ended_at": T0 + timedelta(seconds=2), "retried": False, "version": 1}  # fmt: skip
+    return {
+        "task_id": f"{ref}-{attempt}",
+        "workflow_id": "w1",
+        "ref": ref,
+        "name": ref,
+        "task_type": "SIMPLE",
+        "attempt": attempt,
+        "iteration": 0,
+        "status": status,
+        "worker_id": "wk-1",
+        "lease_epoch": 3,
+        "reason": "",
+        "resources": {},
+        "input": {"x": 1},
+        "output": {"logs": ["line one"]},
+        "progress": 0.5,
+        "scheduled_at": T0,
+        "started_at": T0 + timedelta(seconds=1),
+        "ended_at": T0 + timedelta(seconds=2),
+        "retried": False,
+        "version": 1,
+    }
 
 
 @dataclass
@@ -107,15 +141,24 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
         return wf_row("w1"), [task_row("a", "FAILED"), task_row("a", "FAILED", 2)]
 
     for name, fake in {
-        "newest_workflows": newest_workflows, "status_counts": status_counts,
+        "newest_workflows": newest_workflows,
+        "status_counts": status_counts,
         "workflow": workflow,
         "reflected": lambda _e: {topic: {0: 5, 1: 9}},
         "workflow_ids": lambda _e, f, limit: ["w1", "w2"],
         "started_definition": lambda _e, wid: {"definition": DEFINITION},
         "history": lambda _e, wid, failed_only=False: [
-            {"workflow_id": wid, "seq": 1, "type": "task.failed", "occurred_at": T0,
-             "payload": {"reason": "boom"}, "kafka_partition": 0, "kafka_offset": 4}],
-    }.items():  # fmt: skip
+            {
+                "workflow_id": wid,
+                "seq": 1,
+                "type": "task.failed",
+                "occurred_at": T0,
+                "payload": {"reason": "boom"},
+                "kafka_partition": 0,
+                "kafka_offset": 4,
+            }
+        ],
+    }.items():
         monkeypatch.setattr(queries, name, fake)
     commands = FakeCommands()
 
@@ -147,7 +190,13 @@ def test_the_list_reads_the_filter_from_the_url_and_shows_counts_and_freshness(
     assert page.status_code == 200, page.text
     f, start, size = fakes.asked["search"]
     assert (f.names, f.statuses, f.versions, f.ids, start, size) == (
-        ("wf",), ("FAILED",), (1,), ("w2",), 25, 25)  # fmt: skip
+        ("wf",),
+        ("FAILED",),
+        (1,),
+        ("w2",),
+        25,
+        25,
+    )
     # One count query, over the filter without its statuses (each count narrows to one).
     [counted] = fakes.asked["counts"]
     assert counted.statuses == () and counted.names == ("wf",)
@@ -160,9 +209,13 @@ def test_the_list_reads_the_filter_from_the_url_and_shows_counts_and_freshness(
 
 @pytest.mark.parametrize(
     ("query", "reason"),
-    [("version=x", "version must be an integer"), ("from=yesterday", "from must be a date"),
-     ("status=NOPE", "unknown status"), ("size=7", "size must be one of")],
-)  # fmt: skip
+    [
+        ("version=x", "version must be an integer"),
+        ("from=yesterday", "from must be a date"),
+        ("status=NOPE", "unknown status"),
+        ("size=7", "size must be one of"),
+    ],
+)
 def test_bad_filters_are_a_400_naming_the_parameter(fakes: Fakes, query: str, reason: str) -> None:
     answer = fakes.client.get(f"/ui/?{query}")
     assert answer.status_code == 400 and reason in answer.json()["message"]
@@ -252,6 +305,10 @@ def test_with_auth_on_pages_send_to_the_login_and_actions_are_refused(fakes: Fak
     svc.settings = replace(svc.settings, api=ApiSettings(auth="on"))
     page = fakes.client.get("/ui/?status=FAILED", follow_redirects=False)
     assert page.status_code == 303 and page.headers["location"].startswith("/ui/login?next=")
-    bulk = fakes.client.post("/ui/bulk", data={"action": "retry", "ids": ["w1"], "confirm": "yes"},
-                             headers={"HX-Request": "true"}, follow_redirects=False)  # fmt: skip
+    bulk = fakes.client.post(
+        "/ui/bulk",
+        data={"action": "retry", "ids": ["w1"], "confirm": "yes"},
+        headers={"HX-Request": "true"},
+        follow_redirects=False,
+    )
     assert bulk.status_code == 401 and fakes.commands.sent == []

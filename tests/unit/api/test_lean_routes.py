@@ -60,9 +60,17 @@ class Leases:
     def handed(self, gateway_id: str, http_worker_id: str, tasks: list[wire.Assignment]) -> None:
         for a in tasks:
             self.rows[a.task_id] = HeldLease(
-                a.task_id, a.workflow_id, a.task_type, a.attempt, a.lease_epoch, a.lease_token,
-                gateway_id, http_worker_id, None, None,
-            )  # fmt: skip
+                a.task_id,
+                a.workflow_id,
+                a.task_type,
+                a.attempt,
+                a.lease_epoch,
+                a.lease_token,
+                gateway_id,
+                http_worker_id,
+                None,
+                None,
+            )
 
     def polled(self, task_type: str, domain: str, worker_id: str) -> None:
         pass
@@ -103,9 +111,20 @@ def _side(settings: Settings, lean: bool, keys: MemoryKeys | None = None) -> Sid
     gw.reporter = Reports()  # type: ignore[assignment]
     gw._stale.beat()
     for n in range(3):
-        a = wire.Assignment("gw", f"wf{n}", f"t{n}", "transcode", 1, 1, "tok", "2999-01-01", {
-            "n": n, "text": "é ✓",
-        })  # fmt: skip
+        a = wire.Assignment(
+            "gw",
+            f"wf{n}",
+            f"t{n}",
+            "transcode",
+            1,
+            1,
+            "tok",
+            "2999-01-01",
+            {
+                "n": n,
+                "text": "é ✓",
+            },
+        )
         gw._waiting[a.task_id] = _Held(a, 0.0)
     svc.extras["gateway"] = gw
     names = _Names()
@@ -137,8 +156,14 @@ def _seen(response: Any) -> tuple[Any, ...]:
 
 def _result(task_id: str, status: str = "COMPLETED", **extra: Any) -> dict[str, Any]:
     n = task_id[1:]
-    return {"workflowInstanceId": f"wf{n}", "taskId": task_id, "status": status,
-            "workerId": "w1", "outputData": {"ok": True}, **extra}  # fmt: skip
+    return {
+        "workflowInstanceId": f"wf{n}",
+        "taskId": task_id,
+        "status": status,
+        "workerId": "w1",
+        "outputData": {"ok": True},
+        **extra,
+    }
 
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -214,9 +239,11 @@ def test_a_failure_inside_the_work_answers_conductors_error_body(lean: bool) -> 
     got = side.client.get("/api/tasks/poll/batch/transcode?timeout=0")
     assert got.status_code == 500
     assert got.json() == {
-        "status": 500, "code": "INTERNAL_ERROR",
-        "message": "internal error (RuntimeError); see the API's log", "validationErrors": [],
-    }  # fmt: skip
+        "status": 500,
+        "code": "INTERNAL_ERROR",
+        "message": "internal error (RuntimeError); see the API's log",
+        "validationErrors": [],
+    }
 
 
 def test_the_lean_routes_answer_without_fastapis_worker_routes() -> None:

@@ -49,9 +49,15 @@ def test_submit_request_bounds() -> None:
 def test_openapi_documents_the_native_responses(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     paths = doc["paths"]
-    for path in ("/api/v1/workflows", "/api/v1/workflows/{workflow_id}", "/api/v1/queues",
-                 "/api/v1/workers", "/api/v1/workflows/{workflow_id}/history",
-                 "/api/v1/workflows/{workflow_id}/verify", "/api/v1/config/{key}"):  # fmt: skip
+    for path in (
+        "/api/v1/workflows",
+        "/api/v1/workflows/{workflow_id}",
+        "/api/v1/queues",
+        "/api/v1/workers",
+        "/api/v1/workflows/{workflow_id}/history",
+        "/api/v1/workflows/{workflow_id}/verify",
+        "/api/v1/config/{key}",
+    ):
         assert path in paths, path
     ok = paths["/api/v1/workflows/{workflow_id}"]["get"]["responses"]["200"]
     assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/WorkflowAnswer")
@@ -63,29 +69,46 @@ def test_openapi_documents_the_native_responses(client: TestClient) -> None:
 def test_queue_rows_carry_the_oldest_age() -> None:
     now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     rows = [
-        {"task_type": "t", "priority": 1, "depth": 3, "leased": 1,
-         "oldest": now - timedelta(seconds=90)},
+        {
+            "task_type": "t",
+            "priority": 1,
+            "depth": 3,
+            "leased": 1,
+            "oldest": now - timedelta(seconds=90),
+        },
         {"task_type": "t", "priority": 4, "depth": 0, "leased": 2, "oldest": None},
-    ]  # fmt: skip
+    ]
     first, second = queues_of(rows, now)
     assert (first.depth, first.leased, first.oldestAgeS) == (3, 1, 90.0)
     assert (second.depth, second.oldestAgeS) == (0, None)
 
 
 def test_the_diagram_has_a_box_per_task_and_branches_indented() -> None:
-    d = diagram({
-        "tasks": [
-            {"name": "probe", "taskReferenceName": "p", "type": "SIMPLE"},
-            {"name": "fork", "taskReferenceName": "f", "type": "FORK_JOIN",
-             "forkTasks": [[{"name": "a", "taskReferenceName": "a"}],
-                           [{"name": "b", "taskReferenceName": "b"}]]},
-        ]
-    })  # fmt: skip
+    d = diagram(
+        {
+            "tasks": [
+                {"name": "probe", "taskReferenceName": "p", "type": "SIMPLE"},
+                {
+                    "name": "fork",
+                    "taskReferenceName": "f",
+                    "type": "FORK_JOIN",
+                    "forkTasks": [
+                        [{"name": "a", "taskReferenceName": "a"}],
+                        [{"name": "b", "taskReferenceName": "b"}],
+                    ],
+                },
+            ]
+        }
+    )
     labels = [(b.label, b.branch) for b in d.boxes]
     assert labels == [
-        ("p: probe", False), ("f: fork", False), ("branch 1", True), ("a: a", False),
-        ("branch 2", True), ("b: b", False),
-    ]  # fmt: skip
+        ("p: probe", False),
+        ("f: fork", False),
+        ("branch 1", True),
+        ("a: a", False),
+        ("branch 2", True),
+        ("b: b", False),
+    ]
     assert d.boxes[3].x > d.boxes[1].x and d.height >= len(d.boxes) * 30
 
 
@@ -102,14 +125,16 @@ def test_media_view_collects_what_the_media_tasks_made() -> None:
     def task(ref: str, kind: str, output: object, status: str = "COMPLETED") -> dict[str, object]:
         return {"ref": ref, "task_type": kind, "status": status, "output": output}
 
-    view = media_view([
-        task("probe", "media.probe", {"height": 1080, "width": 1920, "duration": 4.0}),
-        task("t720", "media.transcode", {"uri": "file:///720.mp4", "height": 720}),
-        task("t480", "media.transcode", {}, status="IN_PROGRESS"),
-        task("thumb", "media.thumbnail", {"sprite": {"uri": "file:///sprite.jpg"}}),
-        task("pkg", "media.package", {"$ref": "event", "workflow_id": "w", "seq": 9}),
-        task("asset", "media.write_asset", {"asset_id": "a1", "outputs": 5, "bytes": 10}),
-    ])  # fmt: skip
+    view = media_view(
+        [
+            task("probe", "media.probe", {"height": 1080, "width": 1920, "duration": 4.0}),
+            task("t720", "media.transcode", {"uri": "file:///720.mp4", "height": 720}),
+            task("t480", "media.transcode", {}, status="IN_PROGRESS"),
+            task("thumb", "media.thumbnail", {"sprite": {"uri": "file:///sprite.jpg"}}),
+            task("pkg", "media.package", {"$ref": "event", "workflow_id": "w", "seq": 9}),
+            task("asset", "media.write_asset", {"asset_id": "a1", "outputs": 5, "bytes": 10}),
+        ]
+    )
     assert view.is_media
     assert [r["uri"] for r in view.renditions] == ["file:///720.mp4"]
     assert view.thumbnails == [{"ref": "thumb", "kind": "sprite", "uri": "file:///sprite.jpg"}]

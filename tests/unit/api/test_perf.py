@@ -81,7 +81,12 @@ def test_workers_share_one_jwt_key_and_the_host(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("ES_SCHED_API_HOST", "127.0.0.1")
     server.serve_workers(ApiSettings(host="localhost", auth="off"), 2, port=0)
     assert (ran["app"], ran["factory"], ran["workers"], ran["port"], ran["ran"]) == (
-        "es_sched.bootstrap:api_app", True, 2, 0, True)  # fmt: skip
+        "es_sched.bootstrap:api_app",
+        True,
+        2,
+        0,
+        True,
+    )
     assert ran["proto"] == socket.IPPROTO_TCP
     assert os.environ["ES_SCHED_API_HOST"] == "localhost"
     assert len(os.environ["ES_SCHED_API_JWT_SECRET"]) >= 32  # one key for every worker

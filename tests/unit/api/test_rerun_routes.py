@@ -75,13 +75,28 @@ def test_restart_with_latest_definitions_names_the_workflows_definition(app: Any
 
 def test_rerun_answers_the_workflow_id_as_text(app: Any) -> None:
     client, fake = app
-    body = {"reRunFromWorkflowId": "wf-1", "reRunFromTaskId": "t-7", "taskInput": {"crf": 20},
-            "workflowInput": {"src": "b"}, "correlationId": "asset-1"}  # fmt: skip
+    body = {
+        "reRunFromWorkflowId": "wf-1",
+        "reRunFromTaskId": "t-7",
+        "taskInput": {"crf": 20},
+        "workflowInput": {"src": "b"},
+        "correlationId": "asset-1",
+    }
     response = client.post("/api/workflow/wf-1/rerun", json=body)
     assert response.status_code == 200 and response.text == "wf-1"
     assert response.headers["content-type"].startswith("text/plain")
-    assert fake.sent == [("rerun", "wf-1", {"task": "t-7", "task_input": {"crf": 20},
-                          "workflow_input": {"src": "b"}, "actor": "anonymous"})]  # fmt: skip
+    assert fake.sent == [
+        (
+            "rerun",
+            "wf-1",
+            {
+                "task": "t-7",
+                "task_input": {"crf": 20},
+                "workflow_input": {"src": "b"},
+                "actor": "anonymous",
+            },
+        )
+    ]
 
 
 @pytest.mark.parametrize(

@@ -21,15 +21,22 @@ from tests.support.core import rerun_with_python_core
 from tests.unit.audit.recorded import COMMANDS, EVENTS, TWO_TASKS, Recording, layout, recorded
 from tests.unit.core.harness import SCRIPTS, task, workflow
 
-RETRIED = {"name": "enc", "retryCount": 2, "retryLogic": "EXPONENTIAL_BACKOFF",
-           "retryDelaySeconds": 5}  # fmt: skip
+RETRIED = {
+    "name": "enc",
+    "retryCount": 2,
+    "retryLogic": "EXPONENTIAL_BACKOFF",
+    "retryDelaySeconds": 5,
+}
 RICH = workflow(
     task("a", "enc"),
-    task("pick", type_="INLINE", inputParameters={
-        "evaluatorType": "javascript", "expression": "$.n * 2", "n": 21}),
+    task(
+        "pick",
+        type_="INLINE",
+        inputParameters={"evaluatorType": "javascript", "expression": "$.n * 2", "n": 21},
+    ),
     task("child", type_="SUB_WORKFLOW", subWorkflowParam={"name": "kid", "version": 1}),
     name="rich",
-)  # fmt: skip
+)
 
 
 def run(log: Log) -> Report:
@@ -108,13 +115,16 @@ def test_a_changed_fencing_rule_fails_replay(monkeypatch: pytest.MonkeyPatch) ->
 
     def accept_everything(st: Any, inp: Any) -> Any:
         out = rule(st, inp)
-        return [TaskCompleted(p.task_id, {"changed": True})
-                if isinstance(p, TaskCompleted) else p for p in out]  # fmt: skip
+        return [
+            TaskCompleted(p.task_id, {"changed": True}) if isinstance(p, TaskCompleted) else p
+            for p in out
+        ]
 
     monkeypatch.setattr(task_inputs, "report", accept_everything)
     found = i5(run(log))
-    assert len(found) == 2 and all("payload.output.changed recorded None, replayed True" in f
-                                   for f in found), found  # fmt: skip
+    assert len(found) == 2 and all(
+        "payload.output.changed recorded None, replayed True" in f for f in found
+    ), found
     assert all(f.startswith(f"I5 {d.workflow_id} {EVENTS}[0]@") for f in found)
 
 

@@ -19,7 +19,7 @@ from tests.unit.audit.recorded import (
     Recording,
     layout,
     recorded,
-)  # fmt: skip
+)
 from tests.unit.core.harness import SCRIPTS, T0
 
 
@@ -87,8 +87,10 @@ def test_a_start_without_its_command_is_invented_work() -> None:
     d = Recording(TWO_TASKS).finish()
     log = recorded(d)
     log.inputs = [i for i in log.inputs if not isinstance(i.inp, c.StartWorkflow)]
-    assert f"I1 {d.workflow_id} {EVENTS}[0]@0: workflow.started names command start-1, which " \
-        "is not in the commands topic (invented work)" in lines(run(log), "I1")  # fmt: skip
+    assert (
+        f"I1 {d.workflow_id} {EVENTS}[0]@0: workflow.started names command start-1, which "
+        "is not in the commands topic (invented work)" in lines(run(log), "I1")
+    )
 
 
 def test_a_dead_lettered_start_expects_no_answer() -> None:
@@ -156,8 +158,15 @@ def test_a_second_outcome_for_one_attempt_is_found() -> None:
     first = next(le for le in log.events if isinstance(le.event.payload, TaskCompleted))
     last = log.events[-1].event
     seq = last.seq + 1
-    twice = Event(event_id(d.workflow_id, seq), d.workflow_id, seq, last.occurred_at,
-                  first.event.causation_id, last.correlation_id, first.event.payload)  # fmt: skip
+    twice = Event(
+        event_id(d.workflow_id, seq),
+        d.workflow_id,
+        seq,
+        last.occurred_at,
+        first.event.causation_id,
+        last.correlation_id,
+        first.event.payload,
+    )
     log.events.append(LoggedEvent(twice, At(EVENTS, 0, len(log.events))))
     task_id = first.event.payload.task_id  # type: ignore[attr-defined]
     assert (

@@ -17,8 +17,9 @@ TASKDEFS = [{"name": "encode", "retryCount": 0}]
 
 def _lease(d: Driver, epoch: int, token: str, worker: str = "gw") -> dict[str, Any]:
     t = d.latest("enc")
-    return dict(task_id=t.task_id, attempt=t.attempt, worker_id=worker, lease_epoch=epoch,
-                lease_token=token)  # fmt: skip
+    return dict(
+        task_id=t.task_id, attempt=t.attempt, worker_id=worker, lease_epoch=epoch, lease_token=token
+    )
 
 
 def _dispatched() -> Driver:

@@ -80,9 +80,7 @@ def test_an_expired_lease_of_a_superseded_or_ended_attempt_queues_nothing() -> N
 # -- SetTimer -------------------------------------------------------------------------------
 def test_timeouts_and_wait_deadlines_are_timers_with_deterministic_fire_ids() -> None:
     taskdef = {"name": "encode", "responseTimeoutSeconds": 30, "timeoutSeconds": 120}
-    d = Driver(
-        workflow(task("enc", name="encode"), timeoutSeconds=600), taskdefs=[taskdef]
-    )  # fmt: skip
+    d = Driver(workflow(task("enc", name="encode"), timeoutSeconds=600), taskdefs=[taskdef])
     started = of(SetTimer, effects(d.st, d.events))
     assert [(fx.timer.kind, fx.timer.due_at) for fx in started] == [
         ("workflow_timeout", T0 + timedelta(seconds=600))
@@ -94,18 +92,19 @@ def test_timeouts_and_wait_deadlines_are_timers_with_deterministic_fire_ids() ->
     tid = d.latest("enc").task_id
     assert rt.timer.timer_id == timer_id("wf-1", "response_timeout", tid)
     assert rt.fire == c.FireTimer(
-        f"timer:{rt.timer.timer_id}:{(T0 + timedelta(seconds=30)).isoformat()}", "wf-1",
-        kind="response_timeout", task_id=tid, due_at=T0 + timedelta(seconds=30),
-    )  # fmt: skip
+        f"timer:{rt.timer.timer_id}:{(T0 + timedelta(seconds=30)).isoformat()}",
+        "wf-1",
+        kind="response_timeout",
+        task_id=tid,
+        due_at=T0 + timedelta(seconds=30),
+    )
 
 
 def test_an_ended_task_and_workflow_clear_the_timers_they_outlived() -> None:
     """Issue 15: armed and never cleared, every one of them came back when due as a
     ``timer.fired`` the decider ignores (28 per 1080p media workflow)."""
     taskdef = {"name": "encode", "responseTimeoutSeconds": 30, "timeoutSeconds": 120}
-    d = Driver(
-        workflow(task("enc", name="encode"), timeoutSeconds=600), taskdefs=[taskdef]
-    )  # fmt: skip
+    d = Driver(workflow(task("enc", name="encode"), timeoutSeconds=600), taskdefs=[taskdef])
     assert of(ClearTimer, effects(d.st, d.events)) == []
     d.report("enc", "STARTED")
     tid = d.latest("enc").task_id
@@ -195,10 +194,13 @@ def test_a_sub_workflow_of_an_unknown_definition_fails_its_parent_task_once() ->
     d, fx = started_child(workflow(sub(name="nope")))
     notice = child_input(fx, lambda name, version: None)
     assert notice == c.ChildWorkflowEnded(
-        f"child-ended:{fx.child_workflow_id}", "wf-1", child_workflow_id=fx.child_workflow_id,
-        task_id=d.latest("sub").task_id, status="FAILED",
+        f"child-ended:{fx.child_workflow_id}",
+        "wf-1",
+        child_workflow_id=fx.child_workflow_id,
+        task_id=d.latest("sub").task_id,
+        status="FAILED",
         reason="no definition for workflow 'nope'",
-    )  # fmt: skip
+    )
     assert notice is not None
     d.send(notice)
     assert d.latest("sub").status == "FAILED"
@@ -223,18 +225,24 @@ def test_canceling_a_running_sub_workflow_task_terminates_its_child() -> None:
     assert of(TerminateChild, last(d, events)) == [
         TerminateChild(
             c.TerminateWorkflow(
-                f"cancel-child:{sub_task.task_id}", fx.child_workflow_id,
+                f"cancel-child:{sub_task.task_id}",
+                fx.child_workflow_id,
                 reason="parent task canceled",
             )
         )
-    ]  # fmt: skip
+    ]
 
 
 def child_state(status: str) -> tuple[WorkflowState, list[Event]]:
     start = c.StartWorkflow(
-        "start-child:c-1", "c-1", name="child", definition=CHILD, taskdefs=CHILD_TASKDEFS,
-        parent_workflow_id="p-1", parent_task_id="p-task",
-    )  # fmt: skip
+        "start-child:c-1",
+        "c-1",
+        name="child",
+        definition=CHILD,
+        taskdefs=CHILD_TASKDEFS,
+        parent_workflow_id="p-1",
+        parent_task_id="p-task",
+    )
     ids = counter_ids("x")
     events = decide(None, start, T0, ids, SCRIPTS)
     st = fold(events)
@@ -260,9 +268,14 @@ def test_a_child_that_ends_notifies_its_parent() -> None:
     assert st.status == "COMPLETED"
     (fx,) = of(NotifyParent, effects(st, events))
     assert fx.input == c.ChildWorkflowEnded(
-        "child-ended:c-1", "p-1", child_workflow_id="c-1", task_id="p-task", status="COMPLETED",
-        output=st.output, reason="",
-    )  # fmt: skip
+        "child-ended:c-1",
+        "p-1",
+        child_workflow_id="c-1",
+        task_id="p-task",
+        status="COMPLETED",
+        output=st.output,
+        reason="",
+    )
     st, events = child_state("FAILED")
     (fx,) = of(NotifyParent, effects(st, events))
     assert (fx.input.status, fx.input.input_id) == ("FAILED", "child-ended:c-1")

@@ -269,11 +269,14 @@ def _kinds(work: Work) -> str:
 def test_the_cases_cover_every_kind_of_effect() -> None:
     seen = {_kinds(w) for case in CASES_RUN for runtime, _ in steps_of(case) for w in runtime}
     assert seen >= {
-        "ready", "timer", "retry", "StartWorkflow", "TerminateWorkflow", "ChildWorkflowEnded"
-    }  # fmt: skip
-    requeued = [
-        w for runtime, _ in steps_of("expired-lease") for w in runtime if w[0] == "ready"
-    ]  # fmt: skip
+        "ready",
+        "timer",
+        "retry",
+        "StartWorkflow",
+        "TerminateWorkflow",
+        "ChildWorkflowEnded",
+    }
+    requeued = [w for runtime, _ in steps_of("expired-lease") for w in runtime if w[0] == "ready"]
     assert len(requeued) == 2  # scheduled, then queued again after the lease expired
     reconciled = [
         w[0] if w[0] == "ready" else w[1].kind

@@ -23,10 +23,13 @@ from tests.support.core import rerun_with_python_core
 from tests.unit.core.harness import Driver, workflow
 
 FORK = {
-    "name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN_DYNAMIC",
+    "name": "fork",
+    "taskReferenceName": "fork",
+    "type": "FORK_JOIN_DYNAMIC",
     "inputParameters": {"tasks": "${workflow.input.tasks}", "inputs": "${workflow.input.inputs}"},
-    "dynamicForkTasksParam": "tasks", "dynamicForkTasksInputParamName": "inputs",
-}  # fmt: skip
+    "dynamicForkTasksParam": "tasks",
+    "dynamicForkTasksInputParamName": "inputs",
+}
 
 
 def fan_out(n: int, join: dict[str, Any] | None = None, **branch: Any) -> Driver:

@@ -69,11 +69,13 @@ def test_a_default_factory_gives_each_instance_its_own_value() -> None:
 
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
-    [((), {}, "missing 1 required positional argument: 'a'"),
-     (("x",), {"e": 1}, "unexpected keyword argument 'e'"),
-     (("x", 1, [], None, "", 5), {}, "takes from 2 to 6 positional arguments but 7 were given"),
-     (("x",), {"a": "y"}, "got multiple values for argument 'a'")],
-)  # fmt: skip
+    [
+        ((), {}, "missing 1 required positional argument: 'a'"),
+        (("x",), {"e": 1}, "unexpected keyword argument 'e'"),
+        (("x", 1, [], None, "", 5), {}, "takes from 2 to 6 positional arguments but 7 were given"),
+        (("x",), {"a": "y"}, "got multiple values for argument 'a'"),
+    ],
+)
 def test_a_replaced_constructor_refuses_what_the_dataclass_refuses(
     args: tuple[Any, ...], kwargs: dict[str, Any], message: str
 ) -> None:

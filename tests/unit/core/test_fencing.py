@@ -133,8 +133,11 @@ class Fleet:
             self.epoch += 1
             self.tokens[self.epoch] = tok = f"tok-{self.epoch}"
             base: dict[str, Any] = dict(task_id=t.task_id, attempt=t.attempt, worker_id=wid)
-            self.send(c.DispatchTask(d.inputs(), d.workflow_id, **base, lease_epoch=self.epoch,
-                                     lease_token=tok))  # fmt: skip
+            self.send(
+                c.DispatchTask(
+                    d.inputs(), d.workflow_id, **base, lease_epoch=self.epoch, lease_token=tok
+                )
+            )
         elif kind in ("regrant", "stale-dispatch"):
             if not self.epoch:
                 return  # nothing granted yet to grant again
@@ -144,18 +147,34 @@ class Fleet:
                 self.tokens[epoch] = tok
             base = dict(task_id=t.task_id, attempt=t.attempt, worker_id=wid)
             held = d.latest("enc").lease_epoch
-            out = self.send(c.DispatchTask(d.inputs(), d.workflow_id, **base, lease_epoch=epoch,
-                                           lease_token=tok))  # fmt: skip
+            out = self.send(
+                c.DispatchTask(
+                    d.inputs(), d.workflow_id, **base, lease_epoch=epoch, lease_token=tok
+                )
+            )
             if epoch < held:
                 assert [type(e.payload) for e in out] == [CompletionRejected], out
         elif kind == "expire":
-            self.send(c.ExpireLease(d.inputs(), d.workflow_id, task_id=t.task_id,
-                                    lease_epoch=max(0, self.epoch + dep)))  # fmt: skip
+            self.send(
+                c.ExpireLease(
+                    d.inputs(),
+                    d.workflow_id,
+                    task_id=t.task_id,
+                    lease_epoch=max(0, self.epoch + dep),
+                )
+            )
         elif kind == "retry":
             if t.retry_due_at is not None:
                 d.now = max(d.now, t.retry_due_at)
-                self.send(c.FireTimer(d.inputs(), d.workflow_id, kind="retry", task_id=t.task_id,
-                                      due_at=t.retry_due_at))  # fmt: skip
+                self.send(
+                    c.FireTimer(
+                        d.inputs(),
+                        d.workflow_id,
+                        kind="retry",
+                        task_id=t.task_id,
+                        due_at=t.retry_due_at,
+                    )
+                )
         elif kind == "wait":
             d.advance(0.5)
         else:
@@ -166,8 +185,13 @@ class Fleet:
                 "forged": "forged",
             }[token_kind]
             attempt = t.attempt if dep >= 0 else max(1, t.attempt - 1)
-            lease: dict[str, Any] = dict(task_id=t.task_id, attempt=attempt, worker_id=wid,
-                                         lease_epoch=epoch, lease_token=token)  # fmt: skip
+            lease: dict[str, Any] = dict(
+                task_id=t.task_id,
+                attempt=attempt,
+                worker_id=wid,
+                lease_epoch=epoch,
+                lease_token=token,
+            )
             ids = (d.inputs(), d.workflow_id)
             report: c.Input
             if kind == "started":
@@ -203,8 +227,9 @@ def test_one_accepted_outcome_per_attempt_and_only_from_the_live_lease(
 
 def _lease(d: Driver, epoch: int, token: str, worker: str = "w1") -> dict[str, Any]:
     t = d.latest("enc")
-    return dict(task_id=t.task_id, attempt=t.attempt, worker_id=worker, lease_epoch=epoch,
-                lease_token=token)  # fmt: skip
+    return dict(
+        task_id=t.task_id, attempt=t.attempt, worker_id=worker, lease_epoch=epoch, lease_token=token
+    )
 
 
 def test_a_completion_after_its_lease_expired_is_rejected_and_recorded() -> None:

@@ -86,8 +86,12 @@ def test_static_refs_are_the_literal_children_anywhere_in_the_definition() -> No
     computed_version = {"startWorkflow": {"name": "x", "version": "${workflow.input.v}"}}
     inline = workflow(sub("deep", ref="deep_sub"), name="inline")
     definition = workflow(
-        task("sw", type_="SWITCH", decisionCases={"a": [sub("in_case", version=2)]},
-             defaultCase=[sub("in_default", ref="d")]),
+        task(
+            "sw",
+            type_="SWITCH",
+            decisionCases={"a": [sub("in_case", version=2)]},
+            defaultCase=[sub("in_default", ref="d")],
+        ),
         task("fork", type_="FORK_JOIN", forkTasks=[[sub("in_fork", ref="f")]]),
         task("loop", type_="DO_WHILE", loopOver=[sub("child", ref="l")]),
         task("go", type_="START_WORKFLOW", inputParameters=literal),
@@ -96,13 +100,16 @@ def test_static_refs_are_the_literal_children_anywhere_in_the_definition() -> No
         task("inl", type_="SUB_WORKFLOW", subWorkflowParam={"workflowDefinition": inline}),
         sub("child"),  # named twice: pinned once
         failureWorkflow="on_failure",
-    )  # fmt: skip
+    )
     assert static_refs(definition) == [
-        ChildRef("SUB_WORKFLOW", "in_case", 2), ChildRef("SUB_WORKFLOW", "in_default", None),
-        ChildRef("SUB_WORKFLOW", "in_fork", None), ChildRef("SUB_WORKFLOW", "child", None),
-        ChildRef("START_WORKFLOW", "started", 3), ChildRef("failureWorkflow", "on_failure", None),
+        ChildRef("SUB_WORKFLOW", "in_case", 2),
+        ChildRef("SUB_WORKFLOW", "in_default", None),
+        ChildRef("SUB_WORKFLOW", "in_fork", None),
+        ChildRef("SUB_WORKFLOW", "child", None),
+        ChildRef("START_WORKFLOW", "started", 3),
+        ChildRef("failureWorkflow", "on_failure", None),
         ChildRef("SUB_WORKFLOW", "deep", None),
-    ]  # fmt: skip
+    ]
 
 
 def test_a_start_pins_every_child_transitively_with_their_taskdefs() -> None:
@@ -154,9 +161,10 @@ class CliRegistry(Registry):
 def test_submit_pins_what_the_decider_would_and_leaves_unknown_starts_for_later() -> None:
     literal = {"startWorkflow": {"name": "later", "version": 2}}
     parent = workflow(
-        task("go", type_="START_WORKFLOW", inputParameters=literal), sub(),
+        task("go", type_="START_WORKFLOW", inputParameters=literal),
+        sub(),
         failureWorkflow="on_failure",
-    )  # fmt: skip
+    )
     on_failure = workflow(task("f", name="fail.task"), name="on_failure")
     registry = CliRegistry(parent, CHILD_V1, on_failure, taskdefs=(TD_V1, {"name": "fail.task"}))
     resolved = resolve(registry, "wf")
@@ -199,9 +207,13 @@ def test_a_child_pinned_at_submit_ignores_a_later_version_in_the_registry() -> N
     registry now holds version 2; the child still starts at the embedded version 1."""
     parent = workflow(sub())
     inp = c.StartWorkflow(
-        "start-1", "wf-1", name="wf", definition=parent, taskdefs=[TD_V1],
+        "start-1",
+        "wf-1",
+        name="wf",
+        definition=parent,
+        taskdefs=[TD_V1],
         subworkflow_definitions=[CHILD_V1],
-    )  # fmt: skip
+    )
     events = decide(None, inp, T0, counter_ids("t"), SCRIPTS)
     st = fold(events)
     assert st is not None
@@ -228,8 +240,9 @@ def test_a_name_computed_from_an_expression_is_looked_up_when_it_starts() -> Non
     computed = {"startWorkflow": {"name": "${workflow.input.which}"}}
     parent = workflow(
         task("go", type_="START_WORKFLOW", inputParameters=computed),
-        task("go_again", type_="START_WORKFLOW", inputParameters=computed), sub(),
-    )  # fmt: skip
+        task("go_again", type_="START_WORKFLOW", inputParameters=computed),
+        sub(),
+    )
     other_v1 = workflow(task("o1"), name="other")
     started: list[c.StartWorkflow] = []
     for i, which in enumerate(["other", "child"]):
@@ -278,8 +291,10 @@ def finish(st: WorkflowState, ref: str) -> tuple[WorkflowState, list[Event]]:
     assert t is not None
     lease: JSON = {"task_id": t.task_id, "worker_id": "w", "lease_token": "tok"}
     ids = counter_ids(f"{ref}-")
-    for inp in (c.DispatchTask(f"lease-{ref}", st.workflow_id, **lease),
-                c.ReportCompleted(f"done-{ref}", st.workflow_id, **lease)):  # fmt: skip
+    for inp in (
+        c.DispatchTask(f"lease-{ref}", st.workflow_id, **lease),
+        c.ReportCompleted(f"done-{ref}", st.workflow_id, **lease),
+    ):
         events = decide(st, inp, T0, ids, SCRIPTS)
         after = fold(events, st)
         assert after is not None

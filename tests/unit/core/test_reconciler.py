@@ -92,8 +92,17 @@ def test_a_task_whose_lease_expired_and_was_never_queued_again_is_requeued() -> 
 def test_a_leased_task_is_left_alone() -> None:
     d = Driver(workflow(task("a")))
     t = d.latest("a")
-    d.send(c.DispatchTask("lease", "wf-1", task_id=t.task_id, attempt=1, worker_id="w1",
-                          lease_epoch=1, lease_token="tok"))  # fmt: skip
+    d.send(
+        c.DispatchTask(
+            "lease",
+            "wf-1",
+            task_id=t.task_id,
+            attempt=1,
+            worker_id="w1",
+            lease_epoch=1,
+            lease_token="tok",
+        )
+    )
     assert d.latest("a").status == "SCHEDULED"  # leased, not started yet
     d.advance(BOUND)
     assert fire_requeue(d, t.task_id) == []

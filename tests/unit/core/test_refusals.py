@@ -27,9 +27,14 @@ DEFINITION = workflow(task("probe", "media.probe"), name="media_probe")
 def start(definition: dict[str, Any] | None, **extra: Any) -> c.StartWorkflow:
     """A StartWorkflow as an upstream service produces it straight to the commands topic."""
     return c.StartWorkflow(
-        COMMAND_ID, WF, name="media_probe", version=2, input={"source": "s3://in/1.mp4"},
-        definition=definition, **extra,
-    )  # fmt: skip
+        COMMAND_ID,
+        WF,
+        name="media_probe",
+        version=2,
+        input={"source": "s3://in/1.mp4"},
+        definition=definition,
+        **extra,
+    )
 
 
 def refused(inp: c.Input) -> tuple[Event, WorkflowRejected]:
@@ -47,8 +52,11 @@ def test_a_start_without_a_definition_is_refused_outside_any_history() -> None:
     assert event.event_id == refusal_event_id(WF, COMMAND_ID)
     assert (event.causation_id, event.correlation_id) == (COMMAND_ID, "asset-ep1043")
     assert (p.command_id, p.command_type, p.name, p.version) == (
-        COMMAND_ID, "workflow.start", "media_probe", 2,
-    )  # fmt: skip
+        COMMAND_ID,
+        "workflow.start",
+        "media_probe",
+        2,
+    )
     assert p.reason == (
         "no definition for workflow 'media_probe' version 2: none embedded and none registered"
     )

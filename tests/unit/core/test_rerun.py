@@ -34,11 +34,12 @@ FORKED = workflow(
     name="forked",
 )
 LOOP = workflow(
-    task("loop", type_="DO_WHILE", loopCondition="$.loop['iteration'] < 3",
-         loopOver=[task("step")]),
+    task(
+        "loop", type_="DO_WHILE", loopCondition="$.loop['iteration'] < 3", loopOver=[task("step")]
+    ),
     task("after"),
     name="looped",
-)  # fmt: skip
+)
 
 
 def views_agree(d: Driver) -> None:
@@ -112,9 +113,14 @@ def test_a_late_report_for_a_reset_instance_is_refused() -> None:
     d.send(c.TerminateWorkflow("term-1", "wf-1"))
     d.send(c.RestartWorkflow("restart-1", "wf-1"))
     late = c.ReportCompleted(
-        "late-1", "wf-1", task_id=stale.task_id, attempt=stale.attempt, worker_id="w1",
-        lease_epoch=stale.lease_epoch, lease_token=f"tok-{stale.task_id}",
-    )  # fmt: skip
+        "late-1",
+        "wf-1",
+        task_id=stale.task_id,
+        attempt=stale.attempt,
+        worker_id="w1",
+        lease_epoch=stale.lease_epoch,
+        lease_token=f"tok-{stale.task_id}",
+    )
     (event,) = d.send(late)
     assert isinstance(event.payload, CompletionRejected)
     assert "stale" in event.payload.reason
@@ -224,24 +230,36 @@ def test_rerun_inside_a_loop_reruns_the_whole_loop_and_refuses_a_task_input() ->
 def test_rerun_of_a_sub_workflow_task_starts_a_new_child() -> None:
     child = workflow(task("inner"), name="child")
     parent = workflow(
-        task("sub", type_="SUB_WORKFLOW",
-             subWorkflowParam={"name": "child", "version": 1, "workflowDefinition": child}),
+        task(
+            "sub",
+            type_="SUB_WORKFLOW",
+            subWorkflowParam={"name": "child", "version": 1, "workflowDefinition": child},
+        ),
         name="parent",
-    )  # fmt: skip
+    )
     d = Driver(parent)
     first = [e.payload for e in d.events if isinstance(e.payload, WorkflowStartRequested)]
     sub = d.latest("sub")
     old_child = first[0].child_workflow_id
-    d.send(c.ChildWorkflowEnded("child-end-1", "wf-1", child_workflow_id=old_child,
-                                task_id=sub.task_id, status="FAILED", reason="x"))  # fmt: skip
+    d.send(
+        c.ChildWorkflowEnded(
+            "child-end-1",
+            "wf-1",
+            child_workflow_id=old_child,
+            task_id=sub.task_id,
+            status="FAILED",
+            reason="x",
+        )
+    )
     assert d.st.status == "FAILED"
     events = d.send(c.RerunWorkflow("rerun-1", "wf-1", task="sub"))
     again = [e.payload for e in events if isinstance(e.payload, WorkflowStartRequested)]
     assert len(again) == 1 and again[0].child_workflow_id != first[0].child_workflow_id
     assert again[0].task_id == d.latest("sub").task_id != sub.task_id
     # the old child's late end names the reset instance: ignored
-    late = c.ChildWorkflowEnded("late-end", "wf-1", child_workflow_id=old_child,
-                                task_id=sub.task_id, status="COMPLETED")  # fmt: skip
+    late = c.ChildWorkflowEnded(
+        "late-end", "wf-1", child_workflow_id=old_child, task_id=sub.task_id, status="COMPLETED"
+    )
     assert d.send(late) == []
 
 

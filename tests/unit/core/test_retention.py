@@ -74,8 +74,13 @@ def test_late_runtime_inputs_for_a_retired_workflow_are_no_ops() -> None:
     d = ended_driver()
     gone = marker(d.st)
     t = d.latest("a")
-    base: dict[str, Any] = {"task_id": t.task_id, "attempt": 1, "worker_id": "w1", "lease_epoch": 1,
-            "lease_token": "tok"}  # fmt: skip
+    base: dict[str, Any] = {
+        "task_id": t.task_id,
+        "attempt": 1,
+        "worker_id": "w1",
+        "lease_epoch": 1,
+        "lease_token": "tok",
+    }
     late: list[c.Input] = [
         c.ReportCompleted("r-9", gone.workflow_id, **base),
         c.DispatchTask("d-9", gone.workflow_id, **base),
@@ -116,7 +121,9 @@ def test_retirement_picks_what_is_due_skips_what_the_batch_touched_and_unpicks(
     retire.watch(d.st)  # as the commit of the touching batch does
     records, picked = retire.pick(later, states, {}, where)
     assert [(r.key, r.partition) for r in records] == [
-        (d.workflow_id, 2), (ended_key(d.workflow_id), 2)]  # fmt: skip
+        (d.workflow_id, 2),
+        (ended_key(d.workflow_id), 2),
+    ]
     assert records[0].value is None  # the tombstone of the snapshot
     assert records[1].value is not None
     assert decode_ended(records[1].value) == Ended(d.workflow_id, "COMPLETED", d.st.seq)

@@ -19,14 +19,16 @@ from es_sched.serialization.codec import decode_input, encode_input
 from tests.unit.core.harness import Driver, task, workflow
 
 FLOW = workflow(task("enc", "encode"), name="short")
-TASKDEFS = [{"name": "encode", "retryCount": 1, "responseTimeoutSeconds": 60,
-             "timeoutSeconds": 600}]  # fmt: skip
+TASKDEFS = [
+    {"name": "encode", "retryCount": 1, "responseTimeoutSeconds": 60, "timeoutSeconds": 600}
+]
 
 
 def _lease(d: Driver, epoch: int = 1) -> dict[str, Any]:
     t = d.latest("enc")
-    return dict(task_id=t.task_id, attempt=t.attempt, worker_id="w1", lease_epoch=epoch,
-                lease_token="a")  # fmt: skip
+    return dict(
+        task_id=t.task_id, attempt=t.attempt, worker_id="w1", lease_epoch=epoch, lease_token="a"
+    )
 
 
 def _dispatched() -> Driver:
@@ -39,8 +41,9 @@ def test_a_completion_with_its_start_records_both_from_one_input() -> None:
     d = _dispatched()
     tid = d.latest("enc").task_id
     d.advance(0.2)
-    out = d.send(c.ReportCompleted("in-c", d.workflow_id, **_lease(d), output={"x": 1},
-                                   started=True))  # fmt: skip
+    out = d.send(
+        c.ReportCompleted("in-c", d.workflow_id, **_lease(d), output={"x": 1}, started=True)
+    )
     assert [e.payload for e in out[:2]] == [TaskStarted(tid, "w1"), TaskCompleted(tid, {"x": 1})]
     assert out[0].occurred_at == out[1].occurred_at == d.now
     assert d.latest("enc").started_at == d.now and d.st.status == "COMPLETED"
@@ -63,9 +66,11 @@ def test_a_start_reported_on_its_own_is_not_recorded_twice() -> None:
 
 def test_a_v1_completion_of_a_task_not_started_is_decided_as_before() -> None:
     d = _dispatched()
-    v1 = encode_input(c.ReportCompleted("in-c", d.workflow_id, **_lease(d))).replace(
-        b'"schema_version":2', b'"schema_version":1'
-    ).replace(b',"started":false', b"")  # fmt: skip
+    v1 = (
+        encode_input(c.ReportCompleted("in-c", d.workflow_id, **_lease(d)))
+        .replace(b'"schema_version":2', b'"schema_version":1')
+        .replace(b',"started":false', b"")
+    )
     assert b'"schema_version":1' in v1 and b"started" not in v1
     inp = decode_input(v1)
     assert isinstance(inp, c.ReportCompleted) and inp.started is False
@@ -109,7 +114,9 @@ def test_a_task_started_under_an_earlier_lease_has_its_timeouts_cleared() -> Non
     tid = d.latest("enc").task_id
     armed = effects(d.st, d.send(c.ReportStarted("in-s", d.workflow_id, **_lease(d))))
     assert sorted(f.timer.kind for f in armed if isinstance(f, SetTimer)) == [
-        "response_timeout", "total_timeout"]  # fmt: skip
+        "response_timeout",
+        "total_timeout",
+    ]
     assert [
         e.type for e in d.send(c.ExpireLease("in-x", d.workflow_id, task_id=tid, lease_epoch=1))
     ] == ["task.lease_expired"]

@@ -12,9 +12,12 @@ from es_sched.serialization.records import decode_ready, ready_limits
 from tests.unit.core.harness import Driver, task, workflow
 
 TASKDEF = {
-    "name": "encode", "rateLimitPerFrequency": 50, "rateLimitFrequencyInSeconds": 60,
-    "concurrentExecLimit": 4, "rateLimitKey": "cdn-${workflow.input.region}",
-}  # fmt: skip
+    "name": "encode",
+    "rateLimitPerFrequency": 50,
+    "rateLimitFrequencyInSeconds": 60,
+    "concurrentExecLimit": 4,
+    "rateLimitKey": "cdn-${workflow.input.region}",
+}
 TOPICS = Topics("p", 4)
 
 
@@ -23,8 +26,9 @@ def test_the_pinned_taskdef_limits_ride_on_the_queue_effect_and_the_ready_record
     t = d.latest("enc")
     assert t.rate_limit_key == "cdn-eu"  # evaluated like an input, recorded in task.scheduled
     limits = TaskLimits(rate_per_frequency=50, frequency_s=60, concurrent=4)
-    assert effects(d.st, d.events) == [QueueTask("wf-1", t.task_id, "enc", "encode", 1,
-                                                 limits=limits)]  # fmt: skip
+    assert effects(d.st, d.events) == [
+        QueueTask("wf-1", t.task_id, "enc", "encode", 1, limits=limits)
+    ]
     [ready] = [r for r in outbound(TOPICS, d.st, d.events, lambda *_: None) if r.topic == "p.ready"]
     assert ready.key == "cdn-eu"  # every task this key limits shares one partition
     doc = decode_ready(ready.value)

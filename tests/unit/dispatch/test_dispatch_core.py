@@ -28,9 +28,14 @@ def task(
     tid: str, priority: int = 4, wf: str = "wf", started: float = 0, at: float = 0, **kw: Any
 ) -> ReadyTask:
     return ReadyTask(
-        tid, wf, kw.pop("task_type", "encode"), priority, T0 + timedelta(seconds=at),
-        T0 + timedelta(seconds=started), **kw,
-    )  # fmt: skip
+        tid,
+        wf,
+        kw.pop("task_type", "encode"),
+        priority,
+        T0 + timedelta(seconds=at),
+        T0 + timedelta(seconds=started),
+        **kw,
+    )
 
 
 def worker(

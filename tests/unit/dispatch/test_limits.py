@@ -115,8 +115,9 @@ def test_two_cores_sharing_a_tenant_never_exceed_it_across_random_rebalances() -
         started: list[float] = []
         t = 0.0
         for core_index, core in enumerate(cores):
-            core.own(frozenset(p for p in range(partitions) if owner[p] == core_index),
-                     partitions, at(t))  # fmt: skip
+            core.own(
+                frozenset(p for p in range(partitions) if owner[p] == core_index), partitions, at(t)
+            )
         while t < 20:
             t = round(t + rng.choice([0.01, 0.05, 0.1]), 3)
             if rng.random() < 0.05:  # a rebalance: revoke first, then assign (eager protocol)

@@ -70,8 +70,14 @@ def test_changes_fold_into_the_core_and_tombstones_undo_them() -> None:
     assert core.fleet.banned_versions == {"v1"}
     assert core.pools == {"t": "gpu"}
     assert core.policies["gpu"] == "spread"
-    for key in ("rate:type:t", "rate:tenant:acme", "rate:key:cdn", "concurrency:t",
-                "ban-version:v1", "pool:t"):  # fmt: skip
+    for key in (
+        "rate:type:t",
+        "rate:tenant:acme",
+        "rate:key:cdn",
+        "concurrency:t",
+        "ban-version:v1",
+        "pool:t",
+    ):
         _apply(core, key, None)
     dc.apply(core, dc.parse("policy:gpu", None), default_policy="binpack")
     policies: dict[str, str] = dict(core.policies)

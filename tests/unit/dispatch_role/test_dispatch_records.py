@@ -16,9 +16,19 @@ NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 def _ready(**extra: object) -> bytes:
-    doc = {"workflow_id": "wf", "task_id": "t1", "name": "probe", "ref": "p", "attempt": 2,
-           "priority": 1, "input": {"uri": "x"}, "resources": {"cpu": 1, "gpu_memory_mb": 4096},
-           "tenant": "acme", "rate_limit_key": None, **extra}  # fmt: skip
+    doc = {
+        "workflow_id": "wf",
+        "task_id": "t1",
+        "name": "probe",
+        "ref": "p",
+        "attempt": 2,
+        "priority": 1,
+        "input": {"uri": "x"},
+        "resources": {"cpu": 1, "gpu_memory_mb": 4096},
+        "tenant": "acme",
+        "rate_limit_key": None,
+        **extra,
+    }
     return orjson.dumps(doc)
 
 
@@ -26,25 +36,44 @@ def test_ready_record_becomes_a_ready_task() -> None:
     started = NOW - timedelta(hours=1)
     task = dr.ready_task(_ready(workflow_started_at=started.isoformat()), NOW, NOW)
     assert (task.task_id, task.workflow_id, task.task_type, task.priority, task.attempt) == (
-        "t1", "wf", "probe", 1, 2,
-    )  # fmt: skip
+        "t1",
+        "wf",
+        "probe",
+        1,
+        2,
+    )
     assert task.workflow_started_at == started and task.enqueued_at == NOW
     assert task.tenant == "acme" and task.resources["gpu_memory_mb"] == 4096
     later = dr.ready_task(_ready(), None, NOW)  # no start time, no record time: now
     assert later.workflow_started_at == NOW == later.enqueued_at
 
 
-@pytest.mark.parametrize("raw", [b"nope", b"[]", orjson.dumps({"task_id": "t"}),
-                                 _ready(resources=[1]), _ready(priority="high")])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"nope",
+        b"[]",
+        orjson.dumps({"task_id": "t"}),
+        _ready(resources=[1]),
+        _ready(priority="high"),
+    ],
+)
 def test_bad_ready_records_are_schema_errors(raw: bytes) -> None:
     with pytest.raises(SchemaError):
         dr.ready_task(raw, None, NOW)
 
 
 def test_worker_view_takes_reported_gpu_memory_and_ignores_stale_reports_as_heartbeats() -> None:
-    status = wire.WorkerStatus("w1", "", "v1", ["probe"], 4, 8192,
-                               gpus=[wire.GpuStatus(0, 16384, 2048)],
-                               sent_at=NOW.isoformat())  # fmt: skip
+    status = wire.WorkerStatus(
+        "w1",
+        "",
+        "v1",
+        ["probe"],
+        4,
+        8192,
+        gpus=[wire.GpuStatus(0, 16384, 2048)],
+        sent_at=NOW.isoformat(),
+    )
     view = dr.worker_view(status, NOW, dead_after_s=60)
     assert view.pool == "default" and view.last_seen == NOW
     assert view.gpus[0].free_mb == 2048
@@ -54,16 +83,20 @@ def test_worker_view_takes_reported_gpu_memory_and_ignores_stale_reports_as_hear
 
 def test_assignment_and_take_back_records() -> None:
     core = DispatchCore()
-    status = wire.WorkerStatus("w1", "default", "v1", ["probe"], 4, 8192,
-                               gpus=[wire.GpuStatus(0, 16384, 8192)])  # fmt: skip
+    status = wire.WorkerStatus(
+        "w1", "default", "v1", ["probe"], 4, 8192, gpus=[wire.GpuStatus(0, 16384, 8192)]
+    )
     core.fleet.upsert(dr.worker_view(status, NOW, 60))
     core.enqueue(dr.ready_task(_ready(), NOW, NOW))
     (decision,) = core.dispatch(NOW, lambda: "tok")
     assert isinstance(decision, Assignment)
     record, dispatched = dr.assignment(decision)
     assert (record.worker_id, record.gpu, record.lease_epoch, record.lease_token) == (
-        "w1", 0, 1, "tok",
-    )  # fmt: skip
+        "w1",
+        0,
+        1,
+        "tok",
+    )
     assert record.input == {"uri": "x"} and record.ref == "p"
     assert dispatched.input_id == "dispatch:t1:1:tok" and dispatched.workflow_id == "wf"
     assert (dispatched.worker_id, dispatched.attempt, dispatched.lease_token) == ("w1", 2, "tok")
@@ -74,15 +107,21 @@ def test_assignment_and_take_back_records() -> None:
 
 @pytest.mark.parametrize(
     ("event_type", "reason"),
-    [("task.canceled", "canceled"), ("task.timed_out", "timed out"),
-     ("task.completed", None), ("task.failed", None), ("task.completed_with_errors", None)],
-)  # fmt: skip
+    [
+        ("task.canceled", "canceled"),
+        ("task.timed_out", "timed out"),
+        ("task.completed", None),
+        ("task.failed", None),
+        ("task.completed_with_errors", None),
+    ],
+)
 def test_a_task_ended_without_its_workers_report_is_stopped_on_the_worker(
     event_type: str, reason: str | None
 ) -> None:
     core = DispatchCore()
-    status = wire.WorkerStatus("w1", "default", "v1", ["probe"], 4, 8192,
-                               gpus=[wire.GpuStatus(0, 16384, 8192)])  # fmt: skip
+    status = wire.WorkerStatus(
+        "w1", "default", "v1", ["probe"], 4, 8192, gpus=[wire.GpuStatus(0, 16384, 8192)]
+    )
     core.fleet.upsert(dr.worker_view(status, NOW, 60))
     core.enqueue(dr.ready_task(_ready(), NOW, NOW))
     (decision,) = core.dispatch(NOW, lambda: "tok")

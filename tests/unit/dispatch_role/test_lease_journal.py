@@ -30,11 +30,19 @@ TOPIC = "p.leases"
 def ready(task_id: str, cpu: float = 2, **kw: Any) -> ReadyTask:
     """A task as the dispatcher reads it from a ready record."""
     raw = encode_ready(
-        workflow_id=f"wf-{task_id}", task_id=task_id, ref="step", name="encode",
-        attempt=kw.pop("attempt", 1), input={"n": 1}, priority=kw.pop("priority", 4),
-        resources={"cpu": cpu}, rate_limit_key=None, tenant=None, callback=False,
+        workflow_id=f"wf-{task_id}",
+        task_id=task_id,
+        ref="step",
+        name="encode",
+        attempt=kw.pop("attempt", 1),
+        input={"n": 1},
+        priority=kw.pop("priority", 4),
+        resources={"cpu": cpu},
+        rate_limit_key=None,
+        tenant=None,
+        callback=False,
         workflow_started_at=T0,
-    )  # fmt: skip
+    )
     return dispatch_records.ready_task(raw, T0, T0)
 
 
@@ -236,8 +244,10 @@ def test_an_assignment_is_stamped_when_it_leaves_after_its_dispatch_was_delivere
     stamps = dict(out.stamps[:2])  # the grant and its DispatchTask: one delivery
     assert stamps["p.leases"] == stamps["p.task-results"]
     decided = stamps["p.task-results"]
-    assert out.stamps[2:4] == [("p.assignments", decided + timedelta(milliseconds=1)),
-                               ("p.leases", decided + timedelta(milliseconds=1))]  # fmt: skip
+    assert out.stamps[2:4] == [
+        ("p.assignments", decided + timedelta(milliseconds=1)),
+        ("p.leases", decided + timedelta(milliseconds=1)),
+    ]
 
 
 def test_a_take_back_is_delivered_before_the_next_grant_of_its_task() -> None:

@@ -66,10 +66,19 @@ def msg(topic: str, value: bytes, offset: int = 0, key: str = "") -> Any:
 
 def ready_raw(task_id: str) -> bytes:
     return encode_ready(
-        workflow_id=f"wf-{task_id}", task_id=task_id, ref="step", name="encode", attempt=1,
-        input={}, priority=4, resources={"cpu": 2}, rate_limit_key=None, tenant=None,
-        callback=False, workflow_started_at=T0,
-    )  # fmt: skip
+        workflow_id=f"wf-{task_id}",
+        task_id=task_id,
+        ref="step",
+        name="encode",
+        attempt=1,
+        input={},
+        priority=4,
+        resources={"cpu": 2},
+        rate_limit_key=None,
+        tenant=None,
+        callback=False,
+        workflow_started_at=T0,
+    )
 
 
 class Clock:
@@ -88,8 +97,9 @@ def dispatcher() -> tuple[Dispatcher, FakeOutput, FakeReady, Clock]:
 
 
 def status_without_tasks(d: Dispatcher, now: datetime) -> Any:
-    s = wire.WorkerStatus("w1", "default", "1.0", ["encode"], 100.0, 8000,
-                          concurrency=8, sent_at=now.isoformat())  # fmt: skip
+    s = wire.WorkerStatus(
+        "w1", "default", "1.0", ["encode"], 100.0, 8000, concurrency=8, sent_at=now.isoformat()
+    )
     return msg(d.topics.worker_status, wire.encode(s), key="w1")
 
 

@@ -109,8 +109,12 @@ def test_an_evicted_workflow_in_flight_is_loaded_after_its_write() -> None:
     p.project(msgs[5:10])  # type: ignore[arg-type]  # must wait for the first write before loading wf-1
     p.flush()
     assert store.log == [
-        "write [(0, 5)]", "commit [(0, 5)]", "load wf-1", "write [(0, 10)]", "commit [(0, 10)]",
-    ]  # fmt: skip
+        "write [(0, 5)]",
+        "commit [(0, 5)]",
+        "load wf-1",
+        "write [(0, 10)]",
+        "commit [(0, 10)]",
+    ]
     assert store.rows["wf-1"].workflow["version"] == 10
 
 
@@ -122,7 +126,9 @@ def test_an_unavailable_store_is_retried_and_offsets_wait_for_it() -> None:
     p.project(msgs[5:])  # type: ignore[arg-type]
     p.flush()
     assert store.log == [
-        "write [(0, 5)]", "commit [(0, 5)]",
-        f"write [(0, {len(msgs)})]", f"commit [(0, {len(msgs)})]",
-    ]  # fmt: skip
+        "write [(0, 5)]",
+        "commit [(0, 5)]",
+        f"write [(0, {len(msgs)})]",
+        f"commit [(0, {len(msgs)})]",
+    ]
     assert p.next_offset == {0: len(msgs)}

@@ -71,10 +71,14 @@ def test_large_inputs_are_referenced_not_copied() -> None:
 def test_a_refusal_outside_any_history_changes_no_row() -> None:
     events = history("media_480")
     refusal = e.Event(
-        "00000000-0000-5000-8000-000000000000", events[0].workflow_id, 0, events[0].occurred_at,
-        "cmd-cancel", events[0].workflow_id,
+        "00000000-0000-5000-8000-000000000000",
+        events[0].workflow_id,
+        0,
+        events[0].occurred_at,
+        "cmd-cancel",
+        events[0].workflow_id,
         e.WorkflowRejected("cmd-cancel", "workflow.cancel", "unknown workflow"),
-    )  # fmt: skip
+    )
     change = apply(None, refusal)
     assert change.refusal and change.workflow is None and not change.orphan
     rows = fold_rows([refusal, *events])  # refused first, started later under the same id
