@@ -24,7 +24,7 @@
    floor the framework and the load generator set on this machine.
 
 Targets (issue 14): p99 <= 100 ms for detail, search and the list page.
-Needs `es-sched stack up`. Prints figures, writes bench/results/api.json and api.png.
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/api.json and api.png.
 Each load runs against ``es-sched api --workers N`` for every N of ``--api-workers`` (default
 1,2; each its own server, interleaved): the last N's figures carry the plain names
 (``detail``), the others a suffix (``detail@1w``).
@@ -400,8 +400,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--no-workers", dest="workers", action="store_false")
     p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api.json")
-    p.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "api.png")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "current" / "api.json")
+    p.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "current" / "api.png")
     p.set_defaults(extra_paths={})
     return p
 

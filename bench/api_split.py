@@ -9,7 +9,7 @@ for its whole life, so the split is each process's share of the load (ADR 39).
 ``--root`` runs another checkout's code (a ``git worktree`` of an older commit, with this
 checkout's ``.venv`` linked in): its ``es-sched`` and ``PYTHONPATH``.
 Needs nothing but the virtualenv (no stack: the requests are for a static file).
-Prints the splits, writes bench/results/api_split.json.
+Prints the splits, writes bench/results/current/api_split.json.
 Rerun: `.venv/bin/python bench/api_split.py [--trials 8 --clients 50 --root PATH]`
 """
 
@@ -114,7 +114,9 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--clients", type=int, default=50)
     p.add_argument("--root", type=Path, default=ROOT)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_split.json")
+    p.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / "current" / "api_split.json"
+    )
     opts = p.parse_args()
     console = Console()
     splits: list[list[int]] = []

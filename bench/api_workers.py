@@ -17,7 +17,7 @@ timestamps.
 
 The bench helper calls it from bench/api.py; run alone: `.venv/bin/python bench/api_workers.py
 [--tasks 200 --rounds 3 --api-workers 1 2 --routes lean fastapi]` (needs `es-sched stack up`):
-prints the figures and writes bench/results/api_workers.json.
+prints the figures and writes bench/results/current/api_workers.json.
 """
 
 from __future__ import annotations
@@ -352,7 +352,9 @@ def main() -> None:
         action="store_true",
         help="every kind's workers serve through every round (idle polls too)",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_workers.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / "current" / "api_workers.json"
+    )
     opts = parser.parse_args()
     results = []
     for n in opts.api_workers:

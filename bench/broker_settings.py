@@ -20,7 +20,7 @@ the JSON, left out of the medians), and each variant's ratio to ``stock``. The s
 restarted with its defaults at the end.
 Rerun (stops and starts the local stack): `PYTHONPATH=. .venv/bin/python
 bench/broker_settings.py [--rate 26 --seconds 20 --runs 3 --rounds 2]`; writes
-bench/results/broker_settings.json.
+bench/results/current/broker_settings.json.
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--runs", type=int, default=3, help="cpu_split windows per round")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "broker_settings.json")
+    ap.add_argument(
+        "--out", type=Path, default=BENCH / "results" / "current" / "broker_settings.json"
+    )
     opts = ap.parse_args()
     per: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
     try:

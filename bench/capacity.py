@@ -1,9 +1,9 @@
 """The capacity model (ADR 33): workflows/s for 1, 10 and 100 machines, from measured rates.
 
-Inputs are the JSON files under bench/results/ (the per-process rates measured on this machine)
-and a few outside figures (``OUTSIDE``, each with its source in docs/capacity.md). Nothing is
-measured here: rerun the benches, then this, and docs/capacity.md's generated block (between
-its ``capacity:begin`` / ``capacity:end`` markers) is rewritten from the new figures.
+Inputs are the JSON files under bench/results/current/ (the per-process rates measured on this
+machine) and a few outside figures (``OUTSIDE``, each with its source in docs/capacity.md).
+Nothing is measured here: rerun the benches, then this, and docs/capacity.md's generated block
+(between its ``capacity:begin`` / ``capacity:end`` markers) is rewritten from the new figures.
 
 The model, one rule per limit (``ceilings``), each a workflows/s ceiling for M machines:
 - cpu: each machine is one of these (``cores``), running its share of every role and one
@@ -20,7 +20,8 @@ The model, one rule per limit (``ceilings``), each a workflows/s ceiling for M m
 The first limit at a scale is the smallest ceiling; the restore time after a failure
 (``restore_s``) is reported beside it, since it bounds recovery, not throughput.
 
-Rerun: `.venv/bin/python bench/capacity.py` (writes bench/results/capacity.json and the doc).
+Rerun: `.venv/bin/python bench/capacity.py` (writes bench/results/current/capacity.json and the
+doc).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "bench" / "results" / "current"
 DOC = ROOT / "docs" / "capacity.md"
 BEGIN, END = "<!-- capacity:begin -->", "<!-- capacity:end -->"
 SCALES = (1, 10, 100)
@@ -54,16 +55,18 @@ OUTSIDE: dict[str, float] = {
     "workflow_keyed_topics": 10,
     "retain_finished_s": 86_400,  # ES_SCHED_RUN_RETAIN_FINISHED_S default (ADR 18)
     # issue 15's estimate of every process's CPU per media workflow; replaced by
-    # bench/results/cpu_split_saturated.json (bench/cpu_split.py near the maximum) when present
+    # bench/results/current/cpu_split_saturated.json (bench/cpu_split.py near the maximum) when
+    # present
     "cpu_ms_per_workflow": 35,
     "broker_records_per_s": 35_000,  # issue 15: transactional consume->produce loop, batches of 500
-    "dispatcher_tasks_per_s": 4_000,  # replaced by bench/results/dispatch.json when present
+    "dispatcher_tasks_per_s": 4_000,  # replaced by bench/results/current/dispatch.json when present
 }
 
 
 @dataclass(frozen=True)
 class Measured:
-    """Per-process rates and per-workflow costs, from bench/results (or OUTSIDE defaults)."""
+    """Per-process rates and per-workflow costs, from bench/results/current (or OUTSIDE
+    defaults)."""
 
     cores: int
     decider_inputs_per_s: float  # one decider process on one core
@@ -317,8 +320,8 @@ def render(m: Measured, rows: list[dict[str, Any]], check: dict[str, Any]) -> st
             "",
         ],
         [
-            "measured: bench/results/e2e.json (its DAG takes the 6-task default branch, lighter "
-            "than the 1080p DAG of the CPU figure)",
+            "measured: bench/results/current/e2e.json (its DAG takes the 6-task default branch, "
+            "lighter than the 1080p DAG of the CPU figure)",
             check["e2e_measured"],
             f"{check['e2e_error_percent']:+}%",
         ],
@@ -326,7 +329,7 @@ def render(m: Measured, rows: list[dict[str, Any]], check: dict[str, Any]) -> st
     if "side_by_side_measured" in check:
         checks.append(
             [
-                "measured: bench/results/side_by_side.json (burst max)",
+                "measured: bench/results/current/side_by_side.json (burst max)",
                 check["side_by_side_measured"],
                 f"{check['side_by_side_error_percent']:+}%",
             ]
@@ -341,7 +344,7 @@ def render(m: Measured, rows: list[dict[str, Any]], check: dict[str, Any]) -> st
     out += _table(["", "workflows/s", "model error"], checks)
     if (scale := _load("scaleout.json")) is not None:
         d, e = scale["decider_inputs_per_second"], scale["e2e_workflows_per_second"]
-        out += ["", "### 1 vs 2 decider processes here (bench/results/scaleout.json)", ""]
+        out += ["", "### 1 vs 2 decider processes here (bench/results/current/scaleout.json)", ""]
         out += _table(
             ["figure", "1 process", "2 processes", "2/1", "runs (1 | 2)"],
             [

@@ -19,7 +19,7 @@ Medians of the windows. Rerun (needs `es-sched stack up`, a broker that has run 
 two: its JIT makes the first minute dear): `PYTHONPATH=. .venv/bin/python
 bench/client_requests.py [--rate 26 --seconds 20 --runs 3 --partitions 12 --code TREE]`
 (``--code``: another checkout's es_sched, e.g. a `git worktree` of an earlier commit); writes
-bench/results/client_requests.json.
+bench/results/current/client_requests.json.
 """
 
 from __future__ import annotations
@@ -151,7 +151,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=PARTITIONS, help="per-workflow topics")
     ap.add_argument("--code", type=Path, default=BENCH.parent, help="the checkout to run")
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "client_requests.json")
+    ap.add_argument(
+        "--out", type=Path, default=BENCH / "results" / "current" / "client_requests.json"
+    )
     opts = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="client-stats-"))
     os.environ["ES_BENCH_CLIENT_STATS"] = str(folder)

@@ -1,5 +1,5 @@
 """Summarise a py-spy collapsed-stack profile (``--format raw``): the top functions by self and
-by inclusive samples, as text for bench/results/profiles/.
+by inclusive samples, as text for bench/results/current/profiles/.
 
 Rerun: `.venv/bin/python bench/collapsed.py PROFILE.raw [--top 30] [--within step]`
 (``--within NAME``: only stacks that pass through a frame whose function is NAME, e.g. the

@@ -4,7 +4,7 @@
 - decide: time of one ``decide(state, input, now, ids, scripts)`` call for every input of a
   1080p run (start, dispatches, worker reports), each repeated; median and p95 over inputs.
 
-Prints the figures, writes bench/results/core.json.
+Prints the figures, writes bench/results/current/core.json.
 Rerun: `.venv/bin/python bench/core.py [--rounds 5]`
 """
 
@@ -143,7 +143,7 @@ def main() -> None:
     for kind, us in kind_medians.items():
         table.add_row(f"  decide {kind}", f"{us}", "")
     Console().print(table)
-    out = ROOT / "bench" / "results" / "core.json"
+    out = ROOT / "bench" / "results" / "current" / "core.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {out.relative_to(ROOT)}")
 

@@ -20,11 +20,11 @@ CPU ceiling needs (issue 15 put the whole at ~35 ms; docs/capacity.md).
 
 Medians of the windows. Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python
 bench/cpu_split.py [--rate 26 --seconds 20 --runs 3 --idle 10]`; writes
-bench/results/cpu_split.json. ``--before TREE`` (an earlier checkout: `git worktree add
+bench/results/current/cpu_split.json. ``--before TREE`` (an earlier checkout: `git worktree add
 /tmp/before REV`) measures both in one run, a fresh es-sched each, before then after in each
 of ``--runs`` rounds (one window each, its own idle rates), and writes
-bench/results/cpu_split_ab.json with the ratios. ``--dispatcher-apart``: the same, with 'after'
-running the dispatcher in its own process (``dispatcher`` in the table; 'before' is this
+bench/results/current/cpu_split_ab.json with the ratios. ``--dispatcher-apart``: the same, with
+'after' running the dispatcher in its own process (``dispatcher`` in the table; 'before' is this
 checkout unless ``--before`` says otherwise).
 """
 
@@ -235,7 +235,7 @@ def main() -> None:
             "after / before:", result["ratio_after_over_before"], "broker:", result["ratio_broker"]
         )
     name = "cpu_split_ab.json" if opts.before is not None else "cpu_split.json"
-    out = opts.out or BENCH / "results" / name
+    out = opts.out or BENCH / "results" / "current" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")

@@ -9,7 +9,7 @@ consumer minus the produce time. p50/p99 over all of them. A completion carries
 ``started=True``, as the SDK's workers send it (ADR 44; see bench/decider_cpu.py for what the
 benches measured before they did).
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/decider.json.
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/decider.json.
 Rerun: `.venv/bin/python bench/decider.py [--inputs 20000 --rate 2000]`
 """
 
@@ -172,7 +172,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--profile", type=Path, help="run the decider under py-spy")
     parser.add_argument("--code", type=Path, help="the es_sched checkout the decider runs")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "decider.json")
+    parser.add_argument(
+        "--json", type=Path, default=ROOT / "bench" / "results" / "current" / "decider.json"
+    )
     opts = parser.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, opts.partitions)

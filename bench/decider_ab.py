@@ -2,7 +2,7 @@
 importing a baseline checkout (``--before``, e.g. ``git archive main | tar -x -C /tmp/base``)
 and then this checkout, A B A B A B; medians of the runs and after/before ratios.
 
-Writes bench/results/decider.json: the after medians in bench/decider.py's shape, plus
+Writes bench/results/current/decider.json: the after medians in bench/decider.py's shape, plus
 ``before``, ``ratio`` and every run. The machine is shared: the ratios are the figure, the
 absolute rates a caveat. Needs the local broker.
 Rerun: `.venv/bin/python bench/decider_ab.py --before /tmp/base [--repeat 3 --inputs 6000]`
@@ -81,7 +81,9 @@ def main() -> None:
         "interleaved": "before, after, before, after, ... in one run on a shared 2-core machine",
         "runs": runs,
     }
-    (ROOT / "bench" / "results" / "decider.json").write_text(json.dumps(result, indent=2) + "\n")
+    (ROOT / "bench" / "results" / "current" / "decider.json").write_text(
+        json.dumps(result, indent=2) + "\n"
+    )
     for name in FIGURES:
         b, a = before[name], after[name]
         print(f"{name:24s} before {b:10,.1f}  after {a:10,.1f}  x{a / b if b else math.nan:.2f}")

@@ -17,7 +17,7 @@ round runs once on that tree's es_sched and once on this one, in child processes
 first on ``PYTHONPATH``, run from outside the repository, and each child reports which
 es_sched it imported: `python -m` from the repository would import this one for both), and the
 medians and after/before ratios are written to ``--out`` (default
-bench/results/decider_cpu_ab.json). Without it, ``--out`` writes the medians if given.
+bench/results/current/decider_cpu_ab.json). Without it, ``--out`` writes the medians if given.
 
 Each child reports which build of the core it ran (ADR 51: ``compiled`` by mypyc, or ``pure``
 Python; ``ES_SCHED_CORE`` chooses, a checkout from before it is ``pure``), kept as ``core``.
@@ -301,7 +301,7 @@ def main() -> None:
         for side in ("before", "after"):
             show(side, result["medians"][side], opts.repeat)
         print("after / before:", result["ratio_after_over_before"])
-        opts.out = opts.out or ROOT / "bench" / "results" / "decider_cpu_ab.json"
+        opts.out = opts.out or ROOT / "bench" / "results" / "current" / "decider_cpu_ab.json"
     if opts.out is not None:
         opts.out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {opts.out}")

@@ -14,7 +14,7 @@ With ``--before TREE`` (another checkout with a built core, e.g. ``git worktree 
 HEAD~1`` then ``python tools/build_core.py`` there) each round runs once on that tree's
 es_sched and once on this one, in child processes, as ``bench/decider_cpu.py`` does; medians
 of ``--repeat`` rounds and the after/before ratios go to ``--out``
-(default bench/results/decider_memory.json).
+(default bench/results/current/decider_memory.json).
 
 Rerun: `.venv/bin/python bench/decider_memory.py [--workflows 3000 --repeat 3] [--before TREE]`
 """
@@ -95,7 +95,9 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", type=Path, help="another checkout, measured interleaved")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/decider_memory.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench/results/current/decider_memory.json"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:

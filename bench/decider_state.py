@@ -16,8 +16,8 @@ Then ``--live`` waiting workflows (a WAIT task) are started and the decider is r
 ``--restarts`` times: restore time per live workflow is the sum of its restore log lines over
 the live states restored; the median is reported.
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/decider_state.json and the plot
-bench/results/decider_state.png (``bench/plot_png.py``: no matplotlib in the venv).
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/decider_state.json and
+the plot bench/results/current/decider_state.png (``bench/plot_png.py``: no matplotlib in the venv).
 Rerun: `.venv/bin/python bench/decider_state.py [--checkpoints 10000,50000,100000 --live 5000]`
 """
 
@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_png import Series, line_charts
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "bench" / "results" / "current"
 BOOT = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 TINY = {
     "name": "bench_tiny",

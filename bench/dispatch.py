@@ -11,13 +11,13 @@
 Each run uses fresh topics (deleted afterwards). ``--compare TREE`` runs the processes of
 another source tree (e.g. a worktree of main) interleaved with this one's (A, B, A, B, ...);
 ``--profile TAG`` attaches py-spy to each process of the first run and keeps the top
-functions under bench/results/profiles/<role>-<TAG>.txt. Figures are medians of ``--runs``;
+functions under bench/results/current/profiles/<role>-<TAG>.txt. Figures are medians of ``--runs``;
 on a shared 2-core machine the absolute rates are noisy, the ratios of one interleaved run
 less so.
 
-Needs `es-sched stack up`. Writes bench/results/dispatch.json (``--only X``: dispatch-X.json;
-or ``--out``). Rerun: `.venv/bin/python bench/dispatch.py [--runs 3 --tasks 5000 --compare
-/work/main]`
+Needs `es-sched stack up`. Writes bench/results/current/dispatch.json (``--only X``:
+dispatch-X.json; or ``--out``). Rerun: `.venv/bin/python bench/dispatch.py [--runs 3 --tasks 5000
+--compare /work/main]`
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from tests.integration.runtime_harness import Env  # noqa: E402
 from tests.support.settings import BOOTSTRAP  # noqa: E402
 from tests.support.wait import wait_for_log  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "bench" / "results" / "current"
 TICKS = os.sysconf("SC_CLK_TCK")
 ASSIGNMENT_PARTITIONS = 8
 
@@ -384,7 +384,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=250, help="latency: ready records/s")
     parser.add_argument("--seconds", type=float, default=10, help="latency: how long")
     parser.add_argument(
-        "--out", type=Path, default=None, help="default bench/results/dispatch[-<only>].json"
+        "--out",
+        type=Path,
+        default=None,
+        help="default bench/results/current/dispatch[-<only>].json",
     )
     opts = parser.parse_args()
     trees = {"this": ROOT} if opts.compare is None else {"before": opts.compare, "after": ROOT}

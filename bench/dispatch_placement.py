@@ -3,7 +3,7 @@
 A decision = pick the best ready task of a type (priority, aging, oldest workflow), check its
 limits, place it (binpack over the pool index, GPU fit), reserve and lease. Tasks finish at
 random so the fleet stays partly free. Pinned to one core. Target: p99 <= 100 microseconds.
-Prints figures, writes bench/results/dispatch_placement.json.
+Prints figures, writes bench/results/current/dispatch_placement.json.
 Rerun: `.venv/bin/python bench/dispatch_placement.py [--decisions 20000]`
 """
 
@@ -116,7 +116,7 @@ def main() -> None:
     for k, v in result["decision_us"].items():
         table.add_row(k, str(v))
     Console().print(table)
-    (ROOT / "bench" / "results" / "dispatch_placement.json").write_text(
+    (ROOT / "bench" / "results" / "current" / "dispatch_placement.json").write_text(
         json.dumps(result, indent=2) + "\n"
     )
 

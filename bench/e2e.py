@@ -12,10 +12,10 @@ Each run uses fresh topics (deleted afterwards) and fresh processes;
 the figures are the medians of ``--runs`` runs (default 3), each run's figures kept in the JSON.
 
 ``--compare TREE`` runs another source tree's processes (e.g. a worktree of main) and this
-tree's interleaved (A, B, A, B, ...) and writes bench/results/e2e-compare.json with both medians
-and their ratios; the tails are this tree's either way.
+tree's interleaved (A, B, A, B, ...) and writes bench/results/current/e2e-compare.json with both
+medians and their ratios; the tails are this tree's either way.
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/e2e.json.
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/e2e.json.
 Rerun: `.venv/bin/python bench/e2e.py [--runs 3 --workflows 1000 --seconds 20 --compare DIR]`
 """
 
@@ -177,7 +177,7 @@ def one_run(opts: argparse.Namespace, progress: Progress, code: Path = ROOT) -> 
     env = Env(partitions=PARTITIONS, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
     env.create()
     env.push_files(*MEDIA)
-    logs = ROOT / "bench" / "results"
+    logs = ROOT / "bench" / "results" / "current"
     procs = start_processes(env, logs, code=code)
     stop = threading.Event()
     events: dict[str, Any] = {}
@@ -302,7 +302,7 @@ def main() -> None:
         type=Path,
         default=None,
         help="another source tree (e.g. a worktree of main): its processes and this tree's run "
-        "interleaved (A, B, A, B, ...); writes bench/results/e2e-compare.json",
+        "interleaved (A, B, A, B, ...); writes bench/results/current/e2e-compare.json",
     )
     opts = parser.parse_args()
     machine = {
@@ -341,7 +341,7 @@ def main() -> None:
             "ratio_after_over_before": ratios,
             "per_run": by,
         }
-        compare = ROOT / "bench" / "results" / "e2e-compare.json"
+        compare = ROOT / "bench" / "results" / "current" / "e2e-compare.json"
         compare.write_text(json.dumps(out, indent=2) + "\n")
         return
     runs = []
@@ -360,7 +360,9 @@ def main() -> None:
     print_table(
         f"es-sched end to end, median of {len(runs)} runs (2 noop workers)", result["median"], runs
     )
-    (ROOT / "bench" / "results" / "e2e.json").write_text(json.dumps(result, indent=2) + "\n")
+    (ROOT / "bench" / "results" / "current" / "e2e.json").write_text(
+        json.dumps(result, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":

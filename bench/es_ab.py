@@ -7,7 +7,7 @@ peers: the side-by-side table itself still comes from ``make bench``.
 
 Rerun (needs `es-sched stack up`): `git worktree add /tmp/before <rev>`, then
 `PYTHONPATH=. .venv/bin/python bench/es_ab.py --before /tmp/before --label "what changed"`
-[--runs 3 --burst 600 --seconds 20]. Writes bench/results/es_ab.json (or ``--out``).
+[--runs 3 --burst 600 --seconds 20]. Writes bench/results/current/es_ab.json (or ``--out``).
 ``--before-partitions N`` / ``--after-partitions N`` give a side topics of N partitions, not
 the default's (``es_system.PARTITIONS``): one checkout against itself (``--before .``) then
 measures what the partition count does (ADR 53).

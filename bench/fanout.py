@@ -11,7 +11,7 @@ librdkafka's 1,000,000-byte ``message.max.bytes``.
 subprocess, so one run prints before and after side by side. Main's walk is O(N) per input,
 so its 5k and 10k rounds take minutes: ``--before-rounds`` (default 1) bounds them.
 
-Prints the figures, writes bench/results/fanout.json.
+Prints the figures, writes bench/results/current/fanout.json.
 Rerun: `.venv/bin/python bench/fanout.py [--rounds 3] [--before /path/to/main/checkout]`
 """
 
@@ -234,7 +234,7 @@ def main() -> None:
         if opts.before
         else None,
     }
-    out = ROOT / "bench" / "results" / "fanout.json"
+    out = ROOT / "bench" / "results" / "current" / "fanout.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {out.relative_to(ROOT)}")
 

@@ -22,7 +22,7 @@ costs.
 
 Importable (``measure``, used by bench/side_by_side.py) and runnable:
 `PYTHONPATH=. .venv/bin/python bench/kafka_limit.py [--records 100000 --runs 3]`
-(needs `es-sched stack up`; writes bench/results/kafka_limit.json).
+(needs `es-sched stack up`; writes bench/results/current/kafka_limit.json).
 """
 
 from __future__ import annotations
@@ -201,7 +201,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     opts = parser.parse_args()
     result = {"benchmark": "kafka_limit", **measure(opts.records, opts.runs)}
-    (ROOT / "bench" / "results" / "kafka_limit.json").write_text(json.dumps(result, indent=2))
+    (ROOT / "bench" / "results" / "current" / "kafka_limit.json").write_text(
+        json.dumps(result, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Issue 15 asks es-sched to be ahead of Celery + Redis in p95 submit-to-completion latency at
 every offered load; at 25 % of the maximum Celery's p95 was 19.6 ms and es-sched's 214
-(bench/results/side_by_side.json). Each step of the media DAG passes through a Kafka
+(bench/results/current/side_by_side.json). Each step of the media DAG passes through a Kafka
 transaction (the decider's), a ``read_committed`` read of its outputs, the dispatcher's delivery
 and a worker's report. This bench builds those hops with no scheduler in them and measures how
 long a workflow takes through them alone, so the closing figures can say how much of es-sched's
@@ -34,7 +34,7 @@ the last decision's record). The bare floor: the same relays with no producer wa
 batch (``BARE``). Windows alternate floor, bare floor, es-sched; medians of the windows.
 
 Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python bench/latency_floor.py
-[--rate 8 --seconds 15 --runs 3]`; writes bench/results/latency_floor.json (or ``--out``).
+[--rate 8 --seconds 15 --runs 3]`; writes bench/results/current/latency_floor.json (or ``--out``).
 """
 
 from __future__ import annotations
@@ -287,7 +287,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=8.0, help="DAGs per second, open loop")
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "latency_floor.json")
+    ap.add_argument(
+        "--out", type=Path, default=BENCH / "results" / "current" / "latency_floor.json"
+    )
     opts = ap.parse_args()
     floors = {"floor": Floor(), "bare floor": Floor(BARE)}
     system = EsSched(Path(tempfile.mkdtemp(prefix="floor-")))

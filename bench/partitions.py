@@ -15,8 +15,9 @@ so drift of the machine or the broker falls on all of them; medians of the round
 
 Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python bench/partitions.py
 [--partitions 2,4,6,12 --rate 45 --seconds 15 --rounds 3]`; writes
-bench/results/partitions.json and bench/results/partitions.png (the workflow's p50 and p95,
-and each hop's p95, against the partition count; ``--plot-only`` redraws it from the JSON).
+bench/results/current/partitions.json and bench/results/current/partitions.png (the workflow's
+p50 and p95, and each hop's p95, against the partition count; ``--plot-only`` redraws it from
+the JSON).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds at --rate, unmeasured")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--code", type=Path, default=BENCH.parent, help="the checkout to run")
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "partitions.json")
+    ap.add_argument("--out", type=Path, default=BENCH / "results" / "current" / "partitions.json")
     ap.add_argument("--plot-only", action="store_true", help="the PNG from --out's JSON")
     opts = ap.parse_args()
     if opts.plot_only:

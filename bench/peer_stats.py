@@ -228,7 +228,7 @@ def write_table(readme: Path, table: str) -> bool:
 
 
 def write_result(out: Path, result: dict[str, Any]) -> None:
-    """A bench's JSON under bench/results (or ``--out``), said where."""
+    """A bench's JSON under bench/results/current (or ``--out``), said where."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")

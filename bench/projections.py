@@ -17,7 +17,7 @@ With ``--before PATH`` (a checkout of another commit, e.g. ``git archive main | 
 interleaved (A, B, B, A, ...), so both see the same loaded machine; the JSON keeps both and
 their ratios (``bench/replay.py`` does the same for ``es-sched replay``).
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/projections.json.
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/projections.json.
 Rerun: `.venv/bin/python bench/projections.py [--workflows 3000 | --prefix P] [--before PATH]`
 """
 
@@ -311,7 +311,7 @@ def main() -> None:
     targets = {k: TARGETS[k] for k in kinds}
     result = summary("projections", codes, runs, targets, console)
     result["history"] = {"prefix": env.prefix, "records": runs["after"][kinds[0]][0]["records"]}
-    (ROOT / "bench" / "results" / "projections.json").write_text(
+    (ROOT / "bench" / "results" / "current" / "projections.json").write_text(
         json.dumps(result, indent=2) + "\n"
     )
 

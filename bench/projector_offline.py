@@ -6,7 +6,7 @@ fresh schema: decode, fold, write (rows, archive, checkpoints), offsets "committ
 It isolates what ADR 32 changed in the projector (the writer thread, no lookup for starting
 workflows) from the broker. With ``--before PATH`` it runs this checkout and that one in
 children, interleaved, ``--runs`` times; prints events/s (wall and per CPU second) and writes
-bench/results/projector_offline.json. Needs PostgreSQL (`es-sched stack up`).
+bench/results/current/projector_offline.json. Needs PostgreSQL (`es-sched stack up`).
 Rerun: `.venv/bin/python bench/projector_offline.py --before /tmp/base [--workflows 1000]`
 """
 
@@ -149,7 +149,7 @@ def main() -> None:
             k: round(median["after"][k] / median["before"][k], 2) for k in median["after"]
         }
     print(json.dumps(result["median"]), result.get("ratio_after_over_before"))
-    out_path = ROOT / "bench" / "results" / "projector_offline.json"
+    out_path = ROOT / "bench" / "results" / "current" / "projector_offline.json"
     out_path.write_text(json.dumps(result, indent=2) + "\n")
 
 

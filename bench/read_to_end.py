@@ -14,7 +14,8 @@ worker-status topic gets 50 worker records first. ``--runs`` times each (default
 reported; with ``--before PATH`` (another checkout) each figure is measured in a child on that
 code and on this one, interleaved, so both see the same machine.
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/read_to_end.json (or ``--out``).
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/read_to_end.json (or
+``--out``).
 Rerun: `.venv/bin/python bench/read_to_end.py [--workflows 1000 | --prefix P] [--before PATH]`
 """
 
@@ -83,7 +84,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", type=Path, help="another checkout, measured interleaved")
     parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
-    out = ROOT / "bench" / "results" / "read_to_end.json"
+    out = ROOT / "bench" / "results" / "current" / "read_to_end.json"
     parser.add_argument("--out", type=Path, default=out)
     opts = parser.parse_args()
     if opts.measure:

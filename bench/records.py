@@ -13,7 +13,7 @@ topic is also counted by kind (tombstones apart). Per workflow, the warm-up one 
 Rerun (needs `es-sched stack up`): `PYTHONPATH=. .venv/bin/python bench/records.py [--rate 10
 --seconds 10 --runs 3] [--before TREE]`; with ``--before`` (an earlier checkout: `git worktree
 add /tmp/before REV`) each round runs before then after, and the medians of both are written
-with their ratio. Writes bench/results/records.json.
+with their ratio. Writes bench/results/current/records.json.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", type=Path, help="an earlier checkout: both, in turn, each round")
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "records.json")
+    ap.add_argument("--out", type=Path, default=BENCH / "results" / "current" / "records.json")
     opts = ap.parse_args()
     trees = (
         {"after": BENCH.parent}

@@ -31,7 +31,8 @@ checked completed at the end of a round (``submitted``/``completed``). Figures a
 ``--rounds`` rounds (default 3); every round and the load average are kept in the JSON.
 
 Needs java and mvn (the local stack's Kafka build), not the shared stack; prints a table, writes
-bench/results/recovery.json. Rerun: `.venv/bin/python bench/recovery.py [--rounds 3 --rate 80]`
+bench/results/current/recovery.json. Rerun: `.venv/bin/python bench/recovery.py [--rounds 3
+--rate 80]`
 """
 
 from __future__ import annotations
@@ -398,7 +399,7 @@ def main() -> None:
         "per_round": rounds,
         "target": {"decider_kill_to_first_dispatch_s": 2.0},
     }
-    out = ROOT / "bench" / "results" / "recovery.json"
+    out = ROOT / "bench" / "results" / "current" / "recovery.json"
     result["not_rerun"] = not_rerun(out, [f for f in FAULTS if f not in opts.faults])
     out.write_text(json.dumps(result, indent=2) + "\n")
 

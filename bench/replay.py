@@ -18,7 +18,7 @@ With ``--before PATH`` (a checkout of another commit, e.g. ``git archive main | 
 (A, B, A, B, ...), so both see the same machine; the JSON keeps both and their ratios.
 Figures are events/s over the events read (refusals included); medians are reported.
 
-Needs `es-sched stack up`. Prints figures, writes bench/results/replay.json (or ``--out``).
+Needs `es-sched stack up`. Prints figures, writes bench/results/current/replay.json (or ``--out``).
 Rerun: `.venv/bin/python bench/replay.py [--workflows 4000 | --prefix P] [--before /tmp/base]
 [--out FILE]`
 """
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout, measured interleaved")
     parser.add_argument("--only", choices=KINDS, action="append", help="these figures only")
     parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
-    out = ROOT / "bench" / "results" / "replay.json"
+    out = ROOT / "bench" / "results" / "current" / "replay.json"
     parser.add_argument("--out", type=Path, default=out, help="an A/B keeps ADR 43's record")
     opts = parser.parse_args()
     if opts.measure:

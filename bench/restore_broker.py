@@ -13,7 +13,7 @@ of the read and of the keeping, and process CPU; medians of ``--rounds``, the or
 
 Needs `es-sched stack up` and a decider_state run's topics.
 Rerun: `.venv/bin/python bench/restore_broker.py [--prefix bstateXXXXXXXX] [--rounds 3]`
-(writes bench/results/restore_broker.json)
+(writes bench/results/current/restore_broker.json)
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
     opts = parser.parse_args()
     prefix = opts.prefix
     if prefix is None:
-        state = json.loads((ROOT / "bench/results/decider_state.json").read_text())
+        state = json.loads((ROOT / "bench/results/current/decider_state.json").read_text())
         prefix = next(r["prefix"] for r in state["runs"] if r["mode"] == "kept")
     topic = Topics(prefix, opts.partitions).changelog
     console = Console()
@@ -116,7 +116,7 @@ def main() -> None:
         "ratio": ratio,
         "runs": runs,
     }
-    out = ROOT / "bench/results/restore_broker.json"
+    out = ROOT / "bench/results/current/restore_broker.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {out.relative_to(ROOT)}")
 

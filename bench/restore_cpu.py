@@ -22,7 +22,7 @@ and resting/decoded ratios are from one run; medians of ``--repeat`` rounds. A p
 counts the memory a restored state holds (tracemalloc), resting and decoded.
 
 Rerun: `.venv/bin/python bench/restore_cpu.py [--workflows 3000 --repeat 5]`
-(no stack needed; writes bench/results/restore_cpu.json)
+(no stack needed; writes bench/results/current/restore_cpu.json)
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/restore_cpu.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/current/restore_cpu.json")
     opts = parser.parse_args()
     console = Console()
     modes = ("resting", "decoded", "running")

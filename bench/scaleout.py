@@ -15,7 +15,7 @@ Neither is pinned to a core: two processes on a 2-core machine shared with the b
 dispatcher and the workers. The machine is shared; absolute figures are noisy, the ratio
 measured in one run is the figure.
 
-Needs the stack up. Prints figures, writes bench/results/scaleout.json.
+Needs the stack up. Prints figures, writes bench/results/current/scaleout.json.
 Rerun: `.venv/bin/python bench/scaleout.py [--runs 3 --inputs 10000 --workflows 300]`
 """
 
@@ -51,7 +51,7 @@ from es_sched.serialization import encode_input  # noqa: E402
 from es_sched.serialization.definitions import encode_definition, key_of  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "bench" / "results" / "current"
 
 
 def owning_members(bootstrap: str, group: str) -> int:

@@ -13,8 +13,8 @@ throughput (completion rate in the steady window >= 95% of offered, and >= 95% c
 p50/p95/p99 submit-to-completion and dispatch latency (bench/peer_stats.py has the rules).
 Figures are the medians of ``--runs`` rounds; every round's figures are in the JSON.
 
-Writes bench/results/side_by_side.json (machine fingerprint, versions, settings, load average
-before each phase, per-run and median figures, ratios), side_by_side.md (the table, also put
+Writes bench/results/current/side_by_side.json (machine fingerprint, versions, settings, load
+average before each phase, per-run and median figures, ratios), side_by_side.md (the table, also put
 between the ``side_by_side`` markers of README.md when they are there), side_by_side.png
 (throughput and p95 vs offered load) and side_by_side_cdf.png (latency CDFs at 50% and 100%).
 
@@ -48,7 +48,7 @@ import peer_stats as ps  # noqa: E402
 from es_system import PARTITIONS, EsSched  # noqa: E402
 from plot_png import Series, line_charts  # noqa: E402
 
-RESULTS = BENCH / "results"
+RESULTS = BENCH / "results" / "current"
 OURS, PEER = "es-sched", "celery default"
 COLOURS = {OURS: (31, 119, 180), PEER: (214, 39, 40), "celery acks_late": (255, 127, 14)}
 CDF_POINTS = [i / 20 for i in range(21)]

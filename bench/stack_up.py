@@ -7,7 +7,8 @@ Runs a private stack (own state folder, own ports) so it never touches the devel
 - running: everything already up (what a second `stack up` costs)
 
 After each warm start it records the PSS of each service's process tree. Prints medians and
-writes bench/results/stack_up.json.  Rerun: `.venv/bin/python bench/stack_up.py [--cold 3 --warm 5]`
+writes bench/results/current/stack_up.json.  Rerun: `.venv/bin/python bench/stack_up.py [--cold 3
+--warm 5]`
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def main() -> None:
     for role, sample in mem.items():
         table.add_row(f"{role} memory (MiB PSS)", f"{sample['median']:.0f}", str(len(memory[role])))
     console.print(table)
-    out = ROOT / "bench" / "results" / "stack_up.json"
+    out = ROOT / "bench" / "results" / "current" / "stack_up.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"written {out.relative_to(ROOT)}")
 

@@ -24,7 +24,8 @@ p50 against 0.17-0.2 s after), which a single window's p95 reported as the syste
 
 Medians of the windows' percentiles. Rerun (needs `es-sched stack up`):
 `PYTHONPATH=. .venv/bin/python bench/timeline.py [--rate 8 --seconds 15 --runs 3]`; writes
-bench/results/timeline.json (or ``--out``); ``--code TREE`` runs another checkout's es_sched.
+bench/results/current/timeline.json (or ``--out``); ``--code TREE`` runs another checkout's
+es_sched.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def main() -> None:
         action="store_true",
         help="the dispatcher in its own process, not a thread of the roles'",
     )
-    ap.add_argument("--out", type=Path, default=BENCH / "results" / "timeline.json")
+    ap.add_argument("--out", type=Path, default=BENCH / "results" / "current" / "timeline.json")
     opts = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="timeline-"))
     system = EsSched(logs, code=opts.code, dispatcher_apart=opts.dispatcher_apart)
