@@ -72,3 +72,12 @@ clean: stack-down
 # `make bench BENCH_ARGS=--quick` is a 3-minute smoke run; `BENCH_ARGS="--label 'quiet machine'"`.
 bench: stack-up $(BENCH_STAMP)
 	PYTHONPATH=. $(BIN)/python bench/side_by_side.py $(BENCH_ARGS)
+
+# The generated documentation: the architecture picture from its Graphviz source (needs `dot`:
+# apt-get install -y graphviz) and the settings reference from es_sched/settings.py, which
+# tests/unit/test_settings_reference.py checks is current.
+.PHONY: docs
+docs: $(STAMP)
+	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
+	$(BIN)/python tools/settings_reference.py > docs/settings.md.tmp
+	mv docs/settings.md.tmp docs/settings.md
