@@ -5,7 +5,7 @@
    the rate is printed). A schema whose marker matches (same count, seed and generator) is
    reused, so a rerun starts measuring at once.
 2. Serve: ``es-sched api`` as a child process on that schema and private topics, auth off on
-   loopback (``tests/integration/api_harness.py``).
+   loopback (``testkit/api.py``).
 3. Load: for each endpoint in turn, ``--clients`` concurrent clients (default 50) in a
    separate process (``bench/api_load.py``) for ``--seconds`` after a warm-up; ``--runs``
    rounds (default 3), the endpoints interleaved in each round; the medians are reported.
@@ -65,10 +65,10 @@ import api_seed  # noqa: E402
 from plot_png import Series, line_charts  # noqa: E402
 
 from es_sched.projections.postgres.store import engine_for  # noqa: E402
-from tests.integration.api_harness import Api, api  # noqa: E402
-from tests.integration.runtime_harness import Env, Role  # noqa: E402
-from tests.support.net import free_port  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from testkit.api import Api, api  # noqa: E402
+from testkit.net import free_port  # noqa: E402
+from testkit.runtime import Env, Role  # noqa: E402
+from testkit.wait import wait_until  # noqa: E402
 
 ENDPOINTS = ("detail", "search", "list", "poll", "baseline")
 TARGET_P99_MS = {"detail": 100.0, "search": 100.0, "list": 100.0}

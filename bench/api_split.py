@@ -32,8 +32,8 @@ from rich.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.support.net import free_port  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from testkit.net import free_port  # noqa: E402
+from testkit.wait import wait_until  # noqa: E402
 
 REQUEST = b"GET /ui/static/console.css HTTP/1.1\r\nHost: bench\r\n\r\n"
 

@@ -47,9 +47,9 @@ from es_sched.domain.events import Event  # noqa: E402
 from es_sched.kafka.clients import consumer  # noqa: E402
 from es_sched.serialization.codec import decode_event  # noqa: E402
 from es_sched.workers import Capacity, TaskContext, Worker  # noqa: E402
-from tests.integration.api_harness import Api, api  # noqa: E402
-from tests.integration.runtime_harness import Env, final_status, roles  # noqa: E402
-from tests.support.kafka import partitions_of  # noqa: E402
+from testkit.api import Api, api  # noqa: E402
+from testkit.kafka import partitions_of  # noqa: E402
+from testkit.runtime import Env, final_status, roles  # noqa: E402
 
 FAST = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "20"}
 JSON = dict[str, Any]

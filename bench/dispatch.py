@@ -46,9 +46,9 @@ from es_sched.kafka.partitioner import partition_for  # noqa: E402
 from es_sched.kafka.topics import assignment_topic  # noqa: E402
 from es_sched.serialization import wire  # noqa: E402
 from es_sched.serialization.records import encode_ready  # noqa: E402
-from tests.integration.runtime_harness import Env  # noqa: E402
-from tests.support.settings import BOOTSTRAP  # noqa: E402
-from tests.support.wait import wait_for_log  # noqa: E402
+from testkit.runtime import Env  # noqa: E402
+from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.wait import wait_for_log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "current"
 TICKS = os.sysconf("SC_CLK_TCK")

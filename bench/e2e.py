@@ -46,9 +46,9 @@ from es_sched.domain.ids import workflow_id_for_command  # noqa: E402
 from es_sched.kafka.clients import consumer, producer  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
 from es_sched.settings import KafkaSettings  # noqa: E402
-from tests.integration.runtime_harness import MEDIA, Env  # noqa: E402
-from tests.support.settings import BOOTSTRAP  # noqa: E402
-from tests.support.wait import wait_for_log  # noqa: E402
+from testkit.runtime import MEDIA, Env  # noqa: E402
+from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.wait import wait_for_log  # noqa: E402
 
 # The product's default, so the end-to-end benches measure what `es-sched stack up` users run
 # (ADR 53); benches that read a recorded history keep that history's count.

@@ -31,8 +31,8 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
 from es_sched.serialization import encode_input
-from tests.integration.runtime_harness import MEDIA, Env
-from tests.support.settings import BOOTSTRAP
+from testkit.runtime import MEDIA, Env
+from testkit.settings import BOOTSTRAP
 
 PARTITIONS = e2e.PARTITIONS
 COMPLETED = b'"workflow.completed"'

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from es_sched.domain import commands as c  # noqa: E402
 from es_sched.kafka.clients import producer, producer_config  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
-from tests.support.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import BOOTSTRAP  # noqa: E402
 
 BATCHES = (500, 2000)
 PARTITIONS = 12

@@ -64,7 +64,7 @@ import timeline  # noqa: E402
 from es_system import EsSched  # noqa: E402
 
 from es_sched.kafka.clients import consumer, producer  # noqa: E402
-from tests.support.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import BOOTSTRAP  # noqa: E402
 
 TOPICS = ("inputs", "ready", "assignments", "events", "changelog", "timers", "done")
 STEPS, WIDE_STEP, WIDTH = 6, 2, 4

@@ -48,7 +48,7 @@ from es_sched.projections import replay as audit  # noqa: E402
 from es_sched.projections.postgres.store import PgStore, engine_for  # noqa: E402
 from es_sched.projections.projector import Projector  # noqa: E402
 from es_sched.projections.search.store import SearchStore  # noqa: E402
-from tests.integration.runtime_harness import (  # noqa: E402
+from testkit.runtime import (  # noqa: E402
     MEDIA,
     Env,
     Role,
@@ -57,8 +57,8 @@ from tests.integration.runtime_harness import (  # noqa: E402
     media_inputs,
     read_events,
 )
-from tests.support.settings import settings_with  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from testkit.settings import settings_with  # noqa: E402
+from testkit.wait import wait_until  # noqa: E402
 
 KINDS = ("pg", "search", "verify", "pg_groups")
 TARGETS: dict[str, int | None] = {

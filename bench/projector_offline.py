@@ -62,7 +62,7 @@ def measure(workflows: int, batch: int) -> dict[str, Any]:
     from es_sched.projections.postgres.store import PgStore, engine_for  # noqa: PLC0415
     from es_sched.projections.projector import Projector  # noqa: PLC0415
     from es_sched.serialization import decode_logged_event, encode_event  # noqa: PLC0415
-    from tests.support.settings import private_settings  # noqa: PLC0415
+    from testkit.settings import private_settings  # noqa: PLC0415
 
     # As the decider writes them today: the golden history's v1 events at their current version.
     lines = [

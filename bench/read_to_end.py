@@ -42,7 +42,7 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
     from es_sched.kafka.clients import read_partitions  # noqa: PLC0415
     from es_sched.kafka.tail import Tail  # noqa: PLC0415
     from es_sched.kafka.topics import topics_for  # noqa: PLC0415
-    from tests.integration.runtime_harness import Env  # noqa: PLC0415
+    from testkit.runtime import Env  # noqa: PLC0415
 
     settings = Env(prefix=prefix, partitions=12).settings
     topics, bootstrap = topics_for(settings), settings.kafka.bootstrap_servers
@@ -68,7 +68,7 @@ def status_records(prefix: str, count: int = 50) -> None:
     """``count`` worker records on the worker-status topic (keyed by worker, as workers do)."""
     from es_sched.kafka.clients import producer  # noqa: PLC0415
     from es_sched.kafka.topics import topics_for  # noqa: PLC0415
-    from tests.integration.runtime_harness import Env  # noqa: PLC0415
+    from testkit.runtime import Env  # noqa: PLC0415
 
     settings = Env(prefix=prefix, partitions=12).settings
     p = producer(settings.kafka.bootstrap_servers)

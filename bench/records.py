@@ -38,7 +38,7 @@ import side_by_side as sbs  # noqa: E402
 from es_system import EsSched  # noqa: E402
 
 from es_sched.kafka.clients import consumer  # noqa: E402
-from tests.support.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import BOOTSTRAP  # noqa: E402
 
 
 def _read_topic(topic: str, parts: list[int]) -> tuple[int, int, int, collections.Counter[str]]:

@@ -1,7 +1,7 @@
 """Time to recover: kill -9 of the decider, the dispatcher and a worker at half load.
 
 A private single-node Kafka (ports 19150/19151, a temporary state folder, started as
-tests/integration/private_kafka.py does) runs one ``es-sched run --role X`` process per role
+testkit/private_kafka.py does) runs one ``es-sched run --role X`` process per role
 (decider, timers, retry relay, dispatcher) and two ``es-sched worker --noop`` workers. A feeder
 starts small workflows (task, WAIT 5 s, task, task) at ``--rate`` per second, so a few hundred
 are in flight. Each round, on fresh topics and processes, kills in turn:
@@ -59,8 +59,8 @@ sys.path.insert(0, str(ROOT))
 from recovery_parts import FLOW, TASKDEFS, Tail, feed, log_times, restored_s  # noqa: E402
 
 from es_sched.serialization import wire  # noqa: E402
-from tests.integration.private_kafka import PrivateKafka  # noqa: E402
-from tests.integration.runtime_harness import Env, Role  # noqa: E402
+from testkit.private_kafka import PrivateKafka  # noqa: E402
+from testkit.runtime import Env, Role  # noqa: E402
 
 PORT, CONTROLLER_PORT = 19150, 19151
 PARTITIONS = 4

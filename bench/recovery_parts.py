@@ -17,7 +17,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
 from es_sched.serialization import encode_input
-from tests.integration.runtime_harness import Env, Role
+from testkit.runtime import Env, Role
 
 FLOW = {
     "name": "recovery_flow",

@@ -48,8 +48,8 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
     from projections import cpu_seconds, figures  # noqa: PLC0415
 
     from es_sched.cli.main import cli  # noqa: PLC0415
-    from tests.integration.runtime_harness import Env  # noqa: PLC0415
-    from tests.support.settings import vars_of  # noqa: PLC0415
+    from testkit.runtime import Env  # noqa: PLC0415
+    from testkit.settings import vars_of  # noqa: PLC0415
 
     os.environ.update(vars_of(Env(prefix=prefix, partitions=12).settings))
     args = ["replay", "--json", *(["--verify"] if kind == "verify" else [])]
@@ -78,7 +78,7 @@ def main() -> None:
     from projections import interleaved, make_history, prepare, summary  # noqa: PLC0415
     from rich.console import Console  # noqa: PLC0415
 
-    from tests.integration.runtime_harness import Env  # noqa: PLC0415
+    from testkit.runtime import Env  # noqa: PLC0415
 
     console = Console()
     if opts.prefix:

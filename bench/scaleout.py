@@ -49,7 +49,7 @@ from es_sched.kafka.clients import producer  # noqa: E402
 from es_sched.kafka.topics import Topics, ensure_topics  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
 from es_sched.serialization.definitions import encode_definition, key_of  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from testkit.wait import wait_until  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "current"
 

@@ -1,10 +1,10 @@
-"""Session hooks for the whole suite: the fault tests' table (tests/support/fault_report.py)."""
+"""Session hooks for the whole suite: the fault tests' table (testkit/fault_report.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import fault_report
+from testkit import fault_report
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

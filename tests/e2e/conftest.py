@@ -1,3 +1,3 @@
 """The e2e suite: every test cleans up the topics it created."""
 
-from tests.support.kafka import delete_new_topics  # noqa: F401 - autouse fixture
+from testkit.kafka import delete_new_topics  # noqa: F401 - autouse fixture

@@ -14,10 +14,10 @@ import pytest
 
 from es_sched.cli.demo import pipeline as demo
 from es_sched.domain import events as e
+from testkit.procs import children, cmdline
+from testkit.runtime import MEDIA, Env, Role, final_status, read_events
+from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
-from tests.integration.runtime_harness import MEDIA, Env, Role, final_status, read_events
-from tests.support.procs import children, cmdline
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

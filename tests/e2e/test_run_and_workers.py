@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit.net import free_port, metric, scrape
+from testkit.runtime import MEDIA, Env, Role, completed, media_inputs, read_events
+from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas, projected
-from tests.integration.runtime_harness import MEDIA, Env, Role, completed, media_inputs, read_events
-from tests.support.net import free_port, metric, scrape
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"

@@ -15,7 +15,7 @@ import pytest
 
 from es_sched.settings import load_settings
 from es_sched.stack import process
-from tests.support.cli import es_sched
+from testkit.cli import es_sched
 
 pytestmark = pytest.mark.e2e
 

@@ -6,17 +6,17 @@ import pytest
 
 from es_sched.settings import Settings
 from es_sched.stack import probes
+from testkit import role_logs
+from testkit.kafka import delete_new_topics  # noqa: F401 - autouse fixture
+from testkit.settings import unique_name
 from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
 from tests.integration.worker_harness import Dispatcher
-from tests.support import role_logs
-from tests.support.kafka import delete_new_topics  # noqa: F401 - autouse fixture
-from tests.support.settings import unique_name
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test's report shows what the role processes it started logged
-    (``tests.support.role_logs``); after its teardown, its logs are forgotten."""
+    (``testkit.role_logs``); after its teardown, its logs are forgotten."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
     if report.failed:

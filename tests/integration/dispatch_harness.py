@@ -21,9 +21,9 @@ from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import serve
 from es_sched.serialization import decode_input, encode_event, wire
 from es_sched.serialization.records import encode_ready
-from tests.support.kafka import Reader
-from tests.support.settings import BOOTSTRAP, private_vars, settings_with, unique_name
-from tests.support.wait import wait_until
+from testkit.kafka import Reader
+from testkit.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from testkit.wait import wait_until
 
 DISPATCH = {"heartbeat_s": 0.5, "lease_k": 3, "suspect_after_s": 2.0, "dead_after_s": 10.0}
 

@@ -7,7 +7,7 @@ workload (``FLOW``) gives every role work all the time: a worker task, a WAIT of
 (timers), a task whose first attempt fails (one workflow in five) with a 2 s retry delay (retry
 relay), a last worker task; the projectors project every event. ``top_up`` keeps 1,000+
 workflows in flight. The projectors reach PostgreSQL and the search engine through
-``tests.support.proxy`` forwarders, so a test can stop both stores for them (``proxies``)
+``testkit.proxy`` forwarders, so a test can stop both stores for them (``proxies``)
 without stopping the stores other tests share; each projector serves its metrics.
 
 What the test reads, it reads from the log: ``EventTail`` follows the events topic (which
@@ -36,11 +36,11 @@ from es_sched.kafka.clients import consumer
 from es_sched.kafka.topics import assignment_topic
 from es_sched.projections.replay import projected
 from es_sched.serialization import decode_event, decode_input
+from testkit.net import free_port
+from testkit.proxy import Proxy
+from testkit.runtime import Env, Role
+from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
-from tests.integration.runtime_harness import Env, Role
-from tests.support.net import free_port
-from tests.support.proxy import Proxy
-from tests.support.wait import wait_until
 
 PARTITIONS = 4
 FLOW = {

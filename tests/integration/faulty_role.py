@@ -38,7 +38,7 @@ from es_sched import bootstrap
 from es_sched.kafka.clients import KafkaClients, producer_config
 from es_sched.metrics import Registry, serve
 from es_sched.settings import load_settings
-from tests.integration.runtime_harness import Env, Role
+from testkit.runtime import Env, Role
 
 log = logging.getLogger("es_sched.faulty")
 MODULE = "tests.integration.faulty_role"

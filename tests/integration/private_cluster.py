@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from es_sched.settings import load_settings
 from es_sched.stack import process
-from tests.support.cli import es_sched
+from testkit.cli import es_sched
 
 NODES = ("kafka", "kafka-2", "kafka-3")  # node ids 1, 2, 3
 

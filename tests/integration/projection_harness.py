@@ -1,7 +1,7 @@
 """Helpers for the projection tests: a PostgreSQL schema per test, the rows a store holds, and
 the rows the log says it should hold (``views.fold_rows`` over the events topic).
 
-An ``Env`` names its own schema and search index prefix (``tests.support.settings``), so every
+An ``Env`` names its own schema and search index prefix (``testkit.settings``), so every
 projector role a test starts writes there; ``dropped_schemas`` removes them afterwards.
 """
 
@@ -17,7 +17,7 @@ from es_sched.errors import EsSchedError
 from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import engine_for
 from es_sched.projections.views import Row, comparable, fold_rows
-from tests.integration.runtime_harness import Env, histories, media_inputs
+from testkit.runtime import Env, histories, media_inputs
 
 
 @contextmanager

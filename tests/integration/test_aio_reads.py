@@ -24,8 +24,8 @@ from es_sched.projections.postgres.aio import AsyncReads
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.queries import WorkflowFilter
 from es_sched.projections.postgres.store import PgStore
-from tests.support.pg import terminate_backends
-from tests.support.settings import settings_with, unique_name
+from testkit.pg import terminate_backends
+from testkit.settings import settings_with, unique_name
 
 T0 = datetime(2026, 12, 2, 19, 0, tzinfo=UTC)
 

@@ -18,8 +18,8 @@ from conductor.client.http.api.token_resource_api import TokenResourceApi
 from conductor.client.http.api_client import ApiClient
 from conductor.client.http.rest import AuthorizationException
 
-from tests.integration.api_harness import Api, api, keyed_env
-from tests.integration.runtime_harness import Env
+from testkit.api import Api, api, keyed_env
+from testkit.runtime import Env
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ from sqlalchemy import select
 
 from es_sched import bootstrap
 from es_sched.projections.postgres.models import EVENTS
-from tests.integration.api_harness import Api, api
-from tests.integration.runtime_harness import Env, Worker, roles
-from tests.support.wait import wait_until
+from testkit.api import Api, api
+from testkit.runtime import Env, Worker, roles
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from es_sched.projections.postgres import pages, queries
 from es_sched.projections.postgres.models import WORKFLOWS
 from es_sched.projections.postgres.store import PgStore
 from es_sched.settings import ApiSettings
+from testkit.runtime import Env
 from tests.integration.projection_harness import dropped_schemas
-from tests.integration.runtime_harness import Env
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.api_harness import api, keyed_env
-from tests.integration.runtime_harness import Env
-from tests.support.wait import wait_until
+from testkit.api import api, keyed_env
+from testkit.runtime import Env
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from sqlalchemy import text, update
 
 from es_sched import bootstrap
 from es_sched.projections.postgres.models import WORKFLOWS
-from tests.integration.api_harness import Api, api
-from tests.integration.runtime_harness import Env, Worker, histories, roles
+from testkit.api import Api, api
+from testkit.runtime import Env, Worker, histories, roles
+from testkit.wait import wait_until
 from tests.integration.worker_harness import Running, make_worker
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]

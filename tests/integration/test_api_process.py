@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.api_harness import api
-from tests.integration.runtime_harness import Env
+from testkit.api import api
+from testkit.runtime import Env
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.api_harness import api
-from tests.integration.runtime_harness import Env, Worker, roles
-from tests.support.wait import wait_until
+from testkit.api import api
+from testkit.runtime import Env, Worker, roles
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

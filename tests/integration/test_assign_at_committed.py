@@ -18,8 +18,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from es_sched.kafka.clients import consumer
 from es_sched.kafka.failures import assign_at_committed
-from tests.support.kafka import numbered_topic
-from tests.support.settings import BOOTSTRAP, unique_name
+from testkit.kafka import numbered_topic
+from testkit.settings import BOOTSTRAP, unique_name
 
 pytestmark = pytest.mark.integration
 RECORDS = 6

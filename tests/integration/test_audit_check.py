@@ -20,8 +20,10 @@ from es_sched.domain.ids import event_id
 from es_sched.kafka.clients import producer
 from es_sched.projections.postgres.store import engine_for
 from es_sched.serialization import encode_event, encode_input
-from tests.integration.projection_harness import dropped_schemas
-from tests.integration.runtime_harness import (
+from testkit.cli import es_sched
+from testkit.core import run_with_python_core
+from testkit.kafka import read_to_end
+from testkit.runtime import (
     MEDIA,
     Env,
     Worker,
@@ -32,10 +34,8 @@ from tests.integration.runtime_harness import (
     read_models_caught_up,
     roles,
 )
-from tests.support.cli import es_sched
-from tests.support.core import run_with_python_core
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
+from tests.integration.projection_harness import dropped_schemas
 
 pytestmark = pytest.mark.integration
 N = 12

@@ -18,7 +18,7 @@ from rich.console import Console
 from sqlalchemy import text
 
 from es_sched.projections.postgres.store import engine_for
-from tests.integration.runtime_harness import Env
+from testkit.runtime import Env
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

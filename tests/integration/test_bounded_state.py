@@ -20,7 +20,9 @@ import orjson
 import pytest
 
 from es_sched.domain import commands as c
-from tests.integration.runtime_harness import (
+from testkit.cli import es_sched
+from testkit.kafka import read_to_end
+from testkit.runtime import (
     Env,
     Role,
     Worker,
@@ -28,9 +30,7 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.cli import es_sched
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -47,9 +47,10 @@ from es_sched.kafka.clients import check_delivery, producer
 from es_sched.kafka.topics import assignment_topic, ensure_topic
 from es_sched.projections.replay import projected
 from es_sched.serialization import decode_input
-from tests.integration.private_kafka import PrivateKafka, private_kafka, process_state
-from tests.integration.projection_harness import dropped_schemas
-from tests.integration.runtime_harness import (
+from testkit.fault_report import Row, record
+from testkit.kafka import read_to_end
+from testkit.private_kafka import PrivateKafka, private_kafka, process_state
+from testkit.runtime import (
     MEDIA,
     Env,
     Role,
@@ -60,9 +61,8 @@ from tests.integration.runtime_harness import (
     read_events,
     read_models_caught_up,
 )
-from tests.support.fault_report import Row, record
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
+from tests.integration.projection_harness import dropped_schemas
 
 pytestmark = pytest.mark.integration
 PORT, CONTROLLER_PORT = 19120, 19121

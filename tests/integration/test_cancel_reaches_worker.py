@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from es_sched.domain.events import Event
-from tests.integration.runtime_harness import Env, Role, final_status, read_events, roles
-from tests.support.wait import wait_until
+from testkit.runtime import Env, Role, final_status, read_events, roles
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 HEARTBEAT_S = 1.0

@@ -39,8 +39,8 @@ from confluent_kafka.admin._resource import ResourceType
 
 from es_sched.commands import CommandClient, Submitted
 from es_sched.kafka.topics import assignment_topic
-from tests.integration.private_cluster import NODES, PrivateCluster
-from tests.integration.runtime_harness import (
+from testkit.fault_report import Row, record
+from testkit.runtime import (
     MEDIA,
     Env,
     Role,
@@ -51,8 +51,8 @@ from tests.integration.runtime_harness import (
     media_inputs,
     read_events,
 )
-from tests.support.fault_report import Row, record
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
+from tests.integration.private_cluster import NODES, PrivateCluster
 
 pytestmark = [
     pytest.mark.integration,

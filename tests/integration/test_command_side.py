@@ -30,12 +30,12 @@ from es_sched.errors import SchemaError
 from es_sched.kafka import clients
 from es_sched.serialization import decode_input, encode_event
 from es_sched.settings import Settings
-from tests.integration.runtime_harness import MEDIA
-from tests.support import ROOT
-from tests.support.cli import es_sched
-from tests.support.kafka import read_to_end, require_kafka
-from tests.support.settings import private_settings, vars_of
-from tests.support.wait import wait_until
+from testkit import ROOT
+from testkit.cli import es_sched
+from testkit.kafka import read_to_end, require_kafka
+from testkit.runtime import MEDIA
+from testkit.settings import private_settings, vars_of
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

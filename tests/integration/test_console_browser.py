@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.api_harness import Api, api
-from tests.integration.runtime_harness import Env, Worker, roles
-from tests.support import ROOT
-from tests.support.browser import ARGS, chromium_path
-from tests.support.wait import wait_until
+from testkit import ROOT
+from testkit.api import Api, api
+from testkit.browser import ARGS, chromium_path
+from testkit.runtime import Env, Worker, roles
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = ROOT / "tests" / "artifacts" / "console"

@@ -13,8 +13,8 @@ from confluent_kafka import Message
 from es_sched.domain.events import Event
 from es_sched.kafka.clients import producer
 from es_sched.kafka.dead_letters import header_map
-from tests.integration.faulty_role import faulty
-from tests.integration.runtime_harness import (
+from testkit.kafka import Reader
+from testkit.runtime import (
     MEDIA,
     Env,
     Worker,
@@ -25,9 +25,9 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.kafka import Reader
-from tests.support.settings import BOOTSTRAP
-from tests.support.wait import wait_until
+from testkit.settings import BOOTSTRAP
+from testkit.wait import wait_until
+from tests.integration.faulty_role import faulty
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.runtime_harness import (
+from testkit.fault_report import Row, record
+from testkit.runtime import (
     MEDIA,
     Env,
     Role,
@@ -35,8 +36,7 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.fault_report import Row, record
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

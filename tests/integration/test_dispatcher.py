@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from es_sched.cli.config import config
 from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.serialization import wire
+from testkit.kafka import Reader
+from testkit.net import free_port, scrape
+from testkit.runtime import Env, Role
+from testkit.wait import wait_until
 from tests.integration.dispatch_harness import FakeWorker, bench, task_results
-from tests.integration.runtime_harness import Env, Role
-from tests.support.kafka import Reader
-from tests.support.net import free_port, scrape
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient
 from es_sched.domain.events import Event
 from es_sched.kafka.clients import consumer
 from es_sched.serialization import wire
-from tests.integration.runtime_harness import (
+from testkit.kafka import read_to_end
+from testkit.runtime import (
     Env,
     Role,
     assert_log_invariants,
@@ -34,8 +35,7 @@ from tests.integration.runtime_harness import (
     final_status,
     read_events,
 )
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 HEARTBEAT_S, K = 1.0, 3

@@ -19,8 +19,7 @@ from es_sched.kafka.clients import consumer, read_partition
 from es_sched.kafka.failures import seek_to_committed
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out
-from tests.integration.faulty_role import Faults, FaultyClients, faulty
-from tests.integration.runtime_harness import (
+from testkit.runtime import (
     MEDIA,
     Env,
     Worker,
@@ -29,8 +28,9 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.settings import BOOTSTRAP, unique_name
-from tests.support.wait import wait_until
+from testkit.settings import BOOTSTRAP, unique_name
+from testkit.wait import wait_until
+from tests.integration.faulty_role import Faults, FaultyClients, faulty
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,8 @@ from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import wire
 from es_sched.serialization.codec import parse_time
-from tests.integration.runtime_harness import (
+from testkit.kafka import read_to_end
+from testkit.runtime import (
     Env,
     Role,
     assert_log_invariants,
@@ -35,8 +36,7 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 TICKING = {

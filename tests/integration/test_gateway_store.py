@@ -16,8 +16,8 @@ import pytest
 
 from es_sched.api.gateway.store import GatewayStore
 from es_sched.serialization import wire
-from tests.support.pg import terminate_backends
-from tests.support.settings import settings_with, unique_name
+from testkit.pg import terminate_backends
+from testkit.settings import settings_with, unique_name
 
 
 @pytest.fixture

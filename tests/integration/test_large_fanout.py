@@ -20,7 +20,8 @@ import pytest
 
 from es_sched.domain import commands as c
 from es_sched.serialization import encode_event
-from tests.integration.runtime_harness import (
+from testkit.kafka import read_to_end
+from testkit.runtime import (
     Env,
     Worker,
     assert_log_invariants,
@@ -28,8 +29,7 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 # 10,000 runs too (about 5 minutes): ES_SCHED_TEST_FANOUT_BRANCHES=10000
@@ -97,8 +97,8 @@ def test_a_fork_of_2000_branches_completes_and_its_chunked_state_is_restored() -
     late = c.ReportCompleted(
         "late-report",
         wf,
-        task_id=branch.payload.task_id,
-        attempt=1,  # type: ignore[attr-defined]
+        task_id=branch.payload.task_id,  # type: ignore[attr-defined]
+        attempt=1,
         worker_id="test-worker",
         lease_epoch=1,
         lease_token="tok",

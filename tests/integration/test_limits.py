@@ -26,16 +26,16 @@ from es_sched.domain import commands as c
 from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import decode_event, decode_input
 from es_sched.workers import TaskContext, Worker
-from tests.integration.runtime_harness import (
+from testkit.kafka import read_to_end
+from testkit.peak import Peak
+from testkit.runtime import (
     Env,
     Role,
     assert_log_invariants,
     final_status,
     read_events,
 )
-from tests.support.kafka import read_to_end
-from tests.support.peak import Peak
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]

@@ -18,9 +18,9 @@ from es_sched.workers import TaskFailure, Worker
 from es_sched.workers.media import TYPES, Toolkit, register_media
 from es_sched.workers.media.callback import callback
 from es_sched.workers.media.files import canonical_json
+from testkit.net import free_port
+from testkit.settings import settings_with
 from tests.integration.media_harness import JSON, SECRET, context, make_kit
-from tests.support.net import free_port
-from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
 

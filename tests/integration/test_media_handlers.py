@@ -26,8 +26,8 @@ from es_sched.workers.media.handlers import probe_source
 from es_sched.workers.media.package import package
 from es_sched.workers.media.thumbnail import thumbnail
 from es_sched.workers.media.transcode import transcode
+from testkit.procs import children
 from tests.integration.media_harness import JSON, context, make_kit, progress_of
-from tests.support.procs import children
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.events import Event, WorkflowStarted
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.simulate import Simulation
-from tests.integration.runtime_harness import (
+from testkit.runtime import (
     Env,
     Role,
     assert_log_invariants,
@@ -27,7 +27,7 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 PARENT = {

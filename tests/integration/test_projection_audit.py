@@ -19,8 +19,7 @@ from es_sched.projections import replay as audit
 from es_sched.projections.catch_up import catch_up
 from es_sched.projections.postgres.store import PgStore, engine_for
 from es_sched.projections.verified import Verified, replay_verified
-from tests.integration.projection_harness import by_id, dropped_schemas, pg_rows, projected
-from tests.integration.runtime_harness import (
+from testkit.runtime import (
     MEDIA,
     Env,
     Role,
@@ -29,7 +28,8 @@ from tests.integration.runtime_harness import (
     media_inputs,
     read_events,
 )
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
+from tests.integration.projection_harness import by_id, dropped_schemas, pg_rows, projected
 
 pytestmark = pytest.mark.integration
 

@@ -18,6 +18,18 @@ from es_sched.projections.postgres.store import PgStore, engine_for
 from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch, StoreUnavailable
 from es_sched.projections.views import Rows, fold_rows
+from testkit.golden import history
+from testkit.runtime import (
+    MEDIA,
+    Env,
+    Role,
+    Worker,
+    completed,
+    final_status,
+    media_inputs,
+    read_events,
+)
+from testkit.wait import wait_until
 from tests.integration.doomed_projector import FAULT
 from tests.integration.projection_harness import (
     by_id,
@@ -28,18 +40,6 @@ from tests.integration.projection_harness import (
     projected,
     submit_for,
 )
-from tests.integration.runtime_harness import (
-    MEDIA,
-    Env,
-    Role,
-    Worker,
-    completed,
-    final_status,
-    media_inputs,
-    read_events,
-)
-from tests.support.golden import history
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,9 @@ import pytest
 from es_sched.domain.events import Event
 from es_sched.kafka.dead_letters import header_map
 from es_sched.serialization.records import decode_ready
-from tests.integration.faulty_role import MODULE
-from tests.integration.runtime_harness import (
+from testkit.kafka import read_to_end
+from testkit.net import free_port, metric, scrape
+from testkit.runtime import (
     Env,
     Role,
     assert_log_invariants,
@@ -24,9 +25,8 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.kafka import read_to_end
-from tests.support.net import free_port, metric, scrape
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
+from tests.integration.faulty_role import MODULE
 
 pytestmark = pytest.mark.integration
 BOUND_S = 3.0

@@ -33,11 +33,11 @@ from es_sched.projections.postgres.store import PgStore, engine_for
 from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Store
 from es_sched.serialization import encode_input
+from testkit.cli import es_sched
+from testkit.kafka import read_to_end
+from testkit.runtime import Env, assert_log_invariants, read_events, roles
+from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas, projected
-from tests.integration.runtime_harness import Env, assert_log_invariants, read_events, roles
-from tests.support.cli import es_sched
-from tests.support.kafka import read_to_end
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

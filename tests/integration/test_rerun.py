@@ -19,7 +19,8 @@ from sqlalchemy import select
 
 from es_sched.projections.postgres.models import EVENTS
 from es_sched.projections.postgres.store import engine_for
-from tests.integration.runtime_harness import (
+from testkit.cli import es_sched
+from testkit.runtime import (
     Env,
     Worker,
     assert_log_invariants,
@@ -28,8 +29,7 @@ from tests.integration.runtime_harness import (
     read_models_caught_up,
     roles,
 )
-from tests.support.cli import es_sched
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -40,12 +40,12 @@ import time
 
 import pytest
 
+from testkit import fault_report
+from testkit.net import metric, scrape
+from testkit.runtime import Role, assert_log_invariants
+from testkit.wait import wait_until
 from tests.integration.fault_harness import ROLES, System, system
 from tests.integration.faulty_role import MODULE
-from tests.integration.runtime_harness import Role, assert_log_invariants
-from tests.support import fault_report
-from tests.support.net import metric, scrape
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 AT_LEAST = 1000

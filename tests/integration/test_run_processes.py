@@ -17,7 +17,7 @@ import signal
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.runtime_harness import (
+from testkit.runtime import (
     MEDIA,
     Env,
     Role,
@@ -26,7 +26,7 @@ from tests.integration.runtime_harness import (
     completed,
     media_inputs,
 )
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

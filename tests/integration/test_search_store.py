@@ -20,9 +20,9 @@ from es_sched.projections.search.store import SearchStore
 from es_sched.projections.store import Batch, Store, StoreUnavailable
 from es_sched.projections.views import Rows, fold_rows
 from es_sched.settings import Settings
+from testkit.golden import NAMES, history
+from testkit.settings import settings_with
 from tests.integration.backends import Backend
-from tests.support.golden import NAMES, history
-from tests.support.settings import settings_with
 
 pytestmark = pytest.mark.integration
 

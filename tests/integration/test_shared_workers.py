@@ -14,9 +14,9 @@ import pytest
 from es_sched.kafka.partitioner import partition_for
 from es_sched.workers import TaskContext, Worker
 from es_sched.workers.capacity import Capacity
-from tests.integration.runtime_harness import Env, Role, final_status, read_events
-from tests.support.peak import Peak
-from tests.support.wait import wait_until
+from testkit.peak import Peak
+from testkit.runtime import Env, Role, final_status, read_events
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, object]

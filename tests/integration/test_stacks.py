@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.runtime_harness import Env, Role
-from tests.support.procs import stacks
+from testkit.procs import stacks
+from testkit.runtime import Env, Role
 
 pytestmark = pytest.mark.integration
 

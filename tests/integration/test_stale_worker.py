@@ -16,9 +16,9 @@ import pytest
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
 from es_sched.serialization import wire
-from tests.integration.runtime_harness import Env, Role, final_status, read_events
-from tests.support.kafka import Reader
-from tests.support.wait import wait_until
+from testkit.kafka import Reader
+from testkit.runtime import Env, Role, final_status, read_events
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 ONE = {

@@ -35,7 +35,8 @@ from es_sched.runtime.timer_service import TimerService
 from es_sched.serialization.codec import decode_input
 from es_sched.serialization.records import decode_timer
 from es_sched.settings import Settings
-from tests.integration.runtime_harness import (
+from testkit.kafka import Reader, read_to_end, require_kafka
+from testkit.runtime import (
     Env,
     Worker,
     count_records,
@@ -43,9 +44,8 @@ from tests.integration.runtime_harness import (
     read_events,
     roles,
 )
-from tests.support.kafka import Reader, read_to_end, require_kafka
-from tests.support.settings import BOOTSTRAP, private_settings
-from tests.support.wait import wait_until
+from testkit.settings import BOOTSTRAP, private_settings
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from confluent_kafka.admin._resource import ResourceType
 
 from es_sched.errors import ConfigError
 from es_sched.kafka.topics import Topics, ensure_topic, ensure_topics, existing_partitions
-from tests.integration.runtime_harness import Env, Role
-from tests.support.settings import BOOTSTRAP, unique_name
-from tests.support.wait import wait_until
+from testkit.runtime import Env, Role
+from testkit.settings import BOOTSTRAP, unique_name
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from confluent_kafka import Consumer, TopicPartition
 from es_sched.kafka.clients import consumer
 from es_sched.kafka.static import UNANSWERED_S, StaticMember
 from es_sched.kafka.topics import ensure_topic
-from tests.integration.private_kafka import PrivateKafka, private_kafka, process_state
-from tests.support.wait import wait_until
+from testkit.private_kafka import PrivateKafka, private_kafka, process_state
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 PORT, CONTROLLER_PORT = 19140, 19141

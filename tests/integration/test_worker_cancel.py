@@ -31,12 +31,12 @@ from es_sched.settings import Settings
 from es_sched.workers import TaskContext
 from es_sched.workers.media import register_media
 from es_sched.workers.media.files import uri_of
-from tests.integration.runtime_harness import Env, Role
+from testkit.procs import children
+from testkit.runtime import Env, Role
+from testkit.settings import BOOTSTRAP, private_vars, settings_with
+from testkit.wait import wait_until
 from tests.integration.test_media_handlers import make_clip
 from tests.integration.worker_harness import Dispatcher, Running, echoes_lease, make_worker
-from tests.support.procs import children
-from tests.support.settings import BOOTSTRAP, private_vars, settings_with
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 H = 1.0  # heartbeat

@@ -27,6 +27,8 @@ from es_sched.serialization import wire
 from es_sched.settings import Settings
 from es_sched.workers import TaskContext, discover
 from es_sched.workers.sdk import HANDED_BACK
+from testkit.settings import BOOTSTRAP, vars_of
+from testkit.wait import wait_until
 from tests.integration.worker_harness import (
     Dispatcher,
     Running,
@@ -34,8 +36,6 @@ from tests.integration.worker_harness import (
     make_worker,
     worker_settings,
 )
-from tests.support.settings import BOOTSTRAP, vars_of
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]

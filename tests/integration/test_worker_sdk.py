@@ -25,6 +25,8 @@ from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import wire
 from es_sched.settings import Settings
 from es_sched.workers import Capacity, TaskCancelled, TaskContext, TaskFailure
+from testkit.peak import Peak
+from testkit.wait import wait_until
 from tests.integration.worker_harness import (
     Dispatcher,
     Running,
@@ -32,8 +34,6 @@ from tests.integration.worker_harness import (
     make_worker,
     worker_settings,
 )
-from tests.support.peak import Peak
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4

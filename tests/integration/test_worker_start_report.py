@@ -22,12 +22,12 @@ from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.serialization import decode_input
 from es_sched.settings import Settings
 from es_sched.workers import TaskContext
-from tests.integration.runtime_harness import Env, Role, assert_log_invariants, read_events
+from testkit.kafka import read_to_end
+from testkit.runtime import Env, Role, assert_log_invariants, read_events
+from testkit.settings import BOOTSTRAP, private_settings
+from testkit.wait import wait_until
 from tests.integration.test_limits import completed, running
 from tests.integration.worker_harness import Dispatcher, Running, echoes_lease, make_worker
-from tests.support.kafka import read_to_end
-from tests.support.settings import BOOTSTRAP, private_settings
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]

@@ -14,9 +14,9 @@ from es_sched.kafka.topics import assignment_topic, ensure_topics, topics_for
 from es_sched.serialization import decode_input, encode_input, wire
 from es_sched.settings import Settings
 from es_sched.workers import Capacity, Worker
-from tests.support.kafka import Reader
-from tests.support.settings import BOOTSTRAP, private_settings
-from tests.support.wait import wait_until
+from testkit.kafka import Reader
+from testkit.settings import BOOTSTRAP, private_settings
+from testkit.wait import wait_until
 
 JSON = dict[str, Any]
 ENDS = ("worker.task_completed", "worker.task_failed", "worker.task_cancelled")

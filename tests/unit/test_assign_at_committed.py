@@ -23,7 +23,7 @@ from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.kafka.failures import Stopped, assign_at_committed
 from es_sched.runtime.decider import Decider
 from es_sched.runtime.retry_relay import RetryRelay
-from tests.support.settings import private_vars, settings_with
+from testkit.settings import private_vars, settings_with
 
 
 @dataclass

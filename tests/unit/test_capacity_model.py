@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from testkit import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))  # the benches are scripts, not a package
 import capacity

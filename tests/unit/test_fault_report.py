@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.fault_report import Row, record, reset, rows, table
+from testkit.fault_report import Row, record, reset, rows, table
 
 
 def test_rows_round_trip_and_render_as_a_markdown_table(tmp_path: Path) -> None:

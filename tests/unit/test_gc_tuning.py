@@ -14,7 +14,7 @@ from es_sched.projections import replay
 from es_sched.projections.projector import Projector
 from es_sched.settings import Settings
 from es_sched.tuning import collector_paused, tune_gc, tune_switch
-from tests.support.settings import private_settings
+from testkit.settings import private_settings
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from es_sched.serialization.changelog import (
 )
 from es_sched.serialization.chunks import split
 from es_sched.serialization.snapshots import encode_state
-from tests.support.golden import NAMES, history
-from tests.support.settings import settings_with
+from testkit.golden import NAMES, history
+from testkit.settings import settings_with
 
 TOPICS = Topics("t", 4)
 

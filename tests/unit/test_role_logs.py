@@ -1,10 +1,10 @@
-"""``tests.support.role_logs``: what a failed integration test's report shows of a role's log."""
+"""``testkit.role_logs``: what a failed integration test's report shows of a role's log."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support import role_logs
+from testkit import role_logs
 
 
 def test_a_log_shows_its_warnings_and_errors_then_its_last_lines(tmp_path: Path) -> None:

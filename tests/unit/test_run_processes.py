@@ -14,7 +14,7 @@ import pytest
 
 from es_sched.cli import processes
 from es_sched.cli.processes import Supervisor, slot_instance
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 # A child that notes its start (its INST variable, else its argument) and serves until SIGTERM.
 SERVE = (

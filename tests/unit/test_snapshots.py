@@ -27,8 +27,8 @@ from es_sched.serialization.snapshots import (
     encode_state,
     state_to_dict,
 )
-from tests.support import ROOT
-from tests.support.golden import history
+from testkit import ROOT
+from testkit.golden import history
 
 V1 = ROOT / "tests" / "fixtures" / "snapshots" / "media_480_midrun.v1.json"
 

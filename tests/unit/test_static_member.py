@@ -19,7 +19,7 @@ from es_sched.kafka.static import (
     rejoining,
     unanswered,
 )
-from tests.support.fake_txn import (
+from testkit.fake_txn import (
     FakeClients,
     FakeConsumer,
     FakeProducer,

@@ -18,7 +18,7 @@ from es_sched.kafka.bounded import BoundedCaller, Wedged
 from es_sched.kafka.failures import Kind, Stopped, classify, rejoins, seek_to_committed
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out
-from tests.support.fake_txn import (
+from testkit.fake_txn import (
     HANG,
     FakeClients,
     FakeConsumer,

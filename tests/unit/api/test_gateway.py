@@ -14,7 +14,7 @@ from es_sched.api.gateway.worker import Gateway, _Held
 from es_sched.domain import commands as c
 from es_sched.serialization import wire
 from es_sched.settings import Settings
-from tests.support.settings import settings_with
+from testkit.settings import settings_with
 
 
 class Recorder:

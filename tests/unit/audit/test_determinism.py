@@ -17,7 +17,7 @@ from es_sched.domain import retry, task_inputs
 from es_sched.domain.events import TaskCompleted, TaskScheduled, WorkflowRejected
 from es_sched.domain.refusals import refusal
 from es_sched.domain.retention import answer_ended, marker
-from tests.support.core import rerun_with_python_core
+from testkit.core import rerun_with_python_core
 from tests.unit.audit.recorded import COMMANDS, EVENTS, TWO_TASKS, Recording, layout, recorded
 from tests.unit.core.harness import SCRIPTS, task, workflow
 

@@ -1,5 +1,5 @@
 """Golden histories: the recorder of the event streams and the state they must fold to (the
-tests read them through ``tests.support.golden``).
+tests read them through ``testkit.golden``).
 
 ``python -m tests.unit.core.golden`` records them again from the simulator (review the diff
 before committing: a change here means the meaning of stored history changed). The
@@ -17,8 +17,8 @@ from es_sched.domain.state import WorkflowState
 from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.serialization import event_to_dict
 from es_sched.simulate import Simulation
-from tests.support import ROOT
-from tests.support.golden import GOLDEN
+from testkit import ROOT
+from testkit.golden import GOLDEN
 
 MEDIA_INPUT = {"source_uri": "file:///in/match.mp4", "asset_id": "a-1", "callback_url": "http://cb"}
 

@@ -17,7 +17,7 @@ from es_sched.serialization import (
     encode_input,
     event_to_dict,
 )
-from tests.support.golden import NAMES, history, lines
+from testkit.golden import NAMES, history, lines
 from tests.unit.core.harness import SCRIPTS, T0, Driver, task, workflow
 
 DEFINITION = workflow(task("probe", "media.probe"), task("encode", "media.encode"))

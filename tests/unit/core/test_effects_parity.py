@@ -30,8 +30,8 @@ from es_sched.runtime.timer_service import fire_input, parse_timer
 from es_sched.scripting.quickjs import QuickJsEngine
 from es_sched.serialization import decode_event, decode_input
 from es_sched.simulate import Simulation, _Workflow
-from tests.support import ROOT
-from tests.support.golden import GOLDEN
+from testkit import ROOT
+from testkit.golden import GOLDEN
 from tests.unit.core.golden import CASES
 from tests.unit.core.harness import T0, Driver, task, workflow
 

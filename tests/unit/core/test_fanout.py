@@ -19,7 +19,7 @@ from es_sched.domain.state import WorkflowState
 from es_sched.kafka.topics import Topics
 from es_sched.runtime.outbox import snapshot
 from es_sched.serialization.changelog import Changelog
-from tests.support.core import rerun_with_python_core
+from testkit.core import rerun_with_python_core
 from tests.unit.core.harness import Driver, workflow
 
 FORK = {

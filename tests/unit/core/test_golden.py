@@ -9,7 +9,7 @@ import pytest
 
 from es_sched.domain.evolve import fold
 from es_sched.serialization import decode_event, encode_event, event_to_dict
-from tests.support.golden import NAMES, expected, history, lines
+from testkit.golden import NAMES, expected, history, lines
 from tests.unit.core.golden import summary
 
 

@@ -21,7 +21,7 @@ from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.dispatch.journal import LeaseJournal
 from es_sched.serialization.records import encode_ready
-from tests.support.settings import private_vars, settings_with
+from testkit.settings import private_vars, settings_with
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 TOPIC = "p.leases"

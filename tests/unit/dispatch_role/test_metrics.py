@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 
 from es_sched.metrics import CONTENT_TYPE, Registry, serve
-from tests.support.net import free_port
+from testkit.net import free_port
 
 
 def test_text_format_of_counters_gauges_and_histograms() -> None:

@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from es_sched.kafka.failures import Stopped
 from es_sched.metrics import LagGauge, Registry
 from es_sched.projections.projector import Projector
-from tests.support.settings import private_settings
+from testkit.settings import private_settings
 
 
 class FakeStore:

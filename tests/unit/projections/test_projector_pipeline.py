@@ -16,8 +16,8 @@ from es_sched.projections.projector import Projector
 from es_sched.projections.store import Batch, StoreUnavailable
 from es_sched.projections.views import Rows
 from es_sched.serialization import encode_event
-from tests.support.golden import history
-from tests.support.settings import private_settings
+from testkit.golden import history
+from testkit.settings import private_settings
 
 
 class GatedStore:

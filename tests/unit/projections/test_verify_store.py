@@ -9,7 +9,7 @@ from datetime import timedelta
 from es_sched.domain.evolve import fold
 from es_sched.projections.replay import Replayed, verify_store
 from es_sched.projections.views import Rows, fold_rows
-from tests.support.golden import history
+from testkit.golden import history
 
 
 class FakeStore:

@@ -18,7 +18,7 @@ from es_sched.projections.views import (
     is_ref,
     rows_of,
 )
-from tests.support.golden import NAMES, history
+from testkit.golden import NAMES, history
 
 
 def without_task_versions(rows: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -13,7 +13,7 @@ import contextlib
 import socket
 import threading
 
-from tests.support.net import free_port
+from testkit.net import free_port
 
 
 class Proxy:

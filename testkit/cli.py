@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from tests.support import ROOT
+from testkit import ROOT
 
 
 def es_sched(

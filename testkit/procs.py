@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from es_sched.cli.stacks import MARKER
-from tests.support.wait import wait_until
+from testkit.wait import wait_until
 
 
 def children(parent: int, name: str) -> list[int]:

@@ -43,12 +43,12 @@ from es_sched.projections.replay import projected
 from es_sched.serialization import decode_event, encode_input
 from es_sched.serialization.records import decode_ready
 from es_sched.settings import Settings
-from tests.support import ROOT, role_logs
-from tests.support.cli import es_sched
-from tests.support.kafka import read_to_end
-from tests.support.procs import stacks
-from tests.support.settings import BOOTSTRAP, private_vars, settings_with, unique_name
-from tests.support.wait import wait_for_log, wait_until
+from testkit import ROOT, role_logs
+from testkit.cli import es_sched
+from testkit.kafka import read_to_end
+from testkit.procs import stacks
+from testkit.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from testkit.wait import wait_for_log, wait_until
 
 MEDIA = (ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_taskdefs.json")
 

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tests.support import ROOT
+from testkit import ROOT
 
 REPORT = ROOT / "build" / "fault-report.jsonl"
 COLUMNS = ("fault", "workflows in flight", "what proved it fired", "invariants", "recovery")

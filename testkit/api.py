@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import httpx
 from sqlalchemy import create_engine, text
 
-from tests.integration.runtime_harness import Env, Role
-from tests.support.net import free_port
-from tests.support.wait import wait_until
+from testkit.net import free_port
+from testkit.runtime import Env, Role
+from testkit.wait import wait_until
 
 
 @dataclass

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient
 from es_sched.kafka.clients import check_delivery, consumer, producer
 from es_sched.kafka.topics import ensure_topic
 from es_sched.stack import probes
-from tests.support.settings import BOOTSTRAP, HANDED_OUT
+from testkit.settings import BOOTSTRAP, HANDED_OUT
 
 
 def partitions_of(reader: Consumer, topic: str, timeout_s: float = 30) -> list[int]:

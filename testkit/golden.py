@@ -9,7 +9,7 @@ from typing import Any
 
 from es_sched.domain.events import Event
 from es_sched.serialization import decode_event
-from tests.support import ROOT
+from testkit import ROOT
 
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 NAMES = sorted(p.name.removesuffix(".events.jsonl") for p in GOLDEN.glob("*.events.jsonl"))
