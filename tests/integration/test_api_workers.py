@@ -180,8 +180,8 @@ def test_a_retried_update_is_one_outcome_and_a_forged_one_is_refused_and_recorde
         outcomes = [
             e
             for e in events_of(env, wf)
-            if e.type == "task.completed" and e.payload.task_id == a["taskId"]
-        ]  # type: ignore[attr-defined]
+            if e.type == "task.completed" and e.payload.task_id == a["taskId"]  # type: ignore[attr-defined]
+        ]
         assert len(outcomes) == 1
     assert_log_invariants(env, {wf})
 
@@ -284,10 +284,10 @@ def test_a_task_no_http_worker_polled_is_declined_and_a_later_poll_completes_att
         assert final_status(events_of(env, wf)) == "COMPLETED"
         assert of("task.failed") == []
         attempts = {
-            e.payload.attempt
-            for e in of("task.dispatched")  # type: ignore[attr-defined]
-            if e.payload.task_id == scheduled
-        }  # type: ignore[attr-defined]
+            e.payload.attempt  # type: ignore[attr-defined]
+            for e in of("task.dispatched")
+            if e.payload.task_id == scheduled  # type: ignore[attr-defined]
+        }
         assert attempts == {1}
     assert_log_invariants(env, {wf})
 

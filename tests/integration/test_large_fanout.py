@@ -97,8 +97,8 @@ def test_a_fork_of_2000_branches_completes_and_its_chunked_state_is_restored() -
     late = c.ReportCompleted(
         "late-report",
         wf,
-        task_id=branch.payload.task_id,
-        attempt=1,  # type: ignore[attr-defined]
+        task_id=branch.payload.task_id,  # type: ignore[attr-defined]
+        attempt=1,
         worker_id="test-worker",
         lease_epoch=1,
         lease_token="tok",
