@@ -21,9 +21,9 @@ from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.kafka.topics import assignment_topic
 from es_sched.serialization import wire
 from es_sched.serialization.records import encode_ready
-from tests.unit.dispatch_role.test_lease_journal import T0, FakeOutput
-from tests.unit.dispatch_role.test_tick_cadence import FakeReady
-from tests.unit.dispatch_role.test_tick_cadence import dispatcher as on_fakes
+from tests.unit.dispatch.test_dispatcher_tick import FakeReady
+from tests.unit.dispatch.test_dispatcher_tick import dispatcher as on_fakes
+from tests.unit.dispatch.test_journal import T0, FakeOutput
 
 PART = 2
 

@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.dispatch.journal import LeaseJournal
 from tests.support.settings import private_vars, settings_with
-from tests.unit.dispatch_role.test_lease_journal import T0, FakeOutput, ready, worker
+from tests.unit.dispatch.test_journal import T0, FakeOutput, ready, worker
 
 
 class FakeTail:

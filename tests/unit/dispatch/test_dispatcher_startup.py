@@ -14,7 +14,7 @@ from es_sched.errors import InfrastructureError
 from es_sched.kafka import ends as ends_module
 from es_sched.kafka.tail import Tail
 from tests.support.settings import private_vars, settings_with
-from tests.unit.dispatch_role.test_lease_journal import T0
+from tests.unit.dispatch.test_journal import T0
 
 
 class FlakyTail:
