@@ -27,7 +27,8 @@ from es_sched.dispatch.ready_offsets import ReadyOffsets
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import Topics
-from es_sched.serialization import wire
+from es_sched.serialization import decode_task_end, wire
+from es_sched.serialization.partial import LEASE_ENDED
 from es_sched.settings import DispatchSettings
 
 log = logging.getLogger("es_sched.dispatcher")
@@ -204,7 +205,7 @@ class Inputs:
 
     def _on_event(self, msg: Message) -> None:
         try:
-            found = dispatch_records.task_event(_raw(msg.value()))
+            found = decode_task_end(_raw(msg.value()))
         except SchemaError as exc:
             log.warning("events %s@%s: %s", msg.partition(), msg.offset(), exc)
             return
@@ -212,12 +213,12 @@ class Inputs:
             return
         task_id, kind, epoch = found
         if task_id not in self.journal:
-            if kind == dispatch_records.LEASE_ENDED:
+            if kind == LEASE_ENDED:
                 self._requeue_released(task_id, epoch)
             else:
                 self.released.pop(task_id, None)
             return
-        if kind == dispatch_records.LEASE_ENDED:
+        if kind == LEASE_ENDED:
             self._given_back(task_id, epoch)
             return
         lease = self.core.leases.leases.get(task_id)

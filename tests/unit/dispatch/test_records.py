@@ -129,32 +129,3 @@ def test_a_task_ended_without_its_workers_report_is_stopped_on_the_worker(
     cancel = dr.stop_on_worker(decision.lease, event_type)
     expected = None if reason is None else wire.Cancel("w1", "t1", 1, reason)
     assert cancel == expected
-
-
-def test_ended_task_events() -> None:
-    for kind in dr.ENDED:
-        assert dr.ended_task(orjson.dumps({"type": kind, "payload": {"task_id": "t"}})) == "t"
-    assert dr.ended_task(orjson.dumps({"type": "task.started", "payload": {}})) is None
-    with pytest.raises(SchemaError):
-        dr.ended_task(orjson.dumps({"type": "task.failed", "payload": {}}))
-    with pytest.raises(SchemaError):
-        dr.ended_task(b"{")
-
-
-def test_ended_task_and_type_tells_failures_from_completions() -> None:
-    failed = orjson.dumps({"type": "task.failed", "payload": {"task_id": "t1", "reason": "x"}})
-    assert dr.ended_task_and_type(failed) == ("t1", "task.failed")
-    done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2", "output": {}}})
-    assert dr.ended_task_and_type(done) == ("t2", "task.completed")
-    assert dr.ended_task_and_type(orjson.dumps({"type": "task.progressed", "payload": {}})) is None
-
-
-def test_a_lease_expired_event_names_its_task_and_epoch_but_ends_nothing() -> None:
-    expired = {"type": "task.lease_expired", "payload": {"task_id": "t1", "lease_epoch": 3}}
-    assert dr.task_event(orjson.dumps(expired)) == ("t1", "task.lease_expired", 3)
-    assert dr.ended_task_and_type(orjson.dumps(expired)) is None
-    assert dr.ended_task(orjson.dumps(expired)) is None
-    done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2"}})
-    assert dr.task_event(done) == ("t2", "task.completed", 0)
-    with pytest.raises(SchemaError):
-        dr.task_event(orjson.dumps({"type": "task.lease_expired", "payload": {"task_id": "t"}}))
