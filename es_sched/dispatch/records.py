@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from es_sched.dispatch.core.engine import Assignment as CoreAssignment
@@ -18,8 +18,8 @@ from es_sched.dispatch.core.leases import Lease
 from es_sched.dispatch.core.placement import Gpu, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.domain.commands import DispatchTask, ExpireLease
+from es_sched.liveness import heard_at
 from es_sched.serialization import wire
-from es_sched.serialization.codec import parse_time
 from es_sched.serialization.records import (
     HeldLease,
     LeaseRecord,
@@ -57,13 +57,8 @@ def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> Rea
 
 
 def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -> WorkerView:
-    """The fleet's view of one report. It is seen *now*, unless the report is older than a dead
-    worker's silence (a compacted record read at start-up): then it is seen when it was sent."""
-    seen = now
-    if status.sent_at:
-        sent = parse_time(status.sent_at, "worker_status.sent_at")
-        if now - sent > timedelta(seconds=dead_after_s):
-            seen = sent
+    """The fleet's view of one report, seen when ``liveness.heard_at`` says: *now*, unless the
+    report is older than a dead worker's silence (a compacted record read at start-up)."""
     return WorkerView(
         worker_id=status.worker_id,
         pool=status.pool or "default",
@@ -75,7 +70,7 @@ def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -
         custom=dict(status.custom),
         labels=dict(status.labels),
         slots=max(1, status.concurrency),
-        last_seen=seen,
+        last_seen=heard_at(wire.sent_time(status), now, dead_after_s),
     )
 
 
