@@ -18,7 +18,6 @@ from es_sched.dispatch.core.leases import Lease
 from es_sched.dispatch.core.placement import Gpu, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.domain.commands import DispatchTask, ExpireLease
-from es_sched.liveness import heard_at
 from es_sched.serialization import wire
 from es_sched.serialization.records import (
     HeldLease,
@@ -56,9 +55,9 @@ def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> Rea
     )
 
 
-def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -> WorkerView:
-    """The fleet's view of one report, seen when ``liveness.heard_at`` says: *now*, unless the
-    report is older than a dead worker's silence (a compacted record read at start-up)."""
+def worker_view(status: wire.WorkerStatus, seen: datetime) -> WorkerView:
+    """The fleet's view of one report, heard from at ``seen`` (``liveness.heard_at``: when read,
+    unless the report is older than a dead worker's silence)."""
     return WorkerView(
         worker_id=status.worker_id,
         pool=status.pool or "default",
@@ -70,7 +69,7 @@ def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -
         custom=dict(status.custom),
         labels=dict(status.labels),
         slots=max(1, status.concurrency),
-        last_seen=heard_at(wire.sent_time(status), now, dead_after_s),
+        last_seen=seen,
     )
 
 

@@ -11,7 +11,6 @@ lease's end is read, and queues it again then.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,65 +19,7 @@ import orjson
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.kafka.topics import assignment_topic
 from es_sched.serialization import wire
-from es_sched.serialization.records import encode_ready
-from tests.unit.dispatch.test_dispatcher_tick import FakeReady
-from tests.unit.dispatch.test_dispatcher_tick import dispatcher as on_fakes
-from tests.unit.dispatch.test_journal import T0, FakeOutput
-
-PART = 2
-
-
-@dataclass
-class Record:
-    """A consumed record, as the dispatcher's inputs read it."""
-
-    topic_: str
-    v: bytes
-    offset_: int = 0
-    k: str = ""
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return PART
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def timestamp(self) -> tuple[int, int]:
-        return 1, int(T0.timestamp() * 1000)
-
-    def key(self) -> bytes:
-        return self.k.encode()
-
-    def value(self) -> bytes:
-        return self.v
-
-
-def msg(topic: str, value: bytes, offset: int = 0, key: str = "") -> Any:
-    """A ``Record`` typed as the ``Message`` the inputs take."""
-    return Record(topic, value, offset, key)
-
-
-def ready_raw(task_id: str) -> bytes:
-    return encode_ready(
-        workflow_id=f"wf-{task_id}",
-        task_id=task_id,
-        ref="step",
-        name="encode",
-        attempt=1,
-        input={},
-        priority=4,
-        resources={"cpu": 2},
-        rate_limit_key=None,
-        tenant=None,
-        callback=False,
-        workflow_started_at=T0,
-    )
+from tests.unit.dispatch.fakes import T0, FakeOutput, OnFakes, msg, on_fakes, ready_raw
 
 
 class Clock:
@@ -89,11 +30,19 @@ class Clock:
         return self.now
 
 
-def dispatcher() -> tuple[Dispatcher, FakeOutput, FakeReady, Clock]:
+def dispatcher() -> tuple[OnFakes, Clock]:
     clock = Clock()
-    d, out, fake = on_fakes(clock=clock)
-    d.pool_topics.add(assignment_topic("p", "default"))  # known: a status creates no topic
-    return d, out, fake, clock
+    f = on_fakes(clock=clock)
+    f.d.pool_topics.add(assignment_topic("p", "default"))  # known: a status creates no topic
+    return f, clock
+
+
+def read(f: OnFakes, ready: Any = None, status: Any = None, event: Any = None) -> None:
+    """One reading of the inputs, with these records on their topics."""
+    f.ready.records += [ready] if ready is not None else []
+    f.status.records += [status] if status is not None else []
+    f.events.records += [event] if event is not None else []
+    f.d.read_inputs(0)
 
 
 def status_without_tasks(d: Dispatcher, now: datetime) -> Any:
@@ -116,47 +65,50 @@ def queued(d: Dispatcher) -> int:
     return sum(sum(levels) for levels in d.core.queues.depth().values())
 
 
-def leased_once(d: Dispatcher, out: FakeOutput, fake: FakeReady) -> int:
-    fake.records = [msg(d.topics.ready, ready_raw("a"), offset=7)]
-    d.step(0)
-    assert dispatched(out) == 1
-    return d.core.leases.leases["a"].epoch
+def leased_once(f: OnFakes) -> int:
+    f.ready.records = [msg(f.d.topics.ready, ready_raw("a"), offset=7)]
+    f.d.step(0)
+    assert dispatched(f.out) == 1
+    return f.d.core.leases.leases["a"].epoch
 
 
 def test_a_lease_ended_after_its_worker_let_the_task_go_queues_it_again() -> None:
-    d, out, fake, clock = dispatcher()
-    epoch = leased_once(d, out, fake)
-    d._on_ready(msg(d.topics.ready, ready_raw("a"), offset=8))  # the decider's re-queue
+    f, clock = dispatcher()
+    d = f.d
+    epoch = leased_once(f)
+    read(f, ready=msg(d.topics.ready, ready_raw("a"), offset=8))  # the decider's re-queue
     assert "a" in d.journal and queued(d) == 0  # held: skipped as a re-delivery
     clock.now = T0 + timedelta(seconds=d.dispatch_settings.heartbeat_s + 1)
-    d._on_status(status_without_tasks(d, clock.now), clock.now)  # the gateway dropped it
+    read(f, status=status_without_tasks(d, clock.now))  # the gateway dropped it
     assert "a" not in d.journal and "a" not in d.core.leases.leases
-    d._on_event(lease_ended(d, "a", epoch))
+    read(f, event=lease_ended(d, "a", epoch))
     d.step(0)
-    assert dispatched(out) == 2, "the task was not queued again"
+    assert dispatched(f.out) == 2, "the task was not queued again"
     assert d.core.leases.leases["a"].epoch > epoch
 
 
 def test_a_let_go_task_whose_ready_record_came_back_is_queued_once() -> None:
     """Its ready record after the let-go queues it; the lease's end read later adds nothing."""
-    d, out, fake, clock = dispatcher()
-    epoch = leased_once(d, out, fake)
+    f, clock = dispatcher()
+    d = f.d
+    epoch = leased_once(f)
     clock.now = T0 + timedelta(seconds=d.dispatch_settings.heartbeat_s + 1)
-    d._on_status(status_without_tasks(d, clock.now), clock.now)
-    d._on_ready(msg(d.topics.ready, ready_raw("a"), offset=8))
-    d._on_event(lease_ended(d, "a", epoch))
+    read(f, status=status_without_tasks(d, clock.now))
+    read(f, ready=msg(d.topics.ready, ready_raw("a"), offset=8))
+    read(f, event=lease_ended(d, "a", epoch))
     assert queued(d) == 1
     assert "a" not in d.released
 
 
 def test_an_ended_task_is_not_queued_again_by_a_stale_lease_end() -> None:
     """Let go, then its completion: a lease end of an older epoch read after that is ignored."""
-    d, out, fake, clock = dispatcher()
-    epoch = leased_once(d, out, fake)
+    f, clock = dispatcher()
+    d = f.d
+    epoch = leased_once(f)
     clock.now = T0 + timedelta(seconds=d.dispatch_settings.heartbeat_s + 1)
-    d._on_status(status_without_tasks(d, clock.now), clock.now)
+    read(f, status=status_without_tasks(d, clock.now))
     done = {"type": "task.completed", "payload": {"task_id": "a"}}
-    d._on_event(msg(d.topics.events, orjson.dumps(done)))
-    d._on_event(lease_ended(d, "a", epoch))
+    read(f, event=msg(d.topics.events, orjson.dumps(done)))
+    read(f, event=lease_ended(d, "a", epoch))
     d.step(0)
-    assert dispatched(out) == 1 and "a" not in d.journal
+    assert dispatched(f.out) == 1 and "a" not in d.journal

@@ -1,53 +1,22 @@
-"""The lease journal (ADR 14) without a broker: what the dispatcher writes and in which order,
-and how a fresh core is rebuilt from what it wrote (``DispatchCore.resume``), then behaves as
-the core that wrote it would: heartbeats keep the lease, silence ends it after k x h, epochs go
-on from the last one granted, the attempt stays."""
+"""The lease journal (ADR 14) without a broker: what it writes, and how a fresh core is rebuilt
+from what it wrote (``DispatchCore.resume``), then behaves as the core that wrote it would:
+heartbeats keep the lease, silence ends it after k x h, epochs go on from the last one granted,
+the attempt stays. The order the tick writes in: ``test_dispatcher_tick.py``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from es_sched.dispatch import journal as journal_module
-from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.dispatch.core.leases import LeaseTable
 from es_sched.dispatch.core.placement import Fleet, WorkerView
-from es_sched.dispatch.core.queues import ReadyTask
-from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.dispatch.journal import LeaseJournal
-from es_sched.serialization.records import encode_ready
-from tests.support.settings import private_vars, settings_with
+from tests.unit.dispatch.fakes import T0, FakeOutput, Msg, ready, worker
 
-T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 TOPIC = "p.leases"
-
-
-def ready(task_id: str, cpu: float = 2, **kw: Any) -> ReadyTask:
-    """A task as the dispatcher reads it from a ready record."""
-    raw = encode_ready(
-        workflow_id=f"wf-{task_id}",
-        task_id=task_id,
-        ref="step",
-        name="encode",
-        attempt=kw.pop("attempt", 1),
-        input={"n": 1},
-        priority=kw.pop("priority", 4),
-        resources={"cpu": cpu},
-        rate_limit_key=None,
-        tenant=None,
-        callback=False,
-        workflow_started_at=T0,
-    )
-    return dispatch_records.ready_task(raw, T0, T0)
-
-
-def worker(wid: str, seen: datetime, cpu: float = 4) -> WorkerView:
-    return WorkerView(wid, "default", "1.0", frozenset({"encode"}), cpu, 8000, last_seen=seen)
 
 
 def new_core(*workers: WorkerView) -> DispatchCore:
@@ -56,45 +25,6 @@ def new_core(*workers: WorkerView) -> DispatchCore:
     for w in workers:
         core.fleet.upsert(w)
     return core
-
-
-@dataclass
-class Msg:
-    """A journal record as ``read_partition`` yields it."""
-
-    k: str
-    v: bytes | None
-
-    def key(self) -> bytes:
-        return self.k.encode()
-
-    def value(self) -> bytes | None:
-        return self.v
-
-
-@dataclass
-class FakeOutput:
-    """Records what the dispatcher produces and when it waits for delivery."""
-
-    log: list[tuple[str, ...]] = field(default_factory=list)
-    journal: list[Msg] = field(default_factory=list)
-    dead_letters: list[Any] = field(default_factory=list)
-    stamps: list[tuple[str, datetime]] = field(default_factory=list)  # topic, record time
-
-    def produce(
-        self, topic: str, key: str, value: bytes | None, now: datetime, partition: int = -1
-    ) -> None:
-        self.log.append(("produce", topic, key))
-        self.stamps.append((topic, now))
-        if topic == TOPIC or topic.endswith(".leases"):
-            self.journal.append(Msg(key, value))
-
-    def delivered_all(self) -> bool:
-        self.log.append(("delivered",))
-        return True
-
-    def dead(self, msg: Any, exc: Exception) -> None:
-        self.dead_letters.append((msg, exc))
 
 
 def journal_over(out: FakeOutput, monkeypatch: pytest.MonkeyPatch) -> LeaseJournal:
@@ -200,103 +130,3 @@ def test_revoked_tasks_are_forgotten_without_a_hand_back(monkeypatch: pytest.Mon
     assert set(core.leases.leases) | set(core.in_flight) <= {"mine"}
     assert core.queues.types() == [] and len(out.log) == written  # nothing written
     assert core.fleet.workers["w1"].reserved_cpu == 2
-
-
-def test_a_tick_delivers_the_epoch_with_the_dispatch_then_assignment_lease_and_commit() -> None:
-    """The order that keeps every lease known to the decider before its worker can answer and
-    never hands one epoch to two workers (ADR 14, ADR 50)."""
-    out, commits = FakeOutput(), list[list[TopicPartition]]()
-    d = ticking(out, commits, lambda: T0)
-    t = ready("t")
-    d.journal.track(t, 2)
-    d.offsets.read((d.topics.ready, 2), 7)
-    d.offsets.queued((d.topics.ready, 2), "t", 7)
-    d.core.enqueue(t)
-    d.step(0)
-    assert out.log == [
-        ("produce", "p.leases", "t"),  # epoch 1 taken
-        ("produce", "p.task-results", "wf-t"),  # DispatchTask, in the same delivery
-        ("delivered",),
-        ("produce", "p.assignments", "w1"),
-        ("produce", "p.leases", "t"),  # the lease
-        ("delivered",),
-        ("commit",),
-    ]
-    assert [(tp.partition, tp.offset) for tp in commits[0]] == [(2, 8)]
-
-
-def test_an_assignment_is_stamped_when_it_leaves_after_its_dispatch_was_delivered() -> None:
-    """The DispatchTask carries the decision's time; the assignment and its lease, which wait
-    for that delivery, the time they leave: a worker reads the assignment's age to trust the
-    end its last fetch brought (``runner.FETCHED_END_FRESH_S``)."""
-    out, commits, readings = FakeOutput(), list[list[TopicPartition]](), [T0]
-
-    def clock() -> datetime:  # a millisecond later at every reading
-        readings.append(readings[-1] + timedelta(milliseconds=1))
-        return readings[-1]
-
-    d = ticking(out, commits, clock)
-    t = ready("t")
-    d.journal.track(t, 2)
-    d.core.enqueue(t)
-    out.stamps.clear()
-    d.step(0)
-    stamps = dict(out.stamps[:2])  # the grant and its DispatchTask: one delivery
-    assert stamps["p.leases"] == stamps["p.task-results"]
-    decided = stamps["p.task-results"]
-    assert out.stamps[2:4] == [
-        ("p.assignments", decided + timedelta(milliseconds=1)),
-        ("p.leases", decided + timedelta(milliseconds=1)),
-    ]
-
-
-def test_a_take_back_is_delivered_before_the_next_grant_of_its_task() -> None:
-    """A lease expires and the task is granted again in the same tick: the take-back's journal
-    record and ExpireLease land first, so a crash cannot leave a later DispatchTask at the
-    decider while the journal still shows the old lease live (ADR 50)."""
-    out, commits, now = FakeOutput(), list[list[TopicPartition]](), [T0]
-    d = ticking(out, commits, lambda: now[0])
-    t = ready("t")
-    d.journal.track(t, 2)
-    d.core.enqueue(t)
-    d.step(0)
-    assert d.core.leases.leases["t"].epoch == 1
-    now[0] = d.core.leases.leases["t"].expires_at + timedelta(seconds=1)
-    d.core.fleet.upsert(worker("w1", now[0]))
-    out.log.clear()
-    d.step(0)
-    assert d.core.leases.leases["t"].epoch == 2
-    assert out.log[:8] == [
-        ("produce", "p.assignments", "w1"),  # the Cancel of epoch 1
-        ("produce", "p.task-results", "wf-t"),  # its ExpireLease
-        ("produce", "p.leases", "t"),  # back in its queue, epoch 1 taken back
-        ("delivered",),
-        ("produce", "p.leases", "t"),  # epoch 2 taken
-        ("produce", "p.task-results", "wf-t"),  # its DispatchTask
-        ("delivered",),
-        ("produce", "p.assignments", "w1"),
-    ]
-
-
-def ticking(out: FakeOutput, commits: list[list[TopicPartition]], clock: Any) -> Dispatcher:
-    """A dispatcher whose tick writes to ``out``, with worker w1 (4 CPUs) in its fleet."""
-    settings = settings_with(private_vars("p"))
-    d = Dispatcher(settings, clock=clock, token=lambda: "tok")
-    d.output = out  # type: ignore[assignment]
-    d.journal = LeaseJournal("unused:9092", d.topics.leases, out)  # type: ignore[arg-type]
-    d.read_inputs = lambda wait_s: None  # type: ignore[method-assign]
-
-    class Ready:
-        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
-            out.log.append(("commit",))
-            commits.append(offsets)
-
-        def assignment(self) -> list[TopicPartition]:  # for the lag gauge
-            return []
-
-        def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
-            return parts
-
-    d.ready = Ready()  # type: ignore[assignment]
-    d.core.fleet.upsert(worker("w1", clock()))
-    return d
