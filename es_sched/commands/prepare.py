@@ -35,9 +35,14 @@ from es_sched.domain.events import (
 from es_sched.domain.pins import pin
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import DomainError, SchemaError
-from es_sched.serialization import SchemaCatalog, encode_input, input_to_dict, schema_dir
+from es_sched.serialization import (
+    SchemaCatalog,
+    decode_workflow_end,
+    encode_input,
+    input_to_dict,
+    schema_dir,
+)
 
-TERMINAL_TYPES = frozenset({"workflow.completed", "workflow.ended", "workflow.rejected"})
 REJECTED = "REJECTED"  # the "final status" of a start refused outside any history
 CAP_VARIABLE = "ES_SCHED_RUN_COMMAND_MAX_BYTES"
 JSON = dict[str, Any]
@@ -143,19 +148,10 @@ def terminal_status(event: Event) -> str | None:
 
 
 def awaited_final(raw: bytes | None, pending: Collection[str]) -> str | None:
-    """The awaited workflow whose final event ``raw`` may be, judged before full decoding.
-
-    Whatever is not JSON is skipped: a reader is not the events topic's writer, which
-    dead-letters its own faults.
-    """
-    try:
-        doc = json.loads(raw or b"")
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or doc.get("type") not in TERMINAL_TYPES:
-        return None
-    workflow_id = doc.get("workflow_id")
-    return workflow_id if isinstance(workflow_id, str) and workflow_id in pending else None
+    """The awaited workflow whose final event ``raw`` may be, judged before full decoding
+    (``decode_workflow_end``: whatever is not JSON is skipped)."""
+    workflow_id = decode_workflow_end(raw)
+    return workflow_id if workflow_id is not None and workflow_id in pending else None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The dispatcher role: ready tasks -> leases on workers (``es-sched run --role dispatcher``).
 
-Modules: this one owns the clients, the core and the tick; ``inputs`` reads the topics below
-into the core; ``output`` produces and waits for deliveries; ``journal`` keeps the leases on
+Modules: this one owns the clients, the core and the tick, and applies what the readers hand
+it; ``readers`` holds one reader per topic below, each owning its consumer, its position and
+its decoding; ``output`` produces and waits for deliveries; ``journal`` keeps the leases on
 ``<prefix>.leases``; ``records`` maps records to the core's objects.
 
 Inputs:
@@ -18,7 +19,8 @@ Inputs:
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
   lease still held (its worker declined it), or of a task let go on its worker's status
-  meanwhile (kept for that, ``Inputs._let_go``), puts the task back at the head of its queue.
+  meanwhile (kept for that, ``Dispatcher._let_go``), puts the task back at the head of its
+  queue.
 
 Every tick (``ES_SCHED_DISPATCH_TICK_MS`` at most; a ready record ends the wait): expired
 leases -> ``ExpireLease`` to ``task-results`` and a ``Cancel`` to the worker; new assignments
@@ -53,26 +55,38 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import assert_never
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.dispatch.core.leases import Lease, LeaseTable
-from es_sched.dispatch.core.placement import Fleet
+from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
-from es_sched.dispatch.inputs import Inputs
 from es_sched.dispatch.journal import LeaseJournal
 from es_sched.dispatch.output import Output
-from es_sched.dispatch.ready_offsets import ReadyOffsets
+from es_sched.dispatch.readers.config import ConfigReader
+from es_sched.dispatch.readers.events import EventReader
+from es_sched.dispatch.readers.ready import Arrival, ReadyReader
+from es_sched.dispatch.readers.worker_status import (
+    Report,
+    StatusReader,
+    StatusRecord,
+    WorkerLeft,
+)
 from es_sched.domain.commands import Input
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.failures import assign_at_committed, wait
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
+from es_sched.liveness import heard_at
 from es_sched.metrics import LagGauge, Registry
 from es_sched.serialization import encode_input, wire
+from es_sched.serialization.config import ConfigChange
+from es_sched.serialization.partial import LEASE_ENDED, TaskEnd
 from es_sched.settings import Settings
 
 log = logging.getLogger("es_sched.dispatcher")
@@ -83,14 +97,15 @@ GAUGE_EVERY_S = 0.5
 # every dispatch latency; a flush ignores linger anyway (ADR 31).
 PRODUCER_LINGER_MS = 1
 RESUME_RETRY_S = 1.0
+RELEASED_KEPT = 10_000  # tasks let go on a worker's word, kept for a late task.lease_expired
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Dispatcher(Inputs):
-    """The role: owns the clients, the core and the tick; ``Inputs`` reads the topics into it."""
+class Dispatcher:
+    """The role: owns the clients, the core, the readers and the tick."""
 
     def __init__(
         self,
@@ -115,8 +130,8 @@ class Dispatcher(Inputs):
             policies={"default": d.policy},
             preempt_after_s=d.preempt_after_s,
         )
-        self.offsets = ReadyOffsets()
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
+        # task id -> (ready partition, task, lease epoch) of tasks let go on a worker's status
         self.released: OrderedDict[str, tuple[int, ReadyTask, int]] = OrderedDict()
         self.pool_topics: set[str] = set()
         self.started = threading.Event()  # set once subscribed (for in-process callers)
@@ -146,20 +161,20 @@ class Dispatcher(Inputs):
         self.producer = self.clients.producer(None, **{"linger.ms": PRODUCER_LINGER_MS})
         self.output = Output(self.producer, self.topics.dead_letters, ROLE, stop.is_set)
         self.journal = LeaseJournal(self.bootstrap, self.topics.leases, self.output)
-        self.config = Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING)
-        self.status = Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING)
-        self.events = Tail(self.bootstrap, self.topics.events, OFFSET_END)
+        self.config = ConfigReader(
+            Tail(self.bootstrap, self.topics.config, OFFSET_BEGINNING), self.output
+        )
+        self.status = StatusReader(
+            Tail(self.bootstrap, self.topics.worker_status, OFFSET_BEGINNING), self.output
+        )
+        self.events = EventReader(Tail(self.bootstrap, self.topics.events, OFFSET_END))
         if not self._catch_up_views():
             return
-        self.ready: Consumer = self.clients.consumer(
+        consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
-        self.ready.subscribe(
-            [self.topics.ready],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self.ready = ReadyReader(consumer, self.topics.ready, self.output, self.clock)
+        self.ready.subscribe(self._on_assign, self._on_revoke, self._on_lost)
         log.info(
             "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
         )
@@ -170,8 +185,8 @@ class Dispatcher(Inputs):
         finally:
             self._flush_and_commit()
             self.ready.close()
-            for tail in (self.config, self.status, self.events):
-                tail.close()
+            for reader in (self.config, self.status, self.events):
+                reader.close()
             log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
 
     def step(self, wait_s: float) -> None:
@@ -217,6 +232,126 @@ class Dispatcher(Inputs):
         self._flush_and_commit(due_only=True)
         self._update_gauges()
 
+    # -- inputs ----------------------------------------------------------------------------
+    def read_inputs(self, wait_s: float) -> None:
+        """What arrived on each topic since the last tick, applied in this order: config,
+        worker status, events, then ready, which waits up to ``wait_s`` for its first record
+        (``ReadyReader.poll``)."""
+        for change in self.config.poll():
+            self._configure(change)
+        now = self.clock()
+        for record in self.status.poll():
+            self._on_status(record, now)
+        for end in self.events.poll():
+            self._on_event(end)
+        for arrival in self.ready.poll(wait_s):
+            self._on_ready(arrival)
+
+    def _configure(self, change: ConfigChange) -> None:
+        dispatch_config.apply(self.core, change, self.dispatch_settings.policy)
+        if change.kind == "pool" and change.value is not None:
+            self._pool_topic(change.value["pool"])
+        log.info("config %s:%s = %s", change.kind, change.subject, change.value)
+
+    def _on_ready(self, arrival: Arrival) -> None:
+        task, tp, offsets = arrival.task, arrival.tp, self.ready.offsets
+        if task.task_id in self.journal or offsets.stale(task.task_id, task.attempt):
+            return  # re-delivered while we hold it (or its journal does), or after it ended
+        self.released.pop(task.task_id, None)
+        self.journal.track(task, tp[1])
+        offsets.queued(tp, task.task_id, arrival.offset)
+        self.ready_at[task.task_id] = arrival.at or time.time()
+        self.core.enqueue(task)
+
+    def _on_status(self, record: StatusRecord, now: datetime) -> None:
+        match record:
+            case WorkerLeft():  # its leases expire unless it comes back
+                self.core.fleet.remove(record.worker_id)
+            case wire.Progress():
+                self.core.leases.heartbeat(record.worker_id, now)
+            case Report():
+                self._on_report(record, now)
+            case _:
+                assert_never(record)
+
+    def _on_report(self, report: Report, now: datetime) -> None:
+        status, d = report.status, self.dispatch_settings
+        view = dispatch_records.worker_view(status, heard_at(report.sent_at, now, d.dead_after_s))
+        self._pool_topic(view.pool)
+        self.core.fleet.upsert(view)
+        self.core.observe(status.worker_id, set(status.running), Need.of(status.used))
+        if view.last_seen != now:
+            return  # a stale report read at start-up is no heartbeat
+        self.core.leases.heartbeat(status.worker_id, now)
+        running, grace = set(status.running), d.heartbeat_s
+        for lease in self.core.leases.held_by(status.worker_id):
+            if lease.task_id not in running and (now - lease.started_at).total_seconds() >= grace:
+                self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
+
+    def _on_event(self, end: TaskEnd) -> None:
+        task_id, kind, epoch = end
+        if task_id not in self.journal:
+            if kind == LEASE_ENDED:
+                self._requeue_released(task_id, epoch)
+            else:
+                self.released.pop(task_id, None)
+            return
+        if kind == LEASE_ENDED:
+            self._given_back(task_id, epoch)
+            return
+        lease = self.core.leases.leases.get(task_id)
+        cancel = dispatch_records.stop_on_worker(lease, kind) if lease is not None else None
+        if lease is not None and cancel is not None:  # within this tick, not at lease expiry
+            self._to_worker(lease.worker_id, wire.encode(cancel), self.clock())
+            log.info("task %s %s: cancel sent to %s", task_id, cancel.reason, lease.worker_id)
+        flight = self.core.in_flight.get(task_id)
+        if flight is not None:
+            self.ready.offsets.ended(task_id, flight.task.attempt)
+        if flight is not None and kind in ("task.failed", "task.completed"):
+            # A worker failing most of its recent tasks is blacklisted for a cool-down.
+            worker = flight.placement.worker_id
+            if self.core.fleet.record_outcome(worker, kind == "task.failed", self.clock()):
+                log.warning("worker %s blacklisted: recent failure rate over the threshold", worker)
+        self._finished(task_id)
+
+    def _let_go(self, task_id: str, epoch: int) -> None:
+        """Free a task its worker no longer lists, with no outcome read yet, and keep it a
+        while: if the decider ended that lease (a declined task, ADR 24 a), the task's
+        re-queued ready record may have come while we still held it (skipped as a duplicate)
+        and its ``task.lease_expired`` only now; that event then queues it again."""
+        held = self.journal.tasks.get(task_id)
+        if held is not None:
+            self.released[task_id] = (held[0], held[1], epoch)
+            self.released.move_to_end(task_id)
+            while len(self.released) > RELEASED_KEPT:
+                self.released.popitem(last=False)
+        self._finished(task_id)
+
+    def _requeue_released(self, task_id: str, epoch: int) -> None:
+        """The decider ended a lease we had let go already (``_let_go``): queue the task
+        again, unless its ready record came back meanwhile or it ended."""
+        found = self.released.pop(task_id, None)
+        if found is None or found[2] != epoch:
+            return
+        partition, task, _ = found
+        if self.ready.offsets.stale(task_id, task.attempt):
+            return
+        self.journal.track(task, partition)
+        self.journal.queued(task_id, epoch, self.clock())
+        self.ready_at[task_id] = time.time()
+        self.core.enqueue(task, front=True)
+        log.info("task %s: lease %d ended after its worker let it go; queued again", task_id, epoch)
+
+    def _given_back(self, task_id: str, epoch: int) -> None:
+        """The decider ended the lease we still hold (its worker declined it, ADR 24 a): queue
+        the task again now. Its re-queued ready record may come first and is skipped while we
+        hold the task, so waiting for the worker's status to free it would strand it until
+        the reconciler's requeue timer (ADR 15). A lease we took back ourselves is gone already."""
+        lease = self.core.given_back(task_id, epoch)
+        if lease is not None:
+            self.journal.queued(task_id, epoch, self.clock())
+            log.info("task %s: lease %d given back by %s", task_id, epoch, lease.worker_id)
+
     # -- ready partitions ------------------------------------------------------------------
     def _catch_up_views(self) -> bool:
         """Read the config and worker-status topics to their ends before placing anything. A
@@ -231,10 +366,10 @@ class Dispatcher(Inputs):
                 wait(self._stop, RESUME_RETRY_S)
                 continue
             now = self.clock()
-            for msg in config:
-                self._on_config(msg)
-            for msg in status:
-                self._on_status(msg, now)
+            for change in config:
+                self._configure(change)
+            for record in status:
+                self._on_status(record, now)
             return True
         return False
 
@@ -286,7 +421,7 @@ class Dispatcher(Inputs):
     def _forget(self, partitions: list[TopicPartition], how: str) -> None:
         parts = [tp.partition for tp in partitions]
         self.core.limits.revoked(parts, self.clock(), lost=how == "lost")
-        self.offsets.forget(partitions)
+        self.ready.offsets.forget(partitions)
         gone = self.journal.forget(set(parts))
         for task_id in [t for t, (p, _, _) in self.released.items() if p in parts]:
             del self.released[task_id]
@@ -303,7 +438,7 @@ class Dispatcher(Inputs):
             assignment_topic(self.prefix, pool), record.worker_id, wire.encode(record), now
         )
         self.journal.leased(a.task, a.lease, a.placement.gpu, now)
-        self.offsets.done(a.task.task_id)
+        self.ready.offsets.done(a.task.task_id)
         at = self.ready_at.pop(a.task.task_id, None)
         if at is not None:
             self.m_latency.observe(max(0.0, time.time() - at))
@@ -334,7 +469,7 @@ class Dispatcher(Inputs):
         """The task ended (or its worker no longer runs it): free it, tombstone its journal."""
         if self.core.finished(task_id) is None:  # ended while waiting (e.g. canceled)
             self.core.queues = self.core.queues.without({task_id})
-            self.offsets.done(task_id)
+            self.ready.offsets.done(task_id)
         self.journal.ended(task_id, self.clock())
         self.ready_at.pop(task_id, None)
 
@@ -351,7 +486,7 @@ class Dispatcher(Inputs):
             return
         if self.output.delivered_all():
             self._commit_at = time.monotonic() + self.dispatch_settings.commit_every_ms / 1000
-            self.offsets.commit(lambda todo: self.ready.commit(offsets=todo, asynchronous=False))
+            self.ready.commit()
 
     def _pool_topic(self, pool: str) -> None:
         name = assignment_topic(self.prefix, pool)
@@ -378,4 +513,4 @@ class Dispatcher(Inputs):
             if new > 0:
                 self.m_limited.inc(new, limit=reason)
                 self._refused_seen[reason] = total
-        self.lag.update(self.ready, force=True)
+        self.lag.update(self.ready.consumer, force=True)

@@ -4,17 +4,13 @@
 - a ``WorkerStatus`` report -> ``WorkerView`` (GPU free memory as reported)
 - a core ``Assignment`` -> the wire ``Assignment`` for the worker and the ``DispatchTask``
   decider input; an expired or preempted lease -> ``Cancel`` + ``ExpireLease``
-- an event of the events topic -> the id of a task that ended, if it is one, or of a task
-  whose lease the decider ended (``task.lease_expired``, with its epoch)
 - a task and its lease <-> a lease journal record (``<prefix>.leases``, ADR 14)
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
-
-import orjson
 
 from es_sched.dispatch.core.engine import Assignment as CoreAssignment
 from es_sched.dispatch.core.engine import Journaled
@@ -22,9 +18,7 @@ from es_sched.dispatch.core.leases import Lease
 from es_sched.dispatch.core.placement import Gpu, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.domain.commands import DispatchTask, ExpireLease
-from es_sched.errors import SchemaError
 from es_sched.serialization import wire
-from es_sched.serialization.codec import parse_time
 from es_sched.serialization.records import (
     HeldLease,
     LeaseRecord,
@@ -32,17 +26,6 @@ from es_sched.serialization.records import (
     decode_ready,
     ready_limits,
 )
-
-ENDED = frozenset(
-    {
-        "task.completed",
-        "task.failed",
-        "task.timed_out",
-        "task.canceled",
-        "task.completed_with_errors",
-    }
-)
-LEASE_ENDED = "task.lease_expired"
 
 
 def ready_task(
@@ -72,14 +55,9 @@ def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> Rea
     )
 
 
-def worker_view(status: wire.WorkerStatus, now: datetime, dead_after_s: float) -> WorkerView:
-    """The fleet's view of one report. It is seen *now*, unless the report is older than a dead
-    worker's silence (a compacted record read at start-up): then it is seen when it was sent."""
-    seen = now
-    if status.sent_at:
-        sent = parse_time(status.sent_at, "worker_status.sent_at")
-        if now - sent > timedelta(seconds=dead_after_s):
-            seen = sent
+def worker_view(status: wire.WorkerStatus, seen: datetime) -> WorkerView:
+    """The fleet's view of one report, heard from at ``seen`` (``liveness.heard_at``: when read,
+    unless the report is older than a dead worker's silence)."""
     return WorkerView(
         worker_id=status.worker_id,
         pool=status.pool or "default",
@@ -149,39 +127,6 @@ def stop_on_worker(lease: Lease, event_type: str) -> wire.Cancel | None:
     return (
         None if reason is None else wire.Cancel(lease.worker_id, lease.task_id, lease.epoch, reason)
     )
-
-
-def ended_task(raw: bytes | None) -> str | None:
-    """The task id of a task.completed/failed/timed_out/canceled/completed_with_errors event."""
-    found = ended_task_and_type(raw)
-    return found[0] if found else None
-
-
-def ended_task_and_type(raw: bytes | None) -> tuple[str, str] | None:
-    """(task id, event type) of an event that ends a task attempt, else None."""
-    found = task_event(raw)
-    return None if found is None or found[1] == LEASE_ENDED else (found[0], found[1])
-
-
-def task_event(raw: bytes | None) -> tuple[str, str, int] | None:
-    """(task id, event type, lease epoch or 0) of an event that ends a task attempt, or of a
-    ``task.lease_expired`` (a lease the decider ended: maybe one a worker declined), else None."""
-    try:
-        doc = orjson.loads(raw or b"")
-    except orjson.JSONDecodeError as exc:
-        raise SchemaError(f"event is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or (doc.get("type") not in ENDED | {LEASE_ENDED}):
-        return None
-    payload = doc.get("payload")
-    task_id = payload.get("task_id") if isinstance(payload, dict) else None
-    if not isinstance(task_id, str):
-        raise SchemaError(f"{doc.get('type')} event without a task_id")
-    if doc["type"] != LEASE_ENDED:
-        return task_id, str(doc["type"]), 0
-    epoch = payload.get("lease_epoch") if isinstance(payload, dict) else None
-    if not isinstance(epoch, int) or isinstance(epoch, bool):
-        raise SchemaError("task.lease_expired event without an integer lease_epoch")
-    return task_id, LEASE_ENDED, epoch
 
 
 def journal_record(

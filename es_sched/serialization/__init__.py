@@ -6,7 +6,8 @@ Families (``schemas/<family>/<type>.v<N>.json``) and their modules:
 - ``events``, ``commands`` (``codec``): event <-> envelope <-> bytes, decider inputs; older
   ``schema_version``s are upcast (``upcasters``) so the fold only ever sees current versions.
   Events read back from the log, which only the decider writes, decode in one typed pass
-  (``logged``).
+  (``logged``); readers that pick a few event types read a field or two of each event
+  without decoding it (``partial``).
 - ``records`` (``records``): ready, timer and retry records the decider writes for the
   dispatcher, the timer service and the retry relay.
 - ``wire`` (``wire``): dispatcher <-> worker records (assignment, cancel, worker_status,
@@ -35,6 +36,7 @@ from es_sched.serialization.codec import (
 )
 from es_sched.serialization.definitions import decode_definition, encode_definition
 from es_sched.serialization.logged import decode_logged_event
+from es_sched.serialization.partial import decode_task_end, decode_workflow_end
 from es_sched.serialization.records import (
     decode_ready,
     decode_retry,
@@ -54,7 +56,9 @@ __all__ = [
     "decode_logged_event",
     "decode_ready",
     "decode_retry",
+    "decode_task_end",
     "decode_timer",
+    "decode_workflow_end",
     "definitions",
     "encode_definition",
     "encode_event",

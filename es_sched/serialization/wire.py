@@ -16,12 +16,14 @@ Worker reports that change workflow state (started, completed, failed) go to
 ``encode`` writes every field (the classes are built from typed values, not validated again);
 ``decode`` validates against the compiled schema of the record's kind and raises
 ``SchemaError`` with the reason (times are checked with ``codec.parse_time`` but stay ISO 8601
-strings in the classes). A v2 of a kind will raise ``wire_version`` and add an upcaster.
+strings in the classes; ``sent_time`` reads a report's). A v2 of a kind will raise
+``wire_version`` and add an upcaster.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -143,3 +145,8 @@ def decode(raw: bytes | None) -> Record:
         parse_time(when, f"{kind} time")
     record: Record = cls(**doc)
     return record
+
+
+def sent_time(record: WorkerStatus | Progress) -> datetime | None:
+    """When the worker sent ``record``; None for a report that does not say."""
+    return parse_time(record.sent_at, f"{record.kind}.sent_at") if record.sent_at else None

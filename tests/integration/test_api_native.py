@@ -1,5 +1,5 @@
 """The native API (``/api/v1``) and the console's operations pages on a live stack: the API
-as a process (``api_harness``) on a test's private topics, fed by the real decider and
+as a process (``testkit.api``) on a test's private topics, fed by the real decider and
 PostgreSQL projector; the harness ``Worker`` plays dispatcher and worker, an SDK worker
 publishes its status. One stack for the module's checks, in the order a user meets them."""
 

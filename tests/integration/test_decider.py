@@ -1,5 +1,5 @@
 """The decider on a real broker: exactly-once under crashes and rebalances, dead letters,
-idempotent starts. The test itself plays the workers (runtime_harness.Worker). The crash test
+idempotent starts. The test itself plays the workers (testkit.runtime.Worker). The crash test
 injects its pause through the role's Kafka clients (tests.integration.faulty_role), not through
 a hook in the decider."""
 

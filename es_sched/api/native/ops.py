@@ -3,8 +3,8 @@
 Each worker's latest ``WorkerStatus`` (``api.readers.WorkerBoard``: the compacted topic folded
 by worker, caught up on every call): what it declared it has (capacity), what the tasks it runs
 need (use), its version, pool, types and last heartbeat (the report's ``sent_at``). Health is
-the dispatcher's own rule (``Fleet.status`` with ``ES_SCHED_DISPATCH_SUSPECT_AFTER_S`` and
-``..._DEAD_AFTER_S``) applied to that heartbeat; ``banned`` is a ``ban-version`` record on the
+the rule the dispatcher applies (``es_sched.liveness``, with ``ES_SCHED_DISPATCH_SUSPECT_AFTER_S``
+and ``..._DEAD_AFTER_S``) to that heartbeat; ``banned`` is a ``ban-version`` record on the
 config topic. The dispatcher's blacklist (a worker failing most of its recent tasks, for a
 cool-down) lives in its memory and is published nowhere but its log, so ``blacklisted`` is
 ``None`` ("unknown") rather than a guess.
@@ -20,10 +20,9 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.native.models import WorkerInfo, Workers
 from es_sched.api.readers import worker_board
 from es_sched.api.services import Services, services
-from es_sched.dispatch.core.placement import Fleet
-from es_sched.dispatch.records import worker_view
 from es_sched.kafka import config_client
 from es_sched.kafka.topics import topics_for
+from es_sched.liveness import Liveness, heard_at
 from es_sched.serialization import wire
 
 router = APIRouter()
@@ -44,18 +43,20 @@ def get_workers(
     }
     now = datetime.now(UTC)
     d = svc.settings.dispatch
-    fleet = Fleet(d.suspect_after_s, d.dead_after_s)
-    workers = [worker_info(s, fleet, now, banned) for _, s in sorted(board.items())]
+    liveness = Liveness(d.suspect_after_s, d.dead_after_s)
+    workers = [worker_info(s, liveness, now, banned) for _, s in sorted(board.items())]
     return Workers(
         workers=workers, topic=topics_for(svc.settings).worker_status, readUpTo=read_up_to
     )
 
 
-def worker_info(s: wire.WorkerStatus, fleet: Fleet, now: datetime, banned: set[str]) -> WorkerInfo:
-    # dead_after 0: the view is seen when the report was sent, not when we read it
-    view = worker_view(s, now, 0.0) if s.sent_at else None
-    seen = view.last_seen if view is not None else None
-    health = fleet.status(view, now) if view is not None else "unknown"
+def worker_info(
+    s: wire.WorkerStatus, liveness: Liveness, now: datetime, banned: set[str]
+) -> WorkerInfo:
+    sent = wire.sent_time(s)
+    # dead_after 0: a report is heard from when it was sent, not when we read it
+    seen = heard_at(sent, now, 0.0) if sent is not None else None
+    health = liveness.health(seen, now) if seen is not None else "unknown"
     return WorkerInfo(
         workerId=s.worker_id,
         pool=s.pool or "default",

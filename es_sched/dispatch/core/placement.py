@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from es_sched.liveness import Health, Liveness
+
 Policy = Literal["spread", "binpack"]
 QUIET_HEARTBEATS = 2.0  # silence that ends a worker's new leases; a lease lasts 3..6 heartbeats
 
@@ -143,8 +145,7 @@ class Fleet:
         self.workers: dict[str, WorkerView] = {}
         self.index: dict[str, list[tuple[float, str]]] = {}  # pool -> sorted (free cpu, id)
         self.banned_versions: set[str] = set()
-        self.suspect_after = timedelta(seconds=suspect_after_s)
-        self.dead_after = timedelta(seconds=dead_after_s)
+        self.liveness = Liveness(suspect_after_s, dead_after_s)
         self.heartbeat_s = 5.0  # the lease table's (``DispatchCore`` keeps them equal)
 
     # -- membership ------------------------------------------------------------------------
@@ -179,15 +180,9 @@ class Fleet:
         if worker is not None:
             self._unindex(worker)
 
-    def status(self, worker: WorkerView, now: datetime) -> str:
-        if worker.last_seen is None:
-            return "dead"
-        silence = now - worker.last_seen
-        return (
-            "alive"
-            if silence < self.suspect_after
-            else ("suspect" if silence < self.dead_after else "dead")
-        )
+    def status(self, worker: WorkerView, now: datetime) -> Health:
+        """``es_sched.liveness``'s rule, the read side's too, on when it was last heard from."""
+        return self.liveness.health(worker.last_seen, now)
 
     def heartbeating(self, worker: WorkerView, now: datetime) -> bool:
         """Heard from within ``QUIET_HEARTBEATS`` heartbeats, and since its last lease expired."""

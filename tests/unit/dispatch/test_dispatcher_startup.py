@@ -10,11 +10,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from es_sched.dispatch.dispatcher import Dispatcher
+from es_sched.dispatch.readers.config import ConfigReader
+from es_sched.dispatch.readers.worker_status import StatusReader
 from es_sched.errors import InfrastructureError
 from es_sched.kafka import ends as ends_module
 from es_sched.kafka.tail import Tail
 from testkit.settings import private_vars, settings_with
-from tests.unit.dispatch_role.test_lease_journal import T0
+from tests.unit.dispatch.fakes import T0, FakeOutput
 
 
 class FlakyTail:
@@ -32,7 +34,8 @@ class FlakyTail:
 
 def dispatcher(config: FlakyTail, status: FlakyTail, stop: threading.Event) -> Dispatcher:
     d = Dispatcher(settings_with(private_vars("p")), clock=lambda: T0, token=lambda: "tok")
-    d.config, d.status = config, status  # type: ignore[assignment]
+    d.config = ConfigReader(config, FakeOutput())  # type: ignore[arg-type]
+    d.status = StatusReader(status, FakeOutput())  # type: ignore[arg-type]
     d._stop = stop
     return d
 

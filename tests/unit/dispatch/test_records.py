@@ -10,6 +10,7 @@ import pytest
 from es_sched.dispatch import records as dr
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.errors import SchemaError
+from es_sched.liveness import heard_at
 from es_sched.serialization import wire
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -74,10 +75,11 @@ def test_worker_view_takes_reported_gpu_memory_and_ignores_stale_reports_as_hear
         gpus=[wire.GpuStatus(0, 16384, 2048)],
         sent_at=NOW.isoformat(),
     )
-    view = dr.worker_view(status, NOW, dead_after_s=60)
+    view = dr.worker_view(status, heard_at(wire.sent_time(status), NOW, dead_after_s=60))
     assert view.pool == "default" and view.last_seen == NOW
     assert view.gpus[0].free_mb == 2048
-    stale = dr.worker_view(status, NOW + timedelta(hours=1), dead_after_s=60)
+    later = NOW + timedelta(hours=1)
+    stale = dr.worker_view(status, heard_at(wire.sent_time(status), later, dead_after_s=60))
     assert stale.last_seen == NOW
 
 
@@ -86,7 +88,7 @@ def test_assignment_and_take_back_records() -> None:
     status = wire.WorkerStatus(
         "w1", "default", "v1", ["probe"], 4, 8192, gpus=[wire.GpuStatus(0, 16384, 8192)]
     )
-    core.fleet.upsert(dr.worker_view(status, NOW, 60))
+    core.fleet.upsert(dr.worker_view(status, NOW))
     core.enqueue(dr.ready_task(_ready(), NOW, NOW))
     (decision,) = core.dispatch(NOW, lambda: "tok")
     assert isinstance(decision, Assignment)
@@ -122,39 +124,10 @@ def test_a_task_ended_without_its_workers_report_is_stopped_on_the_worker(
     status = wire.WorkerStatus(
         "w1", "default", "v1", ["probe"], 4, 8192, gpus=[wire.GpuStatus(0, 16384, 8192)]
     )
-    core.fleet.upsert(dr.worker_view(status, NOW, 60))
+    core.fleet.upsert(dr.worker_view(status, NOW))
     core.enqueue(dr.ready_task(_ready(), NOW, NOW))
     (decision,) = core.dispatch(NOW, lambda: "tok")
     assert isinstance(decision, Assignment)
     cancel = dr.stop_on_worker(decision.lease, event_type)
     expected = None if reason is None else wire.Cancel("w1", "t1", 1, reason)
     assert cancel == expected
-
-
-def test_ended_task_events() -> None:
-    for kind in dr.ENDED:
-        assert dr.ended_task(orjson.dumps({"type": kind, "payload": {"task_id": "t"}})) == "t"
-    assert dr.ended_task(orjson.dumps({"type": "task.started", "payload": {}})) is None
-    with pytest.raises(SchemaError):
-        dr.ended_task(orjson.dumps({"type": "task.failed", "payload": {}}))
-    with pytest.raises(SchemaError):
-        dr.ended_task(b"{")
-
-
-def test_ended_task_and_type_tells_failures_from_completions() -> None:
-    failed = orjson.dumps({"type": "task.failed", "payload": {"task_id": "t1", "reason": "x"}})
-    assert dr.ended_task_and_type(failed) == ("t1", "task.failed")
-    done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2", "output": {}}})
-    assert dr.ended_task_and_type(done) == ("t2", "task.completed")
-    assert dr.ended_task_and_type(orjson.dumps({"type": "task.progressed", "payload": {}})) is None
-
-
-def test_a_lease_expired_event_names_its_task_and_epoch_but_ends_nothing() -> None:
-    expired = {"type": "task.lease_expired", "payload": {"task_id": "t1", "lease_epoch": 3}}
-    assert dr.task_event(orjson.dumps(expired)) == ("t1", "task.lease_expired", 3)
-    assert dr.ended_task_and_type(orjson.dumps(expired)) is None
-    assert dr.ended_task(orjson.dumps(expired)) is None
-    done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2"}})
-    assert dr.task_event(done) == ("t2", "task.completed", 0)
-    with pytest.raises(SchemaError):
-        dr.task_event(orjson.dumps({"type": "task.lease_expired", "payload": {"task_id": "t"}}))
