@@ -5,8 +5,8 @@ retry relay, dispatcher, projector-pg, projector-search) and workers as their ow
 (``tests.integration.flaky_worker``), on one test's private topics, schema and indices. The
 workload (``FLOW``) gives every role work all the time: a worker task, a WAIT of 40-100 s
 (timers), a task whose first attempt fails (one workflow in five) with a 2 s retry delay (retry
-relay), a last worker task; the projectors project every event. ``top_up`` keeps 1,000+
-workflows in flight. The projectors reach PostgreSQL and the search engine through
+relay), a last worker task; the projectors project every event. ``top_up`` keeps the
+workflows the test asks for in flight. The projectors reach PostgreSQL and the search engine through
 ``testkit.proxy`` forwarders, so a test can stop both stores for them (``proxies``)
 without stopping the stores other tests share; each projector serves its metrics.
 
@@ -253,7 +253,7 @@ class System:
         self.n += n
         self.submitted |= {s.workflow_id for s in self.env.submit("fault_flow", inputs)}
 
-    def top_up(self, at_least: int = 1000, margin: int = 150) -> int:
+    def top_up(self, at_least: int, margin: int = 150) -> int:
         """Keep ``at_least + margin`` workflows submitted and not ended (submitting again as
         they end) until ``at_least`` and a little more are in flight: a fault fired right
         after still finds ``at_least``. A single submission is not enough on a slow machine:

@@ -16,6 +16,7 @@ from sqlalchemy import select, text
 from es_sched.errors import EsSchedError
 from es_sched.projections.postgres.models import CHECKPOINTS, EVENTS, TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import engine_for
+from es_sched.projections.search.store import SearchStore
 from es_sched.projections.views import Row, comparable, fold_rows
 from testkit.runtime import Env, histories, media_inputs
 
@@ -94,6 +95,25 @@ def projected(env: Env) -> bool:
         archived == want_events
         and by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
         and by_id(have_tasks, "task_id") == by_id(want_tasks, "task_id")
+    )
+
+
+def search_equal(env: Env) -> bool:
+    """The search engine holds exactly the documents the fold of the log gives."""
+    want_wf, want_tasks, _ = expected_rows(env)
+    store = SearchStore(env.settings)
+    try:
+        loaded = store.load([str(w["workflow_id"]) for w in want_wf])
+        have_wf = [r.workflow for r in loaded.values()]
+        have_tasks = [t for r in loaded.values() for t in r.tasks.values()]
+        store.refresh()
+        counts = (store.count("workflow"), store.count("task"))
+    finally:
+        store.close()
+    return (
+        by_id(have_wf, "workflow_id") == by_id(want_wf, "workflow_id")
+        and by_id(have_tasks, "task_id") == by_id(want_tasks, "task_id")
+        and counts == (len(want_wf), len(want_tasks))
     )
 
 

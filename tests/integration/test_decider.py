@@ -1,7 +1,8 @@
 """The decider on a real broker: exactly-once under crashes and rebalances, dead letters,
-idempotent starts. The test itself plays the workers (testkit.runtime.Worker). The crash test
-injects its pause through the role's Kafka clients (tests.integration.faulty_role), not through
-a hook in the decider."""
+idempotent starts (the suite's "N workflows complete" run is tests/e2e/test_run_and_workers.py).
+The test itself plays the workers (``testkit.runtime.Worker``). The crash test injects its pause
+through the role's Kafka clients (``tests.integration.faulty_role``), not through a hook in the
+decider."""
 
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ from testkit.runtime import (
     read_events,
     roles,
 )
+from testkit.scale import pick
 from testkit.settings import BOOTSTRAP
 from testkit.wait import wait_until
 from tests.integration.faulty_role import faulty
 
 pytestmark = pytest.mark.integration
+# Workflows in flight across the kill -9 and across the rebalances (the test scale's).
+KILLED = pick(ci=100, full=150)
+REBALANCED = pick(ci=150, full=300)
 
 
 def media_env(**extra: str) -> Env:
@@ -51,28 +56,6 @@ def done(env: Env, n: int) -> bool:
     return completed(env) >= n
 
 
-def test_a_thousand_media_workflows_complete_with_clean_histories() -> None:
-    env = media_env()
-    with roles(env, "decider"), Worker(env):
-        env.submit("media_pipeline", media_inputs(1000))
-        wait_until(lambda: done(env, 1000), 240, "1000 workflows completed")
-    by_wf = read_events(env)
-    assert len(by_wf) == 1000
-    assert all(final_status(v) == "COMPLETED" for v in by_wf.values())
-    assert_clean_history(by_wf)
-    first = next(iter(by_wf.values()))
-    tasks = {getattr(e.payload, "ref", "") for e in first if e.type == "task.scheduled"}
-    assert {
-        "transcode_1080p",
-        "transcode_720p",
-        "transcode_480p",
-        "transcode_720p_h265",
-        "package",
-        "write_asset",
-        "notify_done",
-    } <= tasks
-
-
 def _summary(events: list[Event]) -> list[tuple[str, str]]:
     return [
         (e.type, getattr(e.payload, "ref", ""))
@@ -81,11 +64,12 @@ def _summary(events: list[Event]) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.fault
 def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
     reference = media_env()
     with roles(reference, "decider"), Worker(reference):
-        reference.submit("media_pipeline", media_inputs(150))
-        wait_until(lambda: done(reference, 150), 120, "reference run")
+        reference.submit("media_pipeline", media_inputs(KILLED))
+        wait_until(lambda: done(reference, KILLED), 120, "reference run")
     expected = sorted(_summary(v) for v in read_events(reference).values())
 
     env = media_env()
@@ -94,7 +78,7 @@ def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
         victim = faulty(env, "decider", "--pause-after-txns", "4", "--pause-s", "120")
         try:
             victim.wait_log("started", 60)
-            env.submit("media_pipeline", media_inputs(150))
+            env.submit("media_pipeline", media_inputs(KILLED))
             victim.wait_log("fault: transaction open with records flushed", 60)
             uncommitted = count_records(env, env.topics.events, "read_uncommitted")
             committed = count_records(env, env.topics.events, "read_committed")
@@ -103,26 +87,29 @@ def test_kill_9_inside_an_open_transaction_loses_and_doubles_nothing() -> None:
         finally:
             victim.stop()
         with roles(env, "decider"):
-            wait_until(lambda: done(env, 150), 180, "recovery after kill -9")
+            wait_until(lambda: done(env, KILLED), 180, "recovery after kill -9")
     by_wf = read_events(env)
-    assert len(by_wf) == 150
+    assert len(by_wf) == KILLED
     assert_clean_history(by_wf)
     assert sorted(_summary(v) for v in by_wf.values()) == expected
 
 
+@pytest.mark.fault
 def test_a_rebalance_under_load_loses_and_doubles_nothing() -> None:
     # Dynamic members, so that the SIGTERM below hands b's partitions to a at once: a static
     # member (ADR 21) keeps them through its restart (tests/integration/test_decider_failover.py).
     env = media_env(ES_SCHED_RUN_STATIC_MEMBERSHIP="false")
     with Worker(env), roles(env, "decider", ES_SCHED_RUN_INSTANCE="a"):
         with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b") as (second,):
-            env.submit("media_pipeline", media_inputs(300))
+            env.submit("media_pipeline", media_inputs(REBALANCED))
             second.wait_log("restored partition", 60)
         # second stopped (SIGTERM): its partitions move to the first; then it comes back
         with roles(env, "decider", ES_SCHED_RUN_INSTANCE="b"):
-            wait_until(lambda: done(env, 300), 240, "300 workflows across rebalances")
+            wait_until(
+                lambda: done(env, REBALANCED), 240, f"{REBALANCED} workflows across rebalances"
+            )
     by_wf = read_events(env)
-    assert len(by_wf) == 300
+    assert len(by_wf) == REBALANCED
     assert all(final_status(v) == "COMPLETED" for v in by_wf.values())
     assert_clean_history(by_wf)
 
