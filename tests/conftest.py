@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from testkit import fault_report
+from testkit import ROOT, fault_report
+
+TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = TIERS.get(item.path.parent.relative_to(ROOT / "tests").parts[0])
+        if tier is not None:
+            item.add_marker(tier)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

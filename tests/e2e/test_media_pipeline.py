@@ -42,6 +42,7 @@ def _transcoding(worker: Role) -> bool:
     return any("-c:v" in cmdline(pid) for pid in children(worker.proc.pid, "ffmpeg"))
 
 
+@pytest.mark.fault
 def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_path: Path) -> None:
     env.create()
     env.cli("defs", "push", *map(str, MEDIA))

@@ -112,6 +112,7 @@ def test_a_workflow_reads_as_the_sqlalchemy_query_reads_it(store: PgStore) -> No
         reads.close()
 
 
+@pytest.mark.fault
 def test_a_read_on_a_connection_the_server_dropped_runs_again_on_a_new_one(
     store: PgStore,
 ) -> None:

@@ -37,7 +37,7 @@ from testkit.runtime import (
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 N = 12
 
 

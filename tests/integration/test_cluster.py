@@ -55,6 +55,7 @@ from testkit.wait import wait_until
 from tests.integration.private_cluster import NODES, PrivateCluster
 
 pytestmark = [
+    pytest.mark.fault,
     pytest.mark.integration,
     pytest.mark.cluster,
 ]

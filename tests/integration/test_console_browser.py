@@ -23,7 +23,7 @@ from testkit.browser import ARGS, chromium_path
 from testkit.runtime import Env, Worker, roles
 from testkit.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "console"
 TIMEOUT_MS = 90_000
 

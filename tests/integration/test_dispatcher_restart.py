@@ -37,7 +37,7 @@ from testkit.runtime import (
 )
 from testkit.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 HEARTBEAT_S, K = 1.0, 3
 TTL_S = K * HEARTBEAT_S
 ONE = {

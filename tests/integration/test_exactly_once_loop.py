@@ -32,7 +32,7 @@ from testkit.settings import BOOTSTRAP, unique_name
 from testkit.wait import wait_until
 from tests.integration.faulty_role import Faults, FaultyClients, faulty
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 
 def media_env() -> Env:

@@ -21,7 +21,7 @@ from es_sched.kafka.stall import FetchStall
 from testkit.kafka import numbered_topic
 from testkit.settings import BOOTSTRAP, unique_name
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 RECORDS = 6
 
 

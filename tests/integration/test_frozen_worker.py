@@ -38,7 +38,7 @@ from testkit.runtime import (
 )
 from testkit.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 TICKING = {
     "name": "ticking",
     "version": 1,

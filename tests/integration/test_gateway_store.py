@@ -19,6 +19,8 @@ from es_sched.serialization import wire
 from testkit.pg import terminate_backends
 from testkit.settings import settings_with, unique_name
 
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
 
 @pytest.fixture
 def store() -> Iterator[GatewayStore]:

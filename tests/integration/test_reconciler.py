@@ -28,7 +28,7 @@ from testkit.runtime import (
 from testkit.wait import wait_until
 from tests.integration.faulty_role import MODULE
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 BOUND_S = 3.0
 LOST = {"name": "lost", "version": 1, "tasks": [{"name": "re.step", "taskReferenceName": "s"}]}
 HELD = {"name": "held", "version": 1, "tasks": [{"name": "re.held", "taskReferenceName": "h"}]}

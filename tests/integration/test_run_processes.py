@@ -28,7 +28,7 @@ from testkit.runtime import (
 )
 from testkit.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 STARTED = re.compile(r"process (\d+) started \(pid (\d+)\)")
 RESTORED_P1 = re.compile(r"\[p1\] es_sched\.decider: restored \d+ partitions")

@@ -20,7 +20,7 @@ from testkit.kafka import Reader
 from testkit.runtime import Env, Role, final_status, read_events
 from testkit.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
 ONE = {
     "name": "one_slow",
     "version": 1,

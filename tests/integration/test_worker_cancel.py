@@ -51,6 +51,7 @@ def _iso(at: datetime) -> str:
     return at.isoformat()
 
 
+@pytest.mark.fault
 def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None:
     env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": str(H)})
     env.create()
