@@ -23,7 +23,7 @@ from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import topics_for
-from es_sched.projections.freshness import last_record_end
+from es_sched.projections.read_your_writes import last_record_end
 from es_sched.serialization import wire
 
 CATCH_UP_S = 5.0

@@ -9,7 +9,8 @@
 - ``read_partition()``: read one partition from the beginning to its current end (compacted
   topics); ``read_partitions()`` reads several of one topic together, with one consumer (the
   decider's changelog restore: ADR 21).
-- static group membership (KIP-345, ADR 21) and its fencing rule live in ``kafka/static.py``.
+- static group membership (KIP-345, ADR 21) and its fencing rule live in
+  ``kafka/static_membership.py``.
 - ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
   it and hands it to the roles; it is the seam where a test passes clients that misbehave on
   purpose (a producer that pauses inside an open transaction or raises a chosen

@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer
-from es_sched.kafka.ends import Ends
+from es_sched.kafka.partition_ends import Ends
 
 log = logging.getLogger(__name__)
 ENDS_S = 15.0  # one partition's end asked of the broker, at most
@@ -25,12 +25,12 @@ class Tail:
 
     def __init__(self, bootstrap: str, topic: str, start: int) -> None:
         self.topic = topic
-        # The broker holds a fetch until a record comes (librdkafka's fetch.wait.max.ms, 500
-        # ms), and catch_up asks the ends on a client of their own (``kafka.ends``): asked here,
-        # each ListOffsets queued behind the held fetch and a GET /api/v1/workers took seconds
-        # (bench/read_to_end.py's ``tail``). Until 2026-12-06 the tails made the broker answer
-        # every fetch within 10 ms instead: a fetch every 10 ms per tail, idle or not (the
-        # dispatcher's three: 7.7 of a media workflow's 74 client requests at 45 DAGs/s,
+        # The broker holds a fetch until a record comes (librdkafka's fetch.wait.max.ms, 500 ms),
+        # and catch_up asks the ends on a client of their own (``kafka.partition_ends``): asked
+        # here, each ListOffsets queued behind the held fetch and a GET /api/v1/workers took seconds
+        # (bench/read_to_end.py's ``tail``). Until 2026-12-06 the tails made the broker answer every
+        # fetch within 10 ms instead: a fetch every 10 ms per tail, idle or not (the dispatcher's
+        # three: 7.7 of a media workflow's 74 client requests at 45 DAGs/s,
         # bench/client_requests.py).
         self.consumer = consumer(bootstrap, None)
         self._bootstrap = bootstrap

@@ -61,12 +61,12 @@ from es_sched.kafka.clients import KafkaClients, read_partitions
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import assign_at_committed, seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
-from es_sched.kafka.static import StaticMember, rejoining
+from es_sched.kafka.static_membership import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, BatchSizer
 from es_sched.metrics import LagGauge, Registry
-from es_sched.runtime.kept import KeptStates
+from es_sched.runtime.decider_states import KeptStates
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
 from es_sched.serialization import decode_input

@@ -51,7 +51,7 @@ from es_sched.kafka import clients
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.failures import wait
-from es_sched.kafka.static import StaticMember, rejoining
+from es_sched.kafka.static_membership import StaticMember, rejoining
 from es_sched.kafka.topics import topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out

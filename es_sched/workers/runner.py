@@ -30,7 +30,7 @@ from confluent_kafka import (
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer, watermarks
-from es_sched.kafka.ends import Ends
+from es_sched.kafka.partition_ends import Ends
 from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import wire
 
@@ -57,7 +57,9 @@ class AssignmentReader:
         self.partition = -1
         self.paused = False
         self._consumer = consumer(bootstrap, group)
-        self._ends = Ends(bootstrap)  # not the reading client, which holds fetches (kafka.ends)
+        self._ends = Ends(
+            bootstrap
+        )  # not the reading client, which holds fetches (kafka.partition_ends)
         self._committed = OFFSET_UNSET
         self._next = OFFSET_UNSET  # the offset after the last record read
         self._newest_at = 0.0  # CreateTime (s) of the newest record read: see fetched_end

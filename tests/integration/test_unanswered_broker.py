@@ -1,4 +1,5 @@
-"""A static member sees a paused broker as trouble (``kafka/static.py``, ``UNANSWERED_S``).
+"""A static member sees a paused broker as trouble (``kafka/static_membership.py``,
+``UNANSWERED_S``).
 
 A broker frozen by SIGSTOP fails no connection and, within 30 s, times out none of an idle
 member's calls; on SIGCONT the coordinator may fence the member off its own instance id (a
@@ -21,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from es_sched.kafka.clients import consumer
-from es_sched.kafka.static import UNANSWERED_S, StaticMember
+from es_sched.kafka.static_membership import UNANSWERED_S, StaticMember
 from es_sched.kafka.topics import ensure_topic
 from testkit.private_kafka import PrivateKafka, private_kafka, process_state
 from testkit.wait import wait_until

@@ -1,6 +1,7 @@
-"""Where a partition ends is asked on a client that does nothing else (``kafka.ends``): a reader
-that lets the broker hold its fetches would queue the question behind them. Fake clients count
-who was asked; a failed question replaces the asking client, at most every ``RENEW_S``."""
+"""Where a partition ends is asked on a client that does nothing else
+(``kafka.partition_ends``): a reader that lets the broker hold its fetches would queue the
+question behind them. Fake clients count who was asked; a failed question replaces the asking
+client, at most every ``RENEW_S``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from es_sched.kafka import ends as ends_module
-from es_sched.kafka.ends import RENEW_S, Ends
+from es_sched.kafka import partition_ends
+from es_sched.kafka.partition_ends import RENEW_S, Ends
 from es_sched.kafka.tail import Tail
 
 
@@ -67,7 +68,7 @@ class Record:
 def clients(monkeypatch: pytest.MonkeyPatch, *made: Asking) -> list[Asking]:
     """``Ends`` gets ``made`` in order, one per client it creates."""
     left = list(made)
-    monkeypatch.setattr(ends_module, "consumer", lambda *_a, **_k: left.pop(0))
+    monkeypatch.setattr(partition_ends, "consumer", lambda *_a, **_k: left.pop(0))
     return list(made)
 
 

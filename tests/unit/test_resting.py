@@ -18,7 +18,7 @@ from es_sched.errors import SchemaError
 from es_sched.kafka.topics import Topics
 from es_sched.projections.replay import Replayed, Snapshots, verify_changelog
 from es_sched.runtime import outbox
-from es_sched.runtime.kept import KeptStates
+from es_sched.runtime.decider_states import KeptStates
 from es_sched.runtime.outbox import Record, snapshot
 from es_sched.serialization.changelog import (
     ENDED_HEADER,

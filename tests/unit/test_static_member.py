@@ -1,5 +1,6 @@
-"""kafka/static.py: a static member fenced off its instance id stops for a twin and rejoins
-after a self-fence (right after Kafka errors: a broker restart, confluent-kafka-go #494)."""
+"""kafka/static_membership.py: a static member fenced off its instance id stops for a twin and
+rejoins after a self-fence (right after Kafka errors: a broker restart, confluent-kafka-go
+#494)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from es_sched.kafka.static import (
+from es_sched.kafka.static_membership import (
     MAX_REJOINS,
     UNANSWERED_S,
     InstanceFenced,

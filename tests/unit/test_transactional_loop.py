@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message
 
 from es_sched.errors import InfrastructureError
-from es_sched.kafka.bounded import BoundedCaller, Wedged
+from es_sched.kafka.bounded_caller import BoundedCaller, Wedged
 from es_sched.kafka.failures import Kind, Stopped, classify, rejoins, seek_to_committed
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out

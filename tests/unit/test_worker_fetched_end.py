@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
-from es_sched.kafka import ends as ends_module
+from es_sched.kafka import partition_ends
 from es_sched.workers import runner
 from es_sched.workers.runner import FETCHED_END_FRESH_S, AssignmentReader
 
@@ -74,7 +74,7 @@ def reader(
     )
     ends = Client([], cached_end, end=4)
     monkeypatch.setattr(runner, "consumer", lambda *_a, **_k: reading)
-    monkeypatch.setattr(ends_module, "consumer", lambda *_a, **_k: ends)
+    monkeypatch.setattr(partition_ends, "consumer", lambda *_a, **_k: ends)
     r = AssignmentReader("bootstrap", "assignments", "w1", "group")
     r.partition = 0
     assert r.poll(0.05) is not None  # the head, offset 0

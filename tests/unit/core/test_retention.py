@@ -17,7 +17,7 @@ from es_sched.domain.events import WorkflowRejected
 from es_sched.domain.retention import Ended, answer_ended, due, forget_at, marker
 from es_sched.domain.state import WorkflowState
 from es_sched.kafka.topics import Topics
-from es_sched.runtime.kept import KeptStates
+from es_sched.runtime.decider_states import KeptStates
 from es_sched.runtime.retirement import EndedIndex, Retirement
 from es_sched.serialization.changelog import Resting, decode_ended, ended_key
 from tests.unit.core.harness import Driver, task, workflow

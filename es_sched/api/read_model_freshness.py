@@ -1,15 +1,27 @@
-"""What a console page reflects, and whether the read model lags the log.
+"""How far the rows of an answer are behind the events log, and read-your-writes (ADR 23, 28).
 
-Every page shows the events offsets its PostgreSQL rows reflect (``queries.reflected``) and,
-when the events topic holds more than that, a notice saying how far behind the rows are, so a
-list and a detail page read at different moments never disagree silently (both read the same
-rows; the notice says when those rows are behind). The log's ends (high watermarks) come from
-one Kafka consumer per API process and are cached for ``console_lag_cache_s``: a page costs one
-indexed PostgreSQL read, not a broker round trip per partition.
+Every read says which events offsets its PostgreSQL rows reflect (``reflected``: the
+projection's checkpoint per events partition, a lower bound cached briefly) and whether the log
+holds more than that, so a list and a detail page read at different moments never disagree
+silently (both read the same rows; the lag says when those rows are behind). The checkpoints
+are read first and the log's ends after: the lag is never understated. Two answers need it:
 
-A high watermark can sit one past a projection's checkpoint for ever (a transaction's commit
-marker takes an offset that holds no record), so a lag counts only partitions whose end is
-beyond the checkpoint by more than that marker; the notice speaks of "about" N records.
+- ``freshness_of``, for ``/api/v1`` and the console's operations pages
+  (``api.native.models.Freshness``): the lag per partition, the ends read on every call
+  (``readers.EventEnds``). A high watermark can sit one past a projection's checkpoint for
+  ever (a transaction's commit marker takes an offset that holds no record), so a partition a
+  projection is just behind is measured to the end of its last record (``record_ends``).
+- ``page_freshness``, for the console's workflow pages (``PageFreshness``): one total, "about"
+  N records. The ends come from one Kafka consumer per API process, cached for
+  ``console_lag_cache_s`` (``LogEnds``): a page costs one indexed PostgreSQL read, not a
+  broker round trip per partition; so a partition counts only when its end is beyond the
+  checkpoint by more than that commit marker (``MARKER``).
+
+``wait_after`` serves ``?after=TOKEN``: it waits with
+``projections.read_your_writes.wait_projected``, which blocks: the routes that call it are
+plain ``def`` routes, which FastAPI runs in its thread pool, so the event loop never waits on
+it; the wait is bounded by ``ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S`` and answers 504 with
+the reason when it runs out.
 """
 
 from __future__ import annotations
@@ -22,17 +34,47 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, TopicPartition
 from starlette.concurrency import run_in_threadpool
 
+from es_sched.api.errors import ApiError
+from es_sched.api.native.models import Freshness
+from es_sched.api.readers import event_ends
 from es_sched.api.reflected import reflected, reflected_is_fresh
 from es_sched.api.services import Services
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
+from es_sched.projections import read_your_writes
 
 EXTRA = "console.log_ends"
 MARKER = 1  # a transaction's commit marker: one offset past the last record
 
 
+def freshness_of(svc: Services) -> Freshness:
+    """Read the checkpoints first, the ends after: the lag is never understated."""
+    topic = event_ends(svc).topic
+    reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
+    ends = event_ends(svc).record_ends(event_ends(svc).ends(), reflects)
+    lag = {p: max(0, end - reflects.get(p, 0)) for p, end in ends.items()}
+    return Freshness(
+        topic=topic,
+        reflects={p: reflects.get(p, 0) for p in ends},
+        lag=lag,
+        lagging=any(lag.values()),
+    )
+
+
+def wait_after(svc: Services, after: str | None) -> None:
+    """Block until the read model has the events of the command ``after`` names (or 504)."""
+    if after is None:
+        return
+    token = read_your_writes.Token.parse(after)  # an EsSchedError: 400 with the expected shape
+    timeout = svc.settings.api.read_your_writes_timeout_s
+    try:
+        read_your_writes.wait_projected(svc.settings, svc.pg.get(), token, timeout)
+    except read_your_writes.NotFreshYet as exc:
+        raise ApiError(504, f"not reflected within {timeout:g}s: {exc}") from None
+
+
 @dataclass(frozen=True)
-class Freshness:
+class PageFreshness:
     topic: str
     reflected: dict[int, int]  # partition -> next offset the rows reflect
     ends: dict[int, int] | None  # partition -> the log's end; None: the broker did not answer
@@ -102,17 +144,17 @@ def _log_ends(svc: Services) -> LogEnds:
     return svc.extras.setdefault(EXTRA, ends)  # type: ignore[no-any-return]
 
 
-def freshness(svc: Services) -> Freshness:
+def page_freshness(svc: Services) -> PageFreshness:
     topic = topics_for(svc.settings).events
     reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
     ends = _log_ends(svc).get()
-    return Freshness(topic, reflects, ends, lag_of(reflects, ends) if ends else 0)
+    return PageFreshness(topic, reflects, ends, lag_of(reflects, ends) if ends else 0)
 
 
-async def freshness_async(svc: Services) -> Freshness:
-    """``freshness`` for a coroutine: on the event loop when both caches are fresh, else on a
-    thread (a broker or PostgreSQL read)."""
+async def page_freshness_async(svc: Services) -> PageFreshness:
+    """``page_freshness`` for a coroutine: on the event loop when both caches are fresh, else
+    on a thread (a broker or PostgreSQL read)."""
     ends = svc.extras.get(EXTRA)
     if isinstance(ends, LogEnds) and ends.fresh and reflected_is_fresh(svc):
-        return freshness(svc)
-    return await run_in_threadpool(freshness, svc)
+        return page_freshness(svc)
+    return await run_in_threadpool(page_freshness, svc)
