@@ -43,7 +43,6 @@ from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
 from es_sched.projections import read_your_writes
 
-EXTRA = "console.log_ends"
 MARKER = 1  # a transaction's commit marker: one offset past the last record
 
 
@@ -129,19 +128,18 @@ class LogEnds:
 
 
 def _log_ends(svc: Services) -> LogEnds:
-    found = svc.extras.get(EXTRA)
-    if isinstance(found, LogEnds):
-        return found
-    settings = svc.settings
-    topic = topics_for(settings).events
-    probe: Consumer = consumer(settings.kafka.bootstrap_servers, None)
+    def make() -> LogEnds:
+        settings = svc.settings
+        topic = topics_for(settings).events
+        probe: Consumer = consumer(settings.kafka.bootstrap_servers, None)
 
-    def read() -> dict[int, int]:
-        meta = probe.list_topics(topic, timeout=5).topics[topic]
-        return {p: watermarks(probe, TopicPartition(topic, p), 5)[1] for p in meta.partitions}
+        def read() -> dict[int, int]:
+            meta = probe.list_topics(topic, timeout=5).topics[topic]
+            return {p: watermarks(probe, TopicPartition(topic, p), 5)[1] for p in meta.partitions}
 
-    ends = LogEnds(read, settings.api.console_lag_cache_s, probe.close)
-    return svc.extras.setdefault(EXTRA, ends)  # type: ignore[no-any-return]
+        return LogEnds(read, settings.api.console_lag_cache_s, probe.close)
+
+    return svc.log_ends.get(make)
 
 
 def page_freshness(svc: Services) -> PageFreshness:
@@ -154,7 +152,7 @@ def page_freshness(svc: Services) -> PageFreshness:
 async def page_freshness_async(svc: Services) -> PageFreshness:
     """``page_freshness`` for a coroutine: on the event loop when both caches are fresh, else
     on a thread (a broker or PostgreSQL read)."""
-    ends = svc.extras.get(EXTRA)
-    if isinstance(ends, LogEnds) and ends.fresh and reflected_is_fresh(svc):
+    ends = svc.log_ends.peek()
+    if ends is not None and ends.fresh and reflected_is_fresh(svc):
         return page_freshness(svc)
     return await run_in_threadpool(page_freshness, svc)

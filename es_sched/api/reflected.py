@@ -19,8 +19,6 @@ from starlette.concurrency import run_in_threadpool
 from es_sched.api.services import Services
 from es_sched.projections.postgres import queries
 
-EXTRA = "api.reflected"
-
 
 class Reflected:
     """``queries.reflected`` of one engine, read at most once per ``ttl_s`` (thread-safe)."""
@@ -53,10 +51,7 @@ class Reflected:
 
 
 def _of(svc: Services) -> Reflected:
-    found = svc.extras.get(EXTRA)
-    if not isinstance(found, Reflected):
-        found = svc.extras.setdefault(EXTRA, Reflected(svc))
-    return found
+    return svc.reflected.get(lambda: Reflected(svc))
 
 
 def reflected(svc: Services, topic: str) -> dict[int, int]:

@@ -141,8 +141,8 @@ class LeanWorkerRoutes:
             await run_in_threadpool(admitted, request, self.svc, "worker")
 
     async def _gateway(self, scope: Scope) -> Gateway:
-        found = self.svc.extras.get("gateway")
-        if isinstance(found, Gateway):
+        found = self.svc.gateway.peek()
+        if found is not None:
             return found
         server = scope.get("server")  # the port it listens on, as the ``gateway`` dependency
         port = int(server[1]) if server and server[1] else None

@@ -178,10 +178,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
             return workflow(None, wid)
 
     svc = Services(settings, Lazy(Pg), Lazy(Search), Lazy(lambda: commands))  # type: ignore[arg-type, return-value]
-    svc.extras["reads"] = Reads()
-    svc.extras[read_model_freshness.EXTRA] = read_model_freshness.LogEnds(
-        lambda: {0: 5, 1: 30}, 60, lambda: None
-    )
+    svc.async_reads.put(Reads())  # type: ignore[arg-type]
+    svc.log_ends.put(read_model_freshness.LogEnds(lambda: {0: 5, 1: 30}, 60, lambda: None))
     return Fakes(TestClient(create_app(svc)), commands, asked)
 
 

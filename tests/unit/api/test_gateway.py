@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from es_sched.api.gateway.store import HeldLease
-from es_sched.api.gateway.worker import Gateway, _Held
 from es_sched.domain import commands as c
 from es_sched.serialization import wire
 from es_sched.settings import Settings
+from es_sched.workers.gateway.leases import HeldLease
+from es_sched.workers.gateway.worker import Gateway, _Held
 from testkit.settings import settings_with
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_sched.api.gateway.demand import IDLE_GAPS, MIN_PATIENCE_S, Demand
+from es_sched.workers.gateway.demand import IDLE_GAPS, MIN_PATIENCE_S, Demand
 
 WINDOW = 10.0
 

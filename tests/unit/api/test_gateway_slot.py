@@ -7,7 +7,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from es_sched.api.gateway import slot
+from es_sched.workers.gateway import slot
 
 
 def _hold(folder: str, ready: multiprocessing.Event, done: multiprocessing.Event) -> None:  # type: ignore[valid-type]

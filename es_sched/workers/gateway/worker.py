@@ -8,7 +8,7 @@ report builders) and its never-start-a-stale-lease rules (``StaleLeases``), not 
 ``Worker``: a ``Worker`` runs handlers in its own threads, here an HTTP request takes the task
 and another request, maybe on another API process, ends it.
 
-Demand (ADR 24 a, ADR 34; the rules in ``es_sched.api.gateway.demand``): the status announces
+Demand (ADR 24 a, ADR 34; the rules in ``es_sched.workers.gateway.demand``): the status announces
 only the task types HTTP workers still ask this process for, and room for only as many tasks
 as they asked for (the ``count`` of their polls) beyond those it holds, capped by
 ``capacity``. A poll that finds nothing sends a status at once, so the dispatcher hears of the
@@ -20,7 +20,7 @@ runs every ``IDLE_CHECK_S`` in memory; the store is read only at heartbeats.
 
 A task taken by a poll is reported started (``worker.task_started`` with the gateway's lease)
 and stays in the status until some API process records its outcome in the gateway store
-(``es_sched.api.gateway.store``); this gateway learns that at its next heartbeat.
+(``leases.LeaseStore``); this gateway learns that at its next heartbeat.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from typing import IO
 
 from confluent_kafka import Message
 
-from es_sched.api.gateway.demand import Demand
-from es_sched.api.gateway.store import GatewayStore, as_assignment
 from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.serialization import wire
 from es_sched.settings import Settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import use_of
+from es_sched.workers.gateway.demand import Demand
+from es_sched.workers.gateway.leases import LeaseStore, as_assignment
 from es_sched.workers.stale import Stale, StaleLeases
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Gateway:
     def __init__(
         self,
         settings: Settings,
-        store: GatewayStore,
+        store: LeaseStore,
         worker_id: str | None = None,
         pool: str = "default",
         slot: IO[bytes] | None = None,

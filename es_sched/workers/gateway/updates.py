@@ -26,13 +26,13 @@ from typing import Any
 
 import orjson
 
-from es_sched.api.gateway.store import HeldLease, as_assignment
-from es_sched.api.gateway.worker import Gateway
 from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
 from es_sched.serialization import wire
 from es_sched.workers import reports
+from es_sched.workers.gateway.leases import HeldLease, as_assignment
+from es_sched.workers.gateway.worker import Gateway
 
 DELIVERY_S = 10.0
 JSON = dict[str, Any]
