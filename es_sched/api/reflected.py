@@ -1,9 +1,9 @@
 """The offsets the read model's rows reflect, per API process, reused for a short while.
 
 Every read says which events its rows reflect (``X-Es-Sched-Reflects``, the console's
-"Reflects", ``/api/v1``'s ``freshness``). Reading the checkpoints on every request cost a
-connection checkout and a query (54 of the 87 ms a workflow's detail took at 50 clients). The
-routes read them BEFORE the rows, and a checkpoint only grows, so a value up to
+"Reflects", ``/api/v1``'s ``freshness``). Reading the checkpoints on every request costs a
+connection checkout and a query, more than the rest of a workflow's detail under load (ADR
+23). The routes read them BEFORE the rows, and a checkpoint only grows, so a value up to
 ``ES_SCHED_API_REFLECTS_CACHE_S`` old is still a lower bound of what the rows reflect: the
 answer stays true, only a little less precise. Read-your-writes (``?after=``) never uses it:
 it waits on the checkpoints themselves.

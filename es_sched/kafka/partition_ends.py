@@ -1,19 +1,19 @@
 """Where a partition ends, asked on a client that does nothing else.
 
-A reader that lets the broker hold its fetches open (``fetch.wait.max.ms``, librdkafka's 500 ms
-by default: the broker answers as soon as a record comes, and otherwise once that long) cannot
-ask its own client where a partition ends: the broker answers the requests of one connection in
-order, so the ListOffsets would wait out the held fetch. The worker's reader asked a second
-client (its catch-up before a start); the dispatcher's and the API's tails instead made the
-broker answer every fetch within 10 ms, which cost it a fetch every 10 ms per tail, idle or not
-(``kafka.tail``). ``Ends`` is that second client, for both.
+A reader that lets the broker hold its fetches open (``fetch.wait.max.ms``: the broker answers
+as soon as a record comes, and otherwise once that long) cannot ask its own client where a
+partition ends: the broker answers the requests of one connection in order, so the ListOffsets
+would wait out the held fetch. Making the broker answer every fetch at once instead costs it a
+fetch after fetch from every idle reader. ``Ends`` is the second client: the worker's reader
+asks it before a start (its catch-up), the dispatcher's and the API's tails (``kafka.tail``) on
+each catch-up.
 
 It only ever sends ListOffsets to the leader its metadata names, and nothing else it does
-refreshes that metadata (no fetch, no produce; the periodic refresh is 5 min): once a broker
-that led the partition is gone (kill -9 of one node of three) it would ask the dead node
-forever, and a worker, which starts no task before it has read up to that end, would stall for
-good. That was the three-node test's 1-in-6 failure. So a failed query replaces the client: a
-new one bootstraps and looks the leader up afresh; at most every ``RENEW_S``, so a
+refreshes that metadata (no fetch, no produce; librdkafka's periodic refresh is minutes apart):
+once a broker that led the partition is gone (kill -9 of one node of three) it would ask the
+dead node forever, and a worker, which starts no task before it has read up to that end, would
+stall for good (``tests/integration/test_cluster.py`` met it). So a failed query replaces the
+client: a new one bootstraps and looks the leader up afresh; at most every ``RENEW_S``, so a
 whole-cluster outage does not churn clients.
 """
 

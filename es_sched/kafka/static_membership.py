@@ -5,13 +5,13 @@ A static member is fenced (FENCED_INSTANCE_ID) when another consumer registers w
 
 - a twin: a second process started with the same ``ES_SCHED_RUN_INSTANCE``. An operator error;
   the role stops, as it does when its transactional producer is fenced.
-- a self-fence: after the group coordinator restarts or moves (a broker kill -9 and restart
-  here: 2 runs of 2 with librdkafka 2.16), the consumer rejoins under a new member id while a
-  request under its old one is still on the way; the coordinator fences the old member id and
-  librdkafka makes that a fatal consumer error although no other process exists. Reported for
-  librdkafka since 1.4 (confluent-kafka-go #494, "Consumer with static membership is not able
-  to rejoin after broker restart", open). The role must rejoin by itself: a scheduler that stops
-  for good on a broker restart is what issue 13 set out to end.
+- a self-fence: after the group coordinator restarts or moves (a broker kill -9 and restart,
+  ``tests/integration/test_broker_restart.py``), the consumer rejoins under a new member id
+  while a request under its old one is still on the way; the coordinator fences the old member
+  id and librdkafka makes that a fatal consumer error although no other process exists
+  (confluent-kafka-go #494, "Consumer with static membership is not able to rejoin after
+  broker restart"). The role must rejoin by itself: a scheduler must survive a broker restart
+  (issue 13).
 
 The group's description cannot tell them apart: a static member that replaces another keeps
 the replaced member's ``client.id`` and host in the coordinator's metadata (seen on Kafka 4 with
@@ -22,8 +22,8 @@ logs them, ``consume`` returns none: with a node of three killed, that log line 
 ``commit_transaction`` was all the decider saw), or as a broker that stopped answering: a
 request in flight with nothing received for ``UNANSWERED_S`` (librdkafka's statistics each
 second: ``waitresp_cnt``, ``rxidle``). That last one is all an idle decider sees of a broker
-paused (SIGSTOP) for 30 s: no connection fails and no call of its times out, and it was fenced
-on SIGCONT (`test_broker_restart.py`, 2026-12-03). A twin arrives out of a quiet sky. So
+paused (SIGSTOP): no connection fails and no call of its times out, and it is fenced on SIGCONT
+(``tests/integration/test_unanswered_broker.py``). A twin arrives out of a quiet sky. So
 ``InstanceFenced.after_trouble`` says whether the loop saw trouble within ``TROUBLE_WINDOW_S``,
 ``StaticMember.troubled`` whether its consumer did: without either the role stops, with one
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
@@ -54,7 +54,7 @@ TROUBLE_WINDOW_S = 120.0  # a broker's restart and the rejoins after it fit well
 MAX_REJOINS = 5  # in a row: a fence that keeps coming back is not a coordinator hiccup
 STEADY_S = 60.0  # a session that ran this long ends a row of rejoins
 # A broker that has answered nothing for this long with requests in flight is away: a consumer
-# in a group hears from its brokers every fetch.wait.max.ms (500 ms) and heartbeat (3 s).
+# in a group hears from its brokers at every fetch.wait.max.ms and heartbeat, both shorter.
 UNANSWERED_S = 5.0
 STATS_EVERY_MS = 1000
 

@@ -155,8 +155,9 @@ class TransactionalLoop:
 
     def poll(self, consumer: GroupConsumer, max_records: int, wait_s: float) -> list[Message]:
         """``prompt``: up to ``wait_s`` for the first record, then what else came, without
-        waiting (a batch short of ``max_records`` took all of ``wait_s``: 50 ms a decider step
-        at light load, issue 15); else a window of ``wait_s``, a transaction per window."""
+        waiting (a batch short of ``max_records`` would take all of ``wait_s``, a wait on every
+        decider step at light load: ADR 41); else a window of ``wait_s``, a transaction per
+        window."""
         got = consumer.consume(1 if self.prompt else max_records, wait_s)
         if self.prompt and got and max_records > 1:
             got += consumer.consume(max_records - 1, 0)
@@ -165,9 +166,8 @@ class TransactionalLoop:
             err = msg.error()
             if err is None:
                 out.append(msg)
-            elif instance_fenced(
-                err
-            ):  # a twin or a self-fence: kafka/static_membership.py tells them apart
+            elif instance_fenced(err):
+                # a twin or a self-fence: kafka/static_membership.py tells them apart
                 fenced = self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
                 quiet_s = time.monotonic() - self._trouble_at
                 raise InstanceFenced(str(fenced), after_trouble=quiet_s < TROUBLE_WINDOW_S)
@@ -178,7 +178,8 @@ class TransactionalLoop:
         return out
 
     def _consumer_error(self, err: KafkaError) -> None:
-        # A broker away repeats its transport errors many times a second: one line per 10 s.
+        # A broker away repeats its transport errors many times a second: one line per
+        # ERROR_LOG_EVERY_S.
         now = self._trouble_at = time.monotonic()
         if now - self._errors_at < ERROR_LOG_EVERY_S:
             self._errors_quiet += 1

@@ -28,7 +28,7 @@ read (the restore rate is logged; a broker outage during it is waited out), drop
 revocation. Static group membership (ADR 21, ``ES_SCHED_RUN_STATIC_MEMBERSHIP``): the group
 member is ``group.instance.id`` = the transactional id, so a decider restarted under the same
 instance gets its partitions back without a rebalance; a stopped one keeps them until it returns
-or its 10 s session ends, and a second live process with its instance fences it (it stops).
+or its session times out, and a second live process with its instance fences it (it stops).
 Duplicate inputs are no-ops (``decide`` remembers input ids). Bounded (ADR 18): a workflow ended
 ``ES_SCHED_RUN_RETAIN_FINISHED_S`` ago is forgotten in a batch's transaction (a tombstone and an
 ended marker, ``runtime.retirement``), and a late input for it is answered from the marker

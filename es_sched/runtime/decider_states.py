@@ -2,8 +2,8 @@
 
 A decider restoring its partitions reads every kept snapshot, and with a day's retention (ADR
 18) almost all of them are of ended workflows that no input will name again before they are
-retired. Decoding those was most of a restore: 112.6 us of CPU a media state, against 7.7 us
-to keep it resting (``bench/restore_cpu.py``, one run). An ended workflow's snapshot says so
+retired. Decoding those was most of a restore's CPU
+(``bench/results/current/restore_cpu.json``). An ended workflow's snapshot says so
 in a header (status, seq, end time: what retention reads), so the restore keeps it as read
 (``Resting``) and this map decodes it the first time an input asks for it (``get``), then
 holds the state as any other. Retirement reads a resting entry's header fields (``peek``)

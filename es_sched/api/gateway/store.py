@@ -67,8 +67,9 @@ class GatewayStore:
     def __init__(self, settings: Settings) -> None:
         self.schema = f"{settings.postgres.schema_name}_gateway"
         # Sized like the API's read-model pool, without overflow: every poll and update takes
-        # a connection, and an overflow one is closed on return, so the default 4 + 10 made
-        # most updates pay a connect under 4 HTTP workers (bench/api_workers.py's profile).
+        # a connection, and an overflow one is closed on return, so a small pool with overflow
+        # made most updates pay a connect under a few HTTP workers (bench/api_workers.py's
+        # profile).
         a = settings.api
         self.engine: Engine = engine_for(settings, self.schema, a.pg_pool_size, a.pg_max_overflow)
         # The per-task statements bypass SQLAlchemy (``conns``): no pre-ping, no BEGIN/COMMIT.

@@ -5,8 +5,8 @@ The list is two PostgreSQL reads in one snapshot whatever the table's size
 (``pages.console_page``'s statements, run on the event loop in one round trip: ADR 37):
 the counts per status (over the filter without its statuses, so each count is a link that
 narrows; the total is their sum), each counted to at most ``ES_SCHED_API_CONSOLE_COUNT_MAX``
-rows past the page's start and shown "N+" beyond (an exact count scanned the whole table: 513
-of a page's 629 ms at 100k workflows), and one page of rows, newest first, on the
+rows past the page's start and shown "N+" beyond (an exact count scans the whole table, most
+of a page's time on a large read model: ADR 26), and one page of rows, newest first, on the
 ``created_at`` indexes; free text is resolved by the search store into ids first. No query
 per row.
 """

@@ -16,18 +16,18 @@ rules below are tested without a broker or sleeps (tests/unit/api/test_gateway_d
   on it is never idle. Why: behind several API processes (``--workers N``, or hosts behind a
   load balancer) an HTTP worker's connections, not its wishes, decide which gateway its
   requests reach. conductor-python polls on one pooled connection and updates on others, so
-  a gateway its threads stopped updating through kept tasks for the whole 10 s window while
-  the polls went elsewhere: bench/api_workers.py's SDK on 2 API processes took 13-14 s for 600
-  tasks that otherwise take 3-4 s, the last tasks of each run stranded.
+  with a fixed window a gateway its threads stopped updating through kept tasks for the whole
+  window while the polls went elsewhere, and the last tasks of a run waited for it
+  (``bench/api_workers.py`` with the SDK on several API processes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# At least this long: a worker's polls pause while it updates what it took (bench/api_workers.py:
-# 4 pollers each updating 8 tasks one by one, ~20 ms each, more on a loaded host); at 0.5 s a
-# loaded run handed back 32-49 tasks it would have polled a moment later.
+# At least this long: a worker's polls pause while it updates what it took, one by one, and
+# longer on a loaded host; a shorter floor handed back tasks the worker would have polled a
+# moment later (ADR 34, bench/api_workers.py).
 MIN_PATIENCE_S = 1.0
 IDLE_GAPS = 4.0  # gaps without a request before a type counts as no longer asked for here
 SMOOTHING = 0.2  # weight of the newest gap in the moving average

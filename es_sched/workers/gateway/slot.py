@@ -2,12 +2,13 @@
 
 ``es-sched api --workers N`` runs N processes on one port, and each builds a gateway worker. Two
 gateways under one worker id share one consumer group on the assignments topic and overwrite
-each other's status: found by bench/api_workers.py with 2 API workers, where every task leased
-to the gateway that did not own the partition was stranded. The id must also stay the same
+each other's status, so every task leased to the gateway that does not own the partition is
+stranded (bench/api_workers.py with several API workers shows it). The id must also stay the same
 when a process restarts, so its committed position and the tasks HTTP workers took from it (the
 gateway store) are resumed. So each process claims the lowest free slot of its host and port
 with an exclusive ``flock`` on a file: the kernel releases it when the process dies, and the
-process replacing it claims the same slot. Slot 0 keeps the id a single-process API always had.
+process replacing it claims the same slot. Slot 0 is the bare id, the one a single-process API
+uses.
 """
 
 from __future__ import annotations

@@ -98,10 +98,10 @@ class Gateway:
         self.capacity = settings.api.gateway_capacity
         self.demand_s = settings.api.gateway_demand_s
         self.heartbeat_s = settings.dispatch.heartbeat_s
-        # No linger: an HTTP update answers only once its report is delivered, so the 5 ms
-        # every other producer waits to fill a batch was most of the wait (bench/api_workers.py,
-        # delivery p50 7.2 -> 1.8 ms); concurrent updates still share a request while one is
-        # in flight.
+        # No linger: an HTTP update answers only once its report is delivered, so the linger
+        # every other producer waits to fill a batch would be most of that wait
+        # (bench/api_workers.py); concurrent updates still share a request while one is in
+        # flight.
         self.reporter = reports.Reporter(
             settings.kafka.bootstrap_servers, topics_for(settings), **{"linger.ms": 0}
         )
@@ -135,9 +135,9 @@ class Gateway:
 
         ``next_of_update``: update-v2's take of the next task (``Demand.asked``). It keeps a
         larger count the same worker polled for: conductor-python's threads share one worker
-        id, and each thread's update-v2 asking for 1 announced room for 1 task where its batch
-        poll had asked for 32 (bench/api_workers.py: the SDK at 31 tasks/s against the native
-        worker's 214)."""
+        id, and each thread's update-v2 asking for 1 would announce room for 1 task where its
+        batch poll had asked for many, starving the SDK's threads (ADR 24 a,
+        bench/api_workers.py)."""
         now = time.monotonic()
         claim = Claim(now)
         with self._lock:
@@ -182,7 +182,7 @@ class Gateway:
 
     def poll_due(self, task_type: str, domain: str, http_worker: str) -> bool:
         """Whether to write this poll's data (``GET /api/tasks/queue/polldata``): at most once a
-        second per worker and type, as an idle SDK worker polls every 100 ms. In memory: a
+        second per worker and type, as an idle SDK worker polls many times a second. In memory: a
         route hands only the write (``store.polled``) to a thread."""
         key, now = (task_type, domain, http_worker), time.monotonic()
         with self._lock:
