@@ -1,7 +1,7 @@
 """What HTTP workers asked one gateway for, and how long it waits for them to ask again.
 
 Pure bookkeeping, no clock of its own (every call takes ``now``, monotonic seconds), so the
-rules below are tested without a broker or sleeps (tests/unit/api/test_gateway_demand.py).
+rules below are tested without a broker or sleeps (tests/unit/workers/test_gateway_demand.py).
 
 - **Demand** (ADR 24 a): each poll or update-v2 for a task type records the ``count`` its
   HTTP worker asked for; the gateway's status announces the types asked for and room for the
