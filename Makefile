@@ -75,7 +75,7 @@ bench: stack-up $(BENCH_STAMP)
 
 # The generated documentation: the architecture picture from its Graphviz source (needs `dot`:
 # apt-get install -y graphviz) and the settings reference from es_sched/settings.py, which
-# tests/unit/test_settings_reference.py checks is current.
+# tests/unit/tools/test_settings_reference.py checks is current.
 .PHONY: docs
 docs: $(STAMP)
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg

@@ -1,6 +1,6 @@
 """The pure arithmetic of bench/side_by_side.py: percentiles, the sustained-load rule, medians of
 runs, ratios and the README table. No I/O here but ``write_table``, so the rules that turn raw
-timestamps into the published figures are unit-tested (tests/unit/test_peer_bench.py).
+timestamps into the published figures are unit-tested (tests/unit/bench/test_peer_bench.py).
 
 Rules, one place each:
 - a percentile is the nearest-rank value of every DAG offered; a DAG that never completed counts

@@ -2,15 +2,15 @@
 
 Input: the JSON files the benches write under bench/results/current/ (bench/README.md says which
 bench writes which). Output: docs/performance.md, a headline table and one table per area, each
-naming the file its figures come from and the command that reruns it, then the method and what
-each file records of its machine. Nothing is measured here and nothing depends on when or where
-this runs: the same files give the same page, byte for byte (tests/unit/test_performance_page.py
+naming the file its figures come from and the command that reruns it, then the method and what each
+file records of its machine. Nothing is measured here and nothing depends on when or where this
+runs: the same files give the same page, byte for byte (tests/unit/bench/test_performance_page.py
 compares the committed page with what this makes of the committed files). Every JSON file of
-current/ needs an entry in ``SOURCES`` (its rerun command, how to count its runs): one without
-stops the page, so a file nobody indexed is not left unread. A section whose file is absent is
-left out. A before/after file (a bench run with ``--before`` or ``--compare``) is read for its
-``after`` side, the code that wrote it. The plots are the PNGs the benches draw beside their
-JSON (bench/plot_png.py: matplotlib is not in the venv); the page links them and draws none.
+current/ needs an entry in ``SOURCES`` (its rerun command, how to count its runs): one without stops
+the page, so a file nobody indexed is not left unread. A section whose file is absent is left out. A
+before/after file (a bench run with ``--before`` or ``--compare``) is read for its ``after`` side,
+the code that wrote it. The plots are the PNGs the benches draw beside their JSON
+(bench/plot_png.py: matplotlib is not in the venv); the page links them and draws none.
 
 Rerun: `.venv/bin/python bench/report.py` after any bench (and after bench/capacity.py, which
 reads the same files).

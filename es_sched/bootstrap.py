@@ -134,7 +134,7 @@ def api_services(settings: Settings) -> ApiServices:
         pg=Lazy(lambda: api_pg_store(settings)),
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
-        extras={"auth": Authenticator(settings.api, keys)},
+        auth=Authenticator(settings.api, keys),
     )
 
 

@@ -197,13 +197,14 @@ class RuntimeSettings(BaseSettings):
     # hand their partitions over on a stop and are waited for a whole session after a crash.
     static_membership: bool = True
     # The young-generation GC threshold of a process running the decider, a projector or a
-    # replay (ADR 30, es_sched.tuning): CPython's default 700 runs the cycle collector every
-    # few inputs over a batch's thousands of fresh, acyclic objects (about a quarter of the
-    # decider's CPU, a sixth of a projector's); 0 keeps the interpreter's default.
+    # replay (ADR 30, es_sched.tuning): CPython's default runs the cycle collector every few
+    # inputs over a batch's thousands of fresh, acyclic objects; 0 keeps the interpreter's
+    # default.
     gc_young_threshold: int = Field(default=50_000, ge=0)
-    # The thread switch interval of the same processes (es_sched.tuning): CPython's 5 ms made a
-    # thread whose socket answered wait up to that long for the GIL while another folded; a
-    # PostgreSQL projector's writer paid it on every statement. 0 keeps the interpreter's.
+    # The thread switch interval of the same processes (ADR 45, es_sched.tuning): at CPython's
+    # default a thread whose socket answered waits up to that long for the GIL while another
+    # folds; a PostgreSQL projector's writer paid it on every statement. 0 keeps the
+    # interpreter's.
     switch_interval_us: int = Field(default=500, ge=0)
     # Adaptive decider batches (ADR 30): while polls come back full, a batch doubles from
     # ``batch_max_records`` up to this ceiling, as long as one batch (decide, produce, commit)
@@ -308,15 +309,16 @@ class ApiSettings(BaseSettings):
     # (ADR 36: same answers, less CPU per HTTP task); false serves them through FastAPI.
     lean_worker_routes: bool = True
     # The read model's connections per API process (its own pool; projectors keep theirs).
-    # FastAPI runs sync routes on 40 threads; beyond the pool they wait for a connection: an
-    # overflow connection is closed on return, so under load each would cost a new connect
-    # (a profile at 20 clients showed one per request). 2 cores gain nothing past ~16 queries.
+    # FastAPI runs sync routes on its thread pool; beyond this pool they wait for a connection:
+    # an overflow connection is closed on return, so under load each would cost a new connect
+    # (no overflow by default). More than the host's cores can serve at once gains nothing.
     pg_pool_size: int = Field(default=16, ge=1, le=200)
     pg_max_overflow: int = Field(default=0, ge=0, le=200)
     # Reads on the event loop (ADR 37) at once per API process, each on a kept connection. One
-    # loop keeps few busy (a read is ~1 ms of the server's); the connections count against
-    # PostgreSQL's max_connections with the pool above and the gateway's: 16 each on 2
-    # processes exhausted the default 100 (503 "too many clients" on search, list and polls).
+    # loop keeps few busy (a read is short on the server); the connections count against
+    # PostgreSQL's max_connections with the pool above and the gateway's, per API process:
+    # sized like the pool, a few processes exhausted the server's default (503 "too many
+    # clients" on search, list and polls).
     pg_async_pool_size: int = Field(default=4, ge=1, le=200)
     # How long an API process reuses the offsets its rows reflect (``X-Es-Sched-Reflects``):
     # read before the rows, an older value is still a lower bound of what they reflect.

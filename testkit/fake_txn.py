@@ -1,5 +1,5 @@
 """A scripted transactional producer, group consumer and role for ``TransactionalLoop``'s
-unit tests (tests/unit/test_transactional_loop.py): each fake call pops the next scripted
+unit tests (tests/unit/kafka/test_transactional_loop.py): each fake call pops the next scripted
 outcome (success, a ``KafkaError``, a hang, or a ``KafkaError`` after a pause: ``Late``)."""
 
 from __future__ import annotations

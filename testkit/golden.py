@@ -1,6 +1,6 @@
 """The recorded histories under ``tests/fixtures/golden``: ``NAME.events.jsonl`` (one event per
 line, as the events topic holds them) and ``NAME.expected.json`` (the state they fold to).
-``python -m tests.unit.core.golden`` records them again."""
+``python -m tests.unit.domain.golden`` records them again."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ above it). An entry of ``NOTES`` below goes before that comment: it says what th
 where the source says nothing, or only why its default is what it is. A note for a variable
 no class has any more is an error, so the notes cannot outlive their settings.
 
-tests/unit/test_settings_reference.py checks that the committed page equals this output, so a
+tests/unit/tools/test_settings_reference.py checks that the committed page equals this output, so a
 change to a setting without the page regenerated fails the unit tests.
 """
 

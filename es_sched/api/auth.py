@@ -171,8 +171,9 @@ def token_of(request: Request) -> str | None:
 
 
 def authenticator(svc: Services) -> Authenticator:
-    found: Authenticator = svc.extras["auth"]
-    return found
+    if svc.auth is None:
+        raise LookupError("no authenticator: es_sched.bootstrap.api_services sets Services.auth")
+    return svc.auth
 
 
 def require(role: str) -> Any:

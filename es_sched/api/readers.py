@@ -2,19 +2,17 @@
 by worker (definitions come from the command client's registry, ``CommandClient.definitions``).
 
 Each reader keeps one group-less consumer for the process (made on first use, kept in
-``Services.extras`` so ``Services.close`` closes it) and is caught up on every call, under a
-lock (a consumer is not thread-safe and routes run in a thread pool), bounded in time: an
-answer reflects the topic as it was when the request came, never a background copy of unknown
-age, and several API processes need nothing shared.
+``Services.event_ends`` or ``Services.worker_board`` so ``Services.close`` closes it) and is
+caught up on every call, under a lock (a consumer is not thread-safe and routes run in a thread
+pool), bounded in time: an answer reflects the topic as it was when the request came, never a
+background copy of unknown age, and several API processes need nothing shared.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
 
 from confluent_kafka import TopicPartition
 
@@ -23,12 +21,11 @@ from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import topics_for
-from es_sched.projections.freshness import last_record_end
+from es_sched.projections.read_your_writes import last_record_end
 from es_sched.serialization import wire
 
 CATCH_UP_S = 5.0
 EXACT_WITHIN = 16
-T = TypeVar("T")
 
 
 class EventEnds:
@@ -104,11 +101,8 @@ class WorkerBoard:
         self.tail.close()
 
 
-_MAKE_LOCK = threading.Lock()
-
-
 def event_ends(svc: Services) -> EventEnds:
-    return _part(svc, "event-ends", lambda: EventEnds(svc))
+    return svc.event_ends.get(lambda: EventEnds(svc))
 
 
 def worker_board(svc: Services) -> WorkerBoard:
@@ -116,11 +110,4 @@ def worker_board(svc: Services) -> WorkerBoard:
         topic = topics_for(svc.settings).worker_status
         return WorkerBoard(Tail(svc.settings.kafka.bootstrap_servers, topic, 0))
 
-    return _part(svc, "worker-board", make)
-
-
-def _part(svc: Services, name: str, make: Callable[[], T]) -> T:
-    with _MAKE_LOCK:
-        if name not in svc.extras:
-            svc.extras[name] = make()
-        return cast(T, svc.extras[name])
+    return svc.worker_board.get(make)

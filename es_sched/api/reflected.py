@@ -1,9 +1,9 @@
 """The offsets the read model's rows reflect, per API process, reused for a short while.
 
 Every read says which events its rows reflect (``X-Es-Sched-Reflects``, the console's
-"Reflects", ``/api/v1``'s ``freshness``). Reading the checkpoints on every request cost a
-connection checkout and a query (54 of the 87 ms a workflow's detail took at 50 clients). The
-routes read them BEFORE the rows, and a checkpoint only grows, so a value up to
+"Reflects", ``/api/v1``'s ``freshness``). Reading the checkpoints on every request costs a
+connection checkout and a query, more than the rest of a workflow's detail under load (ADR
+23). The routes read them BEFORE the rows, and a checkpoint only grows, so a value up to
 ``ES_SCHED_API_REFLECTS_CACHE_S`` old is still a lower bound of what the rows reflect: the
 answer stays true, only a little less precise. Read-your-writes (``?after=``) never uses it:
 it waits on the checkpoints themselves.
@@ -18,8 +18,6 @@ from starlette.concurrency import run_in_threadpool
 
 from es_sched.api.services import Services
 from es_sched.projections.postgres import queries
-
-EXTRA = "api.reflected"
 
 
 class Reflected:
@@ -53,10 +51,7 @@ class Reflected:
 
 
 def _of(svc: Services) -> Reflected:
-    found = svc.extras.get(EXTRA)
-    if not isinstance(found, Reflected):
-        found = svc.extras.setdefault(EXTRA, Reflected(svc))
-    return found
+    return svc.reflected.get(lambda: Reflected(svc))
 
 
 def reflected(svc: Services, topic: str) -> dict[int, int]:

@@ -14,18 +14,15 @@ offsets, the log's ends) are per process; the gateway and auth allow several API
 
 The shared socket is bound here, not by uvicorn: uvicorn 0.54's ``Config.bind_socket`` leaves
 the socket's protocol at 0, accepted connections inherit it, and asyncio turns ``TCP_NODELAY``
-on only for a socket that says ``IPPROTO_TCP``. Nagle's algorithm then held every keep-alive
-response's last segment for the client's delayed ACK: 44 ms per request with ``--workers 2``
-against 0.5 ms with one process (a bare Starlette app, 200 sequential requests on one
-connection), which was the whole gap between 1 and 2 API processes in bench/api_workers.py
-(an update took 55 ms over HTTP while its handler took 15). Reported upstream as
-Kludex/uvicorn#3149, open when this was written.
+on only for a socket that says ``IPPROTO_TCP``. Nagle's algorithm then holds every keep-alive
+response's last segment for the client's delayed ACK, a delay per request that only several
+API processes (uvicorn's shared socket) pay (ADR 35; upstream: Kludex/uvicorn#3149).
 
 On Linux each worker process listens on a socket of its own, all bound to the port with
 ``SO_REUSEPORT``, so the kernel spreads new connections over the processes by a hash of the
-connection's addresses. On one shared socket, whichever process was in ``accept`` first took
-them: 50 keep-alive clients split 13/37 to 21/29 between two processes from run to run, and
-the busier process set the tail (p99 2-3x p50, ADR 38). The supervisor binds the port first
+connection's addresses. On one shared socket, whichever process is in ``accept`` first takes
+them: keep-alive clients split unevenly between the processes, and the busier process sets the
+tail (ADR 39). The supervisor binds the port first
 (``PortClaim``: bound, never listening, so it takes no connection; it fails at once when the
 port is taken) and uvicorn hands it to each child, where unpickling it opens that child's own
 listener (``own_listener``). BSD and macOS do not balance ``SO_REUSEPORT`` listeners (the last

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from fastapi import Request
 
@@ -20,10 +20,16 @@ from es_sched.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from es_sched.api.auth import Authenticator
+    from es_sched.api.conductor.tasks import WorkflowNames
+    from es_sched.api.read_model_freshness import LogEnds
+    from es_sched.api.readers import EventEnds, WorkerBoard
+    from es_sched.api.reflected import Reflected
     from es_sched.commands.client import CommandClient
     from es_sched.projections.postgres.aio import AsyncReads
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
+    from es_sched.workers.gateway import Gateway
 
 T = TypeVar("T")
 
@@ -48,14 +54,51 @@ class Lazy(Generic[T]):
         return self._value is not None
 
 
+class Part(Generic[T]):
+    """One instance per process, built on first use by the module that owns it (thread-safe),
+    closed by ``Services.close``. Unlike ``Lazy``, the builder comes with the call: it needs
+    what the caller has (the services, the port the server listens on)."""
+
+    def __init__(self) -> None:
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def get(self, make: Callable[[], T]) -> T:
+        if self._value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = make()
+        return self._value
+
+    def peek(self) -> T | None:
+        """The instance if it is built, without building it."""
+        return self._value
+
+    def put(self, value: T) -> None:
+        """Use ``value`` (a test's fake) instead of building one."""
+        self._value = value
+
+    def close(self) -> None:
+        close = getattr(self._value, "close", None)
+        if callable(close):
+            close()
+
+
 @dataclass
 class Services:
     settings: Settings
     pg: Lazy[PgStore]
     search: Lazy[SearchStore]
     commands: Lazy[CommandClient]
-    # Parts that later items attach (the gateway worker, the key store), by name.
-    extras: dict[str, Any] = field(default_factory=dict)
+    auth: Authenticator | None = None  # bootstrap's; a test that logs nobody in may leave it
+    # What the API's modules build on first use, one per process:
+    gateway: Part[Gateway] = field(default_factory=Part)  # api.gateway.gateway_of
+    async_reads: Part[AsyncReads] = field(default_factory=Part)  # ``reads``
+    reflected: Part[Reflected] = field(default_factory=Part)  # api.reflected
+    event_ends: Part[EventEnds] = field(default_factory=Part)  # api.readers
+    worker_board: Part[WorkerBoard] = field(default_factory=Part)  # api.readers
+    log_ends: Part[LogEnds] = field(default_factory=Part)  # api.read_model_freshness
+    workflow_names: Part[WorkflowNames] = field(default_factory=Part)  # api.conductor.tasks
 
     @property
     def engine(self) -> Engine:
@@ -65,26 +108,33 @@ class Services:
     @property
     def reads(self) -> AsyncReads:
         """The read model's reads on asyncio (ADR 37), made on first use."""
-        found = self.extras.get("reads")
-        if found is None:
+
+        def make() -> AsyncReads:
             from es_sched.projections.postgres.aio import AsyncReads  # noqa: PLC0415
 
-            made = AsyncReads(
+            return AsyncReads(
                 self.settings.postgres.libpq_dsn,
                 self.pg.get().schema,
                 self.settings.api.pg_async_pool_size,
             )
-            found = self.extras.setdefault("reads", made)
-        reads: AsyncReads = found
-        return reads
+
+        return self.async_reads.get(make)
 
     def close(self) -> None:
         if self.commands.built:
             self.commands.get().close()
-        for part in self.extras.values():
-            close = getattr(part, "close", None)
-            if callable(close):
-                close()
+        if self.auth is not None:
+            self.auth.close()
+        for part in (
+            self.gateway,
+            self.async_reads,
+            self.reflected,
+            self.event_ends,
+            self.worker_board,
+            self.log_ends,
+            self.workflow_names,
+        ):
+            part.close()
 
 
 async def services(request: Request) -> Services:

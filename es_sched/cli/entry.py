@@ -24,7 +24,7 @@ def console() -> None:
 
     ``run`` takes a short path: only ``es_sched.cli.run`` and the roles it starts are imported,
     not the other commands (the audit, projection, search and PostgreSQL clients, rich tables),
-    which took most of a restarted role's start-up, 1.2-1.4 s before its first log line (ADR 21).
+    whose imports were most of a restarted role's start-up (ADR 21).
     """
     if sys.argv[1:2] == ["run"]:
         from es_sched.cli.run import run  # noqa: PLC0415 (the short path's only command)

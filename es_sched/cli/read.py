@@ -22,9 +22,9 @@ from es_sched import bootstrap
 from es_sched.kafka.clients import read_partition
 from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import topics_for
-from es_sched.projections.freshness import Token, wait_projected
 from es_sched.projections.postgres import queries as pg_queries
 from es_sched.projections.postgres.store import PgStore
+from es_sched.projections.read_your_writes import Token, wait_projected
 from es_sched.serialization import decode_logged_event, event_to_dict
 from es_sched.settings import Settings, load_settings
 

@@ -458,7 +458,8 @@ class CommandClient:
 
     def token(self, workflow_id: str) -> str | None:
         """The read-your-writes token of the last command delivered for this workflow
-        (``PARTITION:OFFSET`` on the commands topic; see ``es_sched.projections.freshness``)."""
+        (``PARTITION:OFFSET`` on the commands topic; see
+        ``es_sched.projections.read_your_writes``)."""
         where = self._delivered.get(workflow_id.encode())
         return None if where is None else f"{where[0]}:{where[1]}"
 

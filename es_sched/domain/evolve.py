@@ -178,9 +178,9 @@ def _reset(st: s.WorkflowState, event: Event, p: WorkflowRestarted | WorkflowRer
 
 def _settle(st: s.WorkflowState) -> None:
     """An ended workflow keeps its task maps as plain ``dict``s. ``clone`` made them ``Layered``
-    (a shared base, a top of recent changes, the wrapper: about 0.35 KiB more than the ``dict``
-    for a one-task workflow, 1.4 KiB for a media one), and a decider keeps ended states long
-    after their last copy (until retired, ADR 18). Once per workflow, O(tasks)."""
+    (a shared base, a top of recent changes, the wrapper: more memory than the ``dict``), and a
+    decider keeps ended states long after their last copy (until retired, ADR 18). Once per
+    workflow, O(tasks)."""
     st.tasks, st.latest = dict(st.tasks.items()), dict(st.latest.items())
 
 

@@ -1,12 +1,11 @@
-"""Frozen dataclasses of the Python modules built without the frozen ``__setattr__`` (issue 15).
+"""Frozen dataclasses of the Python modules built without the frozen ``__setattr__``.
 
 A frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__``, a
-global lookup, an attribute lookup and a call per field: constructing an event envelope (8
-fields) took 835 ns, the same class with writes into the instance's ``__dict__`` 319 ns, and
-a mutable one 191 (timeit, Python 3.11). The decider builds an envelope and a payload for
-every event and a command for every input; those constructors were 6.4 % of its samples on
-the media workflow (py-spy, ``bench/decider_cpu.py --media``, compiled core), after the
-compiler could not take ``events.py`` and ``commands.py`` (ADR 51).
+global lookup, an attribute lookup and a call per field, where a write into the instance's
+``__dict__`` is one store. The decider builds an envelope and a payload for every event and a
+command for every input, and the compiler cannot take ``events.py`` and ``commands.py`` (ADR
+51), so those constructors stood out in its profile
+(``bench/results/archive/decider_cpu_fastinit_media.json``).
 
 ``dict_init(globals())`` replaces the ``__init__`` of every frozen dataclass a module defines
 with one of the same signature that stores into ``__dict__``. Nothing else changes: the class

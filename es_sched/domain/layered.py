@@ -1,12 +1,12 @@
 """``Layered``: an insertion-ordered map whose copy costs O(recent changes), not O(size).
 
 A workflow's task map is copied for every decision (``WorkflowState.clone``: the caller keeps
-the state it passed). With 10,000 tasks a ``dict`` copy, and freeing the old one, was most of a
-decision's time. A ``Layered`` map is a shared base ``dict`` that nobody changes and a small
-private top ``dict`` of the changes since; a copy shares the base and copies the top. When the
-top grows past about the square root of the base, a write folds it into a new base (the old
-one stays with the states that share it), so a write costs O(sqrt n) amortised and a copy
-O(sqrt n) at most.
+the state it passed). For a large fan-out a ``dict`` copy, and freeing the old one, is most of
+a decision's time (ADR 19). A ``Layered`` map is a shared base ``dict`` that nobody changes and
+a small private top ``dict`` of the changes since; a copy shares the base and copies the top.
+When the top grows past about the square root of the base, a write folds it into a new base
+(the old one stays with the states that share it), so a write costs O(sqrt n) amortised and a
+copy O(sqrt n) at most.
 
 It behaves as the ``dict`` it replaces: iteration in first-insertion order (a changed key keeps
 its place, a new key goes last), equality by items. Keys are never removed (a workflow's

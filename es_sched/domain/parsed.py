@@ -60,9 +60,10 @@ def taskdefs_by_name(docs: Sequence[Any]) -> Mapping[str, TaskDef]:
     document that is none is left out: validation refused it before any start).
 
     Memoised on the documents' JSON in their own key order, so only byte-equal documents share
-    a result and each ``TaskDef.raw`` is the document as its workflow sent it. Before, every
-    started media workflow parsed its six TaskDefs again and kept its own copy: 3.4 KiB of a
-    finished media workflow's 23 KiB in the decider's memory (``tracemalloc``, 2026-12-05)."""
+    a result and each ``TaskDef.raw`` is the document as its workflow sent it. Unshared, every
+    started workflow would parse its TaskDefs again and keep its own copy in the decider's
+    memory for as long as the state is held
+    (``bench/results/archive/decider_memory_shared_defs.json``)."""
     try:
         key = orjson.dumps(docs)  # str keys and JSON values only, as every event carries
     except TypeError:  # anything else is parsed for this caller alone
@@ -85,7 +86,8 @@ def resources_dict(resources: Resources) -> dict[str, Any]:
     resources come from its TaskDef (shared above) or are none (``NO_RESOURCES``), so every
     task scheduled from the same settings carries the same dict in its ``TaskScheduled`` and
     its state, where nothing changes it in place. Keyed by identity, as values alone would
-    confuse ``0.0`` with ``-0.0``. A kept media workflow held nine copies (2.2 KiB)."""
+    confuse ``0.0`` with ``-0.0``. Unshared, a kept workflow would hold a copy per task
+    (``bench/results/archive/decider_memory_resources.json``)."""
     same = _RESOURCES.get(id(resources))
     if same is not None and same[0] is resources:
         return same[1]

@@ -86,8 +86,8 @@ TASK_ENDED = TaskCompleted | TaskCompletedWithErrors | TaskFailed | TaskTimedOut
 def timers_cleared(state: WorkflowState, event: Event) -> list[str]:
     """The ids of the timers ``event`` leaves nothing to do: a worker task's (its response and
     total timeouts, the reconciler's requeue) once the task ended, the workflow's timeout once
-    the workflow ended. Left armed, each came back when due as a ``timer.fired`` the decider
-    ignores: 28 of them per 1080p media workflow (issue 15)."""
+    the workflow ended. Left armed, each would come back when due as a ``timer.fired`` the
+    decider ignores, several per task of every workflow (ADR 42)."""
     p, wf = event.payload, event.workflow_id
     if isinstance(p, TASK_ENDED):
         task = state.tasks.get(p.task_id)

@@ -9,7 +9,8 @@
 - ``read_partition()``: read one partition from the beginning to its current end (compacted
   topics); ``read_partitions()`` reads several of one topic together, with one consumer (the
   decider's changelog restore: ADR 21).
-- static group membership (KIP-345, ADR 21) and its fencing rule live in ``kafka/static.py``.
+- static group membership (KIP-345, ADR 21) and its fencing rule live in
+  ``kafka/static_membership.py``.
 - ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
   it and hands it to the roles; it is the seam where a test passes clients that misbehave on
   purpose (a producer that pauses inside an open transaction or raises a chosen
@@ -45,9 +46,9 @@ def producer_config(
         "partitioner": "murmur2_random",
         "linger.ms": 5,
         "compression.type": "lz4",
-        # The broker's 1 MB limit is on the compressed batch; librdkafka checks each record
-        # before compression against this. A 10,000-branch fork's task.scheduled event is
-        # 1.3 MB of JSON and about 60 KB compressed (ADR 19).
+        # The broker's limit is on the compressed batch; librdkafka checks each record before
+        # compression against this. A large fork's task.scheduled event is over the broker's
+        # limit as JSON and far under it compressed (ADR 19).
         "message.max.bytes": PRODUCE_MAX_BYTES,
         **QUIET,
     }
@@ -55,11 +56,11 @@ def producer_config(
         config["transactional.id"] = transactional_id
         # Right after a commit the coordinator may still be writing the previous transaction's
         # markers and answers the next one's first AddPartitionsToTxn with
-        # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms, 100 ms by
-        # default, which caps a back-to-back transactional loop near 10 transactions/s (seen
-        # in 5 retries of 6 transactions in a librdkafka debug log, bench/kafka_limit.py).
-        # Java lowered this one backoff to 20 ms for the same reason (KAFKA-5477, apache/kafka
-        # PR 3377); confluent-kafka-python issue 967 reports the same cure.
+        # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms, whose default
+        # caps a back-to-back transactional loop at a few transactions a second (the retries
+        # show in a librdkafka debug log of bench/kafka_limit.py). Java lowered this one
+        # backoff for the same reason (KAFKA-5477, apache/kafka PR 3377);
+        # confluent-kafka-python issue 967 reports the same cure.
         config["retry.backoff.ms"] = TXN_RETRY_BACKOFF_MS
     config.update(extra)
     return config
@@ -139,11 +140,11 @@ def _bounds(
     (found by the rebalance test). So ask as a read_uncommitted client.
 
     Why a new client per attempt: a client whose first metadata came from a broker resuming
-    after SIGSTOP kept answering "Local: Unknown partition" for the whole 60 s of one query,
-    while a new client 3 s later read the same ends at once (test_broker_restart's decider log,
-    2026-12-01; librdkafka refreshes a known topic's metadata only every
-    topic.metadata.refresh.interval.ms, 5 minutes by default). The decider's restore, and with
-    it every workflow, waited those 60 s.
+    after SIGSTOP kept answering "Local: Unknown partition" for the whole of a query, while a
+    new client read the same ends at once (the decider's log in
+    ``tests/integration/test_broker_restart.py``; librdkafka refreshes a known topic's metadata
+    only every ``topic.metadata.refresh.interval.ms``, minutes apart). The decider's restore,
+    and with it every workflow, would wait out the whole query.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -166,14 +167,12 @@ def read_partition(
     return read_partitions(bootstrap, topic, [partition], timeout_s)
 
 
-# A reader of whole partitions wants few, large fetches. At librdkafka's default of 1 MiB per
-# partition per fetch, a decider's restore read its changelog of 105,000 one-task states
-# (205,000 records, 4 partitions) in 2.96 s on the local broker; at 16 MiB in 1.32 s
-# (bench/restore_broker.py, both in one run, medians of 4; 32 MiB gained little more in a
-# scratch read, and the events topic's small records read the same either way). The answer's
-# cap and the largest message the client accepts grow with it: librdkafka wants
-# receive.message.max.bytes above fetch.max.bytes. Module-level so that the bench can restore
-# with the defaults too.
+# A reader of whole partitions wants few, large fetches: at librdkafka's default size per
+# partition per fetch, a decider's restore spends most of its read in fetch round trips
+# (bench/results/current/restore_broker.json compares both; larger still gained little, and the
+# events topic's small records read the same either way). The answer's cap and the largest
+# message the client accepts grow with it: librdkafka wants receive.message.max.bytes above
+# fetch.max.bytes. Module-level so that the bench can restore with the defaults too.
 WHOLE_READ: dict[str, Any] = {
     "max.partition.fetch.bytes": 16 << 20,
     "fetch.max.bytes": 64 << 20,
@@ -188,8 +187,8 @@ def read_partitions(
     when reading began; partitions interleave, each one's records stay in offset order.
 
     One probe and one reader for all the partitions: the cost of a client (bootstrap, metadata,
-    the first fetch: about a quarter of a second each on a busy host) is paid once, not per
-    partition, and the broker serves the partitions in the same fetches (ADR 21).
+    the first fetch) is paid once, not per partition, and the broker serves the partitions in
+    the same fetches (ADR 21).
 
     ``read_committed`` stops at the last stable offset, which trails the high watermark until
     the markers of a just-committed transaction are written (asynchronously, after
@@ -203,10 +202,9 @@ def read_partitions(
     if not ends:
         return
     # A read's end is an end-of-partition event, which comes with an empty fetch answer; the
-    # broker holds an empty fetch for fetch.wait.max.ms (librdkafka's default 500 ms) hoping
-    # for data, so every read ended with half a second of waiting. At 10 ms the reader asks
-    # again until its ends, and reading 2 changelog partitions of 140,000 events' history took
-    # 0.04 s instead of 1.04 (with the consume below; bench/results/replay_read_to_end.json).
+    # broker holds an empty fetch for fetch.wait.max.ms hoping for data, so at librdkafka's
+    # default every read would end with that wait. A short wait makes the reader ask again
+    # until its ends (with the consume below; bench/results/archive/replay_read_to_end.json).
     c = consumer(
         bootstrap, None, **{"enable.partition.eof": True, "fetch.wait.max.ms": 10, **WHOLE_READ}
     )
@@ -216,8 +214,8 @@ def read_partitions(
         while ends:
             got = False
             # The first record (or end-of-partition event) as soon as it comes, then what
-            # else is there: consume(500, 0.5) waits the whole 0.5 s unless 500 came, so the
-            # last, short batch of every read waited it out (as the dispatcher did, ADR 31).
+            # else is there: a single consume(n, timeout) waits the whole timeout unless n
+            # came, so the last, short batch of every read would wait it out (ADR 31).
             batch = c.consume(1, 0.5)
             for msg in batch + (c.consume(499, 0) if batch else []):
                 err, p = msg.error(), msg.partition() or 0

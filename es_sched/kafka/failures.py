@@ -215,10 +215,10 @@ def assign_at_committed(
     that OffsetFetch meets a stale coordinator whose answer is a request-level
     ``NOT_COORDINATOR`` with no partitions, the partitions stay "being queried" for good: no
     retry, no fetch, no error after the one "Failed to fetch committed offsets for 0
-    partition(s)" (librdkafka#5586, open in 2.16). Our CI met it after a 30 s SIGSTOP of the
-    broker: the dispatcher logged that line once and dispatched nothing after it (0 of 1,200
-    workflows completed in the next 10 minutes). ``committed()`` surfaces the
-    same error to us instead, and ``retrying`` asks again.
+    partition(s)" (librdkafka#5586, reported against 2.16). The broker SIGSTOP fault test met
+    it (``tests/integration/test_broker_restart.py``, ADR 40): the dispatcher logged that line
+    once and dispatched nothing after it. ``committed()`` surfaces the same error to us
+    instead, and ``retrying`` asks again.
     """
     at = committed_offsets(consumer, partitions, stop)
     consumer.assign(at)

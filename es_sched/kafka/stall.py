@@ -1,14 +1,14 @@
 """A group member whose fetcher stopped: partitions held, records readable, none delivered.
 
-Seen in the broker SIGSTOP fault test (``tests/integration/test_broker_restart.py``), in a
-fresh-clone CI run and again locally, 2026-12-04: after the broker came back, both projectors
-of one process held their four partitions (one had just been assigned them again, at explicit
-offsets, ADR 40) and ``consume()`` returned nothing for the 300 s the test waited, while the
-decider, dispatcher and workers completed all 1,200 workflows and a new client read every event
-at once. No error, no log line; with librdkafka's debug logs on, the fault did not recur in
-six runs. librdkafka#4492 reports the same symptom after request timeouts (partitions left in
-``validate-epoch-wait`` for good; the broker's SIGSTOP bumps every leader epoch when it comes
-back), cured by restarting the consumer; its reporters added the same kind of watch.
+Seen in the broker SIGSTOP fault test (``tests/integration/test_broker_restart.py``): after
+the broker came back, both projectors of one process held their partitions (one had just been
+assigned them again, at explicit offsets, ADR 40) and ``consume()`` returned nothing for as
+long as the test waited, while the decider, dispatcher and workers completed every workflow
+and a new client read every event at once. No error, no log line, and with librdkafka's debug
+logs on the fault did not recur. librdkafka#4492 reports the same symptom after request
+timeouts (partitions left in ``validate-epoch-wait`` for good; the broker's SIGSTOP bumps every
+leader epoch when it comes back), cured by restarting the consumer; its reporters added the
+same kind of watch.
 
 The rule (ADR 46): every ``after_s`` the member looks at its partitions' positions; one whose
 position did not move since the last look is asked of the broker (only then); if its end (the

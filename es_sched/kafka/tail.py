@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer
-from es_sched.kafka.ends import Ends
+from es_sched.kafka.partition_ends import Ends
 
 log = logging.getLogger(__name__)
 ENDS_S = 15.0  # one partition's end asked of the broker, at most
@@ -25,13 +25,12 @@ class Tail:
 
     def __init__(self, bootstrap: str, topic: str, start: int) -> None:
         self.topic = topic
-        # The broker holds a fetch until a record comes (librdkafka's fetch.wait.max.ms, 500
-        # ms), and catch_up asks the ends on a client of their own (``kafka.ends``): asked here,
-        # each ListOffsets queued behind the held fetch and a GET /api/v1/workers took seconds
-        # (bench/read_to_end.py's ``tail``). Until 2026-12-06 the tails made the broker answer
-        # every fetch within 10 ms instead: a fetch every 10 ms per tail, idle or not (the
-        # dispatcher's three: 7.7 of a media workflow's 74 client requests at 45 DAGs/s,
-        # bench/client_requests.py).
+        # The broker may hold an idle fetch until a record comes (librdkafka's
+        # fetch.wait.max.ms), so an idle tail does not fetch again and again; catch_up
+        # therefore asks the ends on a client of their own (``kafka.partition_ends``): asked
+        # here, each ListOffsets would queue behind the held fetch (the ``tail`` figures of
+        # bench/results/current/read_to_end.json and
+        # bench/results/archive/client_requests_ends_client.json).
         self.consumer = consumer(bootstrap, None)
         self._bootstrap = bootstrap
         self._ends: Ends | None = None  # made by the first catch_up
@@ -56,8 +55,9 @@ class Tail:
             while True:
                 # At the ends already (the API's worker board, asked again with nothing new):
                 # done without waiting. Else the first record as it comes and what else is
-                # there: consume(1000, 0.2) waited its whole 0.2 s on every short batch, so
-                # each GET /api/v1/workers took at least that (kafka.clients.read_partitions).
+                # there: a single consume(n, timeout) waits out its whole timeout on every batch
+                # short of n, and each GET /api/v1/workers would pay it
+                # (kafka.clients.read_partitions).
                 positions = self.consumer.position([TopicPartition(self.topic, p) for p in highs])
                 if all(
                     tp.offset >= highs[tp.partition] or highs[tp.partition] == 0 for tp in positions

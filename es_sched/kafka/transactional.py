@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
-from es_sched.kafka.bounded import BoundedCaller, Wedged
+from es_sched.kafka.bounded_caller import BoundedCaller, Wedged
 from es_sched.kafka.failures import (
     GroupConsumer,
     Kind,
@@ -68,7 +68,7 @@ from es_sched.kafka.failures import (
     instance_fenced,
     wait,
 )
-from es_sched.kafka.static import TROUBLE_WINDOW_S, InstanceFenced
+from es_sched.kafka.static_membership import TROUBLE_WINDOW_S, InstanceFenced
 from es_sched.kafka.txn_role import (
     TP,
     Batch,
@@ -155,8 +155,9 @@ class TransactionalLoop:
 
     def poll(self, consumer: GroupConsumer, max_records: int, wait_s: float) -> list[Message]:
         """``prompt``: up to ``wait_s`` for the first record, then what else came, without
-        waiting (a batch short of ``max_records`` took all of ``wait_s``: 50 ms a decider step
-        at light load, issue 15); else a window of ``wait_s``, a transaction per window."""
+        waiting (a batch short of ``max_records`` would take all of ``wait_s``, a wait on every
+        decider step at light load: ADR 41); else a window of ``wait_s``, a transaction per
+        window."""
         got = consumer.consume(1 if self.prompt else max_records, wait_s)
         if self.prompt and got and max_records > 1:
             got += consumer.consume(max_records - 1, 0)
@@ -165,7 +166,8 @@ class TransactionalLoop:
             err = msg.error()
             if err is None:
                 out.append(msg)
-            elif instance_fenced(err):  # a twin or a self-fence: kafka/static.py tells them apart
+            elif instance_fenced(err):
+                # a twin or a self-fence: kafka/static_membership.py tells them apart
                 fenced = self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
                 quiet_s = time.monotonic() - self._trouble_at
                 raise InstanceFenced(str(fenced), after_trouble=quiet_s < TROUBLE_WINDOW_S)
@@ -176,7 +178,8 @@ class TransactionalLoop:
         return out
 
     def _consumer_error(self, err: KafkaError) -> None:
-        # A broker away repeats its transport errors many times a second: one line per 10 s.
+        # A broker away repeats its transport errors many times a second: one line per
+        # ERROR_LOG_EVERY_S.
         now = self._trouble_at = time.monotonic()
         if now - self._errors_at < ERROR_LOG_EVERY_S:
             self._errors_quiet += 1
@@ -271,7 +274,7 @@ class TransactionalLoop:
                     fence = err is not None and err.code() == KafkaError.FENCED_INSTANCE_ID
                     raise _Failed(kind, f"{what}: {exc}", fence=fence) from None
                 # Trouble even if the retry succeeds: a coordinator's node killed may show only
-                # as such retries, and a self-fence may follow (kafka/static.py).
+                # as such retries, and a self-fence may follow (kafka/static_membership.py).
                 self._trouble_at = time.monotonic()
                 self.m_retries.inc(role=self.role)
                 log.warning("%s %s: %s (retriable), trying again", self.role, what, err)
@@ -301,7 +304,8 @@ class TransactionalLoop:
         failed = self._timed_out(failed, deadline)
         # A twin's fence may reach the producer before the consumer (CI, stop 22: the aborted
         # transaction counted as trouble, the decider rejoined and fenced the twin instead of
-        # stopping); only what came before the fence tells a self-fence (kafka/static.py).
+        # stopping); only what came before the fence tells a self-fence
+        # (kafka/static_membership.py).
         if not failed.instance_fence:
             self._trouble_at = time.monotonic()
         if failed.kind is Kind.FENCED:

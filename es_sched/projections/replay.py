@@ -151,8 +151,8 @@ def _replay(
     topic = topics_for(settings).events
     out, started, key = Replayed(), time.monotonic(), workflow_id.encode() if workflow_id else None
     read = 0
-    # One reader for every partition (a client per partition costs its start-up each time:
-    # 13 s instead of 0.7 s for 140,000 records here); each partition's order is kept, and a
+    # One reader for every partition (a client per partition pays its start-up each time,
+    # which dominated a replay: ADR 21); each partition's order is kept, and a
     # workflow lives on one partition, so every history is folded in order.
     for msg in read_partitions(settings.kafka.bootstrap_servers, topic, parts):
         read += 1

@@ -1,19 +1,17 @@
 """``es-sched replay --verify`` where the fold is: each partition group's process compares its
 own workflows with the stores and the changelog, and sends back counts and mismatches.
 
-ADR 32 folded a large log in forked workers, one per partition group, and compared in the
-parent: every folded state came back pickled (pickling in the workers and unpickling in the
-parent were 16 % of a verify's samples over 105,000 events, py-spy ``--gil``) and the
-comparisons ran after the fold, in one process. A workflow, its events, its changelog
-snapshots and its rows all belong to one partition group, so a group's process can compare
-them itself (ADR 43): the work that was serial is spread over the processes and nothing but
-figures and mismatches crosses a process boundary. ``es-sched replay`` without ``--verify``
-takes the same path with no target: only the fold's figures come back. What is compared, and how, is
-``replay.verify_store`` and ``replay.verify_changelog``, unchanged; ``replay.verify_all``
-stays for callers that hold a replay already (``audit check``). The changelog needs no fold to
-be read (``replay.read_changelog``), so a group reads it on a thread while it folds its events,
-and each folded workflow's rows are made once for all targets (``Replayed.rows``): 30,411 ->
-34,586 events/s on 140,000 events (``bench/results/replay_verify_overlap.json``).
+A workflow, its events, its changelog snapshots and its rows all belong to one partition
+group, so a group's process compares them itself (ADR 43) rather than sending every folded
+state back to a parent to compare (ADR 32's first design, whose pickling and serial comparison
+dominated a verify): the comparisons are spread over the processes and nothing but figures and
+mismatches crosses a process boundary. ``es-sched replay`` without ``--verify`` takes the same
+path with no target: only the fold's figures come back. What is compared, and how, is
+``replay.verify_store`` and ``replay.verify_changelog``; ``replay.verify_all`` is for callers
+that hold a replay already (``audit check``). The changelog needs no fold to be read
+(``replay.read_changelog``), so a group reads it on a thread while it folds its events, and
+each folded workflow's rows are made once for all targets (``Replayed.rows``;
+``bench/results/archive/replay_verify_overlap.json``).
 """
 
 from __future__ import annotations
@@ -45,10 +43,9 @@ from es_sched.settings import Settings
 from es_sched.tuning import tune_gc
 
 # Partition groups per core when comparing: a group's process waits on PostgreSQL, the search
-# engine and the broker for part of its life, so one per core left the host a fifth idle.
-# On 140,000 events, 2 per core against 1: 1.05x and 1.08x in two runs of 5 interleaved rounds
-# (ahead in 4 and 5 of them; bench/results/replay_verify_per_core.json); 3 against 2: 0.97x
-# (replay_verify_3_per_core.json).
+# engine and the broker for part of its life, so one per core leaves the host partly idle; two
+# fill it, three gain nothing more (bench/results/archive/replay_verify_per_core.json and
+# replay_verify_3_per_core.json).
 VERIFY_PER_CORE = 2
 StoreFor = Callable[[str], Store]  # a target ("pg", "search") -> its store; picklable to fork
 

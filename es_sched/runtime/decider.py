@@ -28,7 +28,7 @@ read (the restore rate is logged; a broker outage during it is waited out), drop
 revocation. Static group membership (ADR 21, ``ES_SCHED_RUN_STATIC_MEMBERSHIP``): the group
 member is ``group.instance.id`` = the transactional id, so a decider restarted under the same
 instance gets its partitions back without a rebalance; a stopped one keeps them until it returns
-or its 10 s session ends, and a second live process with its instance fences it (it stops).
+or its session times out, and a second live process with its instance fences it (it stops).
 Duplicate inputs are no-ops (``decide`` remembers input ids). Bounded (ADR 18): a workflow ended
 ``ES_SCHED_RUN_RETAIN_FINISHED_S`` ago is forgotten in a batch's transaction (a tombstone and an
 ended marker, ``runtime.retirement``), and a late input for it is answered from the marker
@@ -61,12 +61,12 @@ from es_sched.kafka.clients import KafkaClients, read_partitions
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import assign_at_committed, seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
-from es_sched.kafka.static import StaticMember, rejoining
+from es_sched.kafka.static_membership import StaticMember, rejoining
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, BatchSizer
 from es_sched.metrics import LagGauge, Registry
-from es_sched.runtime.kept import KeptStates
+from es_sched.runtime.decider_states import KeptStates
 from es_sched.runtime.outbox import Record, chunk_tombstones, outbound, refused, snapshot
 from es_sched.runtime.retirement import Retirement
 from es_sched.serialization import decode_input

@@ -21,7 +21,7 @@ from datetime import datetime
 from es_sched.domain.retention import ENDED_STATUSES, Ended, due_at, ended_marker, forget_time
 from es_sched.domain.state import WorkflowState
 from es_sched.kafka.topics import Topics
-from es_sched.runtime.kept import Ending, KeptStates
+from es_sched.runtime.decider_states import Ending, KeptStates
 from es_sched.runtime.outbox import Record
 from es_sched.serialization.changelog import encode_ended, ended_key
 

@@ -38,7 +38,7 @@ from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import assign_at_committed
-from es_sched.kafka.static import StaticMember, rejoining
+from es_sched.kafka.static_membership import StaticMember, rejoining
 from es_sched.kafka.topics import topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out

@@ -6,8 +6,8 @@ of the source, so a plain expression, an IIFE and a statement list all work.
 
 Guarantees:
 
-* Isolation. Every ``evaluate()`` builds a fresh QuickJS runtime and context (about 0.2 ms) and
-  drops it afterwards: nothing a script defines or mutates survives into the next evaluation, and
+* Isolation. Every ``evaluate()`` builds a fresh QuickJS runtime and context and drops it
+  afterwards: nothing a script defines or mutates survives into the next evaluation, and
   calls on different threads never share a runtime. No host functions are exposed, so a script
   has no I/O, no modules, no timers and no way back into Python.
 * Bindings are data. The source and the bindings cross into the engine as one JSON string that is
@@ -29,9 +29,10 @@ Guarantees:
   each engine keeps the answers of small successful evaluations (source and bindings under
   ``MEMO_PAYLOAD_CHARS`` as JSON, up to ``MEMO_ENTRIES`` of them, emptied when full) and answers
   the same evaluation again from it, decoded afresh (a caller may mutate what it gets). A fresh
-  context costs 130 us of the 270 us an evaluation took here; the media pipeline's SWITCH,
-  evaluated once a workflow, was 4.3 % of the roles process's GIL time at 55 DAGs/s
-  (bench/results/profiles/roles-saturated-gil.txt). Failures are never kept: a time or memory
+  context is most of an evaluation's cost, and a pipeline's SWITCH is evaluated once a
+  workflow, so it showed in the roles process's profile under load
+  (bench/results/archive/profiles/roles-saturated-gil.txt,
+  bench/results/archive/cpu_split_script_memo.json). Failures are never kept: a time or memory
   limit depends on the machine's load, and the next try may pass.
 * Failures. ``evaluate()`` never raises for a script's own failure; it returns ``ok=False`` with a
   stable one-line reason. It raises only for caller errors: bindings that are not JSON

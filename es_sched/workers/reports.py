@@ -33,8 +33,8 @@ from es_sched.workers.stale import Stale
 log = logging.getLogger(__name__)
 HANDED_BACK = "worker shutting down; handed back"
 MAX_REASON = 1900  # the decider's schema allows 2000 characters
-# A completion waits out the producer's linger before the decider can see it: librdkafka's
-# 5 ms on each step of a workflow (the dispatcher's reason for 1 ms, ADR 31; issue 15).
+# A completion waits out the producer's linger before the decider can see it, on each step of
+# a workflow, so it lingers as briefly as the dispatcher's records (ADR 31).
 REPORT_LINGER_MS = 1
 
 

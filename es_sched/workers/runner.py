@@ -30,7 +30,7 @@ from confluent_kafka import (
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer, watermarks
-from es_sched.kafka.ends import Ends
+from es_sched.kafka.partition_ends import Ends
 from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import wire
 
@@ -57,7 +57,8 @@ class AssignmentReader:
         self.partition = -1
         self.paused = False
         self._consumer = consumer(bootstrap, group)
-        self._ends = Ends(bootstrap)  # not the reading client, which holds fetches (kafka.ends)
+        # Not the reading client, which holds fetches (kafka.partition_ends).
+        self._ends = Ends(bootstrap)
         self._committed = OFFSET_UNSET
         self._next = OFFSET_UNSET  # the offset after the last record read
         self._newest_at = 0.0  # CreateTime (s) of the newest record read: see fetched_end
@@ -140,11 +141,10 @@ class AssignmentReader:
         that record is younger than ``FETCHED_END_FRESH_S``, a record appended since (a cancel
         behind the assignment) is missed only if it came within that window, as it can come
         while the round trip's answer travels. Older (the worker paused, frozen, or nothing
-        new came), or before any answer: None, and ``end`` asks the broker. Measured (issue 15):
-        the workers' ListOffsets requests 5.07 -> 0.01 a media workflow at 26 DAGs/s
-        (`bench/client_requests.py --code`, client_requests_fetched_end_*.json); assignment ->
-        first report p50 5 -> 4 ms at 8 DAGs/s (`bench/timeline.py`, 3 interleaved pairs,
-        timeline_fetched_end_ab.json), the workflow's latency unchanged within its spread."""
+        new came), or before any answer: None, and ``end`` asks the broker. Why: asking the
+        broker before every start was most of the workers' requests to it and a round trip on
+        each task's way to its first report (``bench/results/archive/``
+        ``client_requests_fetched_end_*.json`` and ``timeline_fetched_end_ab.json``)."""
         if time.time() - self._newest_at > FETCHED_END_FRESH_S:
             return None
         tp = TopicPartition(self.topic, self.partition)

@@ -3,8 +3,8 @@
 The dispatcher ends a lease with a ``cancel`` record on the worker's partition (cancel,
 terminate, timeouts, lease expiry, preemption), written after the assignment it ends. A worker
 frozen past its lease (SIGSTOP, a long pause, a saturated host) wakes up to both; reading one
-record and starting it, as the SDK did, ran stale epochs whose cancel was the very next record
-(issue 12). Three rules close that, all checked again just before a start:
+record and starting it would run stale epochs whose cancel is the very next record (issue 12).
+Three rules close that, all checked again just before a start:
 
 1. The SDK reads its partition up to its end, as the broker has it at that moment, before
    starting anything (``AssignmentReader.catch_up``), so a cancel already written is read first.
@@ -19,8 +19,8 @@ record and starting it, as the SDK did, ran stale epochs whose cancel was the ve
    dispatcher may not have expired it (a late heartbeat still reached it, or its own expiry
    runs late), so such a task is given back (``worker.task_declined``, fenced by its epoch),
    not reported cancelled: a cancelled report is only an audit record, and a task skipped that
-   way while its lease lived waited forever (bench/api_workers.py, 9 tasks of a 600-task fork
-   behind a gateway starved for CPU past its 1.5 s gap).
+   way while its lease lived would wait forever (bench/api_workers.py met it: a fork's tasks
+   behind a gateway starved for CPU past its gap).
 
 Clock assumption: ``lease_expires_at`` is the dispatcher's clock and rule 3 compares it with
 this worker's UTC wall clock, so the two hosts must agree to well within a lease (3 to 6

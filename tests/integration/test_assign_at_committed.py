@@ -4,7 +4,7 @@ committed, or at its beginning where the group committed nothing.
 
 Why it exists (librdkafka#5586): partitions assigned without an offset are fetched from the
 offsets librdkafka asks the coordinator for itself, and a request-level NOT_COORDINATOR answer
-leaves them unfetched for good. The unit tests (``tests/unit/test_assign_at_committed.py``)
+leaves them unfetched for good. The unit tests (``tests/unit/kafka/test_assign_at_committed.py``)
 feed it that answer; this test checks the offsets it chooses are the ones the broker holds.
 """
 

@@ -54,7 +54,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from es_sched import bootstrap
 from es_sched.kafka.clients import check_delivery, consumer, producer
-from es_sched.kafka.static import UNANSWERED_S, StaticMember
+from es_sched.kafka.static_membership import UNANSWERED_S, StaticMember
 from es_sched.kafka.topics import assignment_topic, ensure_topic
 from es_sched.projections.replay import projected
 from es_sched.serialization import decode_input

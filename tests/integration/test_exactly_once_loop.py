@@ -1,7 +1,7 @@
 """The exactly-once loop's failure paths on a real broker, through the decider.
 
 Faults are injected through the role's Kafka clients (``tests.integration.faulty_role``); the
-unit tests (tests/unit/test_transactional_loop.py) cover each classification with fakes. Every
+unit tests (tests/unit/kafka/test_transactional_loop.py) cover each classification with fakes. Every
 test ends with the log's invariants: each submitted workflow completed, each workflow's seq is
 1..n without gaps or duplicates, no event id twice.
 """

@@ -1,10 +1,10 @@
 """HTTP workers' three hot routes served without FastAPI's machinery (ADR 36).
 
 An HTTP worker's task costs a batch poll and an update (``POST /api/tasks`` or ``update-v2``),
-and on two cores the API process's CPU per task bounded HTTP workers' throughput (issue 14:
-5.9 ms per task; py-spy put about 60% of the API's Python time in Starlette and FastAPI:
-routing over every route, dependencies each run on the thread pool, the response model
-validated and ``jsonable_encoder`` walked over every task's input). This ASGI middleware
+and the API process's CPU per task bounds HTTP workers' throughput; most of it went to
+Starlette's and FastAPI's machinery (routing over every route, dependencies each run on the
+thread pool, the response model validated and ``jsonable_encoder`` walked over every task's
+input; py-spy profiles in ADR 36). This ASGI middleware
 answers those three routes itself, doing only what their answers need, and hands every other
 request to the application unchanged.
 
@@ -141,8 +141,8 @@ class LeanWorkerRoutes:
             await run_in_threadpool(admitted, request, self.svc, "worker")
 
     async def _gateway(self, scope: Scope) -> Gateway:
-        found = self.svc.extras.get("gateway")
-        if isinstance(found, Gateway):
+        found = self.svc.gateway.peek()
+        if found is not None:
             return found
         server = scope.get("server")  # the port it listens on, as the ``gateway`` dependency
         port = int(server[1]) if server and server[1] else None

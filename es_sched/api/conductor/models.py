@@ -141,9 +141,9 @@ def iso(when: datetime | None) -> str:
     """Conductor's summary time format (``yyyy-MM-dd'T'HH:mm:ss.SSS'Z'``); '' when not yet."""
     if when is None:
         return ""
-    # Fields formatted by hand, truncated to milliseconds as Conductor does: 2.2 us against
-    # isoformat's 3.8 and an f-string's 4.5 (strftime's was 14% of the API's samples on a
-    # 100-row search, three times per row). The reads ask PostgreSQL for UTC (``aio``).
+    # Fields formatted by hand, truncated to milliseconds as Conductor does: cheaper than
+    # isoformat, an f-string or strftime, paid three times per row of a search (ADR 38). The
+    # reads ask PostgreSQL for UTC (``aio``).
     if when.tzinfo is not UTC:
         when = when.astimezone(UTC)
     return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031 - the fastest, above
@@ -224,8 +224,7 @@ def workflow(row: Row, tasks: list[Row], include_tasks: bool = True) -> Workflow
 def summary(row: Row) -> dict[str, Any]:
     """A ``WorkflowSummary`` as the JSON object search answers (``test_conductor_models``
     holds it to the model). Plain data, not the model: building and validating a model per
-    row, then dumping it, was 27 us of each of a search's 100 rows (py-spy: a third of the
-    API process's samples on search)."""
+    row, then dumping it, was the largest part of a search's CPU (ADR 38)."""
     created, ended = row["created_at"], row.get("ended_at")
     return {
         "workflowType": row["name"],

@@ -1,6 +1,6 @@
 """Conductor's task resource under ``/api/tasks``: HTTP workers (issue 14 item 1, ADR 24).
 
-Polls take tasks the API process's gateway worker holds (``es_sched.api.gateway``); updates
+Polls take tasks the API process's gateway worker holds (``es_sched.workers.gateway``); updates
 become the reports a Kafka worker sends. Shapes are Conductor's (``TaskResource``, the
 conductor-python SDK): a batch poll answers a list (``[]`` when nothing came within
 ``timeout`` ms, capped by ``ES_SCHED_API_LONG_POLL_MAX_MS``), a single poll one ``Task`` or
@@ -30,11 +30,11 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.errors import ApiError
 from es_sched.api.gateway import Gateway, gateway_of
-from es_sched.api.gateway.updates import Answer, Update, apply
 from es_sched.api.services import Services, services
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
 from es_sched.serialization import wire
+from es_sched.workers.gateway.updates import Answer, Update, apply
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/tasks", tags=["task"])
@@ -97,13 +97,11 @@ def _workflow_names(svc: Services, ids: list[str]) -> dict[str, str]:
     return found | read
 
 
-def _names_of(svc: Services) -> _Names:
-    names = svc.extras.setdefault("workflow-names", _Names())
-    assert isinstance(names, _Names)
-    return names
+def _names_of(svc: Services) -> WorkflowNames:
+    return svc.workflow_names.get(WorkflowNames)
 
 
-class _Names:
+class WorkflowNames:
     """Workflow id -> name, the ``NAMES_KEPT`` last used (shared by the request threads)."""
 
     def __init__(self) -> None:

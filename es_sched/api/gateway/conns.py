@@ -3,7 +3,7 @@
 Every HTTP task costs the store two statements: the poll's ``handed`` and the update's ``end``.
 Through SQLAlchemy each was a pool checkout with a pre-ping (``SELECT 1``: a round trip of its
 own before every statement), an execution context, a compile-cache lookup and a result
-wrapper: 22% of the API's Python samples under HTTP workers (py-spy ``--gil``). These statements
+wrapper: a large share of the API's Python time under HTTP workers (ADR 36). These statements
 need none of it: each is one autocommit statement (atomic alone), prepared by psycopg after its
 first few runs, on a connection kept open here.
 

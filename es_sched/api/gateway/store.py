@@ -1,21 +1,14 @@
-"""What every API process must find about a task an HTTP worker polled: the gateway lease.
+"""The gateway leases on PostgreSQL (``es_sched.workers.gateway.leases.LeaseStore``, ADR 24).
 
-A poll and its update may land on different API processes behind one load balancer, so the
-lease a poll handed out (gateway worker, epoch, token, attempt) and the HTTP worker it went to
-are written here before the poll answers, and any process's update reads them back (ADR 24).
 The rows live in a schema of their own, ``<ES_SCHED_PG_SCHEMA_NAME>_gateway``: they are the
 gateway's working state, not a projection, so a read-model rebuild never touches them and they
-need no migration history (two tables, created if missing).
-
-``ended`` records the first outcome an update sent (``COMPLETED``, ``FAILED``...): the SDK's
-retry of the same result finds it and gets the same answer; the gateway that holds the lease
-finds it too and drops the task from its status. ``lease_over`` records a lease the dispatcher
-ended (a ``cancel`` on the gateway's partition), so a late update is refused at once.
+need no migration history (two tables, created if missing). ``leases`` has a row per task an
+HTTP worker polled, with its first outcome (``ended``) and whether the dispatcher ended the
+lease (``lease_over``); ``poll_data`` the last poll per task type, domain and HTTP worker.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +18,7 @@ from es_sched.api.gateway.conns import Connections
 from es_sched.projections.postgres.store import available, engine_for
 from es_sched.serialization import wire
 from es_sched.settings import Settings
+from es_sched.workers.gateway.leases import HeldLease
 
 KEEP_ENDED = timedelta(hours=1)  # an ended row answers the SDK's retries that long
 
@@ -65,35 +59,6 @@ _END = (
 )
 
 
-@dataclass(frozen=True)
-class HeldLease:
-    task_id: str
-    workflow_id: str
-    task_type: str
-    attempt: int
-    lease_epoch: int
-    lease_token: str
-    gateway_id: str
-    http_worker_id: str
-    ended: str | None
-    lease_over: str | None
-
-
-def as_assignment(lease: HeldLease) -> wire.Assignment:
-    """The lease as the assignment that granted it (what the report builders take)."""
-    return wire.Assignment(
-        lease.gateway_id,
-        lease.workflow_id,
-        lease.task_id,
-        lease.task_type,
-        lease.attempt,
-        lease.lease_epoch,
-        lease.lease_token,
-        "",
-        {},
-    )
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -102,8 +67,9 @@ class GatewayStore:
     def __init__(self, settings: Settings) -> None:
         self.schema = f"{settings.postgres.schema_name}_gateway"
         # Sized like the API's read-model pool, without overflow: every poll and update takes
-        # a connection, and an overflow one is closed on return, so the default 4 + 10 made
-        # most updates pay a connect under 4 HTTP workers (bench/api_workers.py's profile).
+        # a connection, and an overflow one is closed on return, so a small pool with overflow
+        # made most updates pay a connect under a few HTTP workers (bench/api_workers.py's
+        # profile).
         a = settings.api
         self.engine: Engine = engine_for(settings, self.schema, a.pg_pool_size, a.pg_max_overflow)
         # The per-task statements bypass SQLAlchemy (``conns``): no pre-ping, no BEGIN/COMMIT.

@@ -19,8 +19,8 @@ from fastapi import APIRouter, Depends
 
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
-from es_sched.api.native.fresh import freshness_of
 from es_sched.api.native.models import Difference, Verified
+from es_sched.api.read_model_freshness import freshness_of
 from es_sched.api.services import Services, services
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import advance

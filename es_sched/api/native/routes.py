@@ -17,7 +17,6 @@ from fastapi import APIRouter, Depends, Query
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
 from es_sched.api.native import audit, config, ops
-from es_sched.api.native.fresh import freshness_of, wait_after
 from es_sched.api.native.models import (
     History,
     HistoryEvent,
@@ -30,6 +29,7 @@ from es_sched.api.native.models import (
     WorkflowAnswer,
     WorkflowList,
 )
+from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.services import Services, services
 from es_sched.projections.postgres import queries
 from es_sched.projections.views import Row

@@ -10,8 +10,8 @@ from fastapi.responses import HTMLResponse
 
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
+from es_sched.api.read_model_freshness import page_freshness
 from es_sched.api.services import Services
-from es_sched.api.ui.freshness import freshness
 from es_sched.api.ui.render import templates
 from es_sched.commands import CommandClient, Submitted
 
@@ -26,7 +26,7 @@ def page(
 ) -> HTMLResponse:
     """A full page: ``name`` extends base.html and includes ``_fresh.html`` in its lag block
     (``fresh``: pass one read before the page's rows, else it is read now)."""
-    fresh = context.pop("fresh") if "fresh" in context else freshness(svc)
+    fresh = context.pop("fresh") if "fresh" in context else page_freshness(svc)
     return templates.TemplateResponse(
         request, name, {"fresh": fresh, "who": who, "terminal": TERMINAL, **context}
     )

@@ -19,9 +19,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
-from es_sched.api.native.fresh import freshness_of, wait_after
 from es_sched.api.native.ops import get_workers
 from es_sched.api.native.routes import queues_of
+from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.services import Services, services
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view

@@ -5,8 +5,8 @@ The list is two PostgreSQL reads in one snapshot whatever the table's size
 (``pages.console_page``'s statements, run on the event loop in one round trip: ADR 37):
 the counts per status (over the filter without its statuses, so each count is a link that
 narrows; the total is their sum), each counted to at most ``ES_SCHED_API_CONSOLE_COUNT_MAX``
-rows past the page's start and shown "N+" beyond (an exact count scanned the whole table: 513
-of a page's 629 ms at 100k workflows), and one page of rows, newest first, on the
+rows past the page's start and shown "N+" beyond (an exact count scans the whole table, most
+of a page's time on a large read model: ADR 26), and one page of rows, newest first, on the
 ``created_at`` indexes; free text is resolved by the search store into ids first. No query
 per row.
 """
@@ -19,10 +19,10 @@ from starlette.concurrency import run_in_threadpool
 
 from es_sched.api.auth import Principal
 from es_sched.api.errors import ApiError
+from es_sched.api.read_model_freshness import page_freshness_async
 from es_sched.api.services import Services, services
 from es_sched.api.ui import filters, workflow
 from es_sched.api.ui.common import OPERATOR, VIEWER, act, fragment, page
-from es_sched.api.ui.freshness import freshness_async
 from es_sched.projections.postgres import queries
 from es_sched.projections.postgres.queries import WorkflowFilter
 
@@ -48,7 +48,7 @@ async def workflows_page(
     """On the event loop (ADR 37): free text and stale offsets are read on a thread."""
     q = filters.parse(request.query_params)
     f = await run_in_threadpool(_filter, svc, q) if q.one("q") else filters.to_filter(q, None)
-    fresh = await freshness_async(svc)  # before the rows: they reflect at least these offsets
+    fresh = await page_freshness_async(svc)  # before the rows: they reflect at least these offsets
     cap = svc.settings.api.console_count_max
     counts, capped, rows = await svc.reads.console_page(f, filters.STATUSES, q.start, q.size, cap)
     chosen = f.statuses or tuple(counts)

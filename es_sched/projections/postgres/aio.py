@@ -1,10 +1,10 @@
 """The API's hottest reads on asyncio, each in one round trip (ADR 37): a workflow and its
 tasks, a search page and its capped count, the console's list and its counts per status.
 
-``queries.workflow`` through SQLAlchemy, in a FastAPI ``def`` route, cost a workflow's detail
+``queries.workflow`` through SQLAlchemy, in a FastAPI ``def`` route, costs a workflow's detail
 a thread-pool hop, a pool checkout with a pre-ping (``SELECT 1``: a round trip of its own), two
-more round trips and SQLAlchemy's execution context and result wrapping: at 50 clients one API
-process answered 124 to 238 requests/s at 7 to 4 ms of CPU each. Here the same two statements
+more round trips and SQLAlchemy's execution context and result wrapping, which bounded what
+one API process answered (ADR 37). Here the same two statements
 (compiled once from ``queries``' SQLAlchemy selects, so the SQL lives in one place) run in one
 psycopg pipeline (one round trip) on a kept autocommit ``AsyncConnection``, in the event loop.
 Search and the console's list run ``pages``' statements for them (built and compiled once per
@@ -65,8 +65,8 @@ COMPILED_MAX = 512
 def _compiled(found: pages.Statements) -> list[tuple[str, dict[str, Any]]]:
     """Each statement of ``found`` as SQL and parameters (their IN lists expanded).
 
-    Compiling took 0.61 ms a statement (a fifth of a search's CPU); each shape is compiled
-    once and each request only fills in its values, as SQLAlchemy's own engine does.
+    Compiling is a large part of a search's CPU (ADR 38); each shape is compiled once and
+    each request only fills in its values, as SQLAlchemy's own engine does.
     ``test_aio_reads`` holds the answers equal to the SQLAlchemy queries' over filters of
     every kind."""
     out = []

@@ -4,8 +4,9 @@ total, the console's list with its capped counts per status.
 Each is a few statements of one *shape* (which conditions its filter sets, its sort, the
 statuses it counts) with bind parameters, and one request's values for them. A shape's
 statements are built once (``_search_shape``, ``_console_shape``): building the SQLAlchemy
-selects per request was 0.4 ms of a search's and over 1 ms of the console list's CPU (seven
-selects, six of them counts), with their cache keys on top. ``Statements.shape`` keys them,
+selects per request (the console list's are seven, six of them counts), with their cache keys
+on top, was a large part of a search's and the console list's CPU (ADR 38).
+``Statements.shape`` keys them,
 so ``aio`` compiles each shape once too. The sync functions here run the same statements
 through SQLAlchemy (the tests hold the asyncio answers equal to them).
 """

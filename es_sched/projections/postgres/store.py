@@ -69,8 +69,9 @@ def engine_for(
         json_deserializer=orjson.loads,
         # TimeZone=UTC, as AsyncReads' sessions (ADR 38): psycopg then decodes timestamps to
         # ``timezone.utc``, the zone of every time the core makes. Under the server's own zone
-        # (``Etc/UTC`` here) they came as ``ZoneInfo`` times, and comparing one with the fold's
-        # took 0.5 us instead of 0.04 (``replay --verify`` compares three per row).
+        # they come as ``ZoneInfo`` times, and comparing one with the fold's is many times
+        # slower (``replay --verify`` compares three per row;
+        # bench/results/archive/replay_verify_utc.json).
         connect_args={"options": f"-c search_path={schema} -c TimeZone=UTC", "connect_timeout": 5},
     )
 
@@ -135,9 +136,9 @@ ARCHIVE_FIELDS = (
 )
 KEYS = {"workflows": "workflow_id", "tasks": "task_id", "events": "workflow_id, seq"}
 # A load's ids go as one array parameter (``= ANY(:ids)``), not as an IN list of a parameter
-# each: 2,000 ids made a 2,000-parameter statement that SQLAlchemy rendered, psycopg split and
-# PostgreSQL parsed on every load. Same plans (index scans for a few ids, a sequential scan
-# for thousands); loading 1,981 media workflows took 311-315 ms instead of 324-333 (1.05x).
+# each: thousands of ids made a statement of thousands of parameters that SQLAlchemy
+# rendered, psycopg split and PostgreSQL parsed on every load. The plans are the same (index
+# scans for a few ids, a sequential scan for thousands).
 _IDS = bindparam("ids", type_=ARRAY(String))
 LOAD_WORKFLOWS = select(WORKFLOWS).where(WORKFLOWS.c.workflow_id == any_(_IDS))
 LOAD_TASKS = select(TASKS).where(TASKS.c.workflow_id == any_(_IDS))
@@ -148,7 +149,8 @@ def _copy_upsert(
 ) -> None:
     """COPY the rows into a temporary staging table, then one INSERT .. SELECT: rows replace
     stored ones only with a higher ``version`` (the archive never replaces: DO NOTHING).
-    COPY is ~10x faster than row-at-a-time inserts from Python."""
+    COPY moves a batch in one stream where row-at-a-time inserts from Python pay a statement
+    per row."""
     stage, columns = f"stage_{table}", ", ".join(fields)
     copied = (*fields, "payload") if table == "events" else fields
     selected = f"{columns}, (payload::jsonb) -> 'payload'" if table == "events" else columns
@@ -200,8 +202,8 @@ class PgStore:
         if not workflow_ids:
             return {}
         # All rows in one fetch, each zipped with the columns: iterating a result (or its
-        # ``mappings()``) fetches row by row through SQLAlchemy's and psycopg's per-row calls,
-        # 0.176 s of CPU for 1,000 media workflows' 13,000 rows here against 0.12 s this way.
+        # ``mappings()``) fetches row by row through SQLAlchemy's and psycopg's per-row calls
+        # (bench/results/archive/replay_verify_pg_fetch.json).
         with available("load"), self.engine.connect() as conn:
             found = conn.execute(LOAD_WORKFLOWS, {"ids": workflow_ids})
             names = tuple(found.keys())

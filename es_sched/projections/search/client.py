@@ -128,8 +128,8 @@ class _Adapter:
 
 class _OrjsonSerializer(opensearchpy.JSONSerializer):
     """opensearch-py's JSON with orjson: its serializer is the standard library's ``json``,
-    whose encoder was 16 % of a search projector's GIL samples (every bulk line) and its
-    decoder 3 % (py-spy ``--gil``, 105,000 events, issue 15). What orjson refuses (an integer
+    whose encoder and decoder stood out in a search projector's GIL profile (every bulk line;
+    ADR 43). What orjson refuses (an integer
     past 64 bits, a lone surrogate, a non-string key) goes to the library's own serializer,
     which writes it or raises as before; both write the same values (datetimes as ISO 8601)."""
 

@@ -96,7 +96,7 @@ def app(keys: MemoryKeys, clock: Clock, auth: str = "on") -> FastAPI:
     base = load_settings()
     api = ApiSettings(auth=auth, jwt_secret=SECRET, token_ttl_s=600)
     svc = bootstrap.api_services(replace(base, api=api))
-    svc.extras["auth"] = authenticator(keys, clock)
+    svc.auth = authenticator(keys, clock)
     application = create_app(svc)
     application.include_router(probe)
     return application

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from es_sched.api import read_model_freshness
 from es_sched.api.app import create_app
 from es_sched.api.services import Lazy, Services
-from es_sched.api.ui import freshness
 from es_sched.commands import Submitted
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
@@ -178,8 +178,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
             return workflow(None, wid)
 
     svc = Services(settings, Lazy(Pg), Lazy(Search), Lazy(lambda: commands))  # type: ignore[arg-type, return-value]
-    svc.extras["reads"] = Reads()
-    svc.extras[freshness.EXTRA] = freshness.LogEnds(lambda: {0: 5, 1: 30}, 60, lambda: None)
+    svc.async_reads.put(Reads())  # type: ignore[arg-type]
+    svc.log_ends.put(read_model_freshness.LogEnds(lambda: {0: 5, 1: 30}, 60, lambda: None))
     return Fakes(TestClient(create_app(svc)), commands, asked)
 
 
@@ -297,7 +297,7 @@ def test_actions_send_commands_and_ask_the_page_to_re_read(fakes: Fakes) -> None
 
 
 def test_lag_ignores_a_transaction_marker() -> None:
-    assert freshness.lag_of({0: 10, 1: 4}, {0: 11, 1: 9}) == 5
+    assert read_model_freshness.lag_of({0: 10, 1: 4}, {0: 11, 1: 9}) == 5
 
 
 def test_with_auth_on_pages_send_to_the_login_and_actions_are_refused(fakes: Fakes) -> None:

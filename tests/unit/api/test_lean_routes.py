@@ -21,11 +21,11 @@ from starlette.types import Receive, Scope, Send
 from es_sched import bootstrap
 from es_sched.api.app import create_app
 from es_sched.api.conductor.lean import LeanWorkerRoutes
-from es_sched.api.conductor.tasks import INPUT_ID_HEADER, _Names
-from es_sched.api.gateway.store import HeldLease
-from es_sched.api.gateway.worker import Gateway, _Held
+from es_sched.api.conductor.tasks import INPUT_ID_HEADER, WorkflowNames
 from es_sched.serialization import wire
 from es_sched.settings import ApiSettings, Settings, load_settings
+from es_sched.workers.gateway.leases import HeldLease
+from es_sched.workers.gateway.worker import Gateway, _Held
 from es_sched.workers.reports import Delivery
 from tests.unit.api.auth_support import Clock, MemoryKeys, authenticator, key
 
@@ -126,12 +126,12 @@ def _side(settings: Settings, lean: bool, keys: MemoryKeys | None = None) -> Sid
             },
         )
         gw._waiting[a.task_id] = _Held(a, 0.0)
-    svc.extras["gateway"] = gw
-    names = _Names()
+    svc.gateway.put(gw)
+    names = WorkflowNames()
     names.put({f"wf{n}": "media" for n in range(3)})
-    svc.extras["workflow-names"] = names
+    svc.workflow_names.put(names)
     if keys is not None:
-        svc.extras["auth"] = authenticator(keys, Clock())
+        svc.auth = authenticator(keys, Clock())
     client = TestClient(create_app(svc), raise_server_exceptions=False)
     return Side(client, gw, gw.reporter)  # type: ignore[arg-type]
 

@@ -10,7 +10,7 @@ from es_sched.audit.log import At, Log, LoggedEvent, LoggedInput
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
 from es_sched.domain.ids import workflow_id_for_command
-from tests.unit.core.harness import Driver, task, workflow
+from tests.unit.domain.harness import Driver, task, workflow
 
 EVENTS, COMMANDS, RESULTS = "p.events", "p.commands", "p.task-results"
 TWO_TASKS = workflow(task("a", "enc"), task("b", "pack"), name="two")

@@ -19,7 +19,7 @@ from es_sched.domain.refusals import refusal
 from es_sched.domain.retention import answer_ended, marker
 from testkit.core import rerun_with_python_core
 from tests.unit.audit.recorded import COMMANDS, EVENTS, TWO_TASKS, Recording, layout, recorded
-from tests.unit.core.harness import SCRIPTS, task, workflow
+from tests.unit.domain.harness import SCRIPTS, task, workflow
 
 RETRIED = {
     "name": "enc",

@@ -20,7 +20,7 @@ from tests.unit.audit.recorded import (
     layout,
     recorded,
 )
-from tests.unit.core.harness import SCRIPTS, T0
+from tests.unit.domain.harness import SCRIPTS, T0
 
 
 def run(log: object, idle: bool = True) -> Report:
