@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-cluster lint unit stack-up stack-down stack-status clean bench core
+.PHONY: demo test test-full test-cluster lint unit stack-up stack-down stack-status clean bench core
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,11 +52,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The tiers (README, "Testing"): `make unit` is the inner loop (no services, under two
+# minutes); `make test` is what CI runs: lint, then every tier against the real stack at the
+# CI test scale (ES_SCHED_TEST_SCALE=ci, a 20-minute budget on 2 cores), printing the 25
+# slowest tests; `make test-full` runs the loads the tests were written with.
 unit: $(STAMP) $(CORE_BUILD)
-	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest tests/unit
+	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest -m unit tests/unit
 
 test: stack-up lint
-	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest
+	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest --durations=25
+
+test-full: stack-up lint
+	ES_SCHED_TEST_SCALE=full ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest --durations=25
 
 # The three-node Kafka fault test alone (its own private cluster; about 3-5 min); `make test`
 # runs it too.
