@@ -93,8 +93,8 @@ log = logging.getLogger("es_sched.dispatcher")
 ROLE = "dispatcher"
 GAUGE_EVERY_S = 0.5
 # The last records of a tick (assignments, leases) are not waited for: they leave after this
-# linger, or with the next tick's first delivery. librdkafka's default 5 ms was a floor under
-# every dispatch latency; a flush ignores linger anyway (ADR 31).
+# linger, or with the next tick's first delivery. librdkafka's default linger set a floor
+# under every dispatch latency; a flush ignores linger anyway (ADR 31).
 PRODUCER_LINGER_MS = 1
 RESUME_RETRY_S = 1.0
 RELEASED_KEPT = 10_000  # tasks let go on a worker's word, kept for a late task.lease_expired
@@ -224,8 +224,8 @@ class Dispatcher:
         # What leaves after that delivery is stamped when it leaves, not with the decision's
         # time: a worker reads an assignment's age to trust the end its last fetch brought
         # (``runner.FETCHED_END_FRESH_S``), and the decision's time made every assignment look
-        # older by the delivery (1 ms at light load, 3-5 at 45 DAGs/s, an outage's length),
-        # which ``bench/timeline.py`` also counted as the worker's.
+        # older by the delivery (longer under load, an outage's whole length), which
+        # ``bench/timeline.py`` also counted as the worker's.
         sent = self.clock()
         for a in assignments:
             self._assign(a, sent)

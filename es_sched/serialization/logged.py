@@ -2,8 +2,8 @@
 
 Only the decider writes the events topic, from typed, validated inputs, through
 ``codec.encode_event``; the projectors, the replay and the auditors read every event of it, and
-decoding was the read side's largest single cost (orjson, ``upcast`` and ``codec._build``:
-12-18 us an event, 40-55 % of a projector's CPU, ADR 32). Here msgspec decodes a current-version
+decoding was the read side's largest single cost (orjson, ``upcast`` and ``codec._build``;
+ADR 32, ADR 43). Here msgspec decodes a current-version
 event in one pass into a struct mirroring its envelope and payload (a tagged union on
 ``type``, unknown fields refused), and the domain objects are made from the struct's fields
 as ``pickle`` makes them, without running ``__init__`` again (the mirror already holds every
@@ -13,8 +13,8 @@ What the one pass does not take (an older ``schema_version`` to upcast, a field 
 a type it would convert, anything that is not an event) goes the general way, orjson and
 ``codec.event_from_dict`` without validation, so what is accepted and every refusal's message
 stay that path's. Times stay strings in the mirror and are read by ``codec.parse_time``, the
-one time parser. ``tests/unit/test_logged_event_decode.py`` holds both paths equal on an
-example of every event type and on the golden histories.
+one time parser. ``tests/unit/serialization/test_logged_event_decode.py`` holds both paths
+equal on an example of every event type and on the golden histories.
 """
 
 from __future__ import annotations

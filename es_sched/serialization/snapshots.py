@@ -265,8 +265,8 @@ def state_from_dict(
 def encode_state(st: WorkflowState, digest: str | None = None) -> bytes:
     """Keys in the order ``state_to_dict`` writes them, not sorted: a snapshot is read back by
     ``decode_state`` only, compared decoded (``replay.verify_changelog``), never by its bytes or
-    a hash of them, and sorting a media workflow's ~1.5 KB took 12.2 us against 7.5 unsorted
-    (issue 15). Bundles stay canonical: their hash is their key."""
+    a hash of them, so sorting would be paid on every write for nothing (ADR 30). Bundles stay
+    canonical: their hash is their key."""
     return orjson.dumps(state_to_dict(st, digest))
 
 

@@ -66,7 +66,7 @@ class ReadyReader:
         """What arrived: up to ``wait_s`` for the first record, then without waiting.
 
         ``consume(500, wait_s)`` would wait the whole ``wait_s`` unless 500 records came: at
-        half load every ready record waited for the end of its tick, up to 20 ms. ``poll``
+        half load every ready record waited for the end of its tick (ADR 31). ``poll``
         returns as soon as one arrives, and under load the records that arrived meanwhile
         make the batch: prompt when idle, batched when busy."""
         first = self.consumer.poll(wait_s)
