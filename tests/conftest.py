@@ -7,6 +7,9 @@ import pytest
 from testkit import ROOT, fault_report
 
 TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+# The longest modules (minutes each, mostly waiting on the system they load) go first, so that
+# under ``pytest -n`` (``make test``) the rest of the suite runs beside them rather than after.
+FIRST = ("test_role_faults.py", "test_api_schema.py", "test_broker_faults.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -14,10 +17,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = TIERS.get(item.path.parent.relative_to(ROOT / "tests").parts[0])
         if tier is not None:
             item.add_marker(tier)
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: else as found
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    fault_report.reset()
+    if not hasattr(session.config, "workerinput"):  # once, in the run's controlling process
+        fault_report.reset()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

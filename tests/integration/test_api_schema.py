@@ -21,13 +21,14 @@ import pytest
 
 from testkit.api import api
 from testkit.runtime import Env, Worker, roles
+from testkit.scale import pick
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "schema-test-jwt-secret-0123456789abcdef"
-EXAMPLES = 25  # generated inputs per operation in the fuzzing phase
+EXAMPLES = pick(ci=5, full=25)  # generated inputs per operation in the fuzzing phase
 DEFINITION = {
     "name": "schema_probe",
     "version": 1,
