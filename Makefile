@@ -56,14 +56,19 @@ lint: $(STAMP)
 # minutes); `make test` is what CI runs: lint, then every tier against the real stack at the
 # CI test scale (ES_SCHED_TEST_SCALE=ci, a 20-minute budget on 2 cores), printing the 25
 # slowest tests; `make test-full` runs the loads the tests were written with.
+# The integration tests mostly wait on the system they load, so make test runs modules side
+# by side in TEST_WORKERS processes (a module to a process: its shared fixtures stay whole).
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile --durations=25
+
 unit: $(STAMP) $(CORE_BUILD)
-	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest -m unit tests/unit
+	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest -m unit -n 2 tests/unit
 
 test: stack-up lint
-	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest --durations=25
+	ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest $(PYTEST_PARALLEL)
 
 test-full: stack-up lint
-	ES_SCHED_TEST_SCALE=full ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest --durations=25
+	ES_SCHED_TEST_SCALE=full ES_SCHED_CORE=$(CORE_MODE) $(BIN)/pytest $(PYTEST_PARALLEL)
 
 # The three-node Kafka fault test alone (its own private cluster; about 3-5 min); `make test`
 # runs it too.

@@ -1,7 +1,7 @@
-"""End to end with real media: 10 generated videos (and a broken file) through `es-sched run`
-and two `es-sched worker --media` processes, one of them SIGKILLed while it transcodes. Every
-valid video's workflow completes with renditions ffprobe confirms; the broken one fails at
-probe and its failure callback runs."""
+"""End to end with real media: ``VIDEOS`` generated videos (4 at the CI test scale, 10 at
+``full``) and a broken file through `es-sched run` and two `es-sched worker --media`
+processes, one of them SIGKILLed while it transcodes. Every valid video's workflow completes
+with renditions ffprobe confirms; the broken one fails at probe and its failure callback runs."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from es_sched.cli.demo import pipeline as demo
 from es_sched.domain import events as e
 from testkit.procs import children, cmdline
 from testkit.runtime import MEDIA, Env, Role, final_status, read_events
+from testkit.scale import pick
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
 
 pytestmark = pytest.mark.e2e
+VIDEOS = pick(ci=4, full=10)
 
 
 @pytest.fixture
@@ -43,10 +45,10 @@ def _transcoding(worker: Role) -> bool:
 
 
 @pytest.mark.fault
-def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_path: Path) -> None:
+def test_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_path: Path) -> None:
     env.create()
     env.cli("defs", "push", *map(str, MEDIA))
-    clips = demo.make_videos(tmp_path / "in", 10, seconds=(2, 3))
+    clips = demo.make_videos(tmp_path / "in", VIDEOS, seconds=(2, 3))
     receiver = demo.Callbacks(b"test-secret")
     url = receiver.start()
     roles = [
@@ -113,7 +115,7 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
         receiver.stop()
     by_wf = read_events(env)
     valid, broken = starts[:-1], starts[-1]
-    assert [final_status(by_wf[wf]) for wf in valid] == ["COMPLETED"] * 10
+    assert [final_status(by_wf[wf]) for wf in valid] == ["COMPLETED"] * VIDEOS
     assert final_status(by_wf[broken]) == "FAILED"
     assert workers[0].proc.returncode == -signal.SIGKILL
     renditions = [
@@ -125,7 +127,7 @@ def test_ten_videos_complete_even_when_a_media_worker_is_killed(env: Env, tmp_pa
         and "height" in ev.payload.output
         and ev.payload.output.get("kind") == "rendition"
     ]
-    assert len(renditions) >= 10 and all(demo.probe_ok(r) for r in renditions)
+    assert len(renditions) >= VIDEOS and all(demo.probe_ok(r) for r in renditions)
     lost = [ev for v in by_wf.values() for ev in v if isinstance(ev.payload, e.LeaseExpired)]
     assert lost  # the killed worker's tasks came back and ran elsewhere
     calls = receiver.by_path()

@@ -3,19 +3,19 @@
 ``System`` starts every role as its own ``es-sched run --role X`` process (decider, timers,
 retry relay, dispatcher, projector-pg, projector-search) and workers as their own processes
 (``tests.integration.flaky_worker``), on one test's private topics, schema and indices. The
-workload (``FLOW``) gives every role work all the time: a worker task, a WAIT of 40-100 s
-(timers), a task whose first attempt fails (one workflow in five) with a 2 s retry delay (retry
-relay), a last worker task; the projectors project every event. ``top_up`` keeps the
-workflows the test asks for in flight. The projectors reach PostgreSQL and the search engine through
-``testkit.proxy`` forwarders, so a test can stop both stores for them (``proxies``)
-without stopping the stores other tests share; each projector serves its metrics.
+workload (``FLOW``) gives every role work all the time: a worker task, a WAIT of tens of
+seconds (timers), a task whose first attempt fails (one workflow in five) with a 2 s retry
+delay (retry relay), a last worker task; the projectors project every event. ``top_up`` keeps
+the workflows the test asks for in flight. The projectors reach PostgreSQL and the search
+engine through ``testkit.proxy`` forwarders, so a test can stop both stores for them
+(``proxies``) without stopping the stores other tests share; each projector serves its
+metrics.
 
 What the test reads, it reads from the log: ``EventTail`` follows the events topic (which
 workflows started and ended, which worker each task was leased to) and ``FireTail`` the timer
-and retry fires on the commands topic, each record with the time it was written, so the number in
-flight at a fault and the time to the first new output of a restarted role are facts of the
-log, not guesses.
-"""
+and retry fires on the commands topic, each record with the time it was written, so the
+number in flight at a fault and the time to the first new output of a restarted role are
+facts of the log, not guesses."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from es_sched.serialization import decode_event, decode_input
 from testkit.net import free_port
 from testkit.proxy import Proxy
 from testkit.runtime import Env, Role
+from testkit.scale import pick
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
 
@@ -178,12 +179,18 @@ class FireTail(_Tail):
             return sum(since < t <= until and (k == "retry") == retry for t, k in self.fires)
 
 
+# The WAIT's spread: 40-100 s, or 20-50 s at the CI test scale, whose smaller in-flight load
+# needs no longer a wait to stay in flight, and whose run then drains sooner.
+WAIT_FROM_S, WAIT_SPREAD_S = pick(ci=(20, 31), full=(40, 61))
+
+
 def wait_input(i: int) -> dict[str, Any]:
-    """Waits spread over 40-100 s (a fixed walk, not randomness): workflows leave the WAIT
-    a few at a time, so timers, retries and workers always have some work. One workflow in
-    five has its ``fault.flaky`` fail once: more would have the dispatcher blacklist the
-    workers (over half of a worker's last 20 outcomes failed) and stall the run."""
-    return {"n": i, "wait": f"{40 + (i * 37) % 61}s", "fail": i % 5 == 0}
+    """Waits spread over ``WAIT_FROM_S`` and ``WAIT_SPREAD_S`` more (a fixed walk, not
+    randomness): workflows leave the WAIT a few at a time, so timers, retries and workers
+    always have some work. One workflow in five has its ``fault.flaky`` fail once: more would
+    have the dispatcher blacklist the workers (over half of a worker's last 20 outcomes failed)
+    and stall the run."""
+    return {"n": i, "wait": f"{WAIT_FROM_S + (i * 37) % WAIT_SPREAD_S}s", "fail": i % 5 == 0}
 
 
 class System:
