@@ -93,3 +93,5 @@ docs: $(STAMP)
 	dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 	$(BIN)/python tools/settings_reference.py > docs/settings.md.tmp
 	mv docs/settings.md.tmp docs/settings.md
+	$(BIN)/python tools/adr_index.py > docs/adr/README.md.tmp
+	mv docs/adr/README.md.tmp docs/adr/README.md
