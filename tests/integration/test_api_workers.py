@@ -12,12 +12,17 @@ child processes next to a decider, a dispatcher and the PostgreSQL projector.
   still takes attempt 1 and the workflow completes;
 - the real conductor-python SDK (``TaskHandler`` with a ``worker_task`` function) completes a
   workflow against ``es-sched api``.
-Every test ends on the log's invariants.
+Every test ends on the log's invariants. The tests that only submit and check share one
+system (``shared``: the roles and one API process on the module's topics), after those that
+need their own settings or a second API process and start their own, so that no two systems
+of this module run at once.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -59,6 +64,28 @@ def _env() -> Env:
     return env
 
 
+@dataclass
+class Shared:
+    """The module's running system, and every workflow its tests started (the invariants are
+    checked over the whole log: none lost, none invented)."""
+
+    env: Env
+    server: Api
+    ids: set[str] = field(default_factory=set)
+
+    def start(self, inputs: Sequence[dict[str, Any]]) -> list[str]:
+        started = [s.workflow_id for s in self.env.submit("http_chain", inputs)]
+        self.ids.update(started)
+        return started
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Shared]:
+    env = _env()
+    with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
+        yield Shared(env, server)
+
+
 def poll_one(server: Api, task_type: str, worker: str, within_s: float = 60) -> JSON:
     """Batch-poll until one task of ``task_type`` comes (each poll waits up to 2 s)."""
     found: list[JSON] = []
@@ -94,98 +121,6 @@ def ended(env: Env, wf: str) -> bool:
     return final_status(events_of(env, wf)) != "RUNNING"
 
 
-def test_an_http_worker_completes_a_workflow() -> None:
-    env = _env()
-    with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
-        [wf] = [s.workflow_id for s in env.submit("http_chain", [{}])]
-        a = poll_one(server, "http.a", "w1")
-        assert (a["status"], a["taskType"], a["workflowInstanceId"]) == (
-            "IN_PROGRESS",
-            "http.a",
-            wf,
-        )
-        assert (a["referenceTaskName"], a["workerId"], a["retryCount"]) == ("a", "w1", 0)
-        progress = result(
-            a,
-            "w1",
-            "IN_PROGRESS",
-            callbackAfterSeconds=5,
-            logs=[{"log": "half way", "taskId": a["taskId"]}],
-        )
-        assert server.http.post("/api/tasks", json=progress).status_code == 200
-        done = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 7}))
-        assert (done.status_code, done.text) == (200, a["taskId"])
-        assert done.headers["content-type"].startswith("text/plain")
-        b = poll_one(server, "http.b", "w1")
-        assert b["inputData"] == {"x": 7}
-        r = server.http.post("/api/tasks/update-v2", json=result(b, "w1", outputData={"y": 1}))
-        assert r.status_code == 204, r.text  # no further http.b task
-        wait_until(lambda: ended(env, wf), 60, "the workflow's end")
-        types = [e.type for e in events_of(env, wf)]
-        assert "task.progressed" in types
-        progressed = [e for e in events_of(env, wf) if e.type == "task.progressed"]
-        assert progressed[0].payload.message == "half way"  # type: ignore[attr-defined]
-        polldata = server.http.get("/api/tasks/queue/polldata", params={"taskType": "http.a"})
-        assert [(p["queueName"], p["workerId"]) for p in polldata.json()] == [("http.a", "w1")]
-    assert_log_invariants(env, {wf})
-
-
-def test_a_batch_poll_on_an_empty_queue_answers_an_empty_list_after_its_timeout() -> None:
-    env = _env()
-    with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
-        r = server.http.get(
-            "/api/tasks/poll/batch/nobody.schedules.this",
-            params={"workerid": "w", "count": 3, "timeout": 300},
-        )
-        assert (r.status_code, r.json()) == (200, [])
-        assert r.elapsed.total_seconds() >= 0.3  # it waited out its timeout
-        one = server.http.get("/api/tasks/poll/nobody.schedules.this", params={"workerid": "w"})
-        assert one.status_code == 204
-        sizes = server.http.get("/api/tasks/queue/sizes", params={"taskType": ["nobody.x"]})
-        assert sizes.json() == {"nobody.x": 0}
-
-
-def test_a_retried_update_is_one_outcome_and_a_forged_one_is_refused_and_recorded() -> None:
-    env = _env()
-    with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
-        [wf] = [s.workflow_id for s in env.submit("http_chain", [{}])]
-        a = poll_one(server, "http.a", "w1")
-        forged = server.http.post("/api/tasks", json=result(a, "intruder", outputData={"x": 0}))
-        assert forged.status_code == 409, forged.text
-        assert forged.json()["code"] == "CONFLICT" or forged.json()["status"] == 409
-        assert "leased to worker 'w1'" in forged.json()["message"]
-        claim = forged.headers["X-Es-Sched-Input-Id"]
-        first = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
-        again = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
-        assert (
-            (first.status_code, first.text) == (again.status_code, again.text) == (200, a["taskId"])
-        )
-        assert first.headers["X-Es-Sched-Input-Id"] == again.headers["X-Es-Sched-Input-Id"]
-        other = server.http.post("/api/tasks", json=result(a, "w1", "FAILED"))
-        assert other.status_code == 409 and "already reported COMPLETED" in other.text
-        unknown = dict(result(a, "w1"), taskId="no-such-task")
-        assert server.http.post("/api/tasks", json=unknown).status_code == 404
-        bad = server.http.post("/api/tasks", json=result(a, "w1", "SCHEDULED"))
-        assert bad.status_code == 400
-
-        def rejected() -> list[Event]:
-            found = events_of(env, wf)
-            return [e for e in found if e.type == REJECTED and e.causation_id == claim]
-
-        wait_until(lambda: bool(rejected()), 60, "the forged update's refusal in the log")
-        assert rejected()[0].payload.worker_id == "intruder"  # type: ignore[attr-defined]
-        b = poll_one(server, "http.b", "w1")
-        assert server.http.post("/api/tasks", json=result(b, "w1")).status_code == 200
-        wait_until(lambda: ended(env, wf), 60, "the workflow's end")
-        outcomes = [
-            e
-            for e in events_of(env, wf)
-            if e.type == "task.completed" and e.payload.task_id == a["taskId"]  # type: ignore[attr-defined]
-        ]
-        assert len(outcomes) == 1
-    assert_log_invariants(env, {wf})
-
-
 def test_a_task_polled_on_one_api_process_is_completed_through_another() -> None:
     env = _env()
     with roles(env, *ROLES, **FAST), api(env, **FAST) as one, api(env, **FAST) as two:
@@ -205,44 +140,6 @@ def test_a_task_polled_on_one_api_process_is_completed_through_another() -> None
         assert started[a["taskId"]] != started[b["taskId"]], "one gateway per API process"
         assert final_status(events_of(env, wf)) == "COMPLETED"
     assert_log_invariants(env, {wf})
-
-
-def test_the_conductor_python_sdk_worker_completes_a_workflow(
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    from conductor.client.automator.task_handler import TaskHandler  # noqa: PLC0415
-    from conductor.client.configuration.configuration import Configuration  # noqa: PLC0415
-
-    env = _env()
-    with roles(env, *ROLES, **FAST), api(env, **FAST) as server:
-        config = Configuration(server_api_url=f"{server.url}/api", debug=True)
-        handler = TaskHandler(
-            workers=[],
-            configuration=config,
-            scan_for_annotated_workers=True,
-            import_modules=["tests.integration.conductor_sdk_workers"],
-        )
-        ids = [s.workflow_id for s in env.submit("http_chain", [{}, {}])]
-        handler.start_processes()
-        try:
-            wait_until(lambda: all(ended(env, wf) for wf in ids), 120, "both workflows' ends")
-        finally:
-            handler.stop_processes()
-        statuses = {wf: final_status(events_of(env, wf)) for wf in ids}
-        assert set(statuses.values()) == {"COMPLETED"}, statuses
-        history = [e for wf in ids for e in events_of(env, wf)]
-        started = {e.payload.worker_id for e in history if e.type == "task.started"}  # type: ignore[attr-defined]
-        assert all(w.startswith("api-gateway-") for w in started), started
-        b_inputs = [e for e in history if e.type == "task.completed"]
-        assert len(b_inputs) == 4
-    out, err = capfd.readouterr()
-    lines = (out + err).splitlines()
-    assert not [x for x in lines if "update-task-v2 endpoint" in x], "the SDK fell back to v1"
-    with capfd.disabled():  # the SDK's own account (its debug lines on polls and updates)
-        for line in lines:
-            if any(w in line for w in ("Conductor Worker", "Updated task", "ERROR", "WARNING")):
-                print("SDK:", line)
-    assert_log_invariants(env, set(ids))
 
 
 def test_a_task_no_http_worker_polled_is_declined_and_a_later_poll_completes_attempt_1() -> None:
@@ -354,3 +251,131 @@ def test_http_workers_across_two_api_processes_on_one_port_complete_every_task()
     assert all(g.startswith("api-gateway-") for g in gateways), gateways
     assert gateways <= set(ids), gateways
     assert_log_invariants(env, {wf})
+
+
+def test_an_http_worker_completes_a_workflow(shared: Shared) -> None:
+    env, server = shared.env, shared.server
+    [wf] = shared.start([{}])
+    a = poll_one(server, "http.a", "w1")
+    assert (a["status"], a["taskType"], a["workflowInstanceId"]) == (
+        "IN_PROGRESS",
+        "http.a",
+        wf,
+    )
+    assert (a["referenceTaskName"], a["workerId"], a["retryCount"]) == ("a", "w1", 0)
+    progress = result(
+        a,
+        "w1",
+        "IN_PROGRESS",
+        callbackAfterSeconds=5,
+        logs=[{"log": "half way", "taskId": a["taskId"]}],
+    )
+    assert server.http.post("/api/tasks", json=progress).status_code == 200
+    done = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 7}))
+    assert (done.status_code, done.text) == (200, a["taskId"])
+    assert done.headers["content-type"].startswith("text/plain")
+    b = poll_one(server, "http.b", "w1")
+    assert b["inputData"] == {"x": 7}
+    r = server.http.post("/api/tasks/update-v2", json=result(b, "w1", outputData={"y": 1}))
+    assert r.status_code == 204, r.text  # no further http.b task
+    wait_until(lambda: ended(env, wf), 60, "the workflow's end")
+    types = [e.type for e in events_of(env, wf)]
+    assert "task.progressed" in types
+    progressed = [e for e in events_of(env, wf) if e.type == "task.progressed"]
+    assert progressed[0].payload.message == "half way"  # type: ignore[attr-defined]
+    polldata = server.http.get("/api/tasks/queue/polldata", params={"taskType": "http.a"})
+    assert ("http.a", "w1") in [(p["queueName"], p["workerId"]) for p in polldata.json()]
+    assert_log_invariants(env, shared.ids)
+
+
+def test_a_batch_poll_on_an_empty_queue_answers_an_empty_list_after_its_timeout(
+    shared: Shared,
+) -> None:
+    server = shared.server
+    r = server.http.get(
+        "/api/tasks/poll/batch/nobody.schedules.this",
+        params={"workerid": "w", "count": 3, "timeout": 300},
+    )
+    assert (r.status_code, r.json()) == (200, [])
+    assert r.elapsed.total_seconds() >= 0.3  # it waited out its timeout
+    one = server.http.get("/api/tasks/poll/nobody.schedules.this", params={"workerid": "w"})
+    assert one.status_code == 204
+    sizes = server.http.get("/api/tasks/queue/sizes", params={"taskType": ["nobody.x"]})
+    assert sizes.json() == {"nobody.x": 0}
+
+
+def test_a_retried_update_is_one_outcome_and_a_forged_one_is_refused_and_recorded(
+    shared: Shared,
+) -> None:
+    env, server = shared.env, shared.server
+    [wf] = shared.start([{}])
+    a = poll_one(server, "http.a", "w1")
+    forged = server.http.post("/api/tasks", json=result(a, "intruder", outputData={"x": 0}))
+    assert forged.status_code == 409, forged.text
+    assert forged.json()["code"] == "CONFLICT" or forged.json()["status"] == 409
+    assert "leased to worker 'w1'" in forged.json()["message"]
+    claim = forged.headers["X-Es-Sched-Input-Id"]
+    first = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
+    again = server.http.post("/api/tasks", json=result(a, "w1", outputData={"x": 1}))
+    assert (first.status_code, first.text) == (again.status_code, again.text) == (200, a["taskId"])
+    assert first.headers["X-Es-Sched-Input-Id"] == again.headers["X-Es-Sched-Input-Id"]
+    other = server.http.post("/api/tasks", json=result(a, "w1", "FAILED"))
+    assert other.status_code == 409 and "already reported COMPLETED" in other.text
+    unknown = dict(result(a, "w1"), taskId="no-such-task")
+    assert server.http.post("/api/tasks", json=unknown).status_code == 404
+    bad = server.http.post("/api/tasks", json=result(a, "w1", "SCHEDULED"))
+    assert bad.status_code == 400
+
+    def rejected() -> list[Event]:
+        found = events_of(env, wf)
+        return [e for e in found if e.type == REJECTED and e.causation_id == claim]
+
+    wait_until(lambda: bool(rejected()), 60, "the forged update's refusal in the log")
+    assert rejected()[0].payload.worker_id == "intruder"  # type: ignore[attr-defined]
+    b = poll_one(server, "http.b", "w1")
+    assert server.http.post("/api/tasks", json=result(b, "w1")).status_code == 200
+    wait_until(lambda: ended(env, wf), 60, "the workflow's end")
+    outcomes = [
+        e
+        for e in events_of(env, wf)
+        if e.type == "task.completed" and e.payload.task_id == a["taskId"]  # type: ignore[attr-defined]
+    ]
+    assert len(outcomes) == 1
+    assert_log_invariants(env, shared.ids)
+
+
+def test_the_conductor_python_sdk_worker_completes_a_workflow(
+    shared: Shared, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from conductor.client.automator.task_handler import TaskHandler  # noqa: PLC0415
+    from conductor.client.configuration.configuration import Configuration  # noqa: PLC0415
+
+    env = shared.env
+    config = Configuration(server_api_url=f"{shared.server.url}/api", debug=True)
+    handler = TaskHandler(
+        workers=[],
+        configuration=config,
+        scan_for_annotated_workers=True,
+        import_modules=["tests.integration.conductor_sdk_workers"],
+    )
+    ids = shared.start([{}, {}])
+    handler.start_processes()
+    try:
+        wait_until(lambda: all(ended(env, wf) for wf in ids), 120, "both workflows' ends")
+    finally:
+        handler.stop_processes()
+    statuses = {wf: final_status(events_of(env, wf)) for wf in ids}
+    assert set(statuses.values()) == {"COMPLETED"}, statuses
+    history = [e for wf in ids for e in events_of(env, wf)]
+    started = {e.payload.worker_id for e in history if e.type == "task.started"}  # type: ignore[attr-defined]
+    assert all(w.startswith("api-gateway-") for w in started), started
+    b_inputs = [e for e in history if e.type == "task.completed"]
+    assert len(b_inputs) == 4
+    out, err = capfd.readouterr()
+    lines = (out + err).splitlines()
+    assert not [x for x in lines if "update-task-v2 endpoint" in x], "the SDK fell back to v1"
+    with capfd.disabled():  # the SDK's own account (its debug lines on polls and updates)
+        for line in lines:
+            if any(w in line for w in ("Conductor Worker", "Updated task", "ERROR", "WARNING")):
+                print("SDK:", line)
+    assert_log_invariants(env, shared.ids)
