@@ -14,6 +14,8 @@ parent, and replay never needs the registry.
   static child, transitively (a child's own children), looked up in the pins the start already
   carries first and in ``lookup`` (the registry) for the rest, with their TaskDefs (those the
   start carries win). A child ``lookup`` does not know stays unpinned.
+- ``taskdefs_used(definition, taskdefs)``: the TaskDefs a definition's tasks use, inline
+  sub-workflows' included; a registry's answer to a start.
 - ``pinned_child(state, request)``: what a parent pinned for a child it now starts (definition,
   TaskDefs, the child's own pins), or None when nothing was pinned for it: a name or version
   computed from an expression, a child unknown when the parent started, or a history recorded
@@ -195,6 +197,15 @@ def within(pins: Sequence[JSON], taskdefs: Sequence[JSON]) -> Lookup:
         return doc, [td for td in taskdefs if str(td.get("name")) in names]
 
     return look
+
+
+def taskdefs_used(definition: Mapping[str, Any], taskdefs: Mapping[str, JSON]) -> list[JSON]:
+    """The TaskDefs (``taskdefs``: name -> document) whose tasks ``definition`` has, those of
+    its inline sub-workflow definitions included, by name: what a registry gives a start to
+    pin. The definition registry and the simulator both ask this, so a simulated start pins
+    what a real one does."""
+    names = task_names([definition])
+    return [td for name, td in sorted(taskdefs.items()) if name in names]
 
 
 def task_names(definitions: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from es_sched.domain.pins import taskdefs_used
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.serialization.definitions import decode_definition
@@ -104,28 +105,12 @@ class DefinitionRegistry:
         cached = self._taskdefs_cache.get(id(definition))
         if cached is not None and cached[0] is definition:
             return cached[1]
-        names = set(_task_names(definition.get("tasks") or []))
-        found = [doc for name, doc in sorted(self.taskdefs.items()) if name in names]
+        found = taskdefs_used(definition, self.taskdefs)
         self._taskdefs_cache[id(definition)] = (definition, found)
         return found
 
     def close(self) -> None:
         self._consumer.close()
-
-
-def _task_names(tasks: list[Any]) -> list[str]:
-    names = []
-    for t in tasks:
-        if not isinstance(t, dict):
-            continue
-        names.append(str(t.get("name")))
-        for case in (t.get("decisionCases") or {}).values():
-            names += _task_names(case)
-        names += _task_names(t.get("defaultCase") or [])
-        for branch in t.get("forkTasks") or []:
-            names += _task_names(branch)
-        names += _task_names(t.get("loopOver") or [])
-    return names
 
 
 def _bytes(value: str | bytes | None) -> bytes | None:

@@ -12,7 +12,7 @@ from es_sched.domain.effects import StartChild, child_input, effects
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
-from es_sched.domain.pins import ChildRef, Found, complete_start, static_refs
+from es_sched.domain.pins import ChildRef, Found, complete_start, static_refs, taskdefs_used
 from es_sched.domain.state import WorkflowState
 from es_sched.serialization.snapshots import (
     decode_bundle,
@@ -300,3 +300,27 @@ def finish(st: WorkflowState, ref: str) -> tuple[WorkflowState, list[Event]]:
         assert after is not None
         st = after
     return st, events
+
+
+# -- the TaskDefs a start pins: the registry's answer ----------------------------------------------
+INLINE_CHILD = workflow(task("inline_step", name="inline.step"), name="inline_child")
+WITH_INLINE = workflow(
+    task("first", name="outer.first"),
+    task(
+        "inline_sub",
+        type_="SUB_WORKFLOW",
+        subWorkflowParam={
+            "name": "inline_child",
+            "workflowDefinition": INLINE_CHILD,
+        },
+    ),
+    name="with_inline",
+)
+TD_INLINE: JSON = {"name": "inline.step", "retryCount": 1, "retryDelaySeconds": 0}
+TD_OUTER: JSON = {"name": "outer.first", "retryCount": 0}
+TD_UNUSED: JSON = {"name": "nobody.uses", "retryCount": 5}
+
+
+def test_taskdefs_used_include_an_inline_sub_workflows_tasks_by_name() -> None:
+    given = {str(td["name"]): td for td in (TD_UNUSED, TD_OUTER, TD_INLINE)}
+    assert taskdefs_used(WITH_INLINE, given) == [TD_INLINE, TD_OUTER]
