@@ -41,7 +41,7 @@ from es_sched.domain.effects import (
 from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
-from es_sched.domain.pins import Found, complete_start
+from es_sched.domain.pins import Found, complete_start, taskdefs_used
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import IN_PROGRESS, WorkflowState
 from es_sched.errors import DomainError
@@ -133,7 +133,7 @@ class Simulation:
             version=definition.get("version"),
             input=inp,
             definition=definition,
-            taskdefs=self.taskdefs,
+            taskdefs=self.taskdefs_for(definition),
             **extra,
         )
 
@@ -185,9 +185,14 @@ class Simulation:
         return seq
 
     def resolve(self, name: str, version: int | None) -> Found | None:
-        """The simulation's registry: its definitions, with all its TaskDefs."""
+        """The simulation's registry: its definitions, each with the TaskDefs it uses."""
         definition = self.find(name, version)
-        return (definition, self.taskdefs) if definition is not None else None
+        return (definition, self.taskdefs_for(definition)) if definition is not None else None
+
+    def taskdefs_for(self, definition: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The TaskDefs ``definition`` uses, the last given of a name winning, as the
+        definition registry answers: a simulated start pins what a real one does."""
+        return taskdefs_used(definition, {str(td.get("name")): td for td in self.taskdefs})
 
     def _start_child(self, parent: _Workflow, fx: StartChild) -> None:
         child_id, st = fx.child_workflow_id, parent.state

@@ -302,7 +302,7 @@ def finish(st: WorkflowState, ref: str) -> tuple[WorkflowState, list[Event]]:
     return st, events
 
 
-# -- the TaskDefs a start pins: the registry's answer ----------------------------------------------
+# -- the TaskDefs a start pins: the registry's answer, and the simulator's -----------------------
 INLINE_CHILD = workflow(task("inline_step", name="inline.step"), name="inline_child")
 WITH_INLINE = workflow(
     task("first", name="outer.first"),
@@ -324,3 +324,23 @@ TD_UNUSED: JSON = {"name": "nobody.uses", "retryCount": 5}
 def test_taskdefs_used_include_an_inline_sub_workflows_tasks_by_name() -> None:
     given = {str(td["name"]): td for td in (TD_UNUSED, TD_OUTER, TD_INLINE)}
     assert taskdefs_used(WITH_INLINE, given) == [TD_INLINE, TD_OUTER]
+
+
+def test_a_simulated_start_pins_only_the_taskdefs_its_definition_uses() -> None:
+    """As the registry answers a real start, whatever else ``defs simulate --taskdefs`` was
+    given: the simulated ``workflow.started`` is the one a run on Kafka records."""
+    sim = Simulation([WITH_INLINE], [TD_UNUSED, TD_OUTER, TD_INLINE], scripts=SCRIPTS)
+    sim.run(WITH_INLINE, {})
+    started = sim.workflows["wf-1"].events[0].payload
+    assert [td["name"] for td in started.taskdefs] == ["inline.step", "outer.first"]  # type: ignore[attr-defined]
+
+
+def test_an_inline_sub_workflows_task_retries_by_the_taskdef_its_parent_pinned() -> None:
+    script = [
+        {"ref": "inline_step", "in_subworkflow_of": "inline_sub", "attempt": 1, "status": "FAILED"}
+    ]
+    sim = Simulation([WITH_INLINE], [TD_OUTER, TD_INLINE], script, scripts=SCRIPTS)
+    result = sim.run(WITH_INLINE, {})
+    assert result["status"] == "COMPLETED", result.get("reasonForIncompletion")
+    (child,) = result["subworkflows"].values()
+    assert [t["attempt"] for t in child["tasks"]] == [1, 2]
