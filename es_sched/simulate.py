@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
@@ -48,6 +48,44 @@ from es_sched.errors import DomainError
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 MAX_STEPS = 200_000
+WORKER = "sim-worker"
+
+
+def scripted_answer(
+    entry: Mapping[str, Any] | None,
+    wf_id: str,
+    task_id: str,
+    attempt: int,
+    input_ids: Callable[[], str],
+) -> list[c.Input]:
+    """What the simulation's worker sends for a task it answers from script ``entry`` (None:
+    no entry, it completes at once with an empty output): its lease, its start, then the
+    outcome; nothing after the start for ``IN_PROGRESS`` (it keeps the task, timeouts act).
+    ``testkit.simulated`` answers the ready queue on Kafka with this too."""
+    status = str((entry or {}).get("status", "COMPLETED")).upper()
+    output = dict((entry or {}).get("output") or {})
+    lease: dict[str, Any] = dict(
+        task_id=task_id,
+        attempt=attempt,
+        worker_id=WORKER,
+        lease_epoch=1,
+        lease_token=f"lease-{task_id}",
+    )
+    out: list[c.Input] = [
+        c.DispatchTask(input_ids(), wf_id, **lease),
+        c.ReportStarted(input_ids(), wf_id, **lease),
+    ]
+    if status == "COMPLETED":
+        out.append(c.ReportCompleted(input_ids(), wf_id, output=output, **lease))
+    elif status in ("FAILED", "FAILED_WITH_TERMINAL_ERROR"):
+        reason = str((entry or {}).get("reason") or output.get("reason") or "failed by script")
+        terminal = status == "FAILED_WITH_TERMINAL_ERROR"
+        out.append(
+            c.ReportFailed(
+                input_ids(), wf_id, reason=reason, terminal=terminal, output=output, **lease
+            )
+        )
+    return out
 
 
 @dataclass
@@ -209,37 +247,8 @@ class Simulation:
 
     def _work(self, wf_id: str, wf: _Workflow, p: QueueTask) -> None:
         entry = self._take(wf.path, p.ref, p.attempt, external=False)
-        worker = "sim-worker"
-        token = f"lease-{p.task_id}"
-        status = str((entry or {}).get("status", "COMPLETED")).upper()
-        output = dict((entry or {}).get("output") or {})
-
-        def send(cls: type[c.DispatchTask | c.WorkerReport], **extra: Any) -> None:
-            self.queue.append(
-                (
-                    wf_id,
-                    cls(
-                        self.input_ids(),
-                        wf_id,
-                        task_id=p.task_id,
-                        attempt=p.attempt,
-                        worker_id=worker,
-                        lease_epoch=1,
-                        lease_token=token,
-                        **extra,
-                    ),
-                )
-            )
-
-        send(c.DispatchTask)
-        send(c.ReportStarted)
-        if status == "COMPLETED":
-            send(c.ReportCompleted, output=output)
-        elif status in ("FAILED", "FAILED_WITH_TERMINAL_ERROR"):
-            reason = str((entry or {}).get("reason") or output.get("reason") or "failed by script")
-            terminal = status == "FAILED_WITH_TERMINAL_ERROR"
-            send(c.ReportFailed, reason=reason, terminal=terminal, output=output)
-        # IN_PROGRESS: the worker keeps the task and never answers (timeouts will act)
+        for inp in scripted_answer(entry, wf_id, p.task_id, p.attempt, self.input_ids):
+            self.queue.append((wf_id, inp))
 
     def _take(
         self, path: tuple[str, ...], ref: str, attempt: int, external: bool

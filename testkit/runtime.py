@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from confluent_kafka import KafkaException
 
@@ -198,7 +198,8 @@ def complete_all(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 class Worker:
     """Plays the dispatcher and every worker: reads the ready queue, leases each task to itself
     (a ``DispatchTask``, as the dispatcher would send first) and reports from that lease to
-    task-results; the decider accepts a report only from the live lease."""
+    task-results; the decider accepts a report only from the live lease. ``answer`` says what
+    it sends for a task (a subclass may answer otherwise)."""
 
     def __init__(self, env: Env, policy: Policy = complete_all) -> None:
         self.env, self.policy = env, policy
@@ -206,13 +207,34 @@ class Worker:
         self.executions: list[tuple[str, int, str]] = []  # (task_id, attempt, status)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Worker:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+
+    def answer(self, task: dict[str, Any]) -> list[c.Input]:
+        """What the dispatcher and the worker send for a ready ``task``, in order."""
+        status, output = self.policy(task)
+        base = dict(
+            workflow_id=task["workflow_id"],
+            task_id=task["task_id"],
+            attempt=task["attempt"],
+            worker_id="test-worker",
+            lease_epoch=1,
+            lease_token=f"tok-{task['task_id']}",
+        )
+        lease = c.DispatchTask(f"dispatch:{task['task_id']}:1", **base)
+        report: c.Input
+        rid = f"report:{task['task_id']}:{task['attempt']}"
+        if status == "COMPLETED":
+            report = c.ReportCompleted(rid, output=output, **base)
+        else:
+            report = c.ReportFailed(rid, reason=f"scripted failure of {task['ref']}", **base)
+        self.executions.append((task["task_id"], task["attempt"], status))
+        return [lease, report]
 
     def _run(self) -> None:
         # At-least-once like a real worker; auto-commit is enough for a test double.
@@ -229,26 +251,7 @@ class Worker:
                     if msg.error() is not None:
                         continue
                     task = cast(dict[str, Any], decode_ready(msg.value()))
-                    status, output = self.policy(task)
-                    base = dict(
-                        workflow_id=task["workflow_id"],
-                        task_id=task["task_id"],
-                        attempt=task["attempt"],
-                        worker_id="test-worker",
-                        lease_epoch=1,
-                        lease_token=f"tok-{task['task_id']}",
-                    )
-                    lease = c.DispatchTask(f"dispatch:{task['task_id']}:1", **base)
-                    report: c.Input
-                    rid = f"report:{task['task_id']}:{task['attempt']}"
-                    if status == "COMPLETED":
-                        report = c.ReportCompleted(rid, output=output, **base)
-                    else:
-                        report = c.ReportFailed(
-                            rid, reason=f"scripted failure of {task['ref']}", **base
-                        )
-                    self.executions.append((task["task_id"], task["attempt"], status))
-                    for inp in (lease, report):  # one key: the decider reads them in order
+                    for inp in self.answer(task):  # one key: the decider reads them in order
                         prod.produce(
                             self.env.topics.task_results,
                             key=inp.workflow_id.encode(),
