@@ -30,7 +30,7 @@ import pytest
 from es_sched import bootstrap
 from es_sched.audit.check import check
 from es_sched.audit.read import read_log
-from es_sched.domain.events import Event, TaskScheduled
+from es_sched.domain.events import Event, TaskScheduled, WorkflowStartRequested
 from testkit import ROOT
 from testkit.runtime import Env, assert_read_models, final_status, read_events, roles
 from testkit.simulated import Script, ScriptedWorker, assert_same, family, simulated
@@ -420,11 +420,12 @@ def waiting_on(events: list[Event], ref: str) -> bool:
 
 
 def ended(histories: list[list[Event]]) -> bool:
+    """Every workflow of the family has a history, and each of them ended."""
     started = {
-        e.payload.child_workflow_id  # type: ignore[attr-defined]
+        e.payload.child_workflow_id
         for h in histories
         for e in h
-        if e.type == "workflow.start_requested"
+        if isinstance(e.payload, WorkflowStartRequested)
     }
     return len(histories) == len(started) + 1 and all(
         final_status(h) != "RUNNING" for h in histories
