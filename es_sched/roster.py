@@ -18,6 +18,8 @@ This module holds the record and the rules read from it; its bytes are
   A refusal names the holder's host and pid.
 - ``foreign(records, deployment, now, stale_after_s)``: the live processes of another
   deployment on the same topic prefix (ADR 63): a process refuses to start beside them.
+- ``forgotten(records, host, running)``: the records of processes of this host that died
+  holding no instance, which the next process to start here removes.
 - ``same_deployment(theirs, ours)``: the check of an assignment by a worker, and of a worker's
   status by a dispatcher (ADR 63).
 
@@ -26,7 +28,7 @@ Pure: the standard library only, and no clock (``now`` is passed in).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -34,12 +36,11 @@ from typing import Literal
 Health = Literal["alive", "stale", "stopped"]
 State = Literal["running", "stopped"]
 # Roles whose instance id names something only one process may hold: a transactional id and a
-# static group member (decider, timers, retry relay), or a slot of ``es-sched run`` whose
-# record two processes would overwrite by turns (dispatcher, projectors). API processes and
-# workers are keyed by what is already theirs alone (host and pid, the worker id).
-CLAIMED_ROLES = frozenset(
-    {"decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search"}
-)
+# static group member (decider, timers, retry relay). The dispatcher, projectors and API share
+# their work among any number of processes (dynamic group members), so their records are keyed
+# by what is theirs alone (the instance with the host and pid; a worker's id), written as a
+# tombstone on a clean exit, and forgotten once their pid is gone (``forgotten``).
+CLAIMED_ROLES = frozenset({"decider", "timers", "retry"})
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,11 @@ class Presence:
     @property
     def key(self) -> str:
         return key_of(self.role, self.instance)
+
+    @property
+    def claims(self) -> bool:
+        """Whether its instance is one only one process may hold (``CLAIMED_ROLES``)."""
+        return self.role in CLAIMED_ROLES
 
     @property
     def where(self) -> str:
@@ -134,6 +140,18 @@ def foreign(
         p
         for p in records
         if p.deployment != deployment and health(p, now, stale_after_s) == "alive"
+    ]
+
+
+def forgotten(
+    records: Iterable[Presence], host: str, running: Callable[[int], bool]
+) -> list[Presence]:
+    """The records a process starting on ``host`` removes: those of unclaimed roles (keyed by
+    their process) on this host whose pid no longer runs. A crashed API process, dispatcher,
+    projector or worker leaves a stale record until then; another host's, until a process
+    starts there."""
+    return [
+        p for p in records if p.role not in CLAIMED_ROLES and p.host == host and not running(p.pid)
     ]
 
 

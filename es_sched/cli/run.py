@@ -9,12 +9,13 @@ transaction finishes, the consumer leaves its group. A role that has not returne
 ``STOP_GRACE_S`` after the signal (a client call stuck while the broker is unreachable) is left
 behind and the process exits non-zero: a stop request is never ignored.
 
-Before the roles start, the process claims each role's instance on ``<prefix>.system`` and then
-renews a liveness record of each every ``ES_SCHED_SYSTEM_LIVENESS_INTERVAL_S`` (ADR 61,
-``es_sched.kafka.roster``): it refuses to start when a live process holds one (the message
-names its host and pid) or when a live process of another deployment uses the topic prefix
-(ADR 63). ``--replace`` takes a held instance over on purpose; the holder stops when it reads
-that. A restart after a crash on this host takes over at once (the holder's pid is gone).
+Before the roles start, the process claims the instance of its decider, timers and retry
+relay on ``<prefix>.system`` and then renews a liveness record of each role every
+``ES_SCHED_SYSTEM_LIVENESS_INTERVAL_S`` (ADR 61, ``es_sched.kafka.roster``): it refuses to
+start when a live process holds one of those instances (the message names its host and pid)
+or when a live process of another deployment uses the topic prefix (ADR 63). ``--replace``
+takes a held instance over on purpose; the holder stops when it reads that. A restart after a
+crash on this host takes over at once (the holder's pid is gone).
 
 ``--processes N`` (N > 1) runs the roles in N child processes instead, one ``es-sched run`` of
 the same roles each, supervised by this one (``es_sched.cli.processes``, ADR 33): slot ``i``
@@ -42,6 +43,7 @@ from es_sched.cli.processes import Supervisor, slot_instance
 from es_sched.errors import EsSchedError
 from es_sched.kafka import roster
 from es_sched.metrics import Registry, serve
+from es_sched.roster import CLAIMED_ROLES
 from es_sched.settings import Settings, load_settings
 
 STOP_GRACE_S = 30.0
@@ -158,9 +160,12 @@ def run(
 
 
 def instance_of(role: str, instance: str) -> str:
-    """The instance a role's liveness record is keyed by: ``ES_SCHED_RUN_INSTANCE``, but an API
-    process's host and pid (API processes share the work; none holds an instance)."""
-    return roster.process_instance() if role == "api" else instance
+    """The instance a role's liveness record is keyed by: ``ES_SCHED_RUN_INSTANCE`` for the
+    roles that hold it alone (ADR 61); with this process's host and pid for the dispatcher and
+    projectors, which any number of processes share; an API process's host and pid."""
+    if role in CLAIMED_ROLES:
+        return instance
+    return roster.process_instance("" if role == "api" else instance)
 
 
 def _run_roles(

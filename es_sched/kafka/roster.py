@@ -9,8 +9,10 @@
   at once. Returns the reader, which the beacon keeps reading.
 - ``Beacon``: a thread that publishes the process's records every
   ``ES_SCHED_SYSTEM_LIVENESS_INTERVAL_S`` (partitions and lag from the roles' ``LagGauge`` in
-  the process's metrics registry), and on ``close`` a ``stopped`` record of each (a clean exit;
-  a process killed leaves its last record, which turns stale). Reading the topic between
+  the process's metrics registry), and on ``close`` a ``stopped`` record of each claimed
+  instance and a tombstone of each other (a clean exit; a process killed leaves its last
+  record, which turns stale until ``roster.forgotten`` removes it). On start it removes the
+  records ``roster.forgotten`` names. Reading the topic between
   beats, it calls ``on_lost`` when a process started later took one of its keys (``--replace``,
   or a takeover from another host after this one's record went stale): newest start wins.
 
@@ -182,6 +184,9 @@ class Beacon:
         self._thread = threading.Thread(target=self._run, name="es-sched-beacon", daemon=True)
 
     def start(self) -> Beacon:
+        host = socket.gethostname()
+        for gone in roster.forgotten(self.reader.records(), host, pid_running):
+            self._producer.produce(self.topic, None, gone.key.encode())
         self.publish()  # before the roles start: the claim is visible at once
         self._next = time.monotonic() + self.settings.system.liveness_interval_s
         self._thread.start()
@@ -236,15 +241,18 @@ class Beacon:
             self._thread.join(timeout_s)
         now = self.clock()
         for key, p in self.mine.items():
-            if key not in self._lost:
-                self._producer.produce(
-                    self.topic, records.encode_liveness(p.stopped(now)), key.encode()
-                )
+            if key in self._lost:
+                continue
+            # A claimed instance says it is down; a process-keyed record has nothing to hold.
+            value = records.encode_liveness(p.stopped(now)) if p.claims else None
+            self._producer.produce(self.topic, value, key.encode())
         if self._producer.flush(timeout_s) > 0:
             log.warning("the stopped liveness records were not all delivered")
         self.reader.close()
 
 
-def process_instance() -> str:
-    """The instance of a process that holds none (an API process): its host and pid."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+def process_instance(instance: str = "") -> str:
+    """The instance a process that holds none is keyed by: ``instance`` (if any) at its host
+    and pid."""
+    here = f"{socket.gethostname()}-{os.getpid()}"
+    return f"{instance}@{here}" if instance else here
