@@ -18,6 +18,7 @@ This module holds the record and the rules read from it; its bytes are
   A refusal names the holder's host and pid.
 - ``foreign(records, deployment, now, stale_after_s)``: the live processes of another
   deployment on the same topic prefix (ADR 63): a process refuses to start beside them.
+- ``taken_over(mine, held)``: a process started later holds this process's key: it stops.
 - ``forgotten(records, host, running)``: the records of processes of this host that died
   holding no instance, which the next process to start here removes.
 - ``same_deployment(theirs, ours)``: the check of an assignment by a worker, and of a worker's
@@ -141,6 +142,18 @@ def foreign(
         for p in records
         if p.deployment != deployment and health(p, now, stale_after_s) == "alive"
     ]
+
+
+def taken_over(mine: Presence, held: Presence | None) -> bool:
+    """Whether ``held``, the newest record of ``mine``'s key, says a process started later took
+    the key over (``--replace``, or a takeover after ``mine`` went stale): newest start wins,
+    the older process stops."""
+    return (
+        held is not None
+        and held.state == "running"
+        and (held.host, held.pid) != (mine.host, mine.pid)
+        and held.started_at > mine.started_at
+    )
 
 
 def forgotten(

@@ -225,9 +225,7 @@ class Beacon:
     def _check_taken(self) -> None:
         for key, mine in self.mine.items():
             held = self.reader.roster.get(key)
-            if key in self._lost or held is None or held.state != "running":
-                continue
-            if (held.host, held.pid) != (mine.host, mine.pid) and held.started_at > mine.started_at:
+            if key not in self._lost and held is not None and roster.taken_over(mine, held):
                 self._lost.add(key)
                 self.on_lost(
                     f"{mine.role} instance {mine.instance!r} was taken over by {held.where} "

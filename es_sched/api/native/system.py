@@ -19,7 +19,6 @@ from fastapi import APIRouter, Depends
 from es_sched.api.auth import Principal, require
 from es_sched.api.native.models import RoleProcess, System
 from es_sched.api.services import Services, services
-from es_sched.errors import EsSchedError
 from es_sched.kafka.roster import RosterReader
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.roster import Presence, health
@@ -49,7 +48,7 @@ class SystemBoard:
                 if self.reader.poll(POLL_S):
                     with self._lock:
                         self._records = self.reader.records()
-            except EsSchedError:  # the broker away: the page shows the records it had
+            except Exception:  # the broker away: the page shows the records it had, aging
                 log.warning("reading the system topic", exc_info=True)
                 self._stop.wait(1.0)
 

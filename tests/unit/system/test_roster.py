@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from es_sched import roster
 from es_sched.api.app import create_app
 from es_sched.api.services import Lazy, Services
 from es_sched.errors import SchemaError
@@ -78,6 +79,15 @@ def test_replace_takes_a_live_instance_on_purpose() -> None:
     verdict = claim(held(), "h1", 5, at(1), STALE_S, True, replace_holder=True)
     assert verdict.take
     assert "on purpose" in verdict.reason
+
+
+def test_a_process_stops_only_when_one_started_later_holds_its_key() -> None:
+    mine = held()
+    assert not roster.taken_over(mine, None)
+    assert not roster.taken_over(mine, held(seen_at=at(5)))  # its own renewal
+    assert roster.taken_over(mine, held(pid=200, started_at=at(1)))  # --replace
+    assert not roster.taken_over(mine, held(pid=200, started_at=at(-1)))  # an older one: it stops
+    assert not roster.taken_over(mine, held(pid=200, started_at=at(1), state="stopped"))
 
 
 def test_foreign_lists_only_live_processes_of_another_deployment() -> None:
