@@ -36,7 +36,7 @@ from es_sched import __version__, roster
 from es_sched.errors import ConfigError, SchemaError
 from es_sched.kafka.clients import producer
 from es_sched.kafka.tail import Tail
-from es_sched.kafka.topics import ensure_topics, topics_for
+from es_sched.kafka.topics import ensure_topic, topics_for
 from es_sched.metrics import Registry
 from es_sched.roster import Presence, Roster
 from es_sched.serialization import records
@@ -111,15 +111,23 @@ class RosterReader:
         self.tail.close()
 
 
+def system_topic(settings: Settings) -> str:
+    """``<prefix>.system``, created if missing (its shape from the catalogue): all a process
+    needs before its roles start, which create and check the rest."""
+    topics = topics_for(settings)
+    t = next(t for t in topics.all() if t.name == topics.system)
+    rf = topics.replication_factor
+    ensure_topic(settings.kafka.bootstrap_servers, t.name, t.partitions, t.config, 30.0, rf)
+    return t.name
+
+
 def claim(settings: Settings, keys: Iterable[tuple[str, str]], replace: bool) -> RosterReader:
     """Check, before the roles start, that this process may take ``keys`` (role, instance).
 
     Raises ``ForeignDeployment`` when a live process of another deployment uses the topic
     prefix (``--replace`` does not override that: it is never on purpose), ``InstanceHeld`` when
     a claimed role's instance is held by a live process. Logs each takeover and its reason."""
-    topics = topics_for(settings)
-    ensure_topics(settings.kafka.bootstrap_servers, topics)
-    reader = RosterReader(settings.kafka.bootstrap_servers, topics.system)
+    reader = RosterReader(settings.kafka.bootstrap_servers, system_topic(settings))
     try:
         reader.catch_up()
         sys = settings.system

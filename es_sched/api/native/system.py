@@ -19,8 +19,8 @@ from fastapi import APIRouter, Depends
 from es_sched.api.auth import Principal, require
 from es_sched.api.native.models import RoleProcess, System
 from es_sched.api.services import Services, services
-from es_sched.kafka.roster import RosterReader
-from es_sched.kafka.topics import ensure_topics, topics_for
+from es_sched.kafka.roster import RosterReader, system_topic
+from es_sched.kafka.topics import topics_for
 from es_sched.roster import Presence, health
 
 router = APIRouter()
@@ -64,9 +64,8 @@ class SystemBoard:
 
 def system_board(svc: Services) -> SystemBoard:
     def make() -> SystemBoard:
-        topics = topics_for(svc.settings)
-        ensure_topics(svc.settings.kafka.bootstrap_servers, topics)
-        return SystemBoard(RosterReader(svc.settings.kafka.bootstrap_servers, topics.system))
+        topic = system_topic(svc.settings)
+        return SystemBoard(RosterReader(svc.settings.kafka.bootstrap_servers, topic))
 
     return svc.system_board.get(make)
 
