@@ -138,6 +138,17 @@ def api_services(settings: Settings) -> ApiServices:
     )
 
 
+def announce_api(settings: Settings, svc: ApiServices) -> None:
+    """Publish this API process's liveness record (role ``api``, keyed by its host and pid)
+    until ``svc.close`` (ADR 61); refused beside a live process of another deployment."""
+    from es_sched.kafka import roster  # noqa: PLC0415
+
+    keys = [("api", roster.process_instance())]
+    reader = roster.claim(settings, keys, replace=False)
+    lost = logging.getLogger(__name__).error
+    svc.beacon.put(roster.Beacon(settings, keys, Registry(), reader, lost).start())
+
+
 def api_pg_store(settings: Settings) -> PgStore:
     """The read model as the API reads it: a pool sized for its threads (ADR 23)."""
     from es_sched.projections.postgres.store import PgStore  # noqa: PLC0415
@@ -185,7 +196,10 @@ def api_app() -> FastAPI:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-    return create_app(api_services(load_settings()))
+    settings = load_settings()
+    svc = api_services(settings)
+    announce_api(settings, svc)
+    return create_app(svc)
 
 
 def _api(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:

@@ -115,6 +115,9 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._metrics: list[_Metric] = []
+        # Each role's consumer lag and partitions by role name, which the role process's
+        # liveness record reports (``es_sched.kafka.roster``).
+        self.lags: dict[str, LagGauge] = {}
 
     def counter(self, name: str, help_text: str) -> Counter:
         return self._add(Counter(name, help_text, self._lock))
@@ -181,6 +184,9 @@ class LagGauge:
             "es_sched_consumer_lag_records", "Records not yet consumed, by role and topic."
         )
         self.role, self.every_s, self._at = role, every_s, 0.0
+        self.partitions: tuple[str, ...] = ()  # "topic[p]" the consumer held at the last update
+        self.records: int | None = None  # their lag summed, None before the first update
+        registry.lags[role] = self
 
     def update(
         self, consumer: Consumer, force: bool = False, cached: bool = True
@@ -191,7 +197,9 @@ class LagGauge:
             return {}
         self._at = now
         lag: dict[str, int] = {}
-        for tp in consumer.position(consumer.assignment()):
+        held = consumer.position(consumer.assignment())
+        self.partitions = tuple(sorted(f"{tp.topic}[{tp.partition}]" for tp in held))
+        for tp in held:
             lag.setdefault(tp.topic, 0)
             try:
                 marks = (
@@ -205,4 +213,5 @@ class LagGauge:
                 lag[tp.topic] += int(marks[1]) - tp.offset
         for topic, n in lag.items():
             self.gauge.set(n, role=self.role, topic=topic)
+        self.records = sum(lag.values())
         return lag

@@ -8,6 +8,7 @@ environment.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,6 +356,37 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class SystemSettings(BaseSettings):
+    """``ES_SCHED_SYSTEM_*``: what a deployment knows of itself (ADR 61, ADR 63): its id, and
+    how often each role process says it is alive on ``<prefix>.system``."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_SYSTEM_", frozen=True)
+
+    # The deployment this process belongs to: stamped on each assignment (a worker runs only
+    # its own deployment's tasks) and on each liveness record (a process refuses to start on a
+    # topic prefix a live process of another deployment uses). Empty: derived from the
+    # directory es-sched is installed in, so two checkouts differ and the containers of one
+    # image agree; processes of one deployment installed elsewhere must set the same value.
+    deployment: str = Field(default="", max_length=100, pattern=r"^[A-Za-z0-9._:@-]*$")
+    # How often a role process publishes its liveness record (host, pid, partitions, lag).
+    liveness_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # A record not renewed for this many intervals is stale: its process is shown as stale,
+    # and its instance id may be taken by a process on another host (ADR 61).
+    stale_after_intervals: float = Field(default=3.0, ge=1.5, le=100)
+
+    @property
+    def stale_after_s(self) -> float:
+        return self.liveness_interval_s * self.stale_after_intervals
+
+    @property
+    def deployment_id(self) -> str:
+        """``deployment``, or ``install-<hash>`` of the directory es-sched is installed in."""
+        if self.deployment:
+            return self.deployment
+        where = str(Path(__file__).resolve().parent.parent)
+        return "install-" + hashlib.sha256(where.encode()).hexdigest()[:10]
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
@@ -366,6 +398,7 @@ class Settings:
     media: MediaSettings = field(default_factory=MediaSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    system: SystemSettings = field(default_factory=SystemSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -395,4 +428,5 @@ def load_settings() -> Settings:
         media=_load(MediaSettings),
         api=_load(ApiSettings),
         worker=_load(WorkerSettings),
+        system=_load(SystemSettings),
     )

@@ -25,6 +25,7 @@ from es_sched.settings import (
     SearchSettings,
     Settings,
     StackSettings,
+    SystemSettings,
 )
 
 SECTIONS: dict[str, type[BaseSettings]] = {
@@ -36,6 +37,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "dispatch": DispatchSettings,
     "media": MediaSettings,
     "api": ApiSettings,
+    "system": SystemSettings,
 }
 BOOTSTRAP = KafkaSettings().bootstrap_servers
 HANDED_OUT: set[str] = set()  # every name unique_name gave this process (topic cleanup)

@@ -22,10 +22,12 @@ if TYPE_CHECKING:
 
     from es_sched.api.auth import Authenticator
     from es_sched.api.conductor.tasks import WorkflowNames
+    from es_sched.api.native.system import SystemBoard
     from es_sched.api.read_model_freshness import LogEnds
     from es_sched.api.readers import EventEnds, WorkerBoard
     from es_sched.api.reflected import Reflected
     from es_sched.commands.client import CommandClient
+    from es_sched.kafka.roster import Beacon
     from es_sched.projections.postgres.aio import AsyncReads
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
@@ -99,6 +101,8 @@ class Services:
     worker_board: Part[WorkerBoard] = field(default_factory=Part)  # api.readers
     log_ends: Part[LogEnds] = field(default_factory=Part)  # api.read_model_freshness
     workflow_names: Part[WorkflowNames] = field(default_factory=Part)  # api.conductor.tasks
+    system_board: Part[SystemBoard] = field(default_factory=Part)  # api.native.system
+    beacon: Part[Beacon] = field(default_factory=Part)  # this API process's liveness (ADR 61)
 
     @property
     def engine(self) -> Engine:
@@ -133,6 +137,8 @@ class Services:
             self.worker_board,
             self.log_ends,
             self.workflow_names,
+            self.system_board,
+            self.beacon,
         ):
             part.close()
 

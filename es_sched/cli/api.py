@@ -58,8 +58,9 @@ def api(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    app = create_app(bootstrap.api_services(settings))
-    ApiServer(settings.api, app, port=port).run(stop)
+    svc = bootstrap.api_services(settings)
+    bootstrap.announce_api(settings, svc)
+    ApiServer(settings.api, create_app(svc), port=port).run(stop)
 
 
 @api.group("keys")

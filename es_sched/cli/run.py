@@ -9,6 +9,14 @@ transaction finishes, the consumer leaves its group. A role that has not returne
 ``STOP_GRACE_S`` after the signal (a client call stuck while the broker is unreachable) is left
 behind and the process exits non-zero: a stop request is never ignored.
 
+Before the roles start, the process claims the instance of its decider, timers and retry
+relay on ``<prefix>.system`` and then renews a liveness record of each role every
+``ES_SCHED_SYSTEM_LIVENESS_INTERVAL_S`` (ADR 61, ``es_sched.kafka.roster``): it refuses to
+start when a live process holds one of those instances (the message names its host and pid)
+or when a live process of another deployment uses the topic prefix (ADR 63). ``--replace``
+takes a held instance over on purpose; the holder stops when it reads that. A restart after a
+crash on this host takes over at once (the holder's pid is gone).
+
 ``--processes N`` (N > 1) runs the roles in N child processes instead, one ``es-sched run`` of
 the same roles each, supervised by this one (``es_sched.cli.processes``, ADR 33): slot ``i``
 has ``ES_SCHED_RUN_INSTANCE=<instance>-<i>`` (so its own transactional and static member ids)
@@ -33,8 +41,10 @@ from es_sched.bootstrap import OPTIONAL_ROLES, ROLES, Role
 from es_sched.cli import stacks
 from es_sched.cli.processes import Supervisor, slot_instance
 from es_sched.errors import EsSchedError
+from es_sched.kafka import roster
 from es_sched.metrics import Registry, serve
-from es_sched.settings import load_settings
+from es_sched.roster import CLAIMED_ROLES
+from es_sched.settings import Settings, load_settings
 
 STOP_GRACE_S = 30.0
 
@@ -67,6 +77,11 @@ STOP_GRACE_S = 30.0
     show_default=True,
     help="With --processes: restarts of a crash-looping child before its slot stays down.",
 )
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Take the roles' instance ids over from a live process (it stops) (ADR 61).",
+)
 @click.option("--slot", type=int, default=None, hidden=True)  # set by the parent for a child
 def run(
     role: tuple[str, ...],
@@ -74,6 +89,7 @@ def run(
     log_level: str,
     processes: int,
     max_restarts: int,
+    replace: bool,
     slot: int | None,
 ) -> None:
     """Run es-sched roles until SIGINT or SIGTERM."""
@@ -99,7 +115,7 @@ def run(
                 "--processes does not multiply the api role: run it alone "
                 "with `es-sched api --workers N`"
             )
-        args = [a for r in role for a in ("--role", r)]
+        args = [a for r in role for a in ("--role", r)] + (["--replace"] if replace else [])
 
         def command(i: int) -> list[str]:
             return [
@@ -125,7 +141,41 @@ def run(
             raise EsSchedError("a child process failed (see the log above)")
         return
     failures: list[BaseException] = []
+    names = role or ROLES
+    keys = [(name, instance_of(name, settings.runtime.instance)) for name in names]
+    reader = roster.claim(settings, keys, replace)
 
+    def lost(reason: str) -> None:
+        logging.getLogger("es_sched").error("%s: stopping", reason)
+        failures.append(EsSchedError(reason))
+        stop.set()
+
+    beacon = roster.Beacon(settings, keys, registry, reader, lost).start()
+    try:
+        _run_roles(names, settings, registry, port, stop, failures)
+    finally:
+        beacon.close()
+    if failures:
+        raise EsSchedError(f"{len(failures)} role(s) failed: {failures[0]}")
+
+
+def instance_of(role: str, instance: str) -> str:
+    """The instance a role's liveness record is keyed by: ``ES_SCHED_RUN_INSTANCE`` for the
+    roles that hold it alone (ADR 61); with this process's host and pid for the dispatcher and
+    projectors, which any number of processes share; an API process's host and pid."""
+    if role in CLAIMED_ROLES:
+        return instance
+    return roster.process_instance("" if role == "api" else instance)
+
+
+def _run_roles(
+    names: tuple[str, ...],
+    settings: Settings,
+    registry: Registry,
+    port: int,
+    stop: threading.Event,
+    failures: list[BaseException],
+) -> None:
     def guarded(name: str, r: Role) -> None:
         try:
             logging.getLogger("es_sched").info("role %s started", name)
@@ -142,7 +192,7 @@ def run(
             name=name,
             daemon=True,
         )
-        for name in (role or ROLES)
+        for name in names
     ]
     server = serve(registry, port)
     if server is not None:
@@ -165,5 +215,3 @@ def run(
                 break
     if server is not None:
         server.shutdown()
-    if failures:
-        raise EsSchedError(f"{len(failures)} role(s) failed: {failures[0]}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import click
 
 from es_sched.cli import stacks
+from es_sched.kafka import roster
 from es_sched.metrics import serve
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
@@ -161,9 +163,25 @@ def worker(
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     stacks.install()
+    # Its liveness record (ADR 61), and a refusal beside a live process of another deployment
+    # (ADR 63): the worker id is its own, so there is no instance to claim.
+    keys = [("worker", w.worker_id)]
+    reader = roster.claim(settings, keys, replace=False)
+    beacon = roster.Beacon(
+        settings, keys, w.metrics, reader, stop_lost(stop), version=worker_version
+    ).start()
     server = serve(w.metrics, metrics_port)
     try:
         w.run(stop)
     finally:
+        beacon.close()
         if server is not None:
             server.shutdown()
+
+
+def stop_lost(stop: threading.Event) -> Callable[[str], None]:
+    def lost(reason: str) -> None:
+        logging.getLogger("es_sched").error("%s: stopping", reason)
+        stop.set()
+
+    return lost

@@ -11,7 +11,8 @@ Inputs:
   the partitions owned set this dispatcher's share of every tenant limit (ADR 13).
 - ``worker-status`` (whole topic from the beginning, no group): a ``WorkerStatus`` updates the
   fleet and is the worker's heartbeat for all its leases; a leased task missing from its
-  ``running`` list for over a heartbeat is released; a tombstone removes the worker; a
+  ``running`` list for over a heartbeat is released; a tombstone removes the worker, and so
+  does a report of another deployment (ADR 63; each assignment carries ours); a
   ``Progress`` extends the worker's leases.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools and policies, changeable at run time.
@@ -84,6 +85,7 @@ from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
 from es_sched.liveness import heard_at
 from es_sched.metrics import LagGauge, Registry
+from es_sched.roster import same_deployment
 from es_sched.serialization import encode_input, wire
 from es_sched.serialization.config import ConfigChange
 from es_sched.serialization.partial import LEASE_ENDED, TaskEnd
@@ -123,6 +125,8 @@ class Dispatcher:
         self.prefix = settings.kafka.topic_prefix
         self.bootstrap = settings.kafka.bootstrap_servers
         self.group = f"{self.prefix}-dispatcher"
+        self.deployment = settings.system.deployment_id
+        self._foreign: set[str] = set()  # workers of another deployment, logged once each
         self.core = DispatchCore(
             queues=ReadyQueues(d.aging_s),
             fleet=Fleet(d.suspect_after_s, d.dead_after_s),
@@ -276,6 +280,17 @@ class Dispatcher:
 
     def _on_report(self, report: Report, now: datetime) -> None:
         status, d = report.status, self.dispatch_settings
+        if not same_deployment(status.deployment, self.deployment):
+            if status.worker_id not in self._foreign:  # ADR 63: never placed on
+                self._foreign.add(status.worker_id)
+                log.warning(
+                    "worker %s belongs to deployment %r, not %r: left out of the fleet",
+                    status.worker_id,
+                    status.deployment,
+                    self.deployment,
+                )
+            self.core.fleet.remove(status.worker_id)
+            return
         view = dispatch_records.worker_view(status, heard_at(report.sent_at, now, d.dead_after_s))
         self._pool_topic(view.pool)
         self.core.fleet.upsert(view)
@@ -432,7 +447,8 @@ class Dispatcher:
 
     # -- decisions -------------------------------------------------------------------------
     def _assign(self, a: Assignment, now: datetime) -> None:
-        record, _ = dispatch_records.assignment(a)  # its DispatchTask was delivered already
+        # its DispatchTask was delivered already
+        record, _ = dispatch_records.assignment(a, self.deployment)
         pool = self.core.pools.get(a.task.task_type, "default")
         self.output.produce(
             assignment_topic(self.prefix, pool), record.worker_id, wire.encode(record), now

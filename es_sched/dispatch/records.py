@@ -73,7 +73,9 @@ def worker_view(status: wire.WorkerStatus, seen: datetime) -> WorkerView:
     )
 
 
-def assignment(a: CoreAssignment) -> tuple[wire.Assignment, DispatchTask]:
+def assignment(a: CoreAssignment, deployment: str = "") -> tuple[wire.Assignment, DispatchTask]:
+    """The wire assignment (stamped with the dispatcher's ``deployment``, ADR 63) and the
+    decider's input of one grant."""
     task, lease = a.task, a.lease
     record = wire.Assignment(
         worker_id=lease.worker_id,
@@ -89,6 +91,7 @@ def assignment(a: CoreAssignment) -> tuple[wire.Assignment, DispatchTask]:
         priority=task.priority,
         resources=dict(task.resources),
         ref=str(task.payload.get("ref") or ""),
+        deployment=deployment,
     )
     dispatched = DispatchTask(
         # The token too: an epoch granted again after its grant was lost is a new input (ADR 50).

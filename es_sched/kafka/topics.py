@@ -3,7 +3,8 @@
 Per-workflow topics (commands, task results, events, decider changelog, retry tiers, timers)
 share one partition count so a workflow's inputs, events and state live on the same partition
 number. The events topic is never compacted and keeps history forever; changelog, timers,
-definitions, config, worker status and the dispatcher's lease journal are compacted (the
+definitions, config, worker status, the roles' liveness records (``system``) and the
+dispatcher's lease journal are compacted (the
 journal has the ready topic's partition count: its partition p holds the leases of the tasks
 of ready partition p, ADR 14). The ready topic deletes by time only, and
 keeps records at least ``READY_RETENTION_BOUNDS`` reconciler bounds (ADR 15): a task still
@@ -117,6 +118,11 @@ class Topics:
     def leases(self) -> str:
         return self._n("leases")
 
+    @property
+    def system(self) -> str:
+        """Each role process's liveness record, key ``<role>/<instance>`` (ADR 61)."""
+        return self._n("system")
+
     def retry(self, tier_seconds: int) -> str:
         return self._n(f"retry-{tier_seconds}s")
 
@@ -152,6 +158,7 @@ class Topics:
             Topic(self.config, 1, COMPACT),
             *(Topic(self.retry(t), n, {}) for t in self.retry_tiers),
             Topic(self.leases, n, COMPACT),  # partition p: the tasks of ready partition p
+            Topic(self.system, 1, COMPACT),  # small: every reader reads all of it
         ]
 
 

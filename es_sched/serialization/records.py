@@ -1,5 +1,6 @@
 """Ready, timer and retry records: what the decider hands to the dispatcher, the timer service
-and the retry relay. Schemas: ``schemas/records/{ready,timer,retry}.v1.json``.
+and the retry relay; the lease journal and the roles' liveness records. Schemas:
+``schemas/records/{ready,timer,retry,lease,liveness}.v1.json``.
 
 - **ready** (``<prefix>.ready``, key = the task's evaluated rate-limit key, else its name (ADR
   13); written by the decider, read by the dispatcher): one task instance to place on a worker.
@@ -13,6 +14,9 @@ and the retry relay. Schemas: ``schemas/records/{ready,timer,retry}.v1.json``.
 - **lease** (``<prefix>.leases``, compacted, key = task id; dispatcher -> dispatcher after a
   restart or rebalance, ADR 14): a task's ready record, the last lease epoch granted and its
   live lease if any, decoded as ``LeaseRecord``.
+- **liveness** (``<prefix>.system``, compacted, key = ``<role>/<instance>``; every role process
+  -> the API and starting processes, ADR 61): who runs a role instance, where, holding what,
+  decoded as ``roster.Presence``.
 
 Encoders trust their typed inputs (the decider built them) and do not validate; every decoder
 validates against the compiled schema and raises ``SchemaError`` with the reason. Times are
@@ -32,12 +36,13 @@ import orjson
 
 from es_sched.domain.definitions import NO_LIMITS, TaskLimits
 from es_sched.domain.timers import Timer
+from es_sched.roster import Presence
 from es_sched.serialization.codec import load_record, parse_time
 from es_sched.serialization.schemas import Compiled, default_catalog
 
 FAMILY = "records"
 # record type -> the version written and read
-VERSIONS = {"ready": 1, "timer": 1, "retry": 1, "lease": 1}
+VERSIONS = {"ready": 1, "timer": 1, "retry": 1, "lease": 1, "liveness": 1}
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z
 
 
@@ -237,4 +242,42 @@ def decode_lease(raw: bytes | None) -> LeaseRecord:
             granted_at=parse_time(held["granted_at"], "lease.lease.granted_at"),
             gpu=held.get("gpu"),
         ),
+    )
+
+
+# -- liveness (ADR 61) ----------------------------------------------------------------------
+def encode_liveness(p: Presence) -> bytes:
+    """One role process's liveness record on ``<prefix>.system``."""
+    return orjson.dumps(
+        {
+            "deployment": p.deployment,
+            "role": p.role,
+            "instance": p.instance,
+            "host": p.host,
+            "pid": p.pid,
+            "version": p.version,
+            "started_at": p.started_at,
+            "seen_at": p.seen_at,
+            "partitions": list(p.partitions),
+            "lag": p.lag,
+            "state": p.state,
+        },
+        option=_OPTIONS,
+    )
+
+
+def decode_liveness(raw: bytes | None) -> Presence:
+    doc = _object(raw, "liveness")
+    return Presence(
+        deployment=doc["deployment"],
+        role=doc["role"],
+        instance=doc["instance"],
+        host=doc["host"],
+        pid=doc["pid"],
+        version=doc["version"],
+        started_at=parse_time(doc["started_at"], "liveness.started_at"),
+        seen_at=parse_time(doc["seen_at"], "liveness.seen_at"),
+        partitions=tuple(doc["partitions"]),
+        lag=doc["lag"],
+        state=doc["state"],
     )

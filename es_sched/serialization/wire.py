@@ -3,11 +3,14 @@
 
 - ``assignment`` (dispatcher -> worker, ``<prefix>.assignments[.<pool>]``, key = worker id):
   the task to run, its lease (epoch, token), the GPU device to pin and the ready record's input.
+  It carries the dispatcher's deployment id (ADR 63): a worker of another deployment
+  dead-letters it and never runs it.
 - ``cancel`` (dispatcher -> worker, same topic and key): stop a task (preemption or
   cancellation); the worker ends it and hands it back without reporting a failure.
 - ``worker_status`` (worker -> dispatcher, compacted ``<prefix>.worker-status``, key = worker
   id): capacity, use, GPUs, version, labels, the types it serves and the task ids it runs. Sent
-  every heartbeat; it is the heartbeat. A tombstone means the worker left.
+  every heartbeat; it is the heartbeat. A tombstone means the worker left. Its deployment id:
+  a dispatcher of another deployment leaves the worker out of its fleet.
 - ``progress`` (worker -> dispatcher, same topic, key = worker id + "/" + task id, not
   compacted away while running): percent and message of one running task.
 Worker reports that change workflow state (started, completed, failed) go to
@@ -52,6 +55,9 @@ class Assignment:
     priority: int = 4
     resources: dict[str, Any] = field(default_factory=dict)
     ref: str = ""
+    # The dispatcher's deployment (ADR 63): a worker of another one refuses the task. Empty:
+    # written before the stamp existed, taken as a match.
+    deployment: str = ""
     kind: str = "assignment"
 
 
@@ -87,6 +93,7 @@ class WorkerStatus:
     concurrency: int = 1
     used: dict[str, Any] = field(default_factory=dict)  # declared needs of ``running``, summed
     sent_at: str = ""  # ISO 8601
+    deployment: str = ""  # the worker's (ADR 63): a dispatcher of another one ignores it
     kind: str = "worker_status"
 
 

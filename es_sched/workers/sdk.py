@@ -53,6 +53,7 @@ from es_sched.domain import commands as c
 from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
+from es_sched.roster import same_deployment
 from es_sched.serialization import wire
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import reports, runner
@@ -100,6 +101,7 @@ class Worker:
         self.pool, self.version, self.concurrency = pool, version, concurrency
         self.worker_id = worker_id or default_worker_id()
         self.settings = settings or load_settings()
+        self.deployment = self.settings.system.deployment_id  # ADR 63
         # The dispatcher's heartbeat: it releases a lease missing from our status that long.
         self.heartbeat_s = heartbeat_s or self.settings.dispatch.heartbeat_s
         self.labels, self.grace_s = dict(labels or {}), grace_s
@@ -236,6 +238,7 @@ class Worker:
             concurrency=self.concurrency,
             used=use_of(held).report(),
             sent_at=reports.now_iso(),
+            deployment=self.deployment,
         )
         self._reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -259,6 +262,8 @@ class Worker:
         if getattr(record, "worker_id", None) != self.worker_id:
             return  # another worker whose id hashes to this partition
         match record:
+            case wire.Assignment() if not same_deployment(record.deployment, self.deployment):
+                self._foreign(msg, record)
             case wire.Assignment() if stopping:
                 self._reporter.hand_back(record, self.worker_id)
             case wire.Assignment():
@@ -268,6 +273,17 @@ class Worker:
                 self._cancel(record)
             case _:
                 log.warning("ignoring a %s record on the assignments topic", record.kind)
+
+    def _foreign(self, msg: Message, a: wire.Assignment) -> None:
+        """An assignment of another deployment's dispatcher (ADR 63): never run, never
+        reported to that deployment's decider; a dead letter says why, and the lease runs out
+        there (the dispatcher leaves this worker out of its fleet from its next report)."""
+        reason = (
+            f"deployment mismatch: assignment of {a.task_id} from deployment "
+            f"{a.deployment!r}, this worker ({self.worker_id}) belongs to {self.deployment!r}"
+        )
+        log.error("%s: not run", reason)
+        self._reporter.dead_letter(msg, reason, "DeploymentMismatch")
 
     def _known(self, a: wire.Assignment) -> bool:
         with self._lock:

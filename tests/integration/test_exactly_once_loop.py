@@ -22,6 +22,7 @@ from es_sched.kafka.txn_role import Batch, Out
 from testkit.runtime import (
     MEDIA,
     Env,
+    Role,
     Worker,
     assert_log_invariants,
     final_status,
@@ -30,7 +31,7 @@ from testkit.runtime import (
 )
 from testkit.settings import BOOTSTRAP, unique_name
 from testkit.wait import wait_until
-from tests.integration.faulty_role import Faults, FaultyClients, faulty
+from tests.integration.faulty_role import MODULE, Faults, FaultyClients, faulty
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -73,7 +74,11 @@ def test_a_second_process_with_the_same_instance_fences_the_first_which_stops() 
     same = {"ES_SCHED_RUN_INSTANCE": "same"}
     with Worker(env), roles(env, "decider", **same) as (first,):
         first.wait_log("restored partition 3", 60)
-        with roles(env, "decider", **same) as (second,):
+        # A twin that bypasses the roster's claim (``es-sched run`` refuses it, ADR 61;
+        # tests/integration/test_system_roster.py): the fence is the last line of defence.
+        second = Role(env, "decider-twin", ["--role", "decider"], module=MODULE, **same)
+        try:
+            second.wait_log("started", 60)
             # The second's init_transactions bumped the epoch of "<prefix>-decider-same", and
             # (static membership, ADR 21) its joining under the same group.instance.id fenced
             # the first's consumer: whichever the first notices first, it stops.
@@ -86,6 +91,8 @@ def test_a_second_process_with_the_same_instance_fences_the_first_which_stops() 
             assert "ES_SCHED_RUN_INSTANCE must be unique" in log
             # The fenced process committed nothing more; the second finishes everything.
             wait_until(lambda: completed(env, ids), 120, "the second decider to finish")
+        finally:
+            second.stop()
     assert_log_invariants(env, ids)
 
 

@@ -176,3 +176,29 @@ class ConfigSettings(BaseModel):
 class ConfigValue(BaseModel):
     key: str
     value: JSON | None
+
+
+class RoleProcess(BaseModel):
+    """One role process as its liveness record on ``<prefix>.system`` says (ADR 61)."""
+
+    deployment: str
+    role: str
+    instance: str
+    host: str
+    pid: int
+    version: str
+    startedAt: datetime
+    lastSeen: datetime
+    silentS: float = Field(description="seconds since the record was last renewed")
+    partitions: list[str] = Field(description='"topic[p]" its consumer holds')
+    lag: int | None = Field(description="records its consumer has not read yet; None: none")
+    health: str = Field(description="alive | stale (not renewed in staleAfterS) | stopped")
+    foreign: bool = Field(description="of another deployment than this API's")
+
+
+class System(BaseModel):
+    deployment: str = Field(description="this API process's deployment id")
+    topic: str
+    intervalS: float
+    staleAfterS: float
+    processes: list[RoleProcess]

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Query
 
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
-from es_sched.api.native import audit, config, ops
+from es_sched.api.native import audit, config, ops, system
 from es_sched.api.native.models import (
     History,
     HistoryEvent,
@@ -202,5 +202,5 @@ def history_event(r: Row) -> HistoryEvent:
     )
 
 
-for _part in (audit, config, ops):
+for _part in (audit, config, ops, system):
     router.include_router(_part.router)

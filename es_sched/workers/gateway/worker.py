@@ -37,6 +37,7 @@ from confluent_kafka import Message
 
 from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
+from es_sched.roster import same_deployment
 from es_sched.serialization import wire
 from es_sched.settings import Settings
 from es_sched.workers import reports, runner
@@ -345,6 +346,7 @@ class Gateway:
             concurrency=room,
             used=use_of(held).report(),
             sent_at=reports.now_iso(),
+            deployment=self.settings.system.deployment_id,
         )
         self.reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -359,7 +361,15 @@ class Gateway:
             return
         if getattr(record, "worker_id", None) != self.worker_id:
             return
+        ours = self.settings.system.deployment_id
         match record:
+            case wire.Assignment() if not same_deployment(record.deployment, ours):
+                reason = (  # ADR 63: never handed to an HTTP worker
+                    f"deployment mismatch: assignment of {record.task_id} from deployment "
+                    f"{record.deployment!r}, this gateway belongs to {ours!r}"
+                )
+                log.error("%s: not run", reason)
+                self.reporter.dead_letter(msg, reason, "DeploymentMismatch")
             case wire.Assignment():
                 with self._lock:
                     known = record.task_id in self._taken or record.task_id in self._waiting

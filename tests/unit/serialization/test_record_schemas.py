@@ -61,6 +61,7 @@ DECODERS: dict[str, Callable[[str], Callable[[bytes], Any]]] = {
         "timer": records.decode_timer,
         "retry": records.decode_retry,
         "lease": records.decode_lease,
+        "liveness": records.decode_liveness,
     }[t],
     "wire": lambda _: wire.decode,
     "config": _decode_config,
