@@ -50,4 +50,6 @@ def act(client: CommandClient, action: str, workflow_id: str, reason: str, actor
         return client.pause(workflow_id, actor=actor)
     if action == "resume":
         return client.resume(workflow_id, actor=actor)
+    if action == "restart":
+        return client.restart(workflow_id, actor=actor)
     raise ApiError(400, f"unknown action {action!r}")

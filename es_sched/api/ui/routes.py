@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
+from es_sched.api.actions import role_allows
 from es_sched.api.auth import Principal
 from es_sched.api.errors import ApiError
 from es_sched.api.read_model_freshness import page_freshness_async
@@ -68,6 +69,7 @@ async def workflows_page(
         statuses=filters.STATUSES,
         sizes=filters.PAGE_SIZES,
         actions=BULK_ACTIONS,
+        may_act=all(role_allows(a, who.role) for a in BULK_ACTIONS),
     )
 
 
