@@ -3,9 +3,6 @@ data out, so each is unit-tested without a server.
 
 - ``variables``: a workflow's variables as the core folds them (``domain.evolve``): the
   definition's ``variables``, merged with each ``workflow.variables_set``, reset by a restart.
-- ``user_correlation``: the correlation id a client gave, or None. When a start carries none,
-  the core uses the workflow id as its events' correlation id (the envelope needs one), which is
-  not the client's correlation id: Conductor shows none then, and so does the console.
 - ``problems_by_task``: validation problems (``domain.validation``'s ``task 'ref': ...``)
   grouped by the task they name, so the editor shows each beside its task.
 """
@@ -32,11 +29,6 @@ def variables(definition: Mapping[str, Any], events: Iterable[Mapping[str, Any]]
             initial = dict(again.get("variables") or {})
             found = dict(initial)
     return found
-
-
-def user_correlation(row: Mapping[str, Any]) -> str | None:
-    given = row.get("correlation_id")
-    return str(given) if given and given != row.get("workflow_id") else None
 
 
 def problems_by_task(problems: Iterable[str]) -> dict[str | None, list[str]]:

@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from es_sched.api import correlation
 from es_sched.api.actions import offered, refusal
 from es_sched.api.auth import Principal
 from es_sched.api.errors import ApiError
@@ -57,7 +58,7 @@ def _live(svc: Services, workflow_id: str, who: Principal) -> dict[str, Any]:
         "waiting": waiting,
         "parent_task_id": started.get("parent_task_id"),
         "offered": offered(who.role, str(row["status"])),
-        "correlation": panels.user_correlation(row),
+        "correlation": correlation.given(row),
     }
 
 

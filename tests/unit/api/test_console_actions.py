@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from es_sched.api import auth
+from es_sched.api import auth, correlation
 from es_sched.api.actions import Refusal, offered, refusal, role_allows
 from es_sched.api.ui import panels
 from es_sched.commands import Submitted
@@ -131,8 +131,8 @@ def test_variables_fold_as_the_core_folds_them() -> None:
 
 
 def test_a_correlation_id_is_the_clients_only() -> None:
-    assert panels.user_correlation({"workflow_id": "w", "correlation_id": "w"}) is None
-    assert panels.user_correlation({"workflow_id": "w", "correlation_id": "order-7"}) == "order-7"
+    assert correlation.given({"workflow_id": "w", "correlation_id": "w"}) is None
+    assert correlation.given({"workflow_id": "w", "correlation_id": "order-7"}) == "order-7"
 
 
 def test_problems_are_grouped_by_the_task_they_name() -> None:
