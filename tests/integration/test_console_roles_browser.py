@@ -148,6 +148,15 @@ def test_buttons_follow_role_and_state_and_a_refusal_shows_its_reason(
     page.screenshot(path=str(ARTIFACTS / "viewer-refused.png"), full_page=True)
     page.context.close()
 
+    # An operator's page stays open while the workflow ends: it redraws its buttons by itself.
+    page = _login(chromium, stack, keys["operator"])
+    page.goto(f"{stack.url}/ui/workflows/{wid}")
+    page.locator('input[name="reason"]').fill("half-typed")
+    page.evaluate("document.getElementById('live').dataset.old = 'yes'")
+    expect(page.locator("#live[data-old]")).to_have_count(0)  # re-read and swapped since
+    expect(page.locator('input[name="reason"]')).to_have_value("half-typed")  # left alone
+    expect(page.get_by_role("button", name="Pause")).to_have_count(1)
+
     # Refused by state: the workflow ended meanwhile; the server says so (409) with the reason.
     ended = stack.http.post(
         f"/ui/workflows/{wid}/actions/terminate", data={"reason": "test"}, headers=admin
@@ -160,13 +169,12 @@ def test_buttons_follow_role_and_state_and_a_refusal_shows_its_reason(
     assert late.status_code == 409
     assert late.json()["message"] == "only a RUNNING workflow can be paused; it is TERMINATED"
 
-    # The viewer's open page redraws its status; an operator's new page offers what an ended
-    # workflow takes, and the history says who terminated it.
-    page = _login(chromium, stack, keys["operator"])
-    page.goto(f"{stack.url}/ui/workflows/{wid}")
+    # The open page now offers what an ended workflow takes; the history says who ended it.
+    expect(page.locator("#wf-status")).to_have_text("TERMINATED")
     expect(page.get_by_role("button", name="Retry")).to_have_count(1)
     expect(page.get_by_role("button", name="Restart")).to_have_count(1)
     expect(page.get_by_role("button", name="Pause")).to_have_count(0)
+    page.get_by_text("all", exact=True).click()
     expect(page.locator("#history tr.workflow-ending td.actor")).to_contain_text(keys["admin"][0])
     expect(page.locator("#wf-input")).to_contain_text('"n": 1')
     page.context.close()
