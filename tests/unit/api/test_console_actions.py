@@ -253,3 +253,17 @@ def test_the_submit_form_takes_a_correlation_id_and_priority_0_to_8(
     plain = {**form, "priority": "0"}
     assert fakes.client.post("/ui/submit", data=plain, follow_redirects=False).status_code == 303
     assert [(s["priority"], s["correlation_id"]) for s in sent] == [(8, "order-7"), (0, None)]
+
+
+def test_a_viewers_bulk_action_is_refused_by_the_table(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(auth, "ANONYMOUS", auth.Principal("anonymous", "viewer"))
+    form = {"action": "terminate", "ids": ["w1"], "confirm": "yes"}
+    for path in ("/ui/bulk/preview", "/ui/bulk"):
+        refused = fakes.client.post(path, data=form)
+        assert refused.status_code == 403
+        assert (
+            refused.json()["message"] == "terminate needs role operator; this key has role viewer"
+        )
+    assert fakes.commands.sent == []
