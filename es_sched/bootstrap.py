@@ -135,6 +135,7 @@ def api_services(settings: Settings) -> ApiServices:
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
         auth=Authenticator(settings.api, keys),
+        scripts=Lazy(script_engine),
     )
 
 

@@ -14,7 +14,7 @@ from es_sched.api.conductor import metadata, rerun, tasks, workflows
 from es_sched.api.conductor.lean import LeanWorkerRoutes
 from es_sched.api.native import routes as native
 from es_sched.api.services import Services
-from es_sched.api.ui import login, ops, system
+from es_sched.api.ui import editor, login, ops, system
 from es_sched.api.ui import routes as ui
 from es_sched.api.ui.render import static
 
@@ -38,7 +38,19 @@ def create_app(svc: Services) -> FastAPI:
     )
     app.state.services = svc
     errors.install(app)
-    for module in (tokens, workflows, rerun, metadata, tasks, native, ui, ops, system, login):
+    for module in (
+        tokens,
+        workflows,
+        rerun,
+        metadata,
+        tasks,
+        native,
+        ui,
+        ops,
+        system,
+        editor,
+        login,
+    ):
         app.include_router(module.router)
     app.mount("/ui/static", static, name="static")
     if svc.settings.api.lean_worker_routes:  # ADR 36: the hot worker routes outside FastAPI

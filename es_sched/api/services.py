@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from es_sched.api.reflected import Reflected
     from es_sched.commands.client import CommandClient
     from es_sched.kafka.roster import Beacon
+    from es_sched.domain.scripts import ScriptEngine
     from es_sched.projections.postgres.aio import AsyncReads
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
@@ -93,6 +94,9 @@ class Services:
     search: Lazy[SearchStore]
     commands: Lazy[CommandClient]
     auth: Authenticator | None = None  # bootstrap's; a test that logs nobody in may leave it
+    # INLINE and javascript SWITCH for the console's simulate preview (bootstrap's QuickJS);
+    # None: the preview runs without scripts and says so on such a task.
+    scripts: Lazy[ScriptEngine] | None = None
     # What the API's modules build on first use, one per process:
     gateway: Part[Gateway] = field(default_factory=Part)  # api.gateway.gateway_of
     async_reads: Part[AsyncReads] = field(default_factory=Part)  # ``reads``

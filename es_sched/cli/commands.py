@@ -82,11 +82,18 @@ def read_jsonl(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="JSONL: one workflow input object per line, one workflow per line.",
 )
-@click.option("--priority", type=int, default=4, show_default=True, help="0 (highest) to 8.")
+@click.option(
+    "--priority", type=click.IntRange(0, 8), default=4, show_default=True, help="0 (highest) to 8."
+)
 @click.option(
     "--command-id",
     help="Idempotency key; with --input-file each line uses ID:LINE. Resubmitting answers with "
     "the same workflow ids.",
+)
+@click.option(
+    "--correlation-id",
+    help="Conductor's correlationId, a label of yours shared by related workflows (searchable); "
+    "none by default.",
 )
 @click.option("--wait", "wait_s", type=float, help="Wait up to SECONDS for the final statuses.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
@@ -97,6 +104,7 @@ def submit(
     input_file: Path | None,
     priority: int,
     command_id: str | None,
+    correlation_id: str | None,
     wait_s: float | None,
     as_json: bool,
 ) -> None:
@@ -116,7 +124,14 @@ def submit(
     with _client() as client:
         start = client.start_watermarks() if wait_s is not None else None
         submitted = client.submit_many(
-            name, inputs, version, priority, command_ids=ids, sources=sources, actor=actor()
+            name,
+            inputs,
+            version,
+            priority,
+            command_ids=ids,
+            correlation_id=correlation_id,
+            sources=sources,
+            actor=actor(),
         )
         tokens = {s.workflow_id: client.token(s.workflow_id) for s in submitted}
         if wait_s is None:

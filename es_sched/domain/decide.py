@@ -18,6 +18,7 @@ from typing import assert_never
 
 from es_sched.domain import commands as c
 from es_sched.domain import engine, task_inputs
+from es_sched.domain.actions import permits
 from es_sched.domain.context import Context, NoScripts
 from es_sched.domain.events import (
     CommandRejected,
@@ -50,8 +51,6 @@ from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import (
     CANCELED,
     IN_PROGRESS,
-    PAUSED,
-    RUNNING,
     SCHEDULED,
     TASK_UNSUCCESSFUL,
     TERMINATED,
@@ -188,29 +187,29 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
     expected = inp.expected_version if isinstance(inp, c.Command) else None
     if expected is not None and expected != st.seq:
         return _reject(inp, f"version_conflict: expected {expected}, workflow is at {st.seq}")
-    open_ = st.status not in WORKFLOW_TERMINAL and st.ending is None
     match inp:
         case c.StartWorkflow():
             return []  # the same command id again on a started workflow: nothing to do
         case c.CancelWorkflow() | c.TerminateWorkflow():
-            if not open_:
+            verb = "cancel" if isinstance(inp, c.CancelWorkflow) else "terminate"
+            if st.ending is not None or not permits(verb, st.status):
                 return _reject(inp, f"workflow is {st.ending or st.status}")
             status = CANCELED if isinstance(inp, c.CancelWorkflow) else TERMINATED
             return [WorkflowEnding(status, inp.reason)]
         case c.PauseWorkflow():
             return (
                 [WorkflowPaused()]
-                if open_ and st.status == RUNNING
+                if st.ending is None and permits("pause", st.status)
                 else _reject(inp, f"workflow is {st.status}")
             )
         case c.ResumeWorkflow():
             return (
                 [WorkflowResumed()]
-                if st.status == PAUSED
+                if permits("resume", st.status)
                 else _reject(inp, f"workflow is {st.status}")
             )
         case c.RetryWorkflow():
-            if st.status not in WORKFLOW_TERMINAL - {"COMPLETED"}:
+            if not permits("retry", st.status):
                 return _reject(
                     inp,
                     f"only a failed, timed-out, terminated or canceled workflow can be "
@@ -230,7 +229,7 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                 and t.status == IN_PROGRESS
                 and (inp.ref is None or t.ref == inp.ref)
             ]
-            if not waiting or not open_:
+            if not waiting or st.ending is not None or not permits("signal", st.status):
                 return _reject(
                     inp, f"no WAIT task is waiting{f' as {inp.ref!r}' if inp.ref else ''}"
                 )

@@ -28,10 +28,11 @@ Pure: the command carries any other definition (the client resolves it, as for a
 from __future__ import annotations
 
 from es_sched.domain import commands as c
+from es_sched.domain.actions import permits
 from es_sched.domain.context import Context
 from es_sched.domain.events import CommandRejected, Payload, WorkflowRerun, WorkflowRestarted
 from es_sched.domain.scheduling import schedule
-from es_sched.domain.state import WORKFLOW_TERMINAL, TaskState, WorkflowState
+from es_sched.domain.state import TaskState, WorkflowState
 from es_sched.domain.validation import validate_workflow_cached
 
 MAX_PROBLEMS_IN_REASON = 3
@@ -49,7 +50,7 @@ def restart(st: WorkflowState, inp: c.RestartWorkflow | c.RerunWorkflow) -> list
     """``workflow.restarted``, or the refusal: the workflow is not in a terminal state, or the
     definition it should run with now fails validation."""
     verb = "restarted" if isinstance(inp, c.RestartWorkflow) else "rerun"
-    if st.status not in WORKFLOW_TERMINAL:
+    if not permits("restart" if verb == "restarted" else "rerun", st.status):
         return _refuse(inp, f"only a workflow in a terminal state can be {verb}; it is {st.status}")
     if isinstance(inp, c.RestartWorkflow):
         new_input, definition = inp.input, inp.definition
@@ -79,7 +80,7 @@ def rerun(st: WorkflowState, inp: c.RerunWorkflow) -> list[Payload]:
     """``workflow.rerun_started`` from ``inp.task``, a restart without it, or the refusal."""
     if inp.task is None:
         return restart(st, inp)
-    if st.status not in WORKFLOW_TERMINAL:
+    if not permits("rerun", st.status):
         return _refuse(inp, f"only a workflow in a terminal state can be rerun; it is {st.status}")
     target = _target(st, inp.task)
     if target is None:

@@ -67,7 +67,8 @@ def dispatcher(settings: Settings) -> Iterator[Dispatcher]:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Debian's chromium driven by Playwright, one per module; skips saying why without it."""
+    """Debian's chromium through Playwright, one per browser test module (never downloaded:
+    ``testkit.browser``); skips saying why when there is none."""
     path, why = chromium_path()
     if path is None:
         pytest.skip(f"no chromium to drive: {why}")

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from es_sched.api import correlation
 from es_sched.projections.views import Row
 
 JSON = dict[str, Any]
@@ -182,7 +183,7 @@ def task(row: Row, seq: int, wf: Row) -> Task:
         reasonForIncompletion=row.get("reason") or None,
         workflowInstanceId=wf["workflow_id"],
         workflowType=wf["name"],
-        correlationId=wf.get("correlation_id"),
+        correlationId=correlation.given(wf),
         workflowPriority=int(wf.get("priority") or 0),
         iteration=int(row.get("iteration") or 0),
         retried=bool(row.get("retried")),
@@ -205,7 +206,7 @@ def workflow(row: Row, tasks: list[Row], include_tasks: bool = True) -> Workflow
         status=workflow_status(row["status"]),
         input=row.get("input") or {},
         output=row.get("output") or {},
-        correlationId=row.get("correlation_id"),
+        correlationId=correlation.given(row),
         reasonForIncompletion=row.get("reason") or None,
         createTime=epoch_ms(row["created_at"]),
         startTime=epoch_ms(row["created_at"]),
@@ -230,7 +231,7 @@ def summary(row: Row) -> dict[str, Any]:
         "workflowType": row["name"],
         "version": int(row["def_version"]),
         "workflowId": row["workflow_id"],
-        "correlationId": row.get("correlation_id"),
+        "correlationId": correlation.given(row),
         "startTime": iso(created),
         "updateTime": iso(row.get("updated_at")),
         "endTime": iso(ended),

@@ -74,7 +74,7 @@ class Workflow(BaseModel):
     status: str
     priority: int
     tenant: str | None
-    correlationId: str
+    correlationId: str | None  # None when the start gave none (Conductor's null)
     parentWorkflowId: str | None
     reason: str
     input: Any

@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
+from es_sched.api import correlation
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
 from es_sched.api.native import audit, config, ops, system
@@ -141,7 +142,7 @@ def workflow_of(row: Row, tasks: list[Row] | None) -> Workflow:
         status=row["status"],
         priority=row["priority"],
         tenant=row["tenant"],
-        correlationId=row["correlation_id"],
+        correlationId=correlation.given(row),
         parentWorkflowId=row["parent_workflow_id"],
         reason=row["reason"],
         input=row["input"],

@@ -15,9 +15,9 @@ from es_sched.api.services import Services
 from es_sched.api.ui.render import templates
 from es_sched.commands import CommandClient, Submitted
 
-# The least roles (ADR 24): pages are for viewers, actions on workflows for operators.
+# The least role (ADR 24): pages are for viewers; the actions on workflows check the key's
+# role and the workflow's state by one table (``es_sched.api.actions``, ADR 59).
 VIEWER = require("viewer")
-OPERATOR = require("operator")
 TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"})
 
 
@@ -50,4 +50,6 @@ def act(client: CommandClient, action: str, workflow_id: str, reason: str, actor
         return client.pause(workflow_id, actor=actor)
     if action == "resume":
         return client.resume(workflow_id, actor=actor)
+    if action == "restart":
+        return client.restart(workflow_id, actor=actor)
     raise ApiError(400, f"unknown action {action!r}")

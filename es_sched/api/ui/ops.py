@@ -22,6 +22,7 @@ from es_sched.api.errors import ApiError
 from es_sched.api.native.ops import get_workers
 from es_sched.api.native.routes import queues_of
 from es_sched.api.read_model_freshness import freshness_of, wait_after
+from es_sched.api.roles import grants
 from es_sched.api.services import Services, services
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
@@ -77,6 +78,7 @@ def definitions_page(
         versions=versions,
         chosen=chosen,
         svg=diagram(chosen) if chosen else None,
+        may_edit=grants(who.role, "operator"),
         text=json.dumps(chosen, indent=2, sort_keys=True) if chosen else None,
     )
 
@@ -113,10 +115,13 @@ def submit(
     name: Annotated[str, Form()],
     input: Annotated[str, Form()] = "{}",
     version: Annotated[int | None, Form()] = None,
-    priority: Annotated[int, Form(ge=0, le=9)] = 4,
+    priority: Annotated[int, Form(ge=0, le=8)] = 4,
+    correlation_id: Annotated[str, Form(max_length=256)] = "",
     svc: Services = SVC,
     who: Principal = OPERATOR,
 ) -> Response:
+    """Start ``name`` (priority 0, the highest, to 8, Conductor's range; a correlation id only
+    when one is given)."""
     try:
         document = json.loads(input)
     except json.JSONDecodeError as exc:
@@ -124,7 +129,14 @@ def submit(
     if not isinstance(document, dict):
         raise ApiError(400, "the input must be a JSON object")
     client = svc.commands.get()
-    done = client.submit(name, document, version, priority, actor=who.name)
+    done = client.submit(
+        name,
+        document,
+        version,
+        priority,
+        correlation_id=correlation_id.strip() or None,
+        actor=who.name,
+    )
     token = client.token(done.workflow_id) or ""
     target = f"/ui/workflows/{done.workflow_id}" + (f"?after={token}" if token else "")
     return RedirectResponse(target, status_code=303, headers={"X-Es-Sched-Token": token})

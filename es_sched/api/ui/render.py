@@ -12,6 +12,8 @@ from pathlib import Path
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from es_sched.api.correlation import given
+
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 static = StaticFiles(directory=HERE / "static")
@@ -26,3 +28,4 @@ def clock(when: datetime, date: bool = False) -> str:
 
 
 templates.env.filters["clock"] = clock
+templates.env.filters["correlation"] = given

@@ -19,22 +19,23 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from es_sched.api import correlation
+from es_sched.api.actions import offered, refusal
 from es_sched.api.auth import Principal
 from es_sched.api.errors import ApiError
 from es_sched.api.services import Services, services
-from es_sched.api.ui import dag, timeline
-from es_sched.api.ui.common import OPERATOR, TERMINAL, VIEWER, act, fragment, page
+from es_sched.api.ui import dag, panels, timeline
+from es_sched.api.ui.common import TERMINAL, VIEWER, act, fragment, page
 from es_sched.commands import Submitted
 from es_sched.projections.postgres import queries
 from es_sched.projections.views import Row
 
 router = APIRouter(prefix="/workflows")
-ACTIONS = ("retry", "terminate", "pause", "resume", "cancel", "rerun")
 WATCH_POLLS = 30  # live re-reads after an action (two seconds apart) even on a final status
 SIGNAL_STATUSES = ("COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR")
 
 
-def _live(svc: Services, workflow_id: str) -> dict[str, Any]:
+def _live(svc: Services, workflow_id: str, who: Principal) -> dict[str, Any]:
     row, rows = queries.workflow(svc.engine, workflow_id)
     if row is None:
         raise ApiError(404, f"no workflow {workflow_id!r} in the read model (yet)")
@@ -56,7 +57,8 @@ def _live(svc: Services, workflow_id: str) -> dict[str, Any]:
         "definition": definition,
         "waiting": waiting,
         "parent_task_id": started.get("parent_task_id"),
-        "rerun": True,
+        "offered": offered(who.role, str(row["status"])),
+        "correlation": correlation.given(row),
     }
 
 
@@ -67,8 +69,8 @@ def workflow_page(
     svc: Services = Depends(services),  # noqa: B008
     who: Principal = VIEWER,
 ) -> HTMLResponse:
-    live = _live(svc, workflow_id)
-    return page(request, "workflow.html", svc, who, watch=0, **live)
+    live = _live(svc, workflow_id, who)
+    return page(request, "workflow.html", svc, who, watch=0, shown=live["wf"]["status"], **live)
 
 
 @router.get("/{workflow_id}/live", response_class=HTMLResponse)
@@ -76,10 +78,32 @@ def workflow_live(
     request: Request,
     workflow_id: str,
     watch: int = Query(0, ge=0, le=WATCH_POLLS),
+    shown: str = Query("", max_length=40),
     svc: Services = Depends(services),  # noqa: B008
     who: Principal = VIEWER,
 ) -> HTMLResponse:
-    return fragment(request, "_live.html", watch=watch, **_live(svc, workflow_id))
+    """``shown``: the status the page's buttons were drawn for; when it changed, the buttons
+    are drawn again (an out-of-band swap), else left alone so a half-typed reason survives."""
+    return fragment(
+        request, "_live.html", watch=watch, shown=shown, who=who, **_live(svc, workflow_id, who)
+    )
+
+
+@router.get("/{workflow_id}/data", response_class=HTMLResponse)
+def data_panel(
+    request: Request,
+    workflow_id: str,
+    svc: Services = Depends(services),  # noqa: B008
+    who: Principal = VIEWER,
+) -> HTMLResponse:
+    """The workflow's input, output and variables (as its SET_VARIABLE tasks left them)."""
+    row, _ = queries.workflow(svc.engine, workflow_id)
+    if row is None:
+        raise ApiError(404, f"no workflow {workflow_id!r} in the read model (yet)")
+    started = queries.started_definition(svc.engine, workflow_id) or {}
+    events = queries.history(svc.engine, workflow_id)
+    variables = panels.variables(started.get("definition") or {}, events)
+    return fragment(request, "_data.html", wf=row, variables=variables, dumps=_dumps)
 
 
 @router.get("/{workflow_id}/tasks/{ref}", response_class=HTMLResponse)
@@ -139,10 +163,11 @@ async def action(
     workflow_id: str,
     action: str,
     svc: Services = Depends(services),  # noqa: B008
-    who: Principal = OPERATOR,
+    who: Principal = VIEWER,
 ) -> HTMLResponse:
-    if action not in ACTIONS:
-        raise ApiError(400, f"unknown action {action!r}")
+    """One action, checked by the table the page's buttons come from (ADR 59) before it is
+    sent: a stale page's click is refused with the reason (403 role, 409 state)."""
+    _check(svc, who, action, workflow_id)
     form = await request.form()
     client = svc.commands.get()
     sent: Submitted
@@ -156,14 +181,24 @@ async def action(
     return _accepted(request, action, sent)
 
 
+def _check(svc: Services, who: Principal, action: str, workflow_id: str) -> None:
+    """Refuse what the rule table refuses; a workflow the read model lacks goes to the decider,
+    whose verdict lands in the log."""
+    row, _ = queries.workflow(svc.engine, workflow_id)
+    refused = refusal(action, who.role, str(row["status"]) if row else None)
+    if refused is not None:
+        raise ApiError(refused.status, refused.reason)
+
+
 @router.post("/{workflow_id}/signal", response_class=HTMLResponse)
 async def signal(
     request: Request,
     workflow_id: str,
     svc: Services = Depends(services),  # noqa: B008
-    who: Principal = OPERATOR,
+    who: Principal = VIEWER,
 ) -> HTMLResponse:
     """Complete (or fail) a WAIT task with the output the operator typed."""
+    _check(svc, who, "signal", workflow_id)
     form = await request.form()
     ref = str(form.get("ref") or "") or None
     status = str(form.get("status") or "COMPLETED")

@@ -61,3 +61,30 @@ def test_without_a_user_name_the_actor_is_still_named(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(getpass, "getuser", no_user)
     assert commands.actor() == "cli:unknown"
+
+
+class SubmitClient(FakeClient):
+    def submit_many(self, name: str, inputs: list[Any], *args: Any, **kw: Any) -> Any:
+        self.calls.append(("submit_many", kw))
+        return [Submitted("wf-1", "cmd-1")]
+
+    def token(self, wf_id: str) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"), [([], None), (["--correlation-id", "order-7"], "order-7")]
+)
+def test_submit_sends_a_correlation_id_only_when_given(
+    extra: list[str], expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = SubmitClient()
+    monkeypatch.setattr(commands, "_client", lambda: fake)
+    result = CliRunner().invoke(commands.submit, ["wf", "--input", "{}", *extra])
+    assert result.exit_code == 0, result.output
+    assert fake.calls[0][1]["correlation_id"] == expected
+
+
+def test_submit_refuses_priority_9() -> None:
+    result = CliRunner().invoke(commands.submit, ["wf", "--input", "{}", "--priority", "9"])
+    assert result.exit_code == 2 and "0<=x<=8" in result.output
