@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from es_sched.api.readers import EventEnds, WorkerBoard
     from es_sched.api.reflected import Reflected
     from es_sched.commands.client import CommandClient
-    from es_sched.kafka.roster import Beacon
     from es_sched.domain.scripts import ScriptEngine
+    from es_sched.kafka.roster import Beacon
     from es_sched.projections.postgres.aio import AsyncReads
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
