@@ -285,10 +285,17 @@ def _lines(svc: Services, logs: list[TaskExecLog]) -> list[JSON]:
     ]
 
 
-def _at(ms: int | None) -> datetime | None:
-    """A line's ``createdTime``; None (taken now) when absent or not a time."""
+SECONDS_BELOW = 100_000_000_000  # as ms, early 1973: a createdTime below it counts seconds
+
+
+def _at(created: int | None) -> datetime | None:
+    """A line's ``createdTime`` (ms; None, taken now, when absent or not a time). A value
+    below ``SECONDS_BELOW`` is read as seconds: conductor-python 2.0.0 times the traceback it
+    logs for a raising worker with ``int(time.time())``, its ``add_log`` lines in ms."""
+    if not created:
+        return None
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+        return datetime.fromtimestamp(created / (1 if created < SECONDS_BELOW else 1000), UTC)
     except (OverflowError, OSError, ValueError):
         return None
 
