@@ -43,7 +43,13 @@ SPARSE: dict[type, tuple[str, ...]] = {
 
 
 def _sparse(fields: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if v or k not in names}
+    out = fields
+    for name in names:
+        if not fields[name]:
+            if out is fields:  # a copy: ``fields`` may be the payload's own ``__dict__``
+                out = fields.copy()
+            del out[name]
+    return out
 
 
 def _datetime_fields(cls: type) -> frozenset[str]:
