@@ -6,6 +6,8 @@ conductor-python SDK): a batch poll answers a list (``[]`` when nothing came wit
 ``timeout`` ms, capped by ``ES_SCHED_API_LONG_POLL_MAX_MS``), a single poll one ``Task`` or
 204, ``POST /api/tasks`` the task id as text, ``update-v2`` the next task or 204. Conductor's
 task domains have no counterpart: ``domain`` is recorded in the poll data and matches all.
+``POST /api/tasks/{taskId}/log`` keeps a line with the lease until the outcome carries it, and
+``GET /api/tasks/{taskId}/log`` answers the lines as ``TaskExecLog``s (ADR 60).
 """
 
 from __future__ import annotations
