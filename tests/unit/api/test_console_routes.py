@@ -138,8 +138,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
     def workflow(_e: Any, wid: str) -> Any:
         if wid != "w1":
             return None, []
-        failed = {**task_row("a", "FAILED", 2), "reason": REASON}
-        return wf_row("w1"), [task_row("a", "FAILED"), failed]
+        return wf_row("w1"), [task_row("a", "FAILED"), task_row("a", "FAILED", 2)]
 
     for name, fake in {
         "newest_workflows": newest_workflows,
@@ -276,7 +275,12 @@ LOGGED = {"at": "2026-11-29T08:01:12.345Z", "log": "probing <input> & co"}
 TRACE = 'Traceback (most recent call last):\n  File "h.py", line 3\nValueError: <bad>\n'
 
 
-def test_the_task_panel_shows_every_attempt_with_worker_lease_and_logs(fakes: Fakes) -> None:
+def test_the_task_panel_shows_every_attempt_with_worker_lease_and_logs(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed = {**task_row("a", "FAILED", 2), "reason": REASON}
+    rows = [task_row("a", "FAILED"), failed]
+    monkeypatch.setattr(queries, "workflow", lambda _e, wid: (wf_row(wid), rows))
     panel = fakes.client.get("/ui/workflows/w1/tasks/a")
     assert panel.status_code == 200
     assert panel.text.count("<details") == 2 and "line one" in panel.text
