@@ -257,6 +257,14 @@ class WorkerSettings(BaseSettings):
     # ADR 44: a task still running this long is reported started on its own; a shorter one's
     # start travels with its outcome (one decider input fewer). 0: before the handler runs.
     started_after_s: float = Field(default=0.5, ge=0)
+    # ADR 60: the most characters of log lines a task attempt keeps (``ctx.log``, a Conductor
+    # worker's TaskResult logs and POST /api/tasks/{taskId}/log); past it the oldest lines give
+    # way to the newest and a first line says how many were dropped. They travel with the
+    # outcome in one record: at most 64 KiB characters.
+    log_max_chars: int = Field(default=32 * 1024, ge=256, le=65536)
+    # ADR 60: the most characters of a failed handler's traceback sent with the failure (its
+    # last ones: the innermost frames and the exception).
+    traceback_max_chars: int = Field(default=8 * 1024, ge=256, le=65536)
 
 
 class MediaSettings(BaseSettings):

@@ -179,6 +179,9 @@ class ReportCompleted(WorkerReport):
     SCHEMA_VERSION = 2
     output: JSON = field(default_factory=dict)
     started: bool = False
+    # The handler's log lines, ``{"at": ISO time, "log": text}``, bounded by the worker
+    # (ADR 60): the decider copies them onto the outcome's event and reads nothing in them.
+    logs: list[JSON] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,8 @@ class ReportFailed(WorkerReport):
     terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR
     output: JSON = field(default_factory=dict)
     started: bool = False
+    logs: list[JSON] = field(default_factory=list)  # as ReportCompleted's
+    traceback: str = ""  # the handler's, its last bytes as the worker bounds it (ADR 60)
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,7 @@ class TaskCompleted(Payload):
     TYPE = "task.completed"
     task_id: str
     output: JSON
+    logs: list[JSON] = field(default_factory=list)  # the worker's log lines (ADR 60)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,10 @@ class TaskFailed(Payload):
     reason: str
     terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR: never retried
     output: JSON = field(default_factory=dict)
+    # The worker's log lines and its handler's traceback, as it bounded them (ADR 60): kept
+    # in the log and the read model's event archive, never in the decider's state.
+    logs: list[JSON] = field(default_factory=list)
+    traceback: str = ""
 
 
 @dataclass(frozen=True)

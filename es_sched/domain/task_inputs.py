@@ -65,9 +65,13 @@ def report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
             # ADR 44: a short task's start travels with its outcome; the log still has both.
             implied = inp.started and task.status != IN_PROGRESS
             started = [TaskStarted(task.task_id, inp.worker_id)] if implied else []
+            logs = list(inp.logs)  # the worker bounded them; the core only carries them
             if isinstance(inp, c.ReportCompleted):
-                return [*started, TaskCompleted(task.task_id, dict(inp.output))]
-            return [*started, TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
+                return [*started, TaskCompleted(task.task_id, dict(inp.output), logs)]
+            failed = TaskFailed(
+                task.task_id, inp.reason, inp.terminal, dict(inp.output), logs, inp.traceback
+            )
+            return [*started, failed]
         case c.ReportDeclined():
             # Started or not, the lease is given back as if it expired (ExpireLease): the
             # worker gives up early what its silence would lose anyway; the attempt is kept.

@@ -24,13 +24,32 @@ from typing import Any, get_type_hints
 import msgspec
 import orjson
 
-from es_sched.domain.commands import INPUT_TYPES, Input
-from es_sched.domain.events import EVENT_TYPES, Event, Payload
+from es_sched.domain.commands import INPUT_TYPES, Input, ReportCompleted, ReportFailed
+from es_sched.domain.events import EVENT_TYPES, Event, Payload, TaskCompleted, TaskFailed
 from es_sched.errors import SchemaError
 from es_sched.serialization.schemas import SchemaCatalog, default_catalog
 from es_sched.serialization.upcasters import upcast
 
 _DATETIME_FIELDS: dict[type, frozenset[str]] = {}
+# Fields added to a type's current version as optional (ADR 60), written only when not
+# empty: a record without them stays byte for byte what it was before they existed, so a
+# reader that predates them (a decider or projector not yet upgraded) still reads it.
+SPARSE: dict[type, tuple[str, ...]] = {
+    TaskCompleted: ("logs",),
+    TaskFailed: ("logs", "traceback"),
+    ReportCompleted: ("logs",),
+    ReportFailed: ("logs", "traceback"),
+}
+
+
+def _sparse(fields: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    out = fields
+    for name in names:
+        if not fields[name]:
+            if out is fields:  # a copy: ``fields`` may be the payload's own ``__dict__``
+                out = fields.copy()
+            del out[name]
+    return out
 
 
 def _datetime_fields(cls: type) -> frozenset[str]:
@@ -112,6 +131,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         "correlation_id": event.correlation_id,
         "payload": _fields_to_dict(event.payload),
     }
+    sparse = SPARSE.get(type(event.payload))
+    if sparse is not None:
+        doc["payload"] = _sparse(doc["payload"], sparse)
     if event.actor is not None:  # absent, not null: events without one stay byte for byte
         doc["actor"] = event.actor
     return doc
@@ -158,6 +180,9 @@ def encode_event(event: Event) -> bytes:
         "correlation_id": event.correlation_id,
         "payload": event.payload.__dict__,
     }
+    sparse = SPARSE.get(type(event.payload))
+    if sparse is not None:
+        doc["payload"] = _sparse(doc["payload"], sparse)
     if event.actor is not None:
         doc["actor"] = event.actor
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
@@ -170,6 +195,9 @@ def decode_event(raw: bytes, catalog: SchemaCatalog | None = None) -> Event:
 # -- inputs ---------------------------------------------------------------------------------
 def input_to_dict(inp: Input) -> dict[str, Any]:
     doc = {"type": inp.TYPE, "schema_version": inp.SCHEMA_VERSION, **_fields_to_dict(inp)}
+    sparse = SPARSE.get(type(inp))
+    if sparse is not None:
+        doc = _sparse(doc, sparse)
     if doc.get("actor", "") is None:  # absent, not null: a decider older than actors reads it
         del doc["actor"]
     return doc

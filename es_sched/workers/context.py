@@ -1,5 +1,6 @@
-"""What a handler sees of its task: ``TaskContext`` (input, GPU pin, progress, cancellation)
-and the exceptions it raises (``TaskFailure``) or that tell it to stop (``TaskCancelled``);
+"""What a handler sees of its task: ``TaskContext`` (input, GPU pin, progress, log lines,
+cancellation) and the exceptions it raises (``TaskFailure``) or that tell it to stop
+(``TaskCancelled``);
 ``outcome`` turns how a handler ended into the report the worker sends.
 ``es_sched.workers.sdk`` serves the handlers; this is their side of the contract.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from es_sched.domain import commands as c
 from es_sched.errors import EsSchedError
 from es_sched.serialization import wire
-from es_sched.workers import reports
+from es_sched.workers import reports, tasklogs
 
 log = logging.getLogger("es_sched.workers.sdk")
 
@@ -42,7 +43,13 @@ class TaskFailure(EsSchedError):
 class TaskContext:
     """What a handler knows about its task, and how it reports progress or sees cancellation."""
 
-    def __init__(self, assignment: wire.Assignment, worker_id: str, reporter: reports.Reporter):
+    def __init__(
+        self,
+        assignment: wire.Assignment,
+        worker_id: str,
+        reporter: reports.Reporter,
+        log_max_chars: int = 32 * 1024,
+    ):
         self.assignment, self.worker_id, self._reporter = assignment, worker_id, reporter
         self.task_id, self.attempt = assignment.task_id, assignment.attempt
         self.workflow_id, self.task_type = assignment.workflow_id, assignment.task_type
@@ -55,6 +62,7 @@ class TaskContext:
         self.cancel_reason = ""  # the dispatcher's, once cancelled
         self.progress_sent = False
         self._progress_seq = 0
+        self.logs = tasklogs.TaskLog(log_max_chars)
 
     @cached_property
     def env(self) -> dict[str, str]:
@@ -72,6 +80,12 @@ class TaskContext:
     def raise_if_cancelled(self) -> None:
         if self.cancel_event.is_set():
             raise TaskCancelled(f"task {self.task_id} was cancelled")
+
+    def log(self, message: str) -> None:
+        """A line for the task's log: kept here (the newest ``ES_SCHED_WORKER_LOG_MAX_CHARS``
+        characters) and sent with the outcome, so logging costs no record (ADR 60). Served
+        at ``GET /api/tasks/{taskId}/log`` and on the console's task panel."""
+        self.logs.add(message)
 
     def progress(self, percent: float, message: str = "") -> None:
         """Percent (0-100) and a message: a ``progress`` record on worker-status for the
@@ -95,26 +109,42 @@ class Handler:
 
 
 def outcome(
-    a: wire.Assignment, worker_id: str, future: Future[Any], started: bool = False
+    a: wire.Assignment,
+    worker_id: str,
+    future: Future[Any],
+    started: bool = False,
+    logs: list[JSON] | None = None,
+    traceback_max_chars: int = 8 * 1024,
 ) -> c.WorkerReport:
     """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says,
     any other exception retryable, anything but a JSON object a terminal failure.
-    ``started``: the handler's start was not reported on its own (ADR 44)."""
+    ``started``: the handler's start was not reported on its own (ADR 44). ``logs`` (the
+    context's lines) go with any outcome; an exception's traceback with its failure, its last
+    ``traceback_max_chars`` characters, except a ``TaskFailure`` raised on purpose (one raised
+    while handling another exception keeps the chain's)."""
     exc = None if future.cancelled() else future.exception()
     if future.cancelled():
         return reports.failed(a, worker_id, "handler was cancelled", False, started=started)
     if isinstance(exc, TaskFailure):
-        return reports.failed(a, worker_id, exc.message, not exc.retryable, exc.output, started)
+        chained = exc.__cause__ is not None or exc.__context__ is not None
+        trace = tasklogs.traceback_of(exc, traceback_max_chars) if chained else ""
+        return reports.failed(
+            a, worker_id, exc.message, not exc.retryable, exc.output, started, logs, trace
+        )
     if exc is not None:
         log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)
-        return reports.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False, started=started)
+        reason, trace = (
+            f"{type(exc).__name__}: {exc}",
+            tasklogs.traceback_of(exc, traceback_max_chars),
+        )
+        return reports.failed(a, worker_id, reason, False, None, started, logs, trace)
     output = future.result()
     if output is None:
         output = {}
     if not isinstance(output, dict):
         reason = f"handler returned {type(output).__name__}, not a dict"
-        return reports.failed(a, worker_id, reason, terminal=True, started=started)
-    return reports.completed(a, worker_id, output, started)
+        return reports.failed(a, worker_id, reason, True, None, started, logs)
+    return reports.completed(a, worker_id, output, started, logs)
 
 
 @dataclass

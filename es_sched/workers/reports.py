@@ -75,11 +75,16 @@ def progressed(
 
 
 def completed(
-    a: wire.Assignment, worker_id: str, output: dict[str, Any], started: bool = False
+    a: wire.Assignment,
+    worker_id: str,
+    output: dict[str, Any],
+    started: bool = False,
+    logs: list[dict[str, Any]] | None = None,
 ) -> c.ReportCompleted:
-    """``started``: the start was not reported on its own; the decider records it (ADR 44)."""
+    """``started``: the start was not reported on its own; the decider records it (ADR 44).
+    ``logs``: the attempt's lines, bounded by the caller (``tasklogs``, ADR 60)."""
     fields = _report_fields(a, worker_id, "completed")
-    return c.ReportCompleted(**fields, output=output, started=started)
+    return c.ReportCompleted(**fields, output=output, started=started, logs=logs or [])
 
 
 def failed(
@@ -89,13 +94,18 @@ def failed(
     terminal: bool,
     output: dict[str, Any] | None = None,
     started: bool = False,
+    logs: list[dict[str, Any]] | None = None,
+    traceback: str = "",
 ) -> c.ReportFailed:
+    """``logs`` and ``traceback`` bounded by the caller (``tasklogs``, ADR 60)."""
     return c.ReportFailed(
         **_report_fields(a, worker_id, "failed"),
         reason=reason[:MAX_REASON],
         terminal=terminal,
         output=output or {},
         started=started,
+        logs=logs or [],
+        traceback=traceback,
     )
 
 

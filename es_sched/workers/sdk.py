@@ -6,6 +6,7 @@
     def transcode(ctx: TaskContext, input: dict) -> dict:
         subprocess.run([...], env=ctx.env, check=True)  # pinned to ctx.gpu
         ctx.progress(50, "half way")
+        ctx.log("encoded 1080p")  # sent with the outcome (ADR 60)
         ctx.raise_if_cancelled()
         return {"uri": ...}
 
@@ -16,12 +17,14 @@ Sync handlers run in a thread pool, ``async def`` handlers on one asyncio loop; 
 that backlog is full). Reports go to ``<prefix>.task-results`` as decider inputs: started once
 the handler has run ``started_after_s`` (a shorter task's start travels with its outcome, ADR 44),
 then completed with its return value, or failed: ``TaskFailure`` says whether it is retryable,
-any other exception is retryable. A ``cancel`` record sets ``ctx.cancelled``
-and cancels an async handler's asyncio task; once the handler has ended, the worker reports
-``worker.task_cancelled`` (the decider records it, nothing more: the dispatcher already took the
-lease back, ADR 5). Nothing starts whose lease has ended (``es_sched.workers.stale``): before a
-start the worker reads its partition to the end, and skips, reporting it cancelled, an
-assignment whose cancel it has read or whose lease expired while it was not heartbeating.
+any other exception is retryable and sends its traceback (bounded). Lines of ``ctx.log`` go
+with the outcome, bounded (``es_sched.workers.tasklogs``, ADR 60). A ``cancel`` record sets
+``ctx.cancelled`` and cancels an async handler's asyncio task; once the handler has ended, the
+worker reports ``worker.task_cancelled`` (the decider records it, nothing more: the dispatcher
+already took the lease back, ADR 5). Nothing starts whose lease has ended
+(``es_sched.workers.stale``): before a start the worker reads its partition to the end, and
+skips, reporting it cancelled, an assignment whose cancel it has read or whose lease expired
+while it was not heartbeating.
 A type with no handler fails non-terminally (another worker may serve it); a return value
 that is not a JSON object fails terminally. Every ``heartbeat_s`` (default: the dispatcher's
 ``ES_SCHED_DISPATCH_HEARTBEAT_S``) a ``WorkerStatus`` listing running and queued task ids goes
@@ -350,7 +353,8 @@ class Worker:
             reason = f"worker {self.worker_id} has no handler for {a.task_type!r}"
             self._reporter.send(reports.failed(a, self.worker_id, reason, terminal=False))
             return
-        run = Running(TaskContext(a, self.worker_id, self._reporter), time.monotonic())
+        ctx = TaskContext(a, self.worker_id, self._reporter, self.settings.worker.log_max_chars)
+        run = Running(ctx, time.monotonic())
         with self._lock:
             self._running[a.task_id] = run
         if self.started_after_s <= 0:
@@ -380,13 +384,15 @@ class Worker:
             self._reporter.send(reports.cancelled(a, self.worker_id, ctx.cancel_reason))
             return
         try:
-            report = outcome(a, self.worker_id, future, started=True)
+            limit = self.settings.worker.traceback_max_chars
+            report = outcome(a, self.worker_id, future, True, ctx.logs.lines(), limit)
             ended = "completed" if isinstance(report, c.ReportCompleted) else "failed"
             self.m_tasks.inc(task_type=a.task_type, outcome=ended)
             self._reporter.send(report)
         except (SchemaError, TypeError, ValueError) as exc:
             reason = f"output of {a.task_type} is not JSON: {exc}"
-            self._reporter.send(reports.failed(a, self.worker_id, reason, True, started=True))
+            failed = reports.failed(a, self.worker_id, reason, True, None, True, ctx.logs.lines())
+            self._reporter.send(failed)
 
     def _report_starts(self) -> None:
         """ADR 44: the start of a task that has run ``started_after_s``. Under the lock that

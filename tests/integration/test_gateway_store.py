@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from sqlalchemy import text
 
 from es_sched.api.gateway.store import GatewayStore
 from es_sched.serialization import wire
@@ -79,3 +80,21 @@ def test_an_update_on_a_connection_the_server_dropped_runs_again_on_a_new_one(
     assert again == "COMPLETED"
     other = store.lease("t2")
     assert other is not None and other.ended is None
+
+
+def test_lines_kept_while_a_task_runs_go_with_its_lease_row(store: GatewayStore) -> None:
+    """ADR 60: lines are read back in order, and pruned with the ended lease row only."""
+    store.handed("gw", "w1", [_task(1), _task(2)])
+    store.add_logs("t1", [{"at": "2026-12-07T06:00:00Z", "log": "one"}])
+    store.add_logs("t1", [{"at": "2026-12-07T06:00:01Z", "log": "two"}])
+    store.add_logs("t2", [{"at": "2026-12-07T06:00:02Z", "log": "other"}])
+    assert [x["log"] for x in store.logs("t1")] == ["one", "two"]
+    assert store.logs("t1")[0] == {"at": "2026-12-07T06:00:00Z", "log": "one"}
+    store.end("t1", "wf1", "w1", "COMPLETED")
+    with store.engine.begin() as conn:  # ended over an hour ago
+        conn.execute(
+            text("UPDATE leases SET ended_at = now() - interval '2 hours' WHERE task_id = 't1'")
+        )
+    store.ended_of("gw", [])
+    assert store.lease("t1") is None and store.logs("t1") == []
+    assert [x["log"] for x in store.logs("t2")] == ["other"], "a running task's lines stay"

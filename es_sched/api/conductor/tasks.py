@@ -6,6 +6,8 @@ conductor-python SDK): a batch poll answers a list (``[]`` when nothing came wit
 ``timeout`` ms, capped by ``ES_SCHED_API_LONG_POLL_MAX_MS``), a single poll one ``Task`` or
 204, ``POST /api/tasks`` the task id as text, ``update-v2`` the next task or 204. Conductor's
 task domains have no counterpart: ``domain`` is recorded in the poll data and matches all.
+``POST /api/tasks/{taskId}/log`` keeps a line with the lease until the outcome carries it, and
+``GET /api/tasks/{taskId}/log`` answers the lines as ``TaskExecLog``s (ADR 60).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
@@ -31,9 +33,11 @@ from es_sched.api.conductor import models
 from es_sched.api.errors import ApiError
 from es_sched.api.gateway import Gateway, gateway_of
 from es_sched.api.services import Services, services
+from es_sched.projections.postgres import queries
 from es_sched.projections.postgres.models import TASKS, WORKFLOWS
 from es_sched.projections.postgres.store import available
 from es_sched.serialization import wire
+from es_sched.workers import tasklogs
 from es_sched.workers.gateway.updates import Answer, Update, apply
 
 log = logging.getLogger(__name__)
@@ -47,8 +51,12 @@ VIEWER = require("viewer")
 
 
 class TaskExecLog(BaseModel):
+    """Conductor's ``TaskExecLog``: a line of a task's log and when it was taken (ms)."""
+
     model_config = ConfigDict(extra="ignore")
     log: str = ""
+    taskId: str | None = None
+    createdTime: int | None = None
 
 
 class TaskResult(BaseModel):
@@ -259,10 +267,39 @@ def apply_result(svc: Services, gw: Gateway, result: TaskResult) -> Answer:
         output=result.outputData,
         reason=result.reasonForIncompletion or "",
         worker_id=result.workerId or "",
-        logs=[x.log for x in result.logs if x.log],
+        logs=_lines(svc, result.logs),
         callback_after_s=result.callbackAfterSeconds,
     )
     return apply(gw, u, lambda task_id: _attempt(svc, task_id))
+
+
+def _lines(svc: Services, logs: list[TaskExecLog]) -> list[JSON]:
+    """A TaskResult's logs as ``tasklogs`` lines (their own time when they have one), each
+    cut to the bound."""
+    limit = svc.settings.worker.log_max_chars
+    return [
+        tasklogs.line(
+            tasklogs.cut(x.log, limit),
+            _at(x.createdTime),
+        )
+        for x in logs
+        if x.log
+    ]
+
+
+SECONDS_BELOW = 100_000_000_000  # as ms, early 1973: a createdTime below it counts seconds
+
+
+def _at(created: int | None) -> datetime | None:
+    """A line's ``createdTime`` (ms; None, taken now, when absent or not a time). A value
+    below ``SECONDS_BELOW`` is read as seconds: conductor-python 2.0.0 times the traceback it
+    logs for a raising worker with ``int(time.time())``, its ``add_log`` lines in ms."""
+    if not created:
+        return None
+    try:
+        return datetime.fromtimestamp(created / (1 if created < SECONDS_BELOW else 1000), UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _attempt(svc: Services, task_id: str) -> int | None:
@@ -364,3 +401,61 @@ def poll_data(
         }
         for r in rows
     ]
+
+
+# -- task logs (ADR 60) ---------------------------------------------------------------------
+def _exec_log(task_id: str, x: JSON) -> JSON:
+    at = x.get("at")
+    try:
+        created = _ms(datetime.fromisoformat(at)) if isinstance(at, str) else 0
+    except ValueError:
+        created = 0
+    return {"log": str(x.get("log", "")), "taskId": task_id, "createdTime": created}
+
+
+def task_log(svc: Services, gw: Gateway, task_id: str) -> list[JSON] | None:
+    """The task's log lines in Conductor's ``TaskExecLog`` shape: those its outcome carried
+    (the archive), else those kept while it runs (the gateway store); None for a task the
+    read model does not have."""
+    row = queries.task_row(svc.engine, task_id)
+    if row is None:
+        return None
+    ended = queries.task_outcomes(svc.engine, str(row["workflow_id"]), [task_id]).get(task_id)
+    lines = ended["logs"] if ended is not None else gw.store.logs(task_id)
+    return [_exec_log(task_id, x) for x in lines]
+
+
+@router.get("/{taskId}/log", summary="A task's log lines (Conductor's TaskExecLog)")
+def get_task_log(
+    taskId: str,
+    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = VIEWER,
+) -> list[JSON]:
+    found = task_log(svc, gw, _name("taskId", taskId))
+    if found is None:
+        raise ApiError(404, f"no task {taskId!r} in the read model (yet)")
+    return found
+
+
+@router.post("/{taskId}/log", summary="Log a line for a running task (kept until its outcome)")
+def add_task_log(
+    taskId: str,
+    line: str = Body(..., media_type="application/json"),
+    svc: Services = Depends(services),  # noqa: B008
+    gw: Gateway = Depends(gateway),  # noqa: B008
+    _who: Principal = WORKER,
+) -> Response:
+    """Conductor's ``addTaskLog``: the line is kept with the task's lease in the gateway store
+    and sent with its outcome (ADR 60), so a line costs no decider input. Only a task an HTTP
+    worker polled and has not reported ended takes lines: any other is a 404 or 409 saying
+    why (a Kafka worker logs with ``ctx.log``)."""
+    lease = gw.store.lease(_name("taskId", taskId))
+    if lease is None:
+        raise ApiError(404, f"task {taskId} is not leased to an HTTP worker (not polled here)")
+    if lease.ended is not None or lease.lease_over is not None:
+        why = lease.ended or lease.lease_over
+        raise ApiError(409, f"task {taskId} ended ({why}): its log went with its outcome")
+    limit = svc.settings.worker.log_max_chars
+    gw.store.add_logs(taskId, [tasklogs.line(tasklogs.cut(line, limit))])
+    return Response(status_code=200)

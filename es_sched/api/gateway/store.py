@@ -4,7 +4,10 @@ The rows live in a schema of their own, ``<ES_SCHED_PG_SCHEMA_NAME>_gateway``: t
 gateway's working state, not a projection, so a read-model rebuild never touches them and they
 need no migration history (two tables, created if missing). ``leases`` has a row per task an
 HTTP worker polled, with its first outcome (``ended``) and whether the dispatcher ended the
-lease (``lease_over``); ``poll_data`` the last poll per task type, domain and HTTP worker.
+lease (``lease_over``); ``poll_data`` the last poll per task type, domain and HTTP worker;
+``task_logs`` the lines an HTTP worker logged while its task runs (``POST
+/api/tasks/{taskId}/log``, an ``IN_PROGRESS`` update's ``logs``), until the outcome carries
+them to the decider (ADR 60); they go with their lease row.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ _DDL = (
     """CREATE TABLE IF NOT EXISTS {schema}.poll_data (
         task_type text NOT NULL, domain text NOT NULL, worker_id text NOT NULL,
         last_poll_at timestamptz NOT NULL, PRIMARY KEY (task_type, domain, worker_id))""",
+    """CREATE TABLE IF NOT EXISTS {schema}.task_logs (
+        task_id text NOT NULL, n bigserial, at text NOT NULL, log text NOT NULL,
+        PRIMARY KEY (task_id, n))""",
 )
 
 # The per-task statements, run on ``conns.Connections`` (ADR 36), in psycopg's parameter style.
@@ -165,7 +171,11 @@ class GatewayStore:
         self.ensure()
         with available("gateway"), self.engine.begin() as conn:
             conn.execute(
-                text("DELETE FROM leases WHERE gateway_id = :g AND ended_at < :old"),
+                text(
+                    "WITH gone AS (DELETE FROM leases WHERE gateway_id = :g AND ended_at < :old"
+                    " RETURNING task_id)"
+                    " DELETE FROM task_logs WHERE task_id IN (SELECT task_id FROM gone)"
+                ),
                 {"g": gateway_id, "old": _now() - KEEP_ENDED},
             )
             if not task_ids:
@@ -200,6 +210,25 @@ class GatewayStore:
                     " FROM poll_data WHERE task_type = :t ORDER BY worker_id"
                 ),
                 {"t": task_type},
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    def add_logs(self, task_id: str, lines: list[dict[str, Any]]) -> None:
+        self.ensure()
+        if not lines:
+            return
+        with available("gateway"), self.engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO task_logs (task_id, at, log) VALUES (:t, :at, :log)"),
+                [{"t": task_id, "at": x["at"], "log": x["log"]} for x in lines],
+            )
+
+    def logs(self, task_id: str) -> list[dict[str, Any]]:
+        self.ensure()
+        with available("gateway"), self.engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT at, log FROM task_logs WHERE task_id = :t ORDER BY n"),
+                {"t": task_id},
             ).mappings()
             return [dict(r) for r in rows]
 

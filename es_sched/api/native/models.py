@@ -67,6 +67,25 @@ class Task(BaseModel):
     endedAt: datetime | None
 
 
+class LogLine(BaseModel):
+    at: str = Field(default="", description="ISO 8601 time the worker took the line")
+    log: str
+
+
+class TaskLog(BaseModel):
+    """What a worker sent with a task attempt's outcome (ADR 60): its log lines, bounded
+    (``ES_SCHED_WORKER_LOG_MAX_CHARS``), and a failed handler's traceback (its last
+    ``ES_SCHED_WORKER_TRACEBACK_MAX_CHARS`` characters)."""
+
+    taskId: str
+    workflowId: str
+    status: str
+    reason: str = Field(description="the whole reason of a failure, empty otherwise")
+    ended: bool = Field(description="false: no outcome yet, so no lines yet")
+    logs: list[LogLine]
+    traceback: str
+
+
 class Workflow(BaseModel):
     workflowId: str
     name: str

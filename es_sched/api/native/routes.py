@@ -26,6 +26,7 @@ from es_sched.api.native.models import (
     SubmitRequest,
     Submitted,
     Task,
+    TaskLog,
     Workflow,
     WorkflowAnswer,
     WorkflowList,
@@ -131,6 +132,25 @@ def get_history(
     following = events[-1].seq + 1 if len(events) == size else None
     return History(
         workflowId=workflow_id, start=start, nextStart=following, events=events, freshness=fresh
+    )
+
+
+@router.get("/tasks/{task_id}/log", response_model=TaskLog)
+def get_task_log(task_id: str, svc: Services = SVC, who: Principal = VIEWER) -> TaskLog:
+    """A task attempt's log lines and traceback, as its outcome carried them (ADR 60)."""
+    row = queries.task_row(svc.engine, task_id)
+    if row is None:
+        raise ApiError(404, f"no task {task_id!r} in the read model (yet)")
+    workflow_id = str(row["workflow_id"])
+    ended = queries.task_outcomes(svc.engine, workflow_id, [task_id]).get(task_id)
+    return TaskLog(
+        taskId=task_id,
+        workflowId=workflow_id,
+        status=row["status"],
+        reason=row["reason"],
+        ended=ended is not None,
+        logs=ended["logs"] if ended else [],
+        traceback=ended["traceback"] if ended else "",
     )
 
 

@@ -114,12 +114,31 @@ def task_panel(
     svc: Services = Depends(services),  # noqa: B008
     who: Principal = VIEWER,
 ) -> HTMLResponse:
-    """Every row of one task (attempts, iterations): input, output, worker, lease, progress."""
+    """Every row of one task (attempts, iterations): input, output, worker, lease, progress,
+    and what the worker sent with each outcome: log lines and a failure's traceback (ADR 60)."""
     _, rows = queries.workflow(svc.engine, workflow_id)
     mine = [r for r in rows if dag.base_ref(str(r["ref"])) == ref]
+    outcomes = queries.task_outcomes(svc.engine, workflow_id, [str(r["task_id"]) for r in mine])
     return fragment(
-        request, "_task.html", workflow_id=workflow_id, ref=ref, rows=mine, dumps=_dumps
+        request,
+        "_task.html",
+        workflow_id=workflow_id,
+        ref=ref,
+        rows=mine,
+        outcomes=outcomes,
+        dumps=_dumps,
+        log_text=log_text,
     )
+
+
+def log_text(lines: list[dict[str, Any]]) -> str:
+    """Log lines as the panel shows them: the time (UTC, to the millisecond) and the text."""
+    out = []
+    for x in lines:
+        at = str(x.get("at") or "")
+        clock = at[11:23] if len(at) >= 19 else "?"
+        out.append(f"{clock}  {x.get('log', '')}")
+    return "\n".join(out)
 
 
 @router.get("/{workflow_id}/history", response_class=HTMLResponse)

@@ -264,6 +264,42 @@ def history(
         return [dict(r) for r in rows]
 
 
+OUTCOMES = ("task.completed", "task.failed")  # the events that carry a worker's logs (ADR 60)
+
+
+def task_outcomes(engine: Engine, workflow_id: str, task_ids: Iterable[str]) -> dict[str, Row]:
+    """The log lines and traceback a worker sent with each task attempt's outcome, by task
+    id: ``{"logs": [...], "traceback": str, "at": time}``, read from the outcome events in
+    the archive (the workflow's key prefix, two event types), so a rebuild or a replay keeps
+    them with everything else. Attempts without an outcome event are absent."""
+    wanted = set(task_ids)
+    if not wanted:
+        return {}
+    e = EVENTS.c
+    query = select(e.payload, e.occurred_at).where(
+        e.workflow_id == workflow_id,
+        e.type.in_(OUTCOMES),
+        e.payload["task_id"].astext.in_(sorted(wanted)),
+    )
+    out: dict[str, Row] = {}
+    with available("task logs"), engine.connect() as conn:
+        for payload, at in conn.execute(query):
+            task_id = payload.get("task_id")
+            if task_id in wanted:
+                out[task_id] = {
+                    "logs": list(payload.get("logs") or []),
+                    "traceback": str(payload.get("traceback") or ""),
+                    "at": at,
+                }
+    return out
+
+
+def task_row(engine: Engine, task_id: str) -> Row | None:
+    with available("task"), engine.connect() as conn:
+        found = conn.execute(select(TASKS).where(TASKS.c.task_id == task_id)).mappings().first()
+        return dict(found) if found else None
+
+
 def started_definition(engine: Engine, workflow_id: str) -> Row | None:
     """The payload of the workflow's ``workflow.started`` event (the definition it runs)."""
     e = EVENTS.c

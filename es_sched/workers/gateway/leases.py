@@ -79,4 +79,11 @@ class LeaseStore(Protocol):
 
     def poll_data(self, task_type: str) -> list[dict[str, Any]]: ...
 
+    def add_logs(self, task_id: str, lines: list[dict[str, Any]]) -> None:
+        """Log lines an HTTP worker sent while the task runs, kept until its outcome carries
+        them (ADR 60)."""
+
+    def logs(self, task_id: str) -> list[dict[str, Any]]:
+        """The lines kept for ``task_id``, oldest first (``{"at", "log"}``)."""
+
     def close(self) -> None: ...

@@ -5,7 +5,10 @@
 - Owned: ``IN_PROGRESS`` is a progress report (a ``progress`` record extends the gateway's
   leases at the dispatcher, a ``worker.task_progress`` input resets the response timeout);
   ``COMPLETED``/``FAILED``/``FAILED_WITH_TERMINAL_ERROR`` are the SDK's completed/failed
-  reports with the gateway's lease. ``logs`` become a progress report's message first.
+  reports with the gateway's lease. ``logs`` (ADR 60): an ``IN_PROGRESS`` update's are kept
+  in the store (``add_logs``, as ``POST /api/tasks/{taskId}/log``'s) and their last lines are
+  its progress message; the outcome carries the kept lines and its own, bounded
+  (``tasklogs.bounded``), to the decider.
 - Idempotent: every input id is a uuid5 of task, attempt, epoch and what the report says, so
   the SDK's retry of one result is one input to the decider; the first outcome is kept in the
   store, so the retry gets the same answer, and a different second outcome is still sent (the
@@ -30,7 +33,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
 from es_sched.serialization import wire
-from es_sched.workers import reports
+from es_sched.workers import reports, tasklogs
 from es_sched.workers.gateway.leases import HeldLease, as_assignment
 from es_sched.workers.gateway.worker import Gateway
 
@@ -46,7 +49,7 @@ class Update:
     output: JSON
     reason: str
     worker_id: str  # the HTTP worker's, "" when it gave none
-    logs: list[str]
+    logs: list[JSON]  # ``tasklogs.line``s
     callback_after_s: int
 
 
@@ -66,16 +69,21 @@ def _digest(doc: Any) -> str:
     return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
-def _outcome(a: wire.Assignment, worker_id: str, u: Update) -> c.WorkerReport:
+def _outcome(
+    a: wire.Assignment, worker_id: str, u: Update, logs: list[JSON] | None = None
+) -> c.WorkerReport:
     if u.status == "COMPLETED":
-        return reports.completed(a, worker_id, u.output)
+        return reports.completed(a, worker_id, u.output, logs=logs)
     terminal = u.status == "FAILED_WITH_TERMINAL_ERROR"
-    return reports.failed(a, worker_id, u.reason or u.status, terminal, u.output)
+    return reports.failed(a, worker_id, u.reason or u.status, terminal, u.output, logs=logs)
 
 
 def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[reports.Delivery]) -> None:
-    message = "\n".join(u.logs)[-reports.MAX_REASON :] if u.logs else "IN_PROGRESS"
-    what = _digest([u.status, u.logs, u.output, u.callback_after_s])
+    lines = [x["log"] for x in u.logs]
+    message = "\n".join(lines)[-reports.MAX_REASON :] if lines else "IN_PROGRESS"
+    # The lines' texts, not their times: a line without one is timed on arrival, and a retry
+    # of the update must be the same input.
+    what = _digest([u.status, lines, u.output, u.callback_after_s])
     report = c.ReportProgress(
         input_id=_id("gateway", a.task_id, a.attempt, a.lease_epoch, "progress", what),
         workflow_id=a.workflow_id,
@@ -137,13 +145,15 @@ def apply(gw: Gateway, u: Update, attempt_of: Callable[[str], int | None]) -> An
     assert lease is not None
     gw.heard(lease.task_type)
     a = as_assignment(lease)
-    if u.logs and u.status != "IN_PROGRESS":
-        _progress(gw, a, u, sent)
     if u.status == "IN_PROGRESS":
+        gw.store.add_logs(u.task_id, u.logs)
         _progress(gw, a, u, sent)
         _delivered(gw, sent)
         return Answer(200, u.task_id, "", lease.task_type)
-    report = _outcome(a, lease.gateway_id, u)
+    # A retried outcome reads the same kept lines (they go only with the lease row), so its
+    # report is the first one again: one input to the decider.
+    logs = tasklogs.bounded(gw.store.logs(u.task_id) + u.logs, gw.settings.worker.log_max_chars)
+    report = _outcome(a, lease.gateway_id, u, logs)
     sent.append(reports.Delivery())  # again on a retry: the same input id, one input to the decider
     gw.reporter.send(report, sent[-1])
     _delivered(gw, sent)

@@ -145,6 +145,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
         "newest_workflows": newest_workflows,
         "status_counts": status_counts,
         "workflow": workflow,
+        "task_outcomes": lambda _e, wid, ids: {
+            i: {"logs": [LOGGED], "traceback": TRACE, "at": T0} for i in ids if i == "a-2"
+        },
         "reflected": lambda _e: {topic: {0: 5, 1: 9}},
         "workflow_ids": lambda _e, f, limit: ["w1", "w2"],
         "started_definition": lambda _e, wid: {"definition": DEFINITION},
@@ -269,11 +272,37 @@ def test_a_workflow_page_draws_its_dag_and_timeline(fakes: Fakes) -> None:
     assert fakes.client.get("/ui/workflows/nope").status_code == 404
 
 
-def test_the_task_panel_shows_every_attempt_with_worker_lease_and_logs(fakes: Fakes) -> None:
+REASON = "ValueError: " + "a reason longer than any list cell " * 6 + "(whole)"
+LOGGED = {"at": "2026-11-29T08:01:12.345Z", "log": "probing <input> & co"}
+TRACE = 'Traceback (most recent call last):\n  File "h.py", line 3\nValueError: <bad>\n'
+
+
+def test_the_task_panel_shows_every_attempt_with_worker_lease_and_logs(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed = {**task_row("a", "FAILED", 2), "reason": REASON}
+    rows = [task_row("a", "FAILED"), failed]
+    monkeypatch.setattr(queries, "workflow", lambda _e, wid: (wf_row(wid), rows))
     panel = fakes.client.get("/ui/workflows/w1/tasks/a")
     assert panel.status_code == 200
     assert panel.text.count("<details") == 2 and "line one" in panel.text
     assert "wk-1" in panel.text and "<dt>lease epoch</dt><dd>3</dd>" in panel.text
+    # ADR 60: the outcome's log lines (time and text, escaped) and its traceback, in
+    # wrapping pres; only the attempt whose outcome carried them shows them.
+    assert panel.text.count('class="log task-log"') == 1
+    assert "08:01:12.345  probing &lt;input&gt; &amp; co" in panel.text
+    assert '<pre class="log traceback">Traceback' in panel.text
+    assert "ValueError: &lt;bad&gt;" in panel.text
+    assert '/api/tasks/a-2/log"' in panel.text
+    assert f'<pre class="log bad reason">{REASON}</pre>' in panel.text
+
+
+def test_the_list_shows_a_failure_s_whole_reason(fakes: Fakes) -> None:
+    long = "transcode failed: " + "ffmpeg said something long; " * 12 + "the end"
+    fakes.asked["rows"].append({**wf_row("w3"), "reason": long})
+    page = fakes.client.get("/ui/")
+    assert page.status_code == 200
+    assert f'<div class="muted small reason">{long}</div>' in page.text
 
 
 def test_the_history_downloads_as_json(fakes: Fakes) -> None:

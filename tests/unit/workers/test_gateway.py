@@ -45,6 +45,9 @@ class Store:
     def taken_by(self, gateway: str) -> list[HeldLease]:
         return [HeldLease("y", "wf", "t", 1, 2, "tok", gateway, "w1", None, None)]
 
+    def logs(self, task_id: str) -> list[dict[str, Any]]:
+        return []
+
 
 @pytest.fixture
 def settings() -> Settings:
