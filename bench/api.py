@@ -414,24 +414,24 @@ def parser() -> argparse.ArgumentParser:
 # Kept in functions of their own so other rows (writes) merge beside them.
 
 IDLE_FLOW = "bench.idle"
-ROUTE_PAGES = (
-    "v1_workflow",
-    "v1_workflows",
-    "v1_queues",
-    "v1_history",
-    "v1_workers",
-    "v1_config",
-    "ui_list",
-    "ui_workflow",
-    "ui_live",
-    "ui_task",
-    "ui_history",
-    "ui_queues",
-    "ui_workers",
-    "ui_definitions",
-    "ui_submit",
-    "ui_media",
-)
+ROUTE_PAGES = {  # name -> the route it loads
+    "v1_workflow": "/api/v1/workflows/{id}",
+    "v1_workflows": "/api/v1/workflows?status=S",
+    "v1_queues": "/api/v1/queues",
+    "v1_history": "/api/v1/workflows/{id}/history",
+    "v1_workers": "/api/v1/workers",
+    "v1_config": "/api/v1/config",
+    "ui_list": "/ui/?status=S",
+    "ui_workflow": "/ui/workflows/{id}",
+    "ui_live": "/ui/workflows/{id}/live",
+    "ui_task": "/ui/workflows/{id}/tasks/{ref}",
+    "ui_history": "/ui/workflows/{id}/history",
+    "ui_queues": "/ui/queues",
+    "ui_workers": "/ui/workers",
+    "ui_definitions": "/ui/definitions",
+    "ui_submit": "/ui/submit",
+    "ui_media": "/ui/media/{id}",
+}
 
 
 def settle_events(env: Env, console: Console) -> list[str]:
@@ -586,7 +586,7 @@ def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict
     figures = ("p50_ms", "p99_ms", "requests_per_second")
     routes: dict[str, Any] = {}
     for name, some in paths.items():
-        routes[name] = {"path": some[0]}
+        routes[name] = {"route": ROUTE_PAGES[name], "path": some[0]}
         for code in trees:
             routes[name][code] = {
                 kind: {
