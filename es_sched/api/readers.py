@@ -83,12 +83,19 @@ class Kept(Generic[T]):
             self._thread.join(CATCH_UP_S * 2)
 
     def _run(self) -> None:
+        streak = 0  # failed reads in a row: logged when it starts and when it ends
         while not self._stop.is_set():
             try:
                 self.refresh()
             except Exception:  # a broker away: the answer's age grows, and the log says why
                 self.failures += 1
-                log.warning("%s: read failed, kept the older value", self._name, exc_info=True)
+                streak += 1
+                if streak == 1:
+                    log.warning("%s: read failed, kept the older value", self._name, exc_info=True)
+            else:
+                if streak:
+                    log.info("%s: read again after %d failed reads", self._name, streak)
+                streak = 0
             self._stop.wait(self._period)
 
 
