@@ -67,12 +67,14 @@ from plot_png import Series, line_charts  # noqa: E402
 from es_sched.projections.postgres.store import engine_for  # noqa: E402
 from testkit.api import Api, api  # noqa: E402
 from testkit.net import free_port  # noqa: E402
-from testkit.runtime import Env, Role  # noqa: E402
+from testkit.runtime import Env, Role, roles  # noqa: E402
 from testkit.wait import wait_until  # noqa: E402
 
 ENDPOINTS = ("detail", "search", "list", "poll", "baseline")
 TARGET_P99_MS = {"detail": 100.0, "search": 100.0, "list": 100.0}
 FIGURES = ("requests_per_second", "p50_ms", "p99_ms")
+OUT = ROOT / "bench" / "results" / "current" / "api.json"
+ROUTES_OUT = ROOT / "bench" / "results" / "current" / "api_routes.json"
 COLOURS = ((31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14))
 
 
@@ -400,10 +402,293 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--no-workers", dest="workers", action="store_false")
     p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "current" / "api.json")
+    p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "current" / "api.png")
     p.set_defaults(extra_paths={})
+    route_options(p)
     return p
+
+
+# --- Every /api/v1 route and console page, idle and at --clients, after and --before (ADR 57) ---
+# ``--routes`` runs this part instead of the endpoints above; it writes ``api_routes.json``.
+# Kept in functions of their own so other rows (writes) merge beside them.
+
+IDLE_FLOW = "bench.idle"
+ROUTE_PAGES = {  # name -> the route it loads
+    "v1_workflow": "/api/v1/workflows/{id}",
+    "v1_workflows": "/api/v1/workflows?status=S",
+    "v1_queues": "/api/v1/queues",
+    "v1_history": "/api/v1/workflows/{id}/history",
+    "v1_workers": "/api/v1/workers",
+    "v1_config": "/api/v1/config",
+    "ui_list": "/ui/?status=S",
+    "ui_workflow": "/ui/workflows/{id}",
+    "ui_live": "/ui/workflows/{id}/live",
+    "ui_task": "/ui/workflows/{id}/tasks/{ref}",
+    "ui_history": "/ui/workflows/{id}/history",
+    "ui_queues": "/ui/queues",
+    "ui_workers": "/ui/workers",
+    "ui_definitions": "/ui/definitions",
+    "ui_submit": "/ui/submit",
+    "ui_media": "/ui/media/{id}",
+}
+
+
+def settle_events(env: Env, console: Console) -> list[str]:
+    """A few real workflows through the decider and the PostgreSQL projector, so the events
+    topic holds transactions (each partition ending in a commit marker) and the read model's
+    checkpoints stand at their last records, as on an idle deployment; then the roles stop.
+    Reused when the read model has them already. Returns their ids (their history is archived,
+    unlike the seeded rows')."""
+    engine = engine_for(env.settings)
+    query = text("SELECT workflow_id FROM workflows WHERE name = :n ORDER BY workflow_id")
+    with engine.connect() as conn:
+        ids = [r for (r,) in conn.execute(query, {"n": IDLE_FLOW})]
+    if len(ids) >= env.partitions * 2:
+        engine.dispose()
+        return ids
+    step = f"{env.prefix}.step"
+    flow = {
+        "name": IDLE_FLOW,
+        "version": 1,
+        "tasks": [{"name": step, "taskReferenceName": "step", "type": "SIMPLE"}],
+    }
+    env.push(flow, [{"name": step}])
+    with (
+        console.status("settling a few workflows through the decider and projector"),
+        roles(env, "decider", "projector-pg"),
+    ):
+        made = [s.workflow_id for s in env.submit(IDLE_FLOW, [{}] * (env.partitions * 4))]
+
+        def projected() -> bool:
+            with engine.connect() as conn:
+                found = conn.execute(
+                    text("SELECT count(*) FROM workflows WHERE workflow_id = ANY(:ids)"),
+                    {"ids": made},
+                ).scalar()
+            return found == len(made)
+
+        wait_until(projected, 120, "the settled workflows in the read model")
+    engine.dispose()
+    return sorted(made)
+
+
+def route_paths(seed: int, workflows: int, settled: list[str]) -> dict[str, list[str]]:
+    """Each route's paths: seeded workflows where a row is read, the settled ones where their
+    archived history is."""
+    some = api_seed.sample_ids(seed, workflows, 200)
+    statuses = ("RUNNING", "FAILED", "COMPLETED", "TERMINATED", "PAUSED")
+    return {
+        "v1_workflow": [f"/api/v1/workflows/{i}" for i in some],
+        "v1_workflows": [f"/api/v1/workflows?status={s}&size=100" for s in statuses],
+        "v1_queues": ["/api/v1/queues"],
+        "v1_history": [f"/api/v1/workflows/{i}/history" for i in settled],
+        "v1_workers": ["/api/v1/workers"],
+        "v1_config": ["/api/v1/config"],
+        "ui_list": [f"/ui/?status={s}" for s in statuses],
+        "ui_workflow": [f"/ui/workflows/{i}" for i in some],
+        "ui_live": [f"/ui/workflows/{i}/live" for i in some],
+        "ui_task": [f"/ui/workflows/{i}/tasks/step" for i in settled],
+        "ui_history": [f"/ui/workflows/{i}/history" for i in settled],
+        "ui_queues": ["/ui/queues"],
+        "ui_workers": ["/ui/workers"],
+        "ui_definitions": ["/ui/definitions"],
+        "ui_submit": ["/ui/submit"],
+        "ui_media": [f"/ui/media/{i}" for i in some],
+    }
+
+
+@contextmanager
+def server_of(env: Env, tree: Path) -> Any:
+    """``es-sched api`` run from ``tree`` (its own code), auth off on loopback."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "es_sched", "api", "--port", str(port)],
+        cwd=tree,
+        env={**os.environ, **env.vars, "PYTHONPATH": str(tree), "ES_SCHED_API_AUTH": "off"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def answers() -> bool:
+        try:
+            return probe(url, "/openapi.json") == 200 or proc.poll() is not None
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(answers, 90, f"the API of {tree} on {url}")
+        assert proc.poll() is None, Path(log.name).read_text()
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        Path(log.name).unlink()
+
+
+def drained(url: str, timeout_s: float) -> None:
+    """Wait until the server has answered what a load left queued: a request that reads the
+    read model and the log queues behind them."""
+    httpx.get(url + "/api/v1/queues", timeout=timeout_s)
+
+
+def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict[str, Any]:
+    """Each route idle (one client back to back) and at ``--clients``, on this checkout
+    ("after") and ``--before`` TREE, both served at once and taking turns; the result
+    document (also written to ``opts.out``)."""
+    load_before = os.getloadavg()
+    env.create()
+    seeded = api_seed.seed(env.settings, opts.workflows, opts.seed, opts.processes)
+    settled = settle_events(env, console)
+    paths = {
+        k: v
+        for k, v in route_paths(opts.seed, opts.workflows, settled).items()
+        if k in opts.route_names
+    }
+    trees = {"after": ROOT, **({"before": opts.before.resolve()} if opts.before else {})}
+    loads = {"idle": 1, "busy": opts.clients}
+    runs: dict[str, dict[str, dict[str, list[Any]]]] = {
+        code: {name: {kind: [] for kind in loads} for name in paths} for code in trees
+    }
+    statuses: dict[str, dict[str, int]] = {}
+    with ExitStack() as stack:
+        urls = {code: stack.enter_context(server_of(env, tree)) for code, tree in trees.items()}
+        for code, url in urls.items():
+            for name, some in paths.items():
+                statuses[f"{code} {name}"] = {"probe": probe(url, some[0])}
+        steps = [
+            (r, kind, name, code)
+            for r in range(opts.runs)
+            for kind in loads
+            for name in paths
+            for code in trees
+            if kind == "idle" or r < (opts.before_busy_runs if code == "before" else opts.runs)
+        ]
+        with Progress(console=console) as bar:
+            task = bar.add_task("routes", total=len(steps))
+            for _r, kind, name, code in steps:
+                seconds = opts.idle_seconds if kind == "idle" else opts.seconds
+                spec = {
+                    "url": urls[code],
+                    "paths": paths[name],
+                    "clients": loads[kind],
+                    "seconds": seconds,
+                    "warmup": opts.warmup,
+                }
+                runs[code][name][kind].append(measure_spec(spec, opts.timeout))
+                drained(urls[code], 600)
+                bar.advance(task)
+    figures = ("p50_ms", "p99_ms", "requests_per_second")
+    routes: dict[str, Any] = {}
+    for name, some in paths.items():
+        routes[name] = {"route": ROUTE_PAGES[name], "path": some[0]}
+        for code in trees:
+            routes[name][code] = {
+                kind: {
+                    "median": {f: statistics.median(r[f] for r in got) for f in figures}
+                    if got
+                    else None,
+                    "runs": len(got),
+                    "per_run": got,
+                }
+                for kind, got in runs[code][name].items()
+            }
+    result = {
+        "benchmark": "api_routes",
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
+        "code": {
+            "commit": commit(),
+            "before": str(opts.before) if opts.before else None,
+            "note": opts.note,
+        },
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "seed": {"workflows": seeded.workflows, "tasks": seeded.tasks, "settled": len(settled)},
+        "load": {
+            "idle": {"clients": 1, "seconds": opts.idle_seconds},
+            "busy": {"clients": opts.clients, "seconds": opts.seconds},
+            "warmup": opts.warmup,
+            "runs": opts.runs,
+            "before_busy_runs": opts.before_busy_runs,
+            "timeout_s": opts.timeout,
+        },
+        "probes": statuses,
+        "routes": routes,
+    }
+    opts.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return result
+
+
+def measure_spec(spec: dict[str, Any], timeout_s: float) -> Any:
+    """``measure`` with a per-request timeout (a request not answered within it counts under
+    ``TimeoutError``, and the latencies are of the answered ones)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({**spec, "timeout": timeout_s}, f)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "api_load.py"), f.name],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=spec["seconds"] + spec["warmup"] + timeout_s + 120,
+        )
+    finally:
+        Path(f.name).unlink()
+    return json.loads(done.stdout)
+
+
+def report_routes(result: dict[str, Any], console: Console) -> None:
+    codes = [c for c in ("before", "after") if any(c in r for r in result["routes"].values())]
+    load = result["load"]
+    table = Table(
+        title=f"routes: p50/p99 ms idle (1 client) and at {load['busy']['clients']} clients, "
+        f"{result['seed']['workflows']:,} workflows"
+    )
+    table.add_column("route", justify="left")
+    for code in codes:
+        table.add_column(f"{code} idle", justify="right")
+        table.add_column(f"{code} {load['busy']['clients']}", justify="right")
+    for name, r in result["routes"].items():
+        cells = []
+        for code in codes:
+            for kind in ("idle", "busy"):
+                m = r[code][kind]["median"]
+                cells.append("-" if m is None else f"{m['p50_ms']:.1f} / {m['p99_ms']:.1f}")
+        table.add_row(name, *cells)
+    console.print(table)
+    errors = {
+        f"{code} {name} {kind}": s
+        for name, r in result["routes"].items()
+        for code in codes
+        for kind in ("idle", "busy")
+        for run in r[code][kind]["per_run"]
+        if (s := {k: v for k, v in run["statuses"].items() if not k.startswith("2")})
+    }
+    if errors:
+        console.print(f"answers not 2xx (errors, timeouts): {json.dumps(errors)}")
+
+
+def route_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--routes", action="store_true", help="every /api/v1 route and console page")
+    p.add_argument("--route-names", type=lambda s: s.split(","), default=list(ROUTE_PAGES))
+    p.add_argument("--before", type=Path, help="a checkout served beside this one (--routes)")
+    p.add_argument("--idle-seconds", type=float, default=3.0)
+    p.add_argument("--timeout", type=float, default=30.0, help="per request (--routes)")
+    p.add_argument(
+        "--before-busy-runs",
+        type=int,
+        default=3,
+        help="runs of --before's loads at --clients (a slow before takes minutes per load)",
+    )
 
 
 def main() -> None:
@@ -411,6 +696,11 @@ def main() -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps whole rows
     # The schema (and topic prefix) is named by what is seeded, so a rerun finds its seed.
     env = Env(prefix=f"benchapi_{opts.workflows}_{opts.seed}")
+    if opts.routes:
+        if opts.out == OUT:
+            opts.out = ROUTES_OUT
+        report_routes(measure_routes(opts, console, env), console)
+        return
     report(run(opts, console, env), console, opts.png)
 
 

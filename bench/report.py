@@ -81,6 +81,11 @@ SOURCES: dict[str, Source] = {
         "--api-workers 1,2",
         lambda d: f"{d['load']['runs']} rounds",
     ),
+    "api_routes.json": Source(
+        f"{PY} bench/api.py --routes --workflows 100000 --runs 3 --seconds 4 --idle-seconds 6 "
+        "--warmup 0 --clients 50 --before TREE --before-busy-runs 1",
+        lambda d: f"{d['load']['runs']} runs ({d['load']['before_busy_runs']} of before's busy)",
+    ),
     "api_split.json": Source(
         f"{PY} bench/api_split.py --trials 24 --clients 50", _first_list("splits", " trials")
     ),
@@ -892,7 +897,9 @@ def state(p: Page) -> None:
 
 
 def api(p: Page) -> None:
-    if not any(p.has(n) for n in ("api.json", "api_split.json", "api_workers.json")):
+    if not any(
+        p.has(n) for n in ("api.json", "api_routes.json", "api_split.json", "api_workers.json")
+    ):
         return
     p.text("## HTTP API")
     if p.has("api.json"):
@@ -918,6 +925,8 @@ def api(p: Page) -> None:
         )
         p.sources("api.json")
         p.plot("api.png", "API requests/s and latency")
+    if p.has("api_routes.json"):
+        api_routes(p, p.r["api_routes.json"])
     if p.has("api_split.json"):
         d = p.r["api_split.json"]
         p.text(
@@ -951,6 +960,37 @@ def api(p: Page) -> None:
             ],
         )
         p.sources("api_workers.json")
+
+
+def api_routes(p: Page, d: Doc) -> None:
+    """Every /api/v1 route and console page, idle and busy; before's idle p50 beside."""
+    busy = d["load"]["busy"]["clients"]
+
+    def cell(side: Doc | None, kind: str) -> str:
+        m = side[kind]["median"] if side else None
+        return "-" if m is None else slash(m["p50_ms"], m["p99_ms"])
+
+    p.text(
+        f"Every `/api/v1` route and console page, {num(d['seed']['workflows'])} workflows in the "
+        f"read model, one API process: idle is one client back to back, busy {busy} clients; "
+        f"medians of {d['load']['runs']} runs; before is the checkout named in the file, served "
+        "beside it in the same run:"
+    )
+    p.table(
+        ["route", "p50 / p99 ms idle", f"p50 / p99 ms at {busy} clients", "before idle p50 ms"],
+        [
+            [
+                f"`{r['route']}`",
+                cell(r["after"], "idle"),
+                cell(r["after"], "busy"),
+                num(r["before"]["idle"]["median"]["p50_ms"])
+                if r.get("before") and r["before"]["idle"]["median"]
+                else "-",
+            ]
+            for r in d["routes"].values()
+        ],
+    )
+    p.sources("api_routes.json")
 
 
 def stack(p: Page) -> None:

@@ -332,6 +332,10 @@ class ApiSettings(BaseSettings):
     # How long an API process reuses the offsets its rows reflect (``X-Es-Sched-Reflects``):
     # read before the rows, an older value is still a lower bound of what they reflect.
     reflects_cache_s: float = Field(default=0.5, ge=0, le=10)
+    # How often an API process reads the events topic's ends and the fleet (worker statuses,
+    # version bans) in the background (ADR 57): no request waits on the broker for them, and
+    # every answer states how old the ends it measured its lag against are (``endsAgeMs``).
+    ends_refresh_s: float = Field(default=0.25, gt=0, le=60)
     # Counts stop this many rows past the page's start and say so, as an exact count scans
     # every matching row: search's totalHits (header ``X-Es-Sched-Total-Capped``; paging on
     # moves the bound with the start) and the console's per-status counts ("N+").

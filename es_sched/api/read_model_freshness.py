@@ -4,13 +4,18 @@ Every read says which events offsets its PostgreSQL rows reflect (``reflected``:
 projection's checkpoint per events partition, a lower bound cached briefly) and whether the log
 holds more than that, so a list and a detail page read at different moments never disagree
 silently (both read the same rows; the lag says when those rows are behind). The checkpoints
-are read first and the log's ends after: the lag is never understated. Two answers need it:
+are a lower bound of what the rows reflect and the ends a lower bound of what the log held when
+they were read, so the lag is never understated for the log as it was when its ends were read;
+the answer says when that was. Two answers need it:
 
 - ``freshness_of``, for ``/api/v1`` and the console's operations pages
-  (``api.native.models.Freshness``): the lag per partition, the ends read on every call
-  (``readers.EventEnds``). A high watermark can sit one past a projection's checkpoint for
-  ever (a transaction's commit marker takes an offset that holds no record), so a partition a
-  projection is just behind is measured to the end of its last record (``record_ends``).
+  (``api.native.models.Freshness``): the lag per partition against the ends one background
+  thread per API process keeps (``readers.EventEnds``, every ``ES_SCHED_API_ENDS_REFRESH_S``;
+  ADR 57): no request reads the broker. The answer states when those ends were read
+  (``endsReadAt``, ``endsAgeMs``); every event the log held then counts, so the lag is never
+  understated for the log as it was then. A high watermark can sit one past a projection's
+  checkpoint for ever (a transaction's commit marker takes an offset that holds no record), so
+  each partition is measured to the end of its last record (``readers.Ends.records``).
 - ``page_freshness``, for the console's workflow pages (``PageFreshness``): one total, "about"
   N records. The ends come from one Kafka consumer per API process, cached for
   ``console_lag_cache_s`` (``LogEnds``): a page costs one indexed PostgreSQL read, not a
@@ -47,16 +52,22 @@ MARKER = 1  # a transaction's commit marker: one offset past the last record
 
 
 def freshness_of(svc: Services) -> Freshness:
-    """Read the checkpoints first, the ends after: the lag is never understated."""
-    topic = event_ends(svc).topic
+    """The checkpoints (a lower bound of what the rows reflect), then the ends the background
+    reader kept (``readers.EventEnds``): the log held at least those at ``endsReadAt``, so the
+    lag counts every event the log held then and the rows do not reflect — never understated
+    for the log as it was ``endsAgeMs`` ago. Nothing here waits on the broker."""
+    ends_reader = event_ends(svc)
+    topic = ends_reader.topic
     reflects = reflected(svc, topic)  # a lower bound, cached briefly (es_sched.api.reflected)
-    ends = event_ends(svc).record_ends(event_ends(svc).ends(), reflects)
-    lag = {p: max(0, end - reflects.get(p, 0)) for p, end in ends.items()}
+    ends = ends_reader.get()
+    lag = {p: max(0, end - reflects.get(p, 0)) for p, end in ends.records.items()}
     return Freshness(
         topic=topic,
-        reflects={p: reflects.get(p, 0) for p in ends},
+        reflects={p: reflects.get(p, 0) for p in ends.records},
         lag=lag,
         lagging=any(lag.values()),
+        endsReadAt=ends.read_at_wall,
+        endsAgeMs=round(ends.age_s() * 1000, 1),
     )
 
 

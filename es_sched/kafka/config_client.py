@@ -7,7 +7,10 @@ the compacted topic by key through the same parser.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from confluent_kafka import Message
 
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import producer, read_partition
@@ -32,7 +35,14 @@ def current(settings: Settings) -> dict[str, dict[str, Any]]:
     """The config topic folded by key: the settings in force (tombstoned keys left out)."""
     topics = topics_for(settings)
     out: dict[str, dict[str, Any]] = {}
-    for msg in read_partition(settings.kafka.bootstrap_servers, topics.config, 0):
+    fold(read_partition(settings.kafka.bootstrap_servers, topics.config, 0), out)
+    return out
+
+
+def fold(msgs: Iterable[Message], out: dict[str, dict[str, Any]]) -> None:
+    """Fold config records into ``out`` by key (a tombstone removes the key); ``current`` and
+    the API's kept fleet (``api.readers.WorkerBoard``) fold alike."""
+    for msg in msgs:
         raw_key, value = msg.key(), msg.value()
         key = raw_key.decode() if isinstance(raw_key, bytes) else (raw_key or "")
         if value is None:
@@ -42,4 +52,3 @@ def current(settings: Settings) -> dict[str, dict[str, Any]]:
             out[key] = dc.parse(key, value).value or {}
         except SchemaError as exc:  # not written by this CLI; the dispatcher dead-letters it
             out[key] = {"unreadable": str(exc)[:200]}
-    return out

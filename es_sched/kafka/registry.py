@@ -21,7 +21,8 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from es_sched.domain.pins import taskdefs_used
 from es_sched.errors import SchemaError
-from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.clients import consumer
+from es_sched.kafka.partition_ends import Ends
 from es_sched.serialization.definitions import decode_definition
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,15 @@ class DefinitionRegistry:
         self._consumer = consumer(bootstrap, None, **{"enable.partition.eof": True})
         self._consumer.assign([TopicPartition(topic, 0, 0)])
         self._topic = topic
+        self._bootstrap = bootstrap
+        self._ends: Ends | None = None  # made by the first catch_up
 
     def catch_up(self, timeout_s: float = 10.0) -> None:
-        """Read until the end of the topic as it is now."""
-        _, high = watermarks(self._consumer, TopicPartition(self._topic, 0), timeout_s)
+        """Read until the end of the topic as it is now. The end is asked on a client of its own
+        (``kafka.partition_ends``): asked on the reader, it would wait out the fetch the broker
+        holds open for it, each catch-up of an API page."""
+        self._ends = self._ends or Ends(self._bootstrap)
+        high = self._ends.high(TopicPartition(self._topic, 0), timeout_s)
         position = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
         while position < high:
             msg = self._consumer.poll(timeout_s)
@@ -111,6 +117,8 @@ class DefinitionRegistry:
 
     def close(self) -> None:
         self._consumer.close()
+        if self._ends is not None:
+            self._ends.close()
 
 
 def _bytes(value: str | bytes | None) -> bytes | None:

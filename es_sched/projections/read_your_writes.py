@@ -67,19 +67,25 @@ def events_position(settings: Settings, token: Token, timeout_s: float) -> int:
 
 
 def last_record_end(
-    probe: Consumer, tp: TopicPartition, low: int, high: int, deadline: float
+    probe: Consumer,
+    tp: TopicPartition,
+    low: int,
+    high: int,
+    deadline: float,
+    poll_s: float = 0.5,
 ) -> int:
     """The offset after the last record (not control marker) below ``high``; ``low`` when none.
 
     Reads backwards in growing windows: markers come one per transaction and partition, so the
-    first window almost always holds a record."""
+    first window almost always holds a record. ``poll_s`` is one wait for the next record: when
+    it ends empty, the position says whether the window was read to ``high`` (a marker last)."""
     window = 16
     while True:
         start = max(low, high - window)
         probe.assign([TopicPartition(tp.topic, tp.partition, start)])
         last = None
         while True:
-            msg = probe.poll(0.5)
+            msg = probe.poll(poll_s)
             if msg is not None and msg.error() is None:
                 if (msg.offset() or 0) >= high:
                     break

@@ -97,3 +97,51 @@ def test_the_api_benchmark_runs_and_accounts_for_every_request(tmp_path: Path) -
     assert set(doc["endpoints"]["baseline"]["per_run"][0]["statuses"]) == {"200"}
     assert png.read_bytes().startswith(b"\x89PNG")
     assert "baseline" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_the_routes_benchmark_measures_every_route_idle_and_busy(tmp_path: Path) -> None:
+    """``bench/api.py --routes`` at toy size, this checkout only: every ``/api/v1`` route and
+    console page answered 2xx idle and busy, each request accounted for."""
+    bench = _module("api")
+    env = Env()
+    out = tmp_path / "api_routes.json"
+    opts = bench.parser().parse_args(
+        [
+            "--routes",
+            "--workflows",
+            "200",
+            "--runs",
+            "1",
+            "--seconds",
+            "0.5",
+            "--idle-seconds",
+            "0.5",
+            "--warmup",
+            "0",
+            "--clients",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
+    console = Console(file=io.StringIO(), width=200)
+    try:
+        bench.report_routes(bench.measure_routes(opts, console, env), console)
+        doc = json.loads(out.read_text())
+    finally:
+        bench.drop(env)
+
+    assert doc["benchmark"] == "api_routes"
+    assert set(doc["routes"]) == set(bench.ROUTE_PAGES)
+    assert doc["seed"]["settled"] >= env.partitions
+    assert all(probe == {"probe": 200} for probe in doc["probes"].values()), doc["probes"]
+    for name, r in doc["routes"].items():
+        assert "before" not in r, name  # no --before: this checkout only
+        for kind in ("idle", "busy"):
+            (run,) = r["after"][kind]["per_run"]
+            assert run["requests"] > 0, (name, kind)
+            assert run["answered"] == run["requests"] == sum(run["statuses"].values())
+            assert set(run["statuses"]) == {"200"}, (name, kind, run["statuses"])
+            assert set(r["after"][kind]["median"]) == {"p50_ms", "p99_ms", "requests_per_second"}
+    assert doc["load"]["busy"]["clients"] == 3
+    assert "v1_queues" in console.file.getvalue()  # type: ignore[attr-defined]

@@ -39,6 +39,11 @@ class Freshness(BaseModel):
     reflects: dict[int, int] = Field(description="partition -> next events offset reflected")
     lag: dict[int, int] = Field(description="partition -> events not reflected yet")
     lagging: bool
+    endsReadAt: datetime = Field(
+        description="when the log's ends the lag is measured to were read (kept in the "
+        "background); every event the log held then counts, later ones may not"
+    )
+    endsAgeMs: float = Field(description="how long before this answer the ends were read")
 
 
 class Submitted(BaseModel):
@@ -151,6 +156,7 @@ class Workers(BaseModel):
     workers: list[WorkerInfo]
     topic: str
     readUpTo: dict[int, int]
+    readAgeMs: float = Field(description="how long before this answer the fleet was read")
 
 
 class HistoryEvent(BaseModel):

@@ -1,17 +1,19 @@
 """``GET /api/v1/workers``: the fleet as the worker-status topic tells it.
 
 Each worker's latest ``WorkerStatus`` (``api.readers.WorkerBoard``: the compacted topic folded
-by worker, caught up on every call): what it declared it has (capacity), what the tasks it runs
-need (use), its version, pool, types and last heartbeat (the report's ``sent_at``). Health is
-the rule the dispatcher applies (``es_sched.liveness``, with ``ES_SCHED_DISPATCH_SUSPECT_AFTER_S``
-and ``..._DEAD_AFTER_S``) to that heartbeat; ``banned`` is a ``ban-version`` record on the
-config topic. The dispatcher's blacklist (a worker failing most of its recent tasks, for a
+by worker, kept up to date by a background thread; ``readAgeMs`` says how old the answer is):
+what it declared it has (capacity), what the tasks it runs need (use), its version, pool, types
+and last heartbeat (the report's ``sent_at``). Health is the rule the dispatcher applies
+(``es_sched.liveness``, with ``ES_SCHED_DISPATCH_SUSPECT_AFTER_S`` and ``..._DEAD_AFTER_S``) to
+that heartbeat; ``banned`` is a ``ban-version`` record on the config topic (kept by the same
+thread). The dispatcher's blacklist (a worker failing most of its recent tasks, for a
 cool-down) lives in its memory and is published nowhere but its log, so ``blacklisted`` is
 ``None`` ("unknown") rather than a guess.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends
@@ -20,7 +22,6 @@ from es_sched.api.auth import Principal, require
 from es_sched.api.native.models import WorkerInfo, Workers
 from es_sched.api.readers import worker_board
 from es_sched.api.services import Services, services
-from es_sched.kafka import config_client
 from es_sched.kafka.topics import topics_for
 from es_sched.liveness import Liveness, heard_at
 from es_sched.serialization import wire
@@ -35,23 +36,23 @@ def get_workers(
     svc: Services = SVC,
     who: Principal = VIEWER,
 ) -> Workers:
-    board, read_up_to = worker_board(svc).snapshot()
-    banned = {
-        key.removeprefix("ban-version:")
-        for key in config_client.current(svc.settings)
-        if key.startswith("ban-version:")
-    }
+    fleet = worker_board(svc).snapshot()
     now = datetime.now(UTC)
     d = svc.settings.dispatch
     liveness = Liveness(d.suspect_after_s, d.dead_after_s)
-    workers = [worker_info(s, liveness, now, banned) for _, s in sorted(board.items())]
+    workers = [
+        worker_info(s, liveness, now, fleet.banned) for _, s in sorted(fleet.workers.items())
+    ]
     return Workers(
-        workers=workers, topic=topics_for(svc.settings).worker_status, readUpTo=read_up_to
+        workers=workers,
+        topic=topics_for(svc.settings).worker_status,
+        readUpTo=fleet.read_up_to,
+        readAgeMs=round(fleet.age_s() * 1000, 1),
     )
 
 
 def worker_info(
-    s: wire.WorkerStatus, liveness: Liveness, now: datetime, banned: set[str]
+    s: wire.WorkerStatus, liveness: Liveness, now: datetime, banned: AbstractSet[str]
 ) -> WorkerInfo:
     sent = wire.sent_time(s)
     # dead_after 0: a report is heard from when it was sent, not when we read it

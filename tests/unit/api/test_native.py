@@ -144,13 +144,24 @@ def test_media_view_collects_what_the_media_tasks_made() -> None:
 
 def test_pages_show_what_they_reflect_and_a_lag_notice() -> None:
     part = templates.env.get_template("ops_freshness.html")
-    behind = Freshness(topic="p.events", reflects={0: 5, 1: 7}, lag={0: 0, 1: 3}, lagging=True)
+    at, age = datetime(2026, 1, 1, tzinfo=UTC), 120.0
+    behind = Freshness(
+        topic="p.events",
+        reflects={0: 5, 1: 7},
+        lag={0: 0, 1: 3},
+        lagging=True,
+        endsReadAt=at,
+        endsAgeMs=age,
+    )
     text = " ".join(part.render(fresh=behind).split())
     assert "behind the log by 3 event(s) on partition 1" in text
     assert "reflects p.events [0]@5 [1]@7" in text
-    caught_up = Freshness(topic="p.events", reflects={0: 5}, lag={0: 0}, lagging=False)
+    caught_up = Freshness(
+        topic="p.events", reflects={0: 5}, lag={0: 0}, lagging=False, endsReadAt=at, endsAgeMs=age
+    )
     text = " ".join(part.render(fresh=caught_up).split())
     assert "behind" not in text and "caught up with the log" in text
+    assert "its end read 120 ms ago" in text
 
 
 @pytest.mark.parametrize(
