@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from es_sched.api.read_model_freshness import LogEnds
     from es_sched.api.readers import EventEnds, WorkerBoard
     from es_sched.api.reflected import Reflected
+    from es_sched.api.writes import Settler
     from es_sched.commands.client import CommandClient
     from es_sched.projections.postgres.aio import AsyncReads
     from es_sched.projections.postgres.store import PgStore
@@ -99,6 +100,7 @@ class Services:
     worker_board: Part[WorkerBoard] = field(default_factory=Part)  # api.readers
     log_ends: Part[LogEnds] = field(default_factory=Part)  # api.read_model_freshness
     workflow_names: Part[WorkflowNames] = field(default_factory=Part)  # api.conductor.tasks
+    settler: Part[Settler] = field(default_factory=Part)  # api.writes
 
     @property
     def engine(self) -> Engine:
@@ -133,6 +135,7 @@ class Services:
             self.worker_board,
             self.log_ends,
             self.workflow_names,
+            self.settler,
         ):
             part.close()
 
