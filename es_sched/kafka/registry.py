@@ -34,11 +34,15 @@ class DefinitionRegistry:
         self.rejected: dict[str, str] = {}  # key -> why its last record did not decode
         self._consumer = consumer(bootstrap, None, **{"enable.partition.eof": True})
         self._consumer.assign([TopicPartition(topic, 0, 0)])
+        # The end is asked by a client that fetches nothing: the reader's connection holds a
+        # fetch the broker keeps open while the topic is idle (fetch.wait.max.ms), and a
+        # request sent behind it on that connection waits for it.
+        self._ends = consumer(bootstrap, None)
         self._topic = topic
 
     def catch_up(self, timeout_s: float = 10.0) -> None:
         """Read until the end of the topic as it is now."""
-        _, high = watermarks(self._consumer, TopicPartition(self._topic, 0), timeout_s)
+        _, high = watermarks(self._ends, TopicPartition(self._topic, 0), timeout_s)
         position = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
         while position < high:
             msg = self._consumer.poll(timeout_s)
@@ -114,6 +118,7 @@ class DefinitionRegistry:
 
     def close(self) -> None:
         self._consumer.close()
+        self._ends.close()
 
 
 def _task_names(tasks: list[Any]) -> list[str]:

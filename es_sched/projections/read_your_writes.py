@@ -27,9 +27,13 @@ from es_sched.projections.store import Store
 from es_sched.settings import Settings
 
 # Polls back off from a few milliseconds (a prompt decider answers within a transaction or
-# two) to a tenth of a second (a busy one: no need to ask the broker more often).
+# two) to a few tens (a busy one): a longer pause would add itself to every write's answer.
 FIRST_PAUSE_S = 0.002
-LAST_PAUSE_S = 0.1
+LAST_PAUSE_S = 0.025
+# One poll of the window: short, because the last record before a commit marker is followed by
+# nothing a consumer receives; the loop then checks the position instead of waiting a fetch out.
+POLL_S = 0.01
+FETCH_WAIT_MS = 5
 
 
 class NotFreshYet(EsSchedError):
@@ -58,7 +62,12 @@ class DeciderProbe:
     def __init__(self, settings: Settings) -> None:
         self._topics = topics_for(settings)
         group = f"{settings.kafka.topic_prefix}-decider"
-        self._consumer = consumer(settings.kafka.bootstrap_servers, group)
+        # A short fetch wait: the window read of ``last_record_end`` reads to the end, where
+        # the broker would hold the fetch open, and the next committed-offset or watermark
+        # request on that connection would wait behind it.
+        self._consumer = consumer(
+            settings.kafka.bootstrap_servers, group, **{"fetch.wait.max.ms": FETCH_WAIT_MS}
+        )
         self._lock = threading.Lock()
 
     def events_position(self, token: Token, timeout_s: float) -> int:
@@ -108,7 +117,7 @@ def last_record_end(
         probe.assign([TopicPartition(tp.topic, tp.partition, start)])
         last = None
         while True:
-            msg = probe.poll(0.5)
+            msg = probe.poll(POLL_S)
             if msg is not None and msg.error() is None:
                 if (msg.offset() or 0) >= high:
                     break
