@@ -185,7 +185,7 @@ async def signal(
 
 
 def _accepted(request: Request, what: str, sent: Submitted) -> HTMLResponse:
-    """Accepted, not done: the page re-reads itself until the decider's verdict shows."""
+    """Done: the read model shows the decider's verdict (``writes.acted``); the page re-reads."""
     response = fragment(request, "_action_done.html", what=what, sent=sent)
     response.headers["HX-Trigger"] = "wf-changed"
     return response
