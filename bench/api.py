@@ -29,6 +29,14 @@ Each load runs against ``es-sched api --workers N`` for every N of ``--api-worke
 1,2; each its own server, interleaved): the last N's figures carry the plain names
 (``detail``), the others a suffix (``detail@1w``).
 Rerun: `.venv/bin/python bench/api.py [--workflows 100000 --runs 3 --clients 50 --seconds 10]`
+
+Writes (``--writes-only``, ``write_latency``): what read-your-writes costs (ADR 56). On its own
+private system (no seed), one client starts a WAIT workflow and terminates it, back to back,
+``--writes`` times a round, ``--runs`` rounds; the rows are ``start`` (the call),
+``start_visible`` (the call and the reads until the workflow shows: what a client waits
+either way) and ``terminate``, p50 and p99, medians of the rounds; written to
+bench/results/current/api_writes.json. Rerun: `PYTHONPATH=. .venv/bin/python bench/api.py
+--writes-only --runs 3 --writes 200`
 """
 
 from __future__ import annotations
@@ -382,6 +390,116 @@ def drop(env: Env) -> None:
     admin.dispose()
 
 
+# -- write latency: what read-your-writes costs a start and a terminate (ADR 56) ------------
+# Kept apart from the read loads above: its own system (private topics, the decider and the
+# PostgreSQL projector, no seed), one client writing back to back as an SDK does, its own JSON.
+WRITE_GATE = {
+    "name": "bench.rw.gate",
+    "version": 1,
+    "schemaVersion": 2,
+    "tasks": [{"name": "gate", "taskReferenceName": "gate", "type": "WAIT"}],
+}
+WRITE_ROWS = ("start", "start_visible", "terminate")
+
+
+def _visible(http: httpx.Client, workflow_id: str) -> None:
+    """Until ``GET /api/workflow/{id}`` answers (a client that cannot rely on the write)."""
+    wait_until(
+        lambda: http.get(f"/api/workflow/{workflow_id}").status_code == 200,
+        60,
+        f"{workflow_id} in the read model",
+        every_s=0.002,
+    )
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"p50_ms": at(0.50) * 1000, "p99_ms": at(0.99) * 1000, "n": len(ordered)}
+
+
+def write_round(http: httpx.Client, writes: int) -> dict[str, dict[str, float]]:
+    """``writes`` starts and terminates back to back: ``start`` the call, ``start_visible``
+    the call and the reads until the workflow shows (what a client waits either way),
+    ``terminate`` the DELETE of a workflow the read model shows."""
+    took: dict[str, list[float]] = {row: [] for row in WRITE_ROWS}
+    for i in range(writes):
+        t0 = time.perf_counter()
+        answer = http.post(f"/api/workflow/{WRITE_GATE['name']}", json={"i": i})
+        t1 = time.perf_counter()
+        assert answer.status_code == 200, answer.text
+        _visible(http, answer.text)
+        t2 = time.perf_counter()
+        gone = http.delete(f"/api/workflow/{answer.text}", params={"reason": "bench"})
+        t3 = time.perf_counter()
+        assert gone.status_code in (200, 204), gone.text
+        took["start"].append(t1 - t0)
+        took["start_visible"].append(t2 - t0)
+        took["terminate"].append(t3 - t2)
+    return {row: _percentiles(samples) for row, samples in took.items()}
+
+
+def write_latency(opts: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """Median of ``opts.runs`` rounds of ``write_round``; written to ``opts.writes_out``."""
+    env = Env()
+    env.create()
+    env.push(WRITE_GATE, [])
+    load_before = os.getloadavg()
+    rounds: list[dict[str, dict[str, float]]] = []
+    try:
+        with ExitStack() as stack:
+            for name in ("decider", "projector-pg"):
+                role = stack.enter_context(_role(env, name))
+                role.wait_log("started")
+            server = stack.enter_context(api(env))
+            write_round(server.http, 10)  # warm-up: connections, the registry, the probe
+            for n in range(opts.runs):
+                rounds.append(write_round(server.http, opts.writes))
+                console.print(f"write round {n + 1}: {json.dumps(rounds[-1])}")
+    finally:
+        drop(env)
+    median = {
+        row: {
+            figure: statistics.median(r[row][figure] for r in rounds)
+            for figure in ("p50_ms", "p99_ms")
+        }
+        for row in WRITE_ROWS
+    }
+    result = {
+        "question": "start and terminate latency through /api/workflow, one client back to back",
+        "commit": commit(),
+        "note": opts.note,
+        "writes_per_round": opts.writes,
+        "runs": opts.runs,
+        "median": median,
+        "per_run": rounds,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "load_average_before": load_before,
+        "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    opts.writes_out.parent.mkdir(parents=True, exist_ok=True)
+    opts.writes_out.write_text(json.dumps(result, indent=2) + "\n")
+    table = Table(title=f"writes: median of {opts.runs} rounds of {opts.writes}")
+    for column in ("write", "p50 ms", "p99 ms"):
+        table.add_column(column)
+    for row, m in median.items():
+        table.add_row(row, f"{m['p50_ms']:.1f}", f"{m['p99_ms']:.1f}")
+    console.print(table)
+    return result
+
+
+@contextmanager
+def _role(env: Env, name: str) -> Any:
+    role = Role(env, name)
+    try:
+        yield role
+    finally:
+        role.stop()
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--workflows", type=int, default=100_000)
@@ -404,6 +522,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--note", default="", help="kept in the JSON: what was measured, and why")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--png", type=Path, default=ROOT / "bench" / "results" / "current" / "api.png")
+    p.add_argument(
+        "--writes-only",
+        action="store_true",
+        help="measure only the start and terminate latency (write_latency), no seed",
+    )
+    p.add_argument("--writes", type=int, default=200, help="starts and terminates per round")
+    p.add_argument(
+        "--writes-out",
+        type=Path,
+        default=ROOT / "bench" / "results" / "current" / "api_writes.json",
+    )
     p.set_defaults(extra_paths={})
     route_options(p)
     return p
@@ -694,6 +823,9 @@ def route_options(p: argparse.ArgumentParser) -> None:
 def main() -> None:
     opts = parser().parse_args()
     console = Console(width=None if sys.stdout.isatty() else 160)  # a log keeps whole rows
+    if opts.writes_only:
+        write_latency(opts, console)
+        return
     # The schema (and topic prefix) is named by what is seeded, so a rerun finds its seed.
     env = Env(prefix=f"benchapi_{opts.workflows}_{opts.seed}")
     if opts.routes:

@@ -89,6 +89,10 @@ SOURCES: dict[str, Source] = {
     "api_split.json": Source(
         f"{PY} bench/api_split.py --trials 24 --clients 50", _first_list("splits", " trials")
     ),
+    "api_writes.json": Source(
+        f"{PY} bench/api.py --writes-only --runs 3 --writes 200",
+        lambda d: f"{d['runs']} rounds",
+    ),
     "api_workers.json": Source(
         f"{PY} bench/api_workers.py --tasks 600 --rounds 3 --api-workers 1 2 --routes lean fastapi",
         lambda d: f"{d['results'][0]['rounds']} rounds",
@@ -896,9 +900,40 @@ def state(p: Page) -> None:
 # -- the HTTP API and the local stack ---------------------------------------------------------
 
 
+def api_writes(p: Page) -> None:
+    """What read-your-writes costs a write (ADR 56): start and terminate, one client back to
+    back; ``before`` is the same rounds on the commit before it, when a present."""
+    d = p.r["api_writes.json"]
+    before = d.get("before", {}).get("median", {})
+    p.text(
+        f"Writes through `/api/workflow`, one client back to back, medians of {d['runs']} "
+        f"rounds of {num(d['writes_per_round'])}: `start` the call, `start_visible` the call "
+        "and the reads until the workflow shows, `terminate` the DELETE (ms):"
+    )
+    p.table(
+        ["write", "p50 / p99 ms", "before: p50 / p99 ms"],
+        [
+            [
+                row,
+                slash(m["p50_ms"], m["p99_ms"]),
+                slash(before[row]["p50_ms"], before[row]["p99_ms"]) if row in before else "-",
+            ]
+            for row, m in d["median"].items()
+        ],
+    )
+    p.sources("api_writes.json")
+
+
 def api(p: Page) -> None:
     if not any(
-        p.has(n) for n in ("api.json", "api_routes.json", "api_split.json", "api_workers.json")
+        p.has(n)
+        for n in (
+            "api.json",
+            "api_routes.json",
+            "api_split.json",
+            "api_workers.json",
+            "api_writes.json",
+        )
     ):
         return
     p.text("## HTTP API")
@@ -927,6 +962,8 @@ def api(p: Page) -> None:
         p.plot("api.png", "API requests/s and latency")
     if p.has("api_routes.json"):
         api_routes(p, p.r["api_routes.json"])
+    if p.has("api_writes.json"):
+        api_writes(p)
     if p.has("api_split.json"):
         d = p.r["api_split.json"]
         p.text(

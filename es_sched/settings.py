@@ -302,6 +302,8 @@ class ApiSettings(BaseSettings):
     # The gateway worker: how many tasks the API process leases for HTTP workers at once.
     gateway_capacity: int = Field(default=64, ge=1, le=100_000)
     long_poll_max_ms: int = Field(default=30_000, ge=0, le=300_000)
+    # The longest a write waits for its effect to be visible before answering 503 with its
+    # token, and a read with ``?after=TOKEN`` for that command (ADR 56).
     read_your_writes_timeout_s: float = Field(default=10.0, gt=0)
     # How long an API process trusts what it read of a key (role, revoked) before reading it
     # again: a revoked key's tokens stop working within this many seconds (ADR 25).

@@ -152,8 +152,10 @@ NOTES: dict[str, str] = {
         "The longest a Conductor task poll waits for a task, whatever its `timeout` asks."
     ),
     "ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S": (
-        "The longest a read with `?after=TOKEN` waits for the read model to hold that "
-        "command's events."
+        "The longest a write through the API waits for its effect to be visible (the "
+        "decider's verdict in the read model, a definition in the registry) before it answers "
+        "503 with its token, and the longest a read with `?after=TOKEN` waits for the read "
+        "model to hold that command's events (ADR 56)."
     ),
     "ES_SCHED_API_CONSOLE_BULK_MAX": (
         "The most workflows one console bulk action on everything matching the filter may touch."

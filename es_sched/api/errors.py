@@ -39,6 +39,7 @@ CODES = {
     503: "BACKEND_ERROR",
     504: "TIMEOUT",
 }
+TOKEN_HEADER = "X-Es-Sched-Token"  # noqa: S105 - a header name: a write's read-your-writes token
 
 
 class ApiError(EsSchedError):
@@ -50,12 +51,16 @@ class ApiError(EsSchedError):
         message: str,
         validation: list[dict[str, Any]] | None = None,
         error: str | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.validation = validation or []
         self.error = error  # the token protocol's word on a 401 (ADR 25), added to the body
+        # A write's read-your-writes token (ADR 56): in the body and ``X-Es-Sched-Token``, so a
+        # client told "not visible yet" can wait for it with ``?after=``.
+        self.token = token
 
 
 def body(status: int, message: str, validation: list[dict[str, Any]] | None = None) -> JSON:
@@ -105,6 +110,12 @@ def answer(request: Request, exc: Exception) -> JSONResponse:
         if exc.error is not None:
             extra = {"error": exc.error}
             return JSONResponse({**body(exc.status, exc.message), **extra}, exc.status)
+        if exc.token is not None:
+            return JSONResponse(
+                {**body(exc.status, exc.message, exc.validation), "token": exc.token},
+                exc.status,
+                headers={TOKEN_HEADER: exc.token},
+            )
         return _answer(exc.status, exc.message, exc.validation)
     if isinstance(exc, StarletteHTTPException):
         response = _answer(exc.status_code, str(exc.detail))

@@ -22,11 +22,12 @@ the answer says when that was. Two answers need it:
   broker round trip per partition; so a partition counts only when its end is beyond the
   checkpoint by more than that commit marker (``MARKER``).
 
-``wait_after`` serves ``?after=TOKEN``: it waits with
-``projections.read_your_writes.wait_projected``, which blocks: the routes that call it are
-plain ``def`` routes, which FastAPI runs in its thread pool, so the event loop never waits on
-it; the wait is bounded by ``ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S`` and answers 504 with
-the reason when it runs out.
+``wait_after`` serves ``?after=TOKEN`` for a token from elsewhere (another API process, the
+CLI): every write through this API already answers once its effect is visible
+(``es_sched.api.writes``, ADR 56). It waits with the same ``Settler`` (one decider probe per
+process), which blocks: the routes that call it are plain ``def`` routes, which FastAPI runs
+in its thread pool, so the event loop never waits on it; the wait is bounded by
+``ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S`` and answers 504 with the reason when it runs out.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from es_sched.api.native.models import Freshness
 from es_sched.api.readers import event_ends
 from es_sched.api.reflected import reflected, reflected_is_fresh
 from es_sched.api.services import Services
+from es_sched.api.writes import settler
 from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
 from es_sched.projections import read_your_writes
@@ -78,7 +80,7 @@ def wait_after(svc: Services, after: str | None) -> None:
     token = read_your_writes.Token.parse(after)  # an EsSchedError: 400 with the expected shape
     timeout = svc.settings.api.read_your_writes_timeout_s
     try:
-        read_your_writes.wait_projected(svc.settings, svc.pg.get(), token, timeout)
+        settler(svc).wait(token, timeout)
     except read_your_writes.NotFreshYet as exc:
         raise ApiError(504, f"not reflected within {timeout:g}s: {exc}") from None
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from es_sched.api.read_model_freshness import LogEnds
     from es_sched.api.readers import EventEnds, WorkerBoard
     from es_sched.api.reflected import Reflected
+    from es_sched.api.writes import Settler
     from es_sched.commands.client import CommandClient
     from es_sched.domain.scripts import ScriptEngine
     from es_sched.kafka.roster import Beacon
@@ -107,6 +108,7 @@ class Services:
     workflow_names: Part[WorkflowNames] = field(default_factory=Part)  # api.conductor.tasks
     system_board: Part[SystemBoard] = field(default_factory=Part)  # api.native.system
     beacon: Part[Beacon] = field(default_factory=Part)  # this API process's liveness (ADR 61)
+    settler: Part[Settler] = field(default_factory=Part)  # api.writes
 
     @property
     def engine(self) -> Engine:
@@ -143,6 +145,7 @@ class Services:
             self.workflow_names,
             self.system_board,
             self.beacon,
+            self.settler,
         ):
             part.close()
 

@@ -58,7 +58,7 @@ class UnknownDefinition(DomainError):
             f"no workflow definition {which}{via} in the registry; "
             f"register it first with `es-sched defs push FILE...`"
         )
-        self.name, self.version = name, version
+        self.name, self.version, self.needed_by = name, version, needed_by
 
 
 def prepare(cmd: Input, catalog: SchemaCatalog, cap: int) -> bytes:

@@ -53,7 +53,10 @@ class DefinitionRegistry:
                 break
             err = msg.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+                # An end-of-partition event may be an old one, queued when an earlier call had
+                # read to the end: it ends this call only if it is at the end read above
+                # (else a definition pushed a moment ago would be missed).
+                if err.code() == KafkaError._PARTITION_EOF and (msg.offset() or 0) >= high:
                     break
                 continue
             self._apply(_bytes(msg.key()), _bytes(msg.value()))

@@ -14,6 +14,7 @@ checkpoint is the offset after the last record it read, so it would wait for the
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -24,6 +25,15 @@ from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.store import Store
 from es_sched.settings import Settings
+
+# Polls back off from a few milliseconds (a prompt decider answers within a transaction or
+# two) to a few tens (a busy one): a longer pause would add itself to every write's answer.
+FIRST_PAUSE_S = 0.002
+LAST_PAUSE_S = 0.025
+# One poll of the window: short, because the last record before a commit marker is followed by
+# nothing a consumer receives; the loop then checks the position instead of waiting a fetch out.
+POLL_S = 0.01
+FETCH_WAIT_MS = 5
 
 
 class NotFreshYet(EsSchedError):
@@ -43,25 +53,53 @@ class Token:
         return cls(int(part), int(offset))
 
 
-def events_position(settings: Settings, token: Token, timeout_s: float) -> int:
-    """The events-partition offset below which every event of the command lies."""
-    topics = topics_for(settings)
-    group = f"{settings.kafka.topic_prefix}-decider"
-    probe = consumer(settings.kafka.bootstrap_servers, group)
-    deadline = time.monotonic() + timeout_s
-    try:
+class DeciderProbe:
+    """One Kafka consumer that answers ``events_position`` for many commands: an API process
+    keeps one (a consumer costs a broker connection and a group coordinator lookup, more than
+    the wait it serves). Thread-safe: the committed-offset and watermark reads share it under
+    a lock, which is never held while waiting for the decider."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._topics = topics_for(settings)
+        group = f"{settings.kafka.topic_prefix}-decider"
+        # A short fetch wait: the window read of ``last_record_end`` reads to the end, where
+        # the broker would hold the fetch open, and the next committed-offset or watermark
+        # request on that connection would wait behind it.
+        self._consumer = consumer(
+            settings.kafka.bootstrap_servers, group, **{"fetch.wait.max.ms": FETCH_WAIT_MS}
+        )
+        self._lock = threading.Lock()
+
+    def events_position(self, token: Token, timeout_s: float) -> int:
+        """The events-partition offset below which every event of the command lies."""
+        deadline = time.monotonic() + timeout_s
+        pause = FIRST_PAUSE_S
+        commands = TopicPartition(self._topics.commands, token.partition)
         while True:
-            [tp] = probe.committed([TopicPartition(topics.commands, token.partition)], timeout=10)
+            with self._lock:
+                [tp] = self._consumer.committed([commands], timeout=10)
             if tp.offset > token.offset:
-                tp_events = TopicPartition(topics.events, token.partition)
-                low, high = watermarks(probe, tp_events)
-                return last_record_end(probe, tp_events, low, high, deadline)
+                tp_events = TopicPartition(self._topics.events, token.partition)
+                with self._lock:
+                    low, high = watermarks(self._consumer, tp_events)
+                    return last_record_end(self._consumer, tp_events, low, high, deadline, POLL_S)
             if time.monotonic() > deadline:
                 raise NotFreshYet(
                     f"the decider has not consumed command {token.partition}:{token.offset} "
                     f"after {timeout_s:g}s (its position: {tp.offset})"
                 )
-            time.sleep(0.1)
+            time.sleep(pause)
+            pause = min(pause * 2, LAST_PAUSE_S)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def events_position(settings: Settings, token: Token, timeout_s: float) -> int:
+    """``DeciderProbe.events_position`` with a probe of its own (a CLI's one wait)."""
+    probe = DeciderProbe(settings)
+    try:
+        return probe.events_position(token, timeout_s)
     finally:
         probe.close()
 
@@ -106,11 +144,22 @@ def last_record_end(
         window *= 4
 
 
-def wait_projected(settings: Settings, store: Store, token: Token, timeout_s: float) -> int:
-    """Block until ``store`` reflects the command; returns the events offset it waited for."""
+def wait_projected(
+    settings: Settings,
+    store: Store,
+    token: Token,
+    timeout_s: float,
+    probe: DeciderProbe | None = None,
+) -> int:
+    """Block until ``store`` reflects the command; returns the events offset it waited for.
+    ``probe``: a long-lived one to reuse (else one is made for this wait)."""
     deadline = time.monotonic() + timeout_s
-    target = events_position(settings, token, timeout_s)
+    if probe is None:
+        target = events_position(settings, token, timeout_s)
+    else:
+        target = probe.events_position(token, timeout_s)
     topic = topics_for(settings).events
+    pause = FIRST_PAUSE_S
     while True:
         reached = store.checkpoints(topic, [token.partition]).get(token.partition, 0)
         if reached >= target:
@@ -120,4 +169,5 @@ def wait_projected(settings: Settings, store: Store, token: Token, timeout_s: fl
                 f"{store.name} projection is at {topic}[{token.partition}]@{reached}, "
                 f"the command's events end at {target}"
             )
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 2, LAST_PAUSE_S)

@@ -153,6 +153,9 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         unknown = http.post("/api/workflow/api.nothing", json={})
         assert unknown.status_code == 404
         assert "api.nothing" in unknown.json()["message"]
+        assert "POST /api/metadata/workflow" in unknown.json()["message"]  # HTTP, not the CLI
+        # A start answers once the read model has it (ADR 56): the next read sees it.
+        assert http.get(f"/api/workflow/{ok_id}").status_code == 200
 
         wait_status(http, ok_id, "COMPLETED")
         wait_status(http, bad_id, "FAILED")
@@ -218,15 +221,21 @@ def test_conductor_workflow_resource_on_a_live_stack() -> None:
         missing = http.get(f"/api/workflow/nope-{tag}")
         assert missing.status_code == 404
         assert missing.json()["code"] == "NOT_FOUND"
+        # An action on a workflow the read model does not have goes to the decider; its "no
+        # such workflow" is the 404, with its reason.
+        absent = http.delete(f"/api/workflow/nope-{tag}")
+        assert absent.status_code == 404, absent.text
+        assert f"unknown workflow 'nope-{tag}'" in absent.json()["message"]
 
-        # Bulk: what the read model says cannot apply goes to bulkErrorResults with a reason.
+        # Bulk: what cannot apply goes to bulkErrorResults with the reason (the read model's
+        # for an ended workflow, the decider's for one it has no history of).
         paused = http.put("/api/workflow/bulk/pause", json=[gate[1], gate[2], ok_id, f"nope-{tag}"])
         assert paused.status_code == 200, paused.text
         result = paused.json()
         print("bulk pause:", result)
         assert result["bulkSuccessfulResults"] == [gate[1], gate[2]]
         assert "COMPLETED" in result["bulkErrorResults"][ok_id]
-        assert "no workflow" in result["bulkErrorResults"][f"nope-{tag}"]
+        assert "unknown workflow" in result["bulkErrorResults"][f"nope-{tag}"]
         for wf in gate[1:3]:
             wait_status(http, wf, "PAUSED")
         resumed = http.put("/api/workflow/bulk/resume", json=[gate[1]]).json()

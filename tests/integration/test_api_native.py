@@ -56,7 +56,7 @@ def submit(server: Api, **extra: Any) -> JSON:
     answer = server.http.post(
         "/api/v1/workflows", json={"name": "api.flow", "input": {"clip": "a.mp4"}, **extra}
     )
-    assert answer.status_code == 202, answer.text
+    assert answer.status_code == 201, answer.text
     body: JSON = answer.json()
     return body
 
@@ -71,6 +71,9 @@ def queue_of(server: Api, task_type: str) -> dict[int, JSON]:
 def test_submit_then_read_after_the_token_sees_the_workflow(server: Api) -> None:
     done = submit(server, priority=2, correlationId="c-1", idempotencyKey="key-1")
     assert done["token"] and ":" in done["token"]
+    # The submit answered once the read model had it (ADR 56): no token needed to read it.
+    plain = server.http.get(f"/api/v1/workflows/{done['workflowId']}")
+    assert plain.status_code == 200, plain.text
     read = server.http.get(
         f"/api/v1/workflows/{done['workflowId']}", params={"after": done["token"]}
     )

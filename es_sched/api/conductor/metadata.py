@@ -3,9 +3,11 @@
 Writes go the way ``es-sched defs push`` goes (``CommandClient.push_documents``): every
 document is checked (JSON Schema, ``validate_workflow``, sub-workflow cycles) and the whole
 request is refused when one has a problem, each listed in ``validationErrors``; nothing of a
-refused request reaches the ``definitions`` topic. Reads come from the definition registry
-(the compacted topic, caught up to its end on each call), so a write is visible to the next
-read. A definition's key is its name and version: pushing the same pair again replaces it
+refused request reaches the ``definitions`` topic. A write answers once the registry the API
+reads holds it (``api.writes.registered``, ADR 56; 503 past
+``ES_SCHED_API_READ_YOUR_WRITES_TIMEOUT_S``), so the next read and the next start see it.
+Reads come from that registry (the compacted topic, caught up to its end on each call). A
+definition's key is its name and version: pushing the same pair again replaces it
 (``overwrite=false`` refuses that with 409, as Conductor does).
 """
 
@@ -16,6 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
 
+from es_sched.api import writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.conductor.models import BulkResponse
 from es_sched.api.errors import ApiError
@@ -42,19 +45,15 @@ def _push(svc: Services, workflows: list[JSON], taskdefs: list[JSON]) -> None:
     except DefinitionError as exc:
         problems = [{"path": "body", "message": p, "invalidValue": None} for p in exc.problems]
         raise ApiError(400, f"invalid definitions: {exc}", problems) from None
-
-
-def _version(doc: JSON) -> int:
-    version = doc.get("version", 1)
-    return version if isinstance(version, int) else 1
+    writes.registered(svc, workflows, taskdefs)
 
 
 def _refuse_existing(svc: Services, workflows: list[JSON]) -> None:
     known, _ = svc.commands.get().definitions()
     taken = [
-        f"{d.get('name')} v{_version(d)}"
+        f"{d.get('name')} v{writes.version_of(d)}"
         for d in workflows
-        if (d.get("name"), _version(d)) in known
+        if (d.get("name"), writes.version_of(d)) in known
     ]
     if taken:
         raise ApiError(

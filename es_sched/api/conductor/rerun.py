@@ -2,12 +2,13 @@
 ``POST /api/workflow/bulk/restart`` (issue 14 item 1), on the core's restart and rerun commands.
 
 Each route sends one command per workflow with the caller as its ``actor`` and answers as
-Conductor does once the command is durable (restart: 204, rerun: the workflow id as
-text/plain, bulk: ``BulkResponse``). Whether the workflow may be restarted or rerun is the
-decider's rule (``domain.rerun``): its verdict, ``command.rejected`` with the reason or the
-run starting again, is in the log and the read models, not in this answer (ADR 23). The API
-looks the workflow up only for what the command must carry: the definition's name to resolve
-its latest version (``useLatestDefinitions``).
+Conductor does once the read model shows the decider's verdict (``es_sched.api.writes``, ADR
+56; restart: 204, rerun: the workflow id as text/plain, bulk: ``BulkResponse``). Whether the
+workflow may be restarted or rerun is the decider's rule (``domain.rerun``): a refusal comes
+back with its reason, 404 when the workflow has no history, 409 when its state refuses it. The
+API looks the workflow up only for what the command must carry: the definition's name to
+resolve its latest version (``useLatestDefinitions``); a workflow the read model does not show
+yet is restarted with the version it runs (the decider knows no other).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from es_sched.api import writes
 from es_sched.api.auth import Principal, require
-from es_sched.api.errors import ApiError
+from es_sched.api.errors import TOKEN_HEADER, ApiError
 from es_sched.api.services import Services, services
+from es_sched.commands.client import Submitted
 from es_sched.commands.prepare import UnknownDefinition
 from es_sched.errors import EsSchedError, InfrastructureError
 from es_sched.projections.postgres import queries
@@ -53,19 +56,18 @@ class BulkResponse(BaseModel):
     message: str = ""
 
 
-def _row(svc: Services, workflow_id: str) -> dict[str, Any]:
+def _row(svc: Services, workflow_id: str) -> dict[str, Any] | None:
     row, _ = queries.workflow(svc.engine, workflow_id)
-    if row is None:
-        raise ApiError(404, f"no workflow {workflow_id!r} in the read model")
     return row
 
 
-def _restart(svc: Services, workflow_id: str, latest: bool, actor: str) -> None:
-    name = str(_row(svc, workflow_id)["name"]) if latest else None
+def _restart(svc: Services, workflow_id: str, latest: bool, actor: str) -> Submitted:
+    row = _row(svc, workflow_id) if latest else None
+    name = str(row["name"]) if row is not None else None
     try:
-        svc.commands.get().restart(workflow_id, latest_of=name, actor=actor)
+        return svc.commands.get().restart(workflow_id, latest_of=name, actor=actor)
     except UnknownDefinition as exc:
-        raise ApiError(404, str(exc)) from None
+        raise writes.unknown_definition(exc) from None
 
 
 @router.post("/workflow/bulk/restart", response_model=BulkResponse)
@@ -77,17 +79,22 @@ def bulk_restart(
 ) -> BulkResponse:
     """Restart each workflow; one that cannot be sent is listed with the reason."""
     answer = BulkResponse()
+    sent: list[Submitted] = []
     for workflow_id in workflow_ids:
         try:
-            _restart(svc, workflow_id, use_latest, principal.name)
+            sent.append(_restart(svc, workflow_id, use_latest, principal.name))
         except InfrastructureError:
             raise  # the command side is down: 503 for the whole request
         except ApiError as exc:
             answer.bulkErrorResults[workflow_id] = exc.message
         except EsSchedError as exc:
             answer.bulkErrorResults[workflow_id] = str(exc)
+    for verdict in writes.settler(svc).settle(sent):
+        refused = writes.refusal_error("restart", verdict)
+        if refused is None:
+            answer.bulkSuccessfulResults.append(verdict.workflow_id)
         else:
-            answer.bulkSuccessfulResults.append(workflow_id)
+            answer.bulkErrorResults[verdict.workflow_id] = refused.message
     return answer
 
 
@@ -99,8 +106,9 @@ def restart(
     principal: Principal = OPERATOR,
 ) -> Response:
     """Restart a workflow in a terminal state from its beginning (same id, same input)."""
-    _restart(svc, workflow_id, use_latest, principal.name)
-    return Response(status_code=204)
+    sent = _restart(svc, workflow_id, use_latest, principal.name)
+    verdict = writes.acted(svc, sent, "restart")
+    return Response(status_code=204, headers={TOKEN_HEADER: verdict.token})
 
 
 @router.post("/workflow/{workflow_id}/rerun", response_class=PlainTextResponse)
@@ -118,15 +126,15 @@ def rerun(
             f"reRunFromWorkflowId {request.re_run_from_workflow_id!r} is not the workflow "
             f"in the path ({workflow_id!r})",
         )
-    if request.correlation_id is not None:
-        current = _row(svc, workflow_id).get("correlation_id")
-        if request.correlation_id != current:
-            raise ApiError(400, "a rerun cannot change the workflow's correlationId")
-    svc.commands.get().rerun(
+    row = _row(svc, workflow_id) if request.correlation_id is not None else None
+    if row is not None and request.correlation_id != row.get("correlation_id"):
+        raise ApiError(400, "a rerun cannot change the workflow's correlationId")
+    sent = svc.commands.get().rerun(
         workflow_id,
         task=request.re_run_from_task_id,
         task_input=request.task_input,
         workflow_input=request.workflow_input,
         actor=principal.name,
     )
-    return PlainTextResponse(workflow_id)
+    verdict = writes.acted(svc, sent, "rerun")
+    return PlainTextResponse(workflow_id, headers={TOKEN_HEADER: verdict.token})

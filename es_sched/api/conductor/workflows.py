@@ -1,17 +1,20 @@
 """Conductor's workflow resource under ``/api/workflow`` (issue 14 item 1; ADR 23).
 
-Writes are commands through ``CommandClient``; the answer means "accepted by Kafka", the
-decider's verdict is in the log and the read models (a refusal is an event, not an HTTP
-error). Reads come from the PostgreSQL read model, free text from the search store, and every
+Writes are commands through ``CommandClient`` that answer once their effect is visible to the
+next call (``es_sched.api.writes``, ADR 56): a start answers the workflow id once the decider
+accepted it and the read model has it, and a refusal is Conductor's error with the decider's
+reason; terminate, pause, resume and retry answer once the read model shows the decider's
+verdict. A workflow the read model does not have yet still gets the command: only the
+decider's "no such workflow" becomes a 404, a refusal by the workflow a 409; pause, resume and
+terminate of one the read model shows ended answer 409 without a command. A wait that runs
+out answers 503 with the reason and the token. Every write answers the command's
+read-your-writes token in ``X-Es-Sched-Token`` (``/api/v1``'s ``?after=``).
+
+Reads come from the PostgreSQL read model, free text from the search store, and every
 answer names the events offsets it reflects in ``X-Es-Sched-Reflects`` (``partition:offset``
 of the events topic, comma-separated; the rows reflect at least these), since the body must
-stay Conductor's. A write answers the command's read-your-writes token in
-``X-Es-Sched-Token`` (``/api/v1``'s ``?after=``).
-
-Actions on a workflow the read model does not have answer 404 (with the reason if its start
-was refused outside any history); pause, resume and terminate of an ended one answer 409. A
-workflow started a moment ago may not be in the read model yet: these answers say which
-offsets they reflect. Bulk actions report such ids in ``bulkErrorResults`` and send the rest.
+stay Conductor's. Bulk actions send every id, wait for all the verdicts together and report
+each refusal, with its reason, in ``bulkErrorResults``.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
+from es_sched.api import writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.conductor.query import QueryError, parse_query, parse_sort
-from es_sched.api.errors import ApiError
+from es_sched.api.errors import TOKEN_HEADER, ApiError
 from es_sched.api.reflected import reflected, reflected_async
 from es_sched.api.services import Services, services
 from es_sched.commands.client import Submitted
@@ -40,7 +44,7 @@ from es_sched.projections.views import Row
 router = APIRouter(prefix="/api", tags=["workflow"])
 
 REFLECTS = "X-Es-Sched-Reflects"
-AFTER_HEADER = "X-Es-Sched-Token"
+AFTER_HEADER = TOKEN_HEADER
 TOTAL_CAPPED = "X-Es-Sched-Total-Capped"  # totalHits stopped counting here (ES_SCHED_API_COUNT_MAX)
 ENDED = frozenset({"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED", "CANCELED"})
 FREE_TEXT_LIMIT = 10_000  # ids a free-text search may resolve to (the engines' result window)
@@ -67,10 +71,8 @@ def _header(offsets: dict[int, int]) -> str:
     return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
 
 
-def _accepted(svc: Services, sent: Submitted, response: Response) -> None:
-    token = svc.commands.get().token(sent.workflow_id)
-    if token is not None:
-        response.headers[AFTER_HEADER] = token
+def _accepted(verdict: writes.Verdict, response: Response) -> None:
+    response.headers[AFTER_HEADER] = verdict.token
 
 
 # -- starting -------------------------------------------------------------------------------
@@ -84,14 +86,14 @@ def _start(
     command_id: str | None = None,
     *,
     actor: str,
-) -> Submitted:
+) -> writes.Verdict:
     if priority is not None and not 0 <= priority <= MAX_PRIORITY:
         raise ApiError(
             400,
             f"priority {priority} is out of range: es-sched's are 0 (highest) to {MAX_PRIORITY}",
         )
     try:
-        return svc.commands.get().submit(
+        sent = svc.commands.get().submit(
             name,
             input,
             version=version,
@@ -101,12 +103,13 @@ def _start(
             actor=actor,
         )
     except UnknownDefinition as exc:
-        raise ApiError(404, str(exc)) from None
+        raise writes.unknown_definition(exc) from None
+    return writes.started(svc, sent)
 
 
-def _plain(svc: Services, sent: Submitted) -> PlainTextResponse:
-    response = PlainTextResponse(sent.workflow_id)
-    _accepted(svc, sent, response)
+def _plain(verdict: writes.Verdict) -> PlainTextResponse:
+    response = PlainTextResponse(verdict.workflow_id)
+    _accepted(verdict, response)
     return response
 
 
@@ -141,7 +144,7 @@ def start_workflow(
                 "RETURN_EXISTING only (the same key answers the same workflow id)",
             )
         command_id = f"conductor:{request.name}:{request.idempotencyKey}"[:200]
-    sent = _start(
+    started = _start(
         svc,
         request.name,
         request.input,
@@ -151,7 +154,7 @@ def start_workflow(
         command_id,
         actor=who.name,
     )
-    return _plain(svc, sent)
+    return _plain(started)
 
 
 # -- searching (before /workflow/{id}, which would take "search" for an id) ------------------
@@ -201,9 +204,10 @@ BULK: dict[str, Callable[..., Submitted]] = {
 
 
 def _precheck(action: str, row: Row | None, workflow_id: str) -> str | None:
-    """Why the read model says ``action`` cannot apply, or None (the decider decides)."""
+    """Why the read model says ``action`` cannot apply, or None (the decider decides). A
+    workflow the rows do not have may be one started a moment ago: the decider decides."""
     if row is None:
-        return f"no workflow {workflow_id} in the read model"
+        return None
     if action in ("pause", "resume", "terminate") and row["status"] in ENDED:
         return f"workflow {workflow_id} has already ended ({models.workflow_status(row['status'])})"
     return None
@@ -219,16 +223,22 @@ def _bulk(
     unique = tuple(dict.fromkeys(ids))
     _, rows = queries.search_workflows(svc.engine, queries.WorkflowFilter(ids=unique), 0, 1000)
     by_id = {r["workflow_id"]: r for r in rows}
+    sent: list[Submitted] = []
     for workflow_id in unique:
         problem = _precheck(action, by_id.get(workflow_id), workflow_id)
         if problem is not None:
             out.bulkErrorResults[workflow_id] = problem
             continue
         if action == "terminate":
-            BULK[action](client, workflow_id, who.name, reason or "terminated in bulk")
+            sent.append(BULK[action](client, workflow_id, who.name, reason or "terminated in bulk"))
         else:
-            BULK[action](client, workflow_id, who.name)
-        out.bulkSuccessfulResults.append(workflow_id)
+            sent.append(BULK[action](client, workflow_id, who.name))
+    for verdict in writes.settler(svc).settle(sent):
+        refused = writes.refusal_error(action, verdict)
+        if refused is None:
+            out.bulkSuccessfulResults.append(verdict.workflow_id)
+        else:
+            out.bulkErrorResults[verdict.workflow_id] = refused.message
     return out
 
 
@@ -292,8 +302,8 @@ def start_workflow_by_name(
     who: Principal = OPERATOR,
 ) -> PlainTextResponse:
     """Start ``name`` with the body as its input; answers the workflow id as text."""
-    sent = _start(svc, name, input or {}, version, correlationId, priority, actor=who.name)
-    return _plain(svc, sent)
+    started = _start(svc, name, input or {}, version, correlationId, priority, actor=who.name)
+    return _plain(started)
 
 
 def _absent(svc: Services, workflow_id: str) -> ApiError:
@@ -328,15 +338,13 @@ async def get_workflow(
 def _act(
     svc: Services, who: Principal, action: str, workflow_id: str, response: Response, **kw: Any
 ) -> None:
-    response.headers[REFLECTS] = reflects(svc)
     row, _ = queries.workflow(svc.engine, workflow_id)
-    if row is None:
-        raise _absent(svc, workflow_id)
     problem = _precheck(action, row, workflow_id)
     if problem is not None:
         raise ApiError(409, problem)
     sent = BULK[action](svc.commands.get(), workflow_id, who.name, *kw.values())
-    _accepted(svc, sent, response)
+    _accepted(writes.acted(svc, sent, action), response)
+    response.headers[REFLECTS] = reflects(svc)
 
 
 @router.delete("/workflow/{workflowId}")

@@ -1,6 +1,7 @@
 """The native API under ``/api/v1`` (issue 14 item 2).
 
-Writes are commands through ``CommandClient`` and answer with the command's read-your-writes
+Writes are commands through ``CommandClient`` that answer once the read model shows the
+decider's verdict (``es_sched.api.writes``, ADR 56), with the command's read-your-writes
 token; reads come from the PostgreSQL read model, wait for ``?after=TOKEN`` when given, and
 carry ``freshness`` (the offsets the rows reflect and the lag behind the log). The operations
 views (queues, workers, config) and the audit of one workflow are in sibling modules, included
@@ -14,7 +15,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from es_sched.api import correlation
+from es_sched.api import correlation, writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
 from es_sched.api.native import audit, config, ops, system
@@ -33,6 +34,7 @@ from es_sched.api.native.models import (
 )
 from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.services import Services, services
+from es_sched.commands.prepare import UnknownDefinition
 from es_sched.projections.postgres import queries
 from es_sched.projections.views import Row
 
@@ -43,23 +45,25 @@ SVC = Depends(services)
 Many = Annotated[list[str] | None, Query()]  # repeat the parameter for several values
 
 
-@router.post("/workflows", status_code=202, response_model=Submitted)
+@router.post("/workflows", status_code=201, response_model=Submitted)
 def submit(body: SubmitRequest, svc: Services = SVC, who: Principal = OPERATOR) -> Submitted:
-    """Start a workflow (accepted, not yet decided: read it back with ``?after=token``)."""
-    client = svc.commands.get()
-    done = client.submit(
-        body.name,
-        body.input,
-        body.version,
-        body.priority,
-        body.tenant,
-        command_id=body.idempotencyKey,
-        correlation_id=body.correlationId,
-        actor=who.name,
-    )
-    return Submitted(
-        workflowId=done.workflow_id, commandId=done.command_id, token=client.token(done.workflow_id)
-    )
+    """Start a workflow; answers once the decider accepted it and the read model has it (a
+    refusal is a 400 with the decider's reason)."""
+    try:
+        done = svc.commands.get().submit(
+            body.name,
+            body.input,
+            body.version,
+            body.priority,
+            body.tenant,
+            command_id=body.idempotencyKey,
+            correlation_id=body.correlationId,
+            actor=who.name,
+        )
+    except UnknownDefinition as exc:
+        raise writes.unknown_definition(exc) from None
+    verdict = writes.started(svc, done)
+    return Submitted(workflowId=done.workflow_id, commandId=done.command_id, token=verdict.token)
 
 
 @router.get("/workflows/{workflow_id}", response_model=WorkflowAnswer)

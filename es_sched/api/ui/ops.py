@@ -3,9 +3,9 @@
 Each page is a server-rendered view of what the native API answers (``api.native``: the same
 queries, the same worker board, the same freshness), so the console and ``/api/v1`` cannot
 disagree; every page shows the offsets it reflects and a notice when the read model lags the
-log. Submitting goes through the ``CommandClient`` like ``POST /api/v1/workflows`` and
-redirects to the workflow's page with the command's token as ``?after=``, so that page shows
-the workflow the form just started.
+log. Submitting goes through the ``CommandClient`` like ``POST /api/v1/workflows``, waits as it
+does (``es_sched.api.writes``) and redirects to the workflow's page, which then shows the
+workflow the form just started.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from es_sched.api import writes
 from es_sched.api.auth import Principal, require
-from es_sched.api.errors import ApiError
+from es_sched.api.errors import TOKEN_HEADER, ApiError
 from es_sched.api.native.ops import get_workers
 from es_sched.api.native.routes import queues_of
 from es_sched.api.read_model_freshness import freshness_of, wait_after
@@ -27,6 +28,7 @@ from es_sched.api.services import Services, services
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
 from es_sched.api.ui.render import templates
+from es_sched.commands.prepare import UnknownDefinition
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
 
@@ -128,18 +130,20 @@ def submit(
         raise ApiError(400, f"the input is not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise ApiError(400, "the input must be a JSON object")
-    client = svc.commands.get()
-    done = client.submit(
-        name,
-        document,
-        version,
-        priority,
-        correlation_id=correlation_id.strip() or None,
-        actor=who.name,
-    )
-    token = client.token(done.workflow_id) or ""
-    target = f"/ui/workflows/{done.workflow_id}" + (f"?after={token}" if token else "")
-    return RedirectResponse(target, status_code=303, headers={"X-Es-Sched-Token": token})
+    try:
+        done = svc.commands.get().submit(
+            name,
+            document,
+            version,
+            priority,
+            correlation_id=correlation_id.strip() or None,
+            actor=who.name,
+        )
+    except UnknownDefinition as exc:
+        raise writes.unknown_definition(exc) from None
+    token = writes.started(svc, done).token  # the page shows it at once (ADR 56)
+    target = f"/ui/workflows/{done.workflow_id}?after={token}"
+    return RedirectResponse(target, status_code=303, headers={TOKEN_HEADER: token})
 
 
 @router.get("/media/{workflow_id}", response_class=HTMLResponse)

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
+from es_sched.api import writes
 from es_sched.api.actions import refusal, role_allows
 from es_sched.api.auth import Principal
 from es_sched.api.errors import ApiError
@@ -134,7 +135,9 @@ async def bulk(
         ids = queries.workflow_ids(svc.engine, _filter(svc, q), svc.settings.api.console_bulk_max)
     client = svc.commands.get()
     sent = [act(client, action, wf_id, f"bulk {action} by {who.name}", who.name) for wf_id in ids]
-    return fragment(request, "_bulk_done.html", action=action, sent=sent)
+    verdicts = await run_in_threadpool(writes.settler(svc).settle, sent)  # ADR 56
+    refused = {v.workflow_id: v.refused for v in verdicts if v.refused is not None}
+    return fragment(request, "_bulk_done.html", action=action, sent=sent, refused=refused)
 
 
 router.include_router(workflow.router)

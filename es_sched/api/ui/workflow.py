@@ -1,5 +1,6 @@
 """One workflow's console page: its DAG, attempts timeline, a panel per task, the event
-history, and the actions an operator takes on it.
+history, and the actions an operator takes on it. An action answers once the read model shows
+the decider's verdict (``es_sched.api.writes``): a refusal is an error with its reason.
 
 Everything is read from the PostgreSQL read model: the row and task rows
 (``queries.workflow``), the definition the workflow started with (its ``workflow.started``
@@ -18,8 +19,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
 
-from es_sched.api import correlation
+from es_sched.api import correlation, writes
 from es_sched.api.actions import offered, refusal
 from es_sched.api.auth import Principal
 from es_sched.api.errors import ApiError
@@ -197,6 +199,7 @@ async def action(
         sent = client.rerun(workflow_id, task_id, actor=who.name)
     else:
         sent = act(client, action, workflow_id, str(form.get("reason") or ""), who.name)
+    await run_in_threadpool(writes.acted, svc, sent, action)  # a blocking wait (ADR 56)
     return _accepted(request, action, sent)
 
 
@@ -230,11 +233,12 @@ async def signal(
     if not isinstance(output, dict):
         raise ApiError(400, "output must be a JSON object")
     sent = svc.commands.get().signal(workflow_id, output, ref=ref, status=status, actor=who.name)
+    await run_in_threadpool(writes.acted, svc, sent, "signal")
     return _accepted(request, "signal", sent)
 
 
 def _accepted(request: Request, what: str, sent: Submitted) -> HTMLResponse:
-    """Accepted, not done: the page re-reads itself until the decider's verdict shows."""
+    """Done: the read model shows the decider's verdict (``writes.acted``); the page re-reads."""
     response = fragment(request, "_action_done.html", what=what, sent=sent)
     response.headers["HX-Trigger"] = "wf-changed"
     return response

@@ -48,6 +48,27 @@ def rejections(engine: Engine, workflow_id: str) -> list[Row]:
         return [dict(x) for x in conn.execute(query.order_by(r.kafka_offset)).mappings()]
 
 
+def refusal_of(engine: Engine, workflow_id: str, command_id: str) -> tuple[str, bool] | None:
+    """The decider's refusal of one command, once the read model reflects it: its reason and
+    whether it was refused outside any history (the workflow has none: ADR 11) rather than by
+    the workflow (``command.rejected``); None when the command was accepted."""
+    r, e = REJECTIONS.c, EVENTS.c
+    outside = select(r.reason).where(r.workflow_id == workflow_id, r.command_id == command_id)
+    inside = select(e.payload).where(
+        e.workflow_id == workflow_id,
+        e.type == "command.rejected",
+        e.causation_id == command_id,
+    )
+    with available("rejections"), engine.connect() as conn:
+        reason = conn.execute(outside.limit(1)).scalar()
+        if reason is not None:
+            return str(reason), True
+        payload = conn.execute(inside.limit(1)).scalar()
+    if payload is None:
+        return None
+    return str(payload.get("reason") if isinstance(payload, dict) else payload), False
+
+
 SORTABLE = frozenset(
     {"created_at", "updated_at", "ended_at", "name", "status", "priority", "workflow_id"}
 )

@@ -17,6 +17,7 @@ from es_sched.commands import Submitted
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
 from es_sched.settings import ApiSettings, load_settings
+from tests.unit.api.writes_support import fake_settler
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 DEFINITION = {
@@ -184,6 +185,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
     svc = Services(settings, Lazy(Pg), Lazy(Search), Lazy(lambda: commands))  # type: ignore[arg-type, return-value]
     svc.async_reads.put(Reads())  # type: ignore[arg-type]
     svc.log_ends.put(read_model_freshness.LogEnds(lambda: {0: 5, 1: 30}, 60, lambda: None))
+    fake_settler(svc, {"wf-gone": ("unknown workflow 'wf-gone': pause_workflow refused", True)})
     return Fakes(TestClient(create_app(svc)), commands, asked)
 
 
@@ -327,6 +329,14 @@ def test_actions_send_commands_and_ask_the_page_to_re_read(fakes: Fakes) -> None
     assert fakes.commands.sent[-1] == ("rerun a", "w1")
     assert fakes.client.post("/ui/workflows/w1/actions/rerun").status_code == 400  # no task
     assert set(fakes.commands.actors) == {"anonymous"}
+
+
+def test_an_action_answers_with_the_deciders_refusal(fakes: Fakes) -> None:
+    answer = fakes.client.post("/ui/workflows/wf-gone/actions/pause")
+    assert answer.status_code == 404
+    assert "unknown workflow 'wf-gone'" in answer.json()["message"]
+    assert answer.headers["X-Es-Sched-Token"] == answer.json()["token"]
+    assert fakes.commands.sent == [("pause", "wf-gone")]  # the decider was asked
 
 
 def test_lag_ignores_a_transaction_marker() -> None:

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from es_sched import bootstrap
 from es_sched.api.app import create_app
 from es_sched.api.conductor import rerun as routes
-from es_sched.api.errors import ApiError
 from es_sched.api.services import Lazy
 from es_sched.commands import Submitted
 from es_sched.commands.prepare import UnknownDefinition
 from es_sched.settings import ApiSettings, load_settings
+from tests.unit.api.writes_support import fake_settler
 
 
 class FakeCommands:
@@ -48,11 +48,10 @@ def app(monkeypatch: pytest.MonkeyPatch) -> tuple[TestClient, FakeCommands]:
     settings = replace(settings, api=ApiSettings(auth="off"))  # the operator is "anonymous"
     svc = bootstrap.api_services(settings)
     svc.commands = Lazy(lambda: fake)  # type: ignore[arg-type,return-value]
+    fake_settler(svc, {"nope": ("unknown workflow 'nope': restart_workflow refused", True)})
 
-    def row(_svc: Any, workflow_id: str) -> dict[str, Any]:
-        if workflow_id not in ROWS:
-            raise ApiError(404, f"no workflow {workflow_id!r} in the read model")
-        return ROWS[workflow_id]
+    def row(_svc: Any, workflow_id: str) -> dict[str, Any] | None:
+        return ROWS.get(workflow_id)
 
     monkeypatch.setattr(routes, "_row", row)
     return TestClient(create_app(svc)), fake
@@ -69,8 +68,11 @@ def test_restart_with_latest_definitions_names_the_workflows_definition(app: Any
     client, fake = app
     assert client.post("/api/workflow/wf-1/restart?useLatestDefinitions=true").status_code == 204
     assert fake.sent[0][2]["latest_of"] == "media"
+    # A workflow the read model does not show goes to the decider; its "no such workflow" is
+    # the 404, with its reason.
     unknown = client.post("/api/workflow/nope/restart?useLatestDefinitions=true")
-    assert unknown.status_code == 404 and "nope" in unknown.json()["message"]
+    assert unknown.status_code == 404 and "unknown workflow 'nope'" in unknown.json()["message"]
+    assert fake.sent[-1][:2] == ("restart", "nope")
 
 
 def test_rerun_answers_the_workflow_id_as_text(app: Any) -> None:
@@ -123,8 +125,10 @@ def test_bulk_restart_lists_successes_and_errors(app: Any) -> None:
     body = response.json()
     assert body["bulkSuccessfulResults"] == ["wf-1"]
     assert set(body["bulkErrorResults"]) == {"wf-2", "nope"}
-    assert all(body["bulkErrorResults"].values())
-    assert [s[1] for s in fake.sent] == ["wf-1"]
+    assert "unknown workflow 'nope'" in body["bulkErrorResults"]["nope"]
+    assert "'gone'" in body["bulkErrorResults"]["wf-2"]
+    assert "POST /api/metadata/workflow" in body["bulkErrorResults"]["wf-2"]
+    assert [s[1] for s in fake.sent] == ["wf-1", "nope"]
 
 
 @pytest.mark.parametrize(

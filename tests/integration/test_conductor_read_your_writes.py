@@ -1,0 +1,165 @@
+"""Read-your-writes through the real conductor-python SDK (ADR 56): back to back in one
+thread, each write's effect is visible to the very next call, while another client keeps the
+decider and the projector busy.
+
+One running system (``es-sched api``, the decider and the PostgreSQL projector on private
+topics) is shared by the module's tests: they only submit and check. The load is a thread
+submitting WAIT workflows through its own ``CommandClient`` in batches, without waiting for
+them, for as long as the module runs. Nothing here waits on time: every check is the next SDK
+call, and a failure is counted with what the API answered.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from conductor.client.configuration.configuration import Configuration
+from conductor.client.http.models import StartWorkflowRequest, WorkflowDef, WorkflowTask
+from conductor.client.http.rest import ApiException
+from conductor.client.orkes_clients import OrkesClients
+
+from testkit.api import Api, api
+from testkit.runtime import Env, roles
+from testkit.wait import wait_until
+
+pytestmark = pytest.mark.integration
+
+TIMES = 100  # each sequence, back to back (issue 50's figure)
+LOAD_BATCH = 20
+GATE = {
+    "name": "rw.gate",
+    "version": 1,
+    "schemaVersion": 2,
+    "tasks": [{"name": "gate", "taskReferenceName": "gate", "type": "WAIT"}],
+}
+
+
+@dataclass
+class Load:
+    """Another client's workflows, submitted until ``stop`` is set."""
+
+    env: Env
+    stop: threading.Event = field(default_factory=threading.Event)
+    submitted: int = 0
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.env.client() as client:
+                while not self.stop.is_set():
+                    inputs = [{"load": i} for i in range(LOAD_BATCH)]
+                    self.submitted += len(client.submit_many("rw.gate", inputs))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test that reads it
+            self.error = exc
+
+
+@dataclass
+class System:
+    env: Env
+    server: Api
+    load: Load
+
+    def sdk(self) -> OrkesClients:
+        return OrkesClients(Configuration(server_api_url=self.server.url + "/api"))
+
+
+@pytest.fixture(scope="module")
+def system() -> Iterator[System]:
+    env = Env()
+    env.create()
+    env.push(GATE, [])
+    with roles(env, "decider", "projector-pg"), api(env) as server:
+        load = Load(env)
+        thread = threading.Thread(target=load.run, name="rw-load", daemon=True)
+        thread.start()
+        # The load is on before any test counts: its first workflows are in the read model.
+        wait_until(lambda: load.submitted >= 5 * LOAD_BATCH or load.error is not None, 60, "load")
+        try:
+            yield System(env, server, load)
+        finally:
+            load.stop.set()
+            thread.join(60)
+        assert load.error is None, f"the load client failed: {load.error!r}"
+
+
+def back_to_back(name: str, step: Callable[[int], str | None]) -> None:
+    """Run ``step`` TIMES; each answers None or what went wrong. Prints the count."""
+    failures: list[str] = []
+    for i in range(TIMES):
+        try:
+            problem = step(i)
+        except ApiException as exc:
+            problem = f"HTTP {exc.status}: {exc.body!r}"
+        if problem is not None:
+            failures.append(f"#{i}: {problem}")
+    print(f"{name}: {TIMES - len(failures)} of {TIMES} back to back, {len(failures)} failures")
+    assert failures == [], f"{name}: {len(failures)} of {TIMES} failed: {failures[:5]}"
+
+
+def test_start_then_terminate(system: System) -> None:
+    workflows = system.sdk().get_workflow_client()
+    before = system.load.submitted
+
+    def step(i: int) -> str | None:
+        wf = workflows.start_workflow_by_name("rw.gate", {"i": i})
+        workflows.terminate_workflow(wf, reason="read-your-writes test")
+        status = str(workflows.get_workflow(wf, include_tasks=False).status)
+        return None if status == "TERMINATED" else f"{wf} is {status} after its terminate"
+
+    back_to_back("start->terminate", step)
+    assert system.load.submitted > before  # the load ran meanwhile
+
+
+def test_start_then_get(system: System) -> None:
+    workflows = system.sdk().get_workflow_client()
+    tag = uuid.uuid4().hex[:8]
+
+    def step(i: int) -> str | None:
+        wf = workflows.start_workflow(
+            StartWorkflowRequest(name="rw.gate", input={"i": i}, correlation_id=f"{tag}-{i}")
+        )
+        got = workflows.get_workflow(wf, include_tasks=True)
+        if got.workflow_id != wf or got.correlation_id != f"{tag}-{i}":
+            return f"get answered {got.workflow_id} / {got.correlation_id} for {wf}"
+        return None
+
+    back_to_back("start->get", step)
+
+
+def test_register_then_start(system: System) -> None:
+    clients = system.sdk()
+    metadata, workflows = clients.get_metadata_client(), clients.get_workflow_client()
+    name = f"rw.reg.{uuid.uuid4().hex[:8]}"
+    wait = WorkflowTask(name="gate", task_reference_name="gate", type="WAIT")
+
+    def step(i: int) -> str | None:
+        version = i + 1  # a new version each time: the start must see this very push
+        metadata.register_workflow_def(
+            WorkflowDef(name=name, version=version, tasks=[wait], schema_version=2),
+            overwrite=True,
+        )
+        wf = workflows.start_workflow(StartWorkflowRequest(name=name, version=version))
+        got = workflows.get_workflow(wf, include_tasks=False)
+        if got.workflow_version != version:
+            return f"{wf} runs version {got.workflow_version}, not {version}"
+        return None
+
+    back_to_back("register->start", step)
+
+
+def test_refusals_come_back_as_errors_with_the_deciders_reason(system: System) -> None:
+    workflows = system.sdk().get_workflow_client()
+    missing = f"rw-missing-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ApiException) as gone:
+        workflows.terminate_workflow(missing, reason="nothing there")
+    assert gone.value.status == 404
+    assert f"unknown workflow '{missing}'" in str(gone.value.body)  # the decider said so
+    with pytest.raises(ApiException) as unknown:
+        workflows.start_workflow_by_name(f"rw.none.{missing}", {})
+    assert unknown.value.status == 404
+    assert "POST /api/metadata/workflow" in str(unknown.value.body)
+    assert "es-sched defs push" not in str(unknown.value.body)
