@@ -175,10 +175,12 @@ class TaskCompletedWithErrors(Payload):
 @dataclass(frozen=True)
 class TaskFailed(Payload):
     TYPE = "task.failed"
+    SCHEMA_VERSION = 2  # v2 added host_fault (see serialization.upcasters)
     task_id: str
     reason: str
     terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR: never retried
     output: JSON = field(default_factory=dict)
+    host_fault: bool = False  # its worker's host failed, not the input (ADR 58)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,10 @@ def report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
             started = [TaskStarted(task.task_id, inp.worker_id)] if implied else []
             if isinstance(inp, c.ReportCompleted):
                 return [*started, TaskCompleted(task.task_id, dict(inp.output))]
-            return [*started, TaskFailed(task.task_id, inp.reason, inp.terminal, dict(inp.output))]
+            failed = TaskFailed(
+                task.task_id, inp.reason, inp.terminal, dict(inp.output), inp.host_fault
+            )
+            return [*started, failed]
         case c.ReportDeclined():
             # Started or not, the lease is given back as if it expired (ExpireLease): the
             # worker gives up early what its silence would lose anyway; the attempt is kept.

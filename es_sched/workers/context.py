@@ -39,6 +39,16 @@ class TaskFailure(EsSchedError):
         self.message, self.retryable, self.output = message, retryable, output or {}
 
 
+class HostFault(TaskFailure):
+    """Raise from a handler when this worker's host failed, not the task's input (a disk not
+    writable, a GPU driver error, a full scratch volume): the failure is retryable (another
+    worker may succeed) and it counts against this worker, whose dispatcher blacklists it when
+    such faults are most of its recent outcomes (ADR 58). Any other failure never does."""
+
+    def __init__(self, message: str, output: JSON | None = None) -> None:
+        super().__init__(message, retryable=True, output=output)
+
+
 class TaskContext:
     """What a handler knows about its task, and how it reports progress or sees cancellation."""
 
@@ -97,14 +107,18 @@ class Handler:
 def outcome(
     a: wire.Assignment, worker_id: str, future: Future[Any], started: bool = False
 ) -> c.WorkerReport:
-    """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says,
-    any other exception retryable, anything but a JSON object a terminal failure.
+    """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says
+    (``HostFault``: the host's fault, ADR 58), any other exception retryable, anything but a
+    JSON object a terminal failure.
     ``started``: the handler's start was not reported on its own (ADR 44)."""
     exc = None if future.cancelled() else future.exception()
     if future.cancelled():
         return reports.failed(a, worker_id, "handler was cancelled", False, started=started)
     if isinstance(exc, TaskFailure):
-        return reports.failed(a, worker_id, exc.message, not exc.retryable, exc.output, started)
+        host = isinstance(exc, HostFault)
+        return reports.failed(
+            a, worker_id, exc.message, not exc.retryable, exc.output, started, host_fault=host
+        )
     if exc is not None:
         log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)
         return reports.failed(a, worker_id, f"{type(exc).__name__}: {exc}", False, started=started)

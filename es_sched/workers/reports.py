@@ -89,13 +89,17 @@ def failed(
     terminal: bool,
     output: dict[str, Any] | None = None,
     started: bool = False,
+    host_fault: bool = False,
 ) -> c.ReportFailed:
+    """``host_fault``: the handler raised ``HostFault``; the failure counts against this
+    worker (ADR 58)."""
     return c.ReportFailed(
         **_report_fields(a, worker_id, "failed"),
         reason=reason[:MAX_REASON],
         terminal=terminal,
         output=output or {},
         started=started,
+        host_fault=host_fault,
     )
 
 
