@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from es_sched.settings import Settings
 from es_sched.stack import probes
 from testkit import role_logs
+from testkit.browser import ARGS, chromium_path
 from testkit.kafka import delete_new_topics  # noqa: F401 - autouse fixture
 from testkit.settings import unique_name
 from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
@@ -61,3 +63,19 @@ def dispatcher(settings: Settings) -> Iterator[Dispatcher]:
     d = Dispatcher(settings)
     yield d
     d.close()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Debian's chromium driven by Playwright (``testkit.browser``); skips saying why when
+    there is none to drive."""
+    path, why = chromium_path()
+    if path is None:
+        pytest.skip(f"no chromium to drive: {why}")
+    sync = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
+    with sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(path), args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,116 +1,39 @@
 """Blacklisting a user can trust (ADR 58), on the real broker with the real worker SDK, decider,
 dispatcher and API.
 
-One worker serves ``bl.work``. Terminal input errors (a missing source file, as the media
-probe's) never bench it: after six of them a normal task is still placed on that same worker
-(the sentinel), and no blacklist record exists. Host faults (``HostFault``) do: after the
-window's threshold the dispatcher writes ``blacklist:<worker>`` to the config topic with the
-failures that caused it. A restarted dispatcher applies that record (its own
+One worker of pool ``media`` serves ``media.transcode``. Terminal input errors (a missing source
+file, as the media probe's) never bench it: after six of them a normal task is still placed on
+that same worker (the sentinel), and no blacklist record exists. Host faults (``HostFault``) do:
+after the window's threshold the dispatcher writes ``blacklist:<worker>`` to the config topic
+with the failures that caused it. A restarted dispatcher applies that record (its own
 ``es_sched_worker_blacklisted`` and ``es_sched_queue_unplaceable`` say so, and a waiting task
 stays unplaced), ``/api/v1`` and the queue views say why, and a lift through the API lets the
-waiting task run on the worker.
-"""
+waiting task run on the worker."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from typing import Any
-
-import httpx
 import pytest
 
 from es_sched.domain.events import TaskFailed
 from es_sched.kafka import config_client
-from es_sched.workers import HostFault, TaskContext, TaskFailure, Worker
-from testkit.api import Api, api
+from es_sched.workers import Worker
+from testkit.api import Api
 from testkit.net import free_port
-from testkit.runtime import Env, Role, final_status, read_events
+from testkit.runtime import Env, Role, read_events
 from testkit.wait import wait_until
+from tests.integration.blacklist_harness import (  # noqa: F401 - fixtures
+    TYPE,
+    WORKER_ID,
+    ended,
+    env_fixture,
+    metrics,
+    run,
+    stack_fixture,
+    statuses,
+    worker_fixture,
+)
 
 pytestmark = pytest.mark.integration
-TYPE, WORKER_ID = "bl.work", "bl-worker"
-DEFINITION = {
-    "name": "bl.flow",
-    "version": 1,
-    "schemaVersion": 2,
-    "ownerEmail": "t@example.com",
-    "tasks": [
-        {
-            "name": TYPE,
-            "taskReferenceName": "work",
-            "type": "SIMPLE",
-            "inputParameters": {"mode": "${workflow.input.mode}"},
-        }
-    ],
-}
-TASKDEFS = [{"name": TYPE, "retryCount": 0, "responseTimeoutSeconds": 600}]
-# A window of 4, judged from 3 outcomes: the sentinel's success and two host faults bench it.
-SETTINGS = {
-    "ES_SCHED_DISPATCH_BLACKLIST_WINDOW": "4",
-    "ES_SCHED_DISPATCH_BLACKLIST_MIN_OUTCOMES": "3",
-    "ES_SCHED_DISPATCH_BLACKLIST_S": "3600",
-}
-
-
-def handle(ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
-    mode = task_input.get("mode")
-    if mode == "bad":
-        raise TaskFailure(f"source file:///in/{ctx.workflow_id}.mp4 does not exist", False)
-    if mode == "host":
-        raise HostFault("scratch volume /tmp/bl is not writable")
-    return {"ran_on": ctx.worker_id}
-
-
-def statuses(env: Env, ids: list[str]) -> dict[str, str]:
-    found = read_events(env)
-    return {wid: final_status(found.get(wid, [])) for wid in ids}
-
-
-def ended(env: Env, ids: list[str], status: str) -> None:
-    wait_until(
-        lambda: set(statuses(env, ids).values()) == {status},
-        120,
-        lambda: f"{len(ids)} workflows {status}: {statuses(env, ids)}",
-    )
-
-
-def run(env: Env, mode: str, n: int = 1) -> list[str]:
-    return [s.workflow_id for s in env.submit("bl.flow", [{"mode": mode}] * n)]
-
-
-def metrics(port: int) -> str:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    except httpx.HTTPError:
-        return ""
-
-
-@pytest.fixture
-def worker(env: Env) -> Iterator[Worker]:
-    w = Worker(worker_id=WORKER_ID, concurrency=2, settings=env.settings, heartbeat_s=0.5)
-    w.task(TYPE)(handle)
-    stop = threading.Event()
-    thread = threading.Thread(target=w.run, args=(stop,), daemon=True)
-    thread.start()
-    wait_until(w.ready.is_set, 30, "the worker")
-    yield w
-    stop.set()
-    thread.join(60)
-
-
-@pytest.fixture
-def env() -> Env:
-    e = Env(extra=SETTINGS)
-    e.create()
-    e.push(DEFINITION, TASKDEFS)
-    return e
-
-
-@pytest.fixture
-def stack(env: Env) -> Iterator[Api]:
-    with api(env) as a:
-        yield a
 
 
 def test_input_errors_never_bench_a_worker_and_its_own_faults_do_until_lifted(
@@ -154,10 +77,10 @@ def test_input_errors_never_bench_a_worker_and_its_own_faults_do_until_lifted(
         first.stop()
         second = Role(env, "dispatcher", ES_SCHED_RUN_METRICS_PORT=str(port))
         second.wait_log("started", 90)
-        line = f'es_sched_worker_blacklisted{{pool="default",worker="{WORKER_ID}"}} 1'
+        line = f'es_sched_worker_blacklisted{{pool="media",worker="{WORKER_ID}"}} 1'
         wait_until(lambda: line in metrics(port), 30, lambda: f"{line}: {metrics(port)}")
         waiting = run(env, "ok")
-        labels = f'pool="default",reason="blacklisted",task_type="{TYPE}"'
+        labels = f'pool="media",reason="blacklisted",task_type="{TYPE}"'
         unplaceable = f"es_sched_queue_unplaceable{{{labels}}} 1"
         wait_until(lambda: unplaceable in metrics(port), 30, lambda: metrics(port))
 
@@ -170,7 +93,7 @@ def test_input_errors_never_bench_a_worker_and_its_own_faults_do_until_lifted(
             return " ".join(q["unplaceable"] or "" for q in rows if q["taskType"] == TYPE)
 
         wait_until(lambda: "blacklisted until" in queue_says(), 30, queue_says)
-        assert queue_says().startswith("pool default: 1 worker, blacklisted until ")
+        assert queue_says().startswith("pool media: 1 worker, blacklisted until ")
         assert queue_says().endswith(": 2 of 3 failed")
         conductor = stack.http.get("/api/tasks/queue/unplaceable", params={"taskType": TYPE})
         assert conductor.json()[TYPE]["reason"] == "blacklisted"

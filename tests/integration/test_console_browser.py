@@ -12,14 +12,12 @@ screenshots under ``tests/artifacts/console/`` (gitignored; ``docs/console/`` ho
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from testkit import ROOT
 from testkit.api import Api, api
-from testkit.browser import ARGS, chromium_path
 from testkit.runtime import Env, Worker, roles
 from testkit.wait import wait_until
 
@@ -83,20 +81,6 @@ class FailOnce:
             self.failed.set()
             return "FAILED", {}
         return "COMPLETED", {"ok": task["ref"], "logs": [f"{task['ref']} done"]}
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    path, why = chromium_path()
-    if path is None:
-        pytest.skip(f"no chromium to drive: {why}")
-    sync = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
-    with sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(path), args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def _statuses(stack: Api, ids: list[str]) -> dict[str, str]:
