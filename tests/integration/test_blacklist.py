@@ -8,12 +8,15 @@ after the window's threshold the dispatcher writes ``blacklist:<worker>`` to the
 with the failures that caused it. A restarted dispatcher applies that record (its own
 ``es_sched_worker_blacklisted`` and ``es_sched_queue_unplaceable`` say so, and a waiting task
 stays unplaced), ``/api/v1`` and the queue views say why, and a lift through the API lets the
-waiting task run on the worker."""
+waiting task run on the worker; the audit's rules hold on the log."""
 
 from __future__ import annotations
 
 import pytest
 
+from es_sched import bootstrap
+from es_sched.audit.check import check
+from es_sched.audit.read import read_log
 from es_sched.domain.events import TaskFailed
 from es_sched.kafka import config_client
 from es_sched.workers import Worker
@@ -108,6 +111,11 @@ def test_input_errors_never_bench_a_worker_and_its_own_faults_do_until_lifted(
         assert config_client.current(env.settings)[key]["state"] == "lifted"
         assert stack.http.post(f"/api/v1/workers/{WORKER_ID}/lift").status_code == 404
         wait_until(lambda: "es_sched_worker_blacklisted{" not in metrics(port), 30, "the gauge")
+        # The audit's rules hold on this log (I5: deciding the recorded inputs, host_fault
+        # included, gives the recorded events); every workflow has ended.
+        report = check(read_log(env.settings), True, bootstrap.script_engine())
+        assert report.ok, "\n".join(v.line() for v in report.violations[:20])
+        assert len(report.states) == 6 + 1 + 2 + 1
     finally:
         for role in (second, first, decider, projector):
             if role is not None:
