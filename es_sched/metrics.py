@@ -81,6 +81,12 @@ class Gauge(_Metric):
         with self._lock:
             self.values[self._key(labels)] = value
 
+    def replace(self, rows: list[tuple[dict[str, str], float]]) -> None:
+        """Every labelled value at once: label sets not given are gone (a state that ended,
+        e.g. a queue placeable again, must not linger at its last value)."""
+        with self._lock:
+            self.values = {self._key(labels): value for labels, value in rows}
+
 
 class Histogram(_Metric):
     kind = "histogram"

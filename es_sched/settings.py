@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from es_sched.blacklist import Policy as BlacklistPolicy
 from es_sched.errors import ConfigError
 
 
@@ -247,6 +248,43 @@ class DispatchSettings(BaseSettings):
     # always on revoke and stop): a commit is a round trip the tick would otherwise wait for
     # every time. A crash re-delivers at most this much more of ready (ADR 31).
     commit_every_ms: int = Field(default=200, ge=0, le=60_000)
+    # ADR 58: only a worker's own faults (a lease it let expire, a failure its handler calls a
+    # host fault) count against it; the input's faults never do.
+    blacklist_window: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="A worker's last N counted outcomes (successes and its own faults) that "
+        "decide a blacklisting; each dispatcher counts the tasks it placed.",
+    )
+    blacklist_min_outcomes: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="No blacklisting before a worker's window holds this many outcomes.",
+    )
+    blacklist_ratio: float = Field(
+        default=0.5,
+        ge=0,
+        lt=1,
+        description="A worker is blacklisted when its own faults are more than this share of "
+        "its window.",
+    )
+    blacklist_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a blacklisting lasts (the penalty); an operator may lift it "
+        "sooner (es-sched workers lift, POST /api/v1/workers/{id}/lift, the console).",
+    )
+
+    @property
+    def blacklist_policy(self) -> BlacklistPolicy:
+        return BlacklistPolicy(
+            self.blacklist_window,
+            self.blacklist_min_outcomes,
+            self.blacklist_ratio,
+            self.blacklist_s,
+        )
 
 
 class WorkerSettings(BaseSettings):

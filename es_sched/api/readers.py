@@ -1,5 +1,6 @@
 """Kafka views the API keeps up to date in the background: the events topic's ends and the
-fleet (the worker-status topic folded by worker, and the config topic's version bans).
+fleet (the worker-status topic folded by worker, and the config topic: bans, pools,
+blacklistings).
 Definitions come from the command client's registry (``CommandClient.definitions``).
 
 Nothing here is read per request (ADR 57). Each view is a ``Kept``: one daemon thread per API
@@ -57,6 +58,8 @@ class Kept(Generic[T]):
     def __init__(self, read: Callable[[T | None], T], period_s: float, name: str) -> None:
         self._read, self._period, self._name = read, period_s, name
         self._value: T | None = None
+        self._began = float("-inf")  # when the read that made ``_value`` began (monotonic)
+        self._newer = threading.Condition()
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,8 +70,29 @@ class Kept(Generic[T]):
         self._thread.start()
 
     def refresh(self) -> None:
-        self._value = self._read(self._value)  # one reference swap: readers see old or new
+        began = time.monotonic()
+        value = self._read(self._value)
+        with self._newer:
+            self._value, self._began = value, began  # one swap: readers see old or new
+            self._newer.notify_all()
         self._ready.set()
+
+    def after(self, began: float, wait_s: float) -> T:
+        """The first value read by a read that began at or after ``began`` (monotonic): one
+        that holds whatever the broker acknowledged before then, so a write's answer can wait
+        for its own effect (ADR 56) without reading on the request's thread."""
+        deadline = time.monotonic() + wait_s
+        with self._newer:
+            while self._began < began:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise InfrastructureError(
+                        f"{self._name}: no read since the write in {wait_s:g}s"
+                    )
+                self._newer.wait(left)
+            value = self._value
+        assert value is not None
+        return value
 
     def get(self, wait_s: float = FIRST_READ_S) -> T:
         if not self._ready.wait(wait_s):
@@ -201,13 +225,15 @@ class EventEnds:
 
 @dataclass
 class Fleet:
-    """The latest ``WorkerStatus`` per worker and the banned versions, as read at ``read_at``."""
+    """The latest ``WorkerStatus`` per worker, the config topic and its banned versions, as read
+    at ``read_at``."""
 
     workers: dict[str, wire.WorkerStatus] = field(default_factory=dict)
     read_up_to: dict[int, int] = field(default_factory=dict)
     banned: frozenset[str] = frozenset()
     unreadable: int = 0
     read_at: float = 0.0
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)  # the config topic by key
 
     def age_s(self, now: float | None = None) -> float:
         return max(0.0, (time.monotonic() if now is None else now) - self.read_at)
@@ -215,7 +241,8 @@ class Fleet:
 
 class WorkerBoard:
     """The worker-status topic folded by worker (a tombstone, a worker that left, removes it)
-    and the config topic's ``ban-version:`` keys, kept by a background thread (``Kept``)."""
+    and the config topic (its ``ban-version:``, ``pool:`` and ``blacklist:`` keys are what the
+    fleet's answers use), kept by a background thread (``Kept``)."""
 
     def __init__(
         self,
@@ -250,7 +277,7 @@ class WorkerBoard:
         banned = frozenset(
             k.removeprefix("ban-version:") for k in self._settings if k.startswith("ban-version:")
         )
-        return Fleet(workers, read_up_to, banned, unreadable, at)
+        return Fleet(workers, read_up_to, banned, unreadable, at, dict(self._settings))
 
     def snapshot(self) -> Fleet:
         return self.kept.get()

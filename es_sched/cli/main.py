@@ -26,6 +26,7 @@ from es_sched.cli.entry import invoke
 from es_sched.cli.read import register as register_read
 from es_sched.cli.run import run
 from es_sched.cli.worker import worker
+from es_sched.cli.workers import workers
 from es_sched.errors import ConfigError
 from es_sched.settings import Settings, load_settings
 from es_sched.stack import ROLES, Role, ServiceStatus, Stack
@@ -150,6 +151,7 @@ register_read(cli)
 cli.add_command(demo_command)
 register_audit(cli)
 cli.add_command(worker)
+cli.add_command(workers)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from es_sched.blacklist import of_record
 from es_sched.dispatch.core.engine import DispatchCore
 from es_sched.dispatch.core.limits import Rate
 from es_sched.dispatch.core.placement import Policy
@@ -51,5 +52,10 @@ def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "bi
         case "policy":
             policy = default_policy if v is None else cast(Policy, v["policy"])
             core.policies[change.subject] = policy
+        case "blacklist":
+            if v is None:
+                core.fleet.forget_blacklist(change.subject)
+            else:
+                core.fleet.apply_blacklist(of_record(change.subject, v))
         case _:
             raise SchemaError(f"unknown config kind {change.kind!r}")

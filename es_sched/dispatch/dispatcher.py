@@ -15,13 +15,19 @@ Inputs:
   does a report of another deployment (ADR 63; each assignment carries ours); a
   ``Progress`` extends the worker's leases.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
-  bans, pools and policies, changeable at run time.
+  bans, pools, policies and blacklistings, changeable at run time.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
   lease still held (its worker declined it), or of a task let go on its worker's status
   meanwhile (kept for that, ``Dispatcher._let_go``), puts the task back at the head of its
   queue.
+
+Blacklisting (ADR 58): the dispatcher that placed a task counts its end against its worker
+(``es_sched.blacklist.blame``: a lease it let expire or a host fault counts, the input's fault
+never does); when the worker's own faults are most of its recent outcomes it writes a
+``blacklist:<worker>`` record to ``config``, applies it at once, and every dispatcher applies it
+when it reads it. ``es_sched_worker_blacklisted`` and ``es_sched_queue_unplaceable`` say so.
 
 Every tick (``ES_SCHED_DISPATCH_TICK_MS`` at most; a ready record ends the wait): expired
 leases -> ``ExpireLease`` to ``task-results`` and a ``Cancel`` to the worker; new assignments
@@ -60,6 +66,8 @@ from typing import assert_never
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+from es_sched.blacklist import LEASE_ENDED as LEASE_EXPIRED_END
+from es_sched.blacklist import Candidate, unplaceable
 from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
@@ -129,7 +137,7 @@ class Dispatcher:
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
         self.core = DispatchCore(
             queues=ReadyQueues(d.aging_s),
-            fleet=Fleet(d.suspect_after_s, d.dead_after_s),
+            fleet=Fleet(d.suspect_after_s, d.dead_after_s, d.blacklist_policy),
             leases=LeaseTable(d.heartbeat_s, d.lease_k),
             policies={"default": d.policy},
             preempt_after_s=d.preempt_after_s,
@@ -154,7 +162,16 @@ class Dispatcher:
         self.m_latency = r.histogram(
             "es_sched_dispatch_latency_seconds", "Ready record time to assignment produced."
         )
+        self.m_blacklisted = r.gauge(
+            "es_sched_worker_blacklisted",
+            "1 while a worker is blacklisted (its own faults were most of its recent outcomes).",
+        )
+        self.m_unplaceable = r.gauge(
+            "es_sched_queue_unplaceable",
+            "1 while tasks of a type wait and no worker of its pool can take one, by reason.",
+        )
         self._refused_seen: dict[str, int] = {}
+        self.name = f"dispatcher-{settings.runtime.instance}"
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -199,6 +216,7 @@ class Dispatcher:
         now = self.clock()
         for lease in self.core.expire(now):
             self._take_back(lease, "lease expired", now)
+            self._count(lease.worker_id, LEASE_EXPIRED_END, lease.task_id, "lease expired", now)
             self.m_expired.inc()
         decisions = self.core.dispatch(now, self.token)
         assignments = [d for d in decisions if isinstance(d, Assignment)]
@@ -304,7 +322,7 @@ class Dispatcher:
                 self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
 
     def _on_event(self, end: TaskEnd) -> None:
-        task_id, kind, epoch = end
+        task_id, kind, epoch = end.task_id, end.type, end.lease_epoch
         if task_id not in self.journal:
             if kind == LEASE_ENDED:
                 self._requeue_released(task_id, epoch)
@@ -322,12 +340,46 @@ class Dispatcher:
         flight = self.core.in_flight.get(task_id)
         if flight is not None:
             self.ready.offsets.ended(task_id, flight.task.attempt)
-        if flight is not None and kind in ("task.failed", "task.completed"):
-            # A worker failing most of its recent tasks is blacklisted for a cool-down.
+        if flight is not None:
             worker = flight.placement.worker_id
-            if self.core.fleet.record_outcome(worker, kind == "task.failed", self.clock()):
-                log.warning("worker %s blacklisted: recent failure rate over the threshold", worker)
+            self._count(worker, kind, task_id, end.reason, self.clock(), end)
         self._finished(task_id)
+
+    def _count(
+        self,
+        worker_id: str,
+        kind: str,
+        task_id: str,
+        reason: str,
+        now: datetime,
+        end: TaskEnd | None = None,
+    ) -> None:
+        """One end of a task we placed, for or against its worker (``blacklist.blame``); a
+        blacklisting it decides goes to the config topic and applies here at once."""
+        decided = self.core.fleet.record_outcome(
+            worker_id,
+            kind,
+            now,
+            task_id,
+            reason,
+            terminal=end is not None and end.terminal,
+            host_fault=end is not None and end.host_fault,
+            by=self.name,
+        )
+        if decided is None:
+            return
+        self.core.fleet.apply_blacklist(decided)
+        key = dispatch_config.key_for("blacklist", worker_id)
+        self.output.produce(
+            self.topics.config, key, dispatch_config.encode(decided.as_record()), now
+        )
+        log.warning(
+            "worker %s blacklisted until %s: %s (%s)",
+            worker_id,
+            decided.until.isoformat(),
+            decided.why,
+            "; ".join(f"{f.task_id}: {f.reason}" for f in decided.failures),
+        )
 
     def _let_go(self, task_id: str, epoch: int) -> None:
         """Free a task its worker no longer lists, with no outcome read yet, and keep it a
@@ -529,4 +581,35 @@ class Dispatcher:
             if new > 0:
                 self.m_limited.inc(new, limit=reason)
                 self._refused_seen[reason] = total
+        self._blacklist_gauges(self.clock())
         self.lag.update(self.ready.consumer, force=True)
+
+    def _blacklist_gauges(self, now: datetime) -> None:
+        fleet = self.core.fleet
+        self.m_blacklisted.replace(
+            [
+                ({"worker": worker_id, "pool": b.pool}, 1.0)
+                for worker_id, b in sorted(fleet.blacklist.items())
+                if b.active(now)
+            ]
+        )
+        candidates = [
+            Candidate(
+                w.worker_id,
+                w.pool,
+                w.types,
+                fleet.status(w, now) if fleet.heartbeating(w, now) else "not heartbeating",
+                w.version in fleet.banned_versions,
+                fleet.blacklist.get(w.worker_id),
+            )
+            for w in fleet.workers.values()
+        ]
+        rows: list[tuple[dict[str, str], float]] = []
+        for task_type, levels in sorted(self.core.queues.depth().items()):
+            if not sum(levels):
+                continue
+            pool = self.core.pools.get(task_type, "default")
+            found = unplaceable(task_type, pool, candidates, now)
+            if found is not None:
+                rows.append(({"task_type": task_type, "pool": pool, "reason": found[0]}, 1.0))
+        self.m_unplaceable.replace(rows)

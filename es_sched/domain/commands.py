@@ -187,13 +187,14 @@ class ReportCompleted(WorkerReport):
 @dataclass(frozen=True)
 class ReportFailed(WorkerReport):
     TYPE = "worker.task_failed"
-    SCHEMA_VERSION = 2  # v2 added ``started``, as ReportCompleted's
+    SCHEMA_VERSION = 3  # v2 added ``started``, as ReportCompleted's; v3 ``host_fault``
     reason: str = ""
     terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR
     output: JSON = field(default_factory=dict)
     started: bool = False
     logs: list[JSON] = field(default_factory=list)  # as ReportCompleted's
     traceback: str = ""  # the handler's, its last bytes as the worker bounds it (ADR 60)
+    host_fault: bool = False  # the handler raised HostFault: counts against the worker (ADR 58)
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,7 @@ class TaskCompletedWithErrors(Payload):
 @dataclass(frozen=True)
 class TaskFailed(Payload):
     TYPE = "task.failed"
+    SCHEMA_VERSION = 2  # v2 added host_fault (see serialization.upcasters)
     task_id: str
     reason: str
     terminal: bool = False  # FAILED_WITH_TERMINAL_ERROR: never retried
@@ -184,6 +185,7 @@ class TaskFailed(Payload):
     # in the log and the read model's event archive, never in the decider's state.
     logs: list[JSON] = field(default_factory=list)
     traceback: str = ""
+    host_fault: bool = False  # its worker's host failed, not the input (ADR 58)
 
 
 @dataclass(frozen=True)

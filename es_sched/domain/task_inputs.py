@@ -69,7 +69,13 @@ def report(st: WorkflowState, inp: c.WorkerReport) -> list[Payload]:
             if isinstance(inp, c.ReportCompleted):
                 return [*started, TaskCompleted(task.task_id, dict(inp.output), logs)]
             failed = TaskFailed(
-                task.task_id, inp.reason, inp.terminal, dict(inp.output), logs, inp.traceback
+                task.task_id,
+                inp.reason,
+                inp.terminal,
+                dict(inp.output),
+                logs,
+                inp.traceback,
+                host_fault=inp.host_fault,
             )
             return [*started, failed]
         case c.ReportDeclined():

@@ -9,6 +9,9 @@ Key -> JSON value (a tombstone removes the setting):
 - ``ban-version:<V>``   ``{}``                       workers of version V get nothing
 - ``pool:<T>``          ``{"pool": P}``              tasks of type T run in pool P
 - ``policy:<P>``        ``{"policy": "binpack" | "spread"}``
+- ``blacklist:<W>``     ``{"state": "blacklisted", "until": T, "failures": [...], ...}`` or
+  ``{"state": "lifted", "at": T, "by": WHO}``: worker W's blacklisting (ADR 58), written by
+  the dispatcher that decided it and by an operator's lift
 
 Each value has a schema ``schemas/config/<kind, ":" as ".">.v1.json`` (v1; values carry no
 version field, a v2 will add ``schema_version``). ``parse`` validates one record against it into
@@ -31,14 +34,23 @@ from es_sched.serialization.schemas import Compiled, default_catalog
 
 FAMILY = "config"
 POLICIES = ("binpack", "spread")
-KINDS = ("rate:type", "rate:tenant", "concurrency", "ban-version", "pool", "policy", "rate:key")
+KINDS = (
+    "rate:type",
+    "rate:tenant",
+    "concurrency",
+    "ban-version",
+    "pool",
+    "policy",
+    "rate:key",
+    "blacklist",
+)
 VERSIONS = dict.fromkeys(KINDS, 1)  # kind -> the version written and read
 
 
 @dataclass(frozen=True)
 class ConfigChange:
     kind: str  # one of KINDS
-    subject: str  # task type, tenant, version or pool
+    subject: str  # task type, tenant, version, pool or worker
     value: dict[str, Any] | None  # None: the setting is removed (tombstone)
 
 
@@ -67,6 +79,10 @@ def parse(key: str, raw: bytes | None) -> ConfigChange:
         _compiled(kind).require(value)
     except SchemaError as exc:
         raise SchemaError(f"config {key!r}: {exc}") from None
+    if kind == "blacklist" and value["state"] == "blacklisted":
+        missing = sorted({"until", "outcomes", "failures"} - set(value))
+        if missing:
+            raise SchemaError(f"config {key!r}: a blacklisting without {', '.join(missing)}")
     return ConfigChange(kind, subject, value)
 
 

@@ -10,7 +10,9 @@ version of these types has these fields. A reader that needs more of an event it
 it whole (``decode_event``).
 
 - ``decode_task_end(raw)``: a ``TaskEnd`` for an event that ends a task attempt
-  (``TASK_ENDS``) or a lease the decider ended (``LEASE_ENDED``, with its epoch), None for any
+  (``TASK_ENDS``; a failure with its reason, ``terminal`` and ``host_fault``, for the
+  dispatcher's blacklist, ADR 58) or a lease the decider ended (``LEASE_ENDED``, with its
+  epoch), None for any
   other event; ``SchemaError`` for what is not JSON, or a picked event without those fields.
 - ``decode_workflow_end(raw)``: the workflow id of a workflow's final event
   (``WORKFLOW_ENDS``), None for anything else, JSON or not: a reader is not the events topic's
@@ -49,6 +51,10 @@ class TaskEnd(NamedTuple):
     task_id: str
     type: str
     lease_epoch: int  # of the lease that ended (``LEASE_ENDED``); 0 for the other types
+    # A task.failed's reason and whose fault it is (``es_sched.blacklist.blame``, ADR 58)
+    reason: str = ""
+    terminal: bool = False
+    host_fault: bool = False
 
 
 def decode_task_end(raw: bytes | None) -> TaskEnd | None:
@@ -61,6 +67,16 @@ def decode_task_end(raw: bytes | None) -> TaskEnd | None:
     task_id = payload.get("task_id")
     if not isinstance(task_id, str):
         raise SchemaError(f"{doc.get('type')} event without a task_id")
+    if doc["type"] == TaskFailed.TYPE:
+        reason = payload.get("reason")
+        return TaskEnd(
+            task_id,
+            TaskFailed.TYPE,
+            0,
+            reason if isinstance(reason, str) else "",
+            payload.get("terminal") is True,
+            payload.get("host_fault") is True,
+        )
     if doc["type"] != LEASE_ENDED:
         return TaskEnd(task_id, str(doc["type"]), 0)
     epoch = payload.get("lease_epoch")

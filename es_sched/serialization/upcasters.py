@@ -66,3 +66,19 @@ def _outcome_v1(doc: Doc) -> Doc:
     """v2 added ``started`` (ADR 44): a v1 outcome never implied its task's start."""
     doc.setdefault("started", False)
     return doc
+
+
+@upcaster("commands", "worker.task_failed", 2)
+def _failed_v2(doc: Doc) -> Doc:
+    """v3 added ``host_fault`` (ADR 58): a v2 failure never blamed its worker's host."""
+    doc.setdefault("host_fault", False)
+    return doc
+
+
+@upcaster("events", "task.failed", 1)
+def _task_failed_v1(doc: Doc) -> Doc:
+    """v2 added ``host_fault`` to task.failed (ADR 58); a v1 failure never blamed the host."""
+    payload = dict(doc["payload"])
+    payload.setdefault("host_fault", False)
+    doc["payload"] = payload
+    return doc

@@ -5,6 +5,14 @@ See ``es_sched.workers.sdk`` for the contract (reports, cancellation, shutdown) 
 """
 
 from es_sched.workers.capacity import Capacity, discover
-from es_sched.workers.sdk import TaskCancelled, TaskContext, TaskFailure, Worker
+from es_sched.workers.sdk import HostFault, TaskCancelled, TaskContext, TaskFailure, Worker
 
-__all__ = ["Capacity", "TaskCancelled", "TaskContext", "TaskFailure", "Worker", "discover"]
+__all__ = [
+    "Capacity",
+    "HostFault",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskFailure",
+    "Worker",
+    "discover",
+]

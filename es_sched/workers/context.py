@@ -40,6 +40,16 @@ class TaskFailure(EsSchedError):
         self.message, self.retryable, self.output = message, retryable, output or {}
 
 
+class HostFault(TaskFailure):
+    """Raise from a handler when this worker's host failed, not the task's input (a disk not
+    writable, a GPU driver error, a full scratch volume): the failure is retryable (another
+    worker may succeed) and it counts against this worker, whose dispatcher blacklists it when
+    such faults are most of its recent outcomes (ADR 58). Any other failure never does."""
+
+    def __init__(self, message: str, output: JSON | None = None) -> None:
+        super().__init__(message, retryable=True, output=output)
+
+
 class TaskContext:
     """What a handler knows about its task, and how it reports progress or sees cancellation."""
 
@@ -116,8 +126,9 @@ def outcome(
     logs: list[JSON] | None = None,
     traceback_max_chars: int = 8 * 1024,
 ) -> c.WorkerReport:
-    """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says,
-    any other exception retryable, anything but a JSON object a terminal failure.
+    """The report a handler's end makes: its dict as the output, ``TaskFailure`` as it says
+    (``HostFault``: the host's fault, ADR 58), any other exception retryable, anything but a
+    JSON object a terminal failure.
     ``started``: the handler's start was not reported on its own (ADR 44). ``logs`` (the
     context's lines) go with any outcome; an exception's traceback with its failure, its last
     ``traceback_max_chars`` characters, except a ``TaskFailure`` raised on purpose (one raised
@@ -128,8 +139,17 @@ def outcome(
     if isinstance(exc, TaskFailure):
         chained = exc.__cause__ is not None or exc.__context__ is not None
         trace = tasklogs.traceback_of(exc, traceback_max_chars) if chained else ""
+        host = isinstance(exc, HostFault)
         return reports.failed(
-            a, worker_id, exc.message, not exc.retryable, exc.output, started, logs, trace
+            a,
+            worker_id,
+            exc.message,
+            not exc.retryable,
+            exc.output,
+            started,
+            logs,
+            trace,
+            host_fault=host,
         )
     if exc is not None:
         log.warning("task %s (%s) raised %r", a.task_id, a.task_type, exc)

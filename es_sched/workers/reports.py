@@ -96,8 +96,10 @@ def failed(
     started: bool = False,
     logs: list[dict[str, Any]] | None = None,
     traceback: str = "",
+    host_fault: bool = False,
 ) -> c.ReportFailed:
-    """``logs`` and ``traceback`` bounded by the caller (``tasklogs``, ADR 60)."""
+    """``logs`` and ``traceback`` bounded by the caller (``tasklogs``, ADR 60). ``host_fault``:
+    the handler raised ``HostFault``; the failure counts against this worker (ADR 58)."""
     return c.ReportFailed(
         **_report_fields(a, worker_id, "failed"),
         reason=reason[:MAX_REASON],
@@ -106,6 +108,7 @@ def failed(
         started=started,
         logs=logs or [],
         traceback=traceback,
+        host_fault=host_fault,
     )
 
 

@@ -17,8 +17,9 @@ Sync handlers run in a thread pool, ``async def`` handlers on one asyncio loop; 
 that backlog is full). Reports go to ``<prefix>.task-results`` as decider inputs: started once
 the handler has run ``started_after_s`` (a shorter task's start travels with its outcome, ADR 44),
 then completed with its return value, or failed: ``TaskFailure`` says whether it is retryable,
-any other exception is retryable and sends its traceback (bounded). Lines of ``ctx.log`` go
-with the outcome, bounded (``es_sched.workers.tasklogs``, ADR 60). A ``cancel`` record sets
+``HostFault`` that the worker's host failed (it counts against the worker, ADR 58), any other
+exception is retryable, blames no one and sends its traceback (bounded). Lines of ``ctx.log``
+go with the outcome, bounded (``es_sched.workers.tasklogs``, ADR 60). A ``cancel`` record sets
 ``ctx.cancelled`` and cancels an async handler's asyncio task; once the handler has ended, the
 worker reports ``worker.task_cancelled`` (the decider records it, nothing more: the dispatcher
 already took the lease back, ADR 5). Nothing starts whose lease has ended
@@ -64,6 +65,7 @@ from es_sched.workers.admission import admits, use_of
 from es_sched.workers.capacity import Capacity, discover, nvml_gpus
 from es_sched.workers.context import (
     Handler,
+    HostFault,
     Running,
     TaskCancelled,
     TaskContext,
@@ -73,7 +75,14 @@ from es_sched.workers.context import (
 )
 from es_sched.workers.stale import Stale, StaleLeases
 
-__all__ = ["HANDED_BACK", "TaskCancelled", "TaskContext", "TaskFailure", "Worker"]
+__all__ = [
+    "HANDED_BACK",
+    "HostFault",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskFailure",
+    "Worker",
+]
 log = logging.getLogger(__name__)
 HANDED_BACK = reports.HANDED_BACK
 JSON = dict[str, Any]

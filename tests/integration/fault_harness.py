@@ -187,9 +187,8 @@ WAIT_FROM_S, WAIT_SPREAD_S = pick(ci=(20, 31), full=(40, 61))
 def wait_input(i: int) -> dict[str, Any]:
     """Waits spread over ``WAIT_FROM_S`` and ``WAIT_SPREAD_S`` more (a fixed walk, not
     randomness): workflows leave the WAIT a few at a time, so timers, retries and workers
-    always have some work. One workflow in five has its ``fault.flaky`` fail once: more would
-    have the dispatcher blacklist the workers (over half of a worker's last 20 outcomes failed)
-    and stall the run."""
+    always have some work. One workflow in five has its ``fault.flaky`` fail once (an ordinary
+    retryable failure, which never counts against a worker, ADR 58)."""
     return {"n": i, "wait": f"{WAIT_FROM_S + (i * 37) % WAIT_SPREAD_S}s", "fail": i % 5 == 0}
 
 

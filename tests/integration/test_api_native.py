@@ -199,7 +199,7 @@ def test_workers_lists_a_running_worker(env: Env, server: Api) -> None:
         assert row is not None
         assert (row["pool"], row["version"], row["types"]) == ("default", "9.9.9", ["api.noop"])
         assert row["capacity"]["cpu"] == 2.0 and row["health"] == "alive"
-        assert row["blacklisted"] is None and row["banned"] is False
+        assert row["blacklisted"] is False and row["banned"] is False
         page = server.http.get("/ui/workers")
         assert page.status_code == 200 and worker.worker_id in page.text
 

@@ -196,9 +196,11 @@ def test_list_filter_dag_and_retry_in_a_browser(chromium: Any) -> None:
 
         # queued + leased-not-started: the departed worker may still be offered one
         wait_until(
-            lambda: len(cells := backlog()) == 6 and int(cells[2]) + int(cells[3]) == 2,
+            lambda: len(cells := backlog()) == 7 and int(cells[2]) + int(cells[3]) == 2,
             60,
             lambda: f"two waiting console.step tasks on the queues page: {backlog()}",
         )
+        # The scripted worker sends no status: the page says no worker can take them (ADR 58).
+        assert "pool default: no worker serves console.step" in backlog()[6]
         page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
         page.close()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from es_sched.api.native.ops import worker_info
+from es_sched.api.fleet import health_of
 from es_sched.dispatch.core.placement import Fleet, WorkerView
 from es_sched.liveness import Liveness, heard_at
 from es_sched.serialization import wire
@@ -45,11 +45,9 @@ def test_the_read_side_reports_the_health_the_dispatcher_places_by(silence: floa
     status = wire.WorkerStatus("w1", "default", "1.0", ["t"], 4, 8000, sent_at=T0.isoformat())
     fleet = Fleet(15, 60)
     view = WorkerView("w1", "default", "1.0", frozenset({"t"}), 4, 8000, last_seen=T0)
-    shown = worker_info(status, rule, now, set())
-    assert shown.health == fleet.status(view, now) == rule.health(T0, now)
-    assert shown.lastHeartbeat == T0
+    assert health_of(status, rule, now) == fleet.status(view, now) == rule.health(T0, now)
 
 
 def test_a_report_without_its_time_is_of_unknown_health() -> None:
     status = wire.WorkerStatus("w1", "default", "1.0", ["t"], 4, 8000)
-    assert worker_info(status, Liveness(), T0, set()).health == "unknown"
+    assert health_of(status, Liveness(), T0) == "unknown"

@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from es_sched.api.auth import Principal, require
 from es_sched.api.conductor import models
 from es_sched.api.errors import ApiError
+from es_sched.api.fleet import read_fleet
 from es_sched.api.gateway import Gateway, gateway_of
 from es_sched.api.services import Services, services
 from es_sched.projections.postgres import queries
@@ -383,6 +384,28 @@ def queue_sizes(
     _who: Principal = VIEWER,
 ) -> dict[str, int]:
     return _waiting(svc, [_name("taskType", t) for t in taskType]) if taskType else {}
+
+
+@router.get(
+    "/queue/unplaceable",
+    summary="Task types with tasks waiting that no worker can take now, and why (es-sched)",
+)
+def queue_unplaceable(
+    taskType: list[str] = Query(default_factory=list),  # noqa: B008
+    svc: Services = Depends(services),  # noqa: B008
+    _who: Principal = VIEWER,
+) -> dict[str, JSON]:
+    """Of the given types (``/queue/sizes``'s parameter), those with tasks waiting and no
+    eligible worker: ``{"reason": "blacklisted", "message": "pool media: 1 worker, ..."}``
+    (ADR 58). The same rule as the queues page and ``es_sched_queue_unplaceable``."""
+    waiting = _waiting(svc, [_name("taskType", t) for t in taskType]) if taskType else {}
+    fleet = read_fleet(svc) if any(waiting.values()) else None
+    out: dict[str, JSON] = {}
+    for name, n in waiting.items():
+        why = fleet.why_unplaceable(name) if fleet is not None and n else None
+        if why is not None:
+            out[name] = {"reason": why[0], "message": why[1], "waiting": n}
+    return out
 
 
 @router.get("/queue/polldata", summary="Who polled a task type, and when")

@@ -129,11 +129,27 @@ class Queue(BaseModel):
     leased: int = Field(description="SCHEDULED tasks leased to a worker, not started yet")
     oldestScheduledAt: datetime | None
     oldestAgeS: float | None
+    unplaceable: str | None = Field(
+        default=None,
+        description="why no worker can take its tasks now, e.g. "
+        '"pool media: 1 worker, blacklisted until 02:05: 6 of 10 failed"',
+    )
+    unplaceableReason: str | None = Field(
+        default=None, description="no_worker | blacklisted | banned | not_alive | mixed"
+    )
 
 
 class Queues(BaseModel):
     queues: list[Queue]
     freshness: Freshness
+
+
+class BlacklistInfo(BaseModel):
+    since: datetime
+    until: datetime
+    why: str = Field(description='e.g. "6 of 10 failed": its own faults of its recent outcomes')
+    failures: list[JSON] = Field(description="taskId, reason, at and fault of each")
+    decidedBy: str = Field(description="the dispatcher that decided it")
 
 
 class WorkerInfo(BaseModel):
@@ -147,9 +163,20 @@ class WorkerInfo(BaseModel):
     lastHeartbeat: datetime | None
     health: str = Field(description="alive | suspect | dead, by the dispatcher's thresholds")
     banned: bool = Field(description="its version is banned on the config topic")
-    blacklisted: bool | None = Field(
-        description="None: the dispatcher keeps its blacklist in memory and publishes it nowhere"
+    blacklisted: bool = Field(
+        description="a blacklisting is in force: no new task until it ends or is lifted (ADR 58)"
     )
+    blacklist: BlacklistInfo | None = Field(
+        default=None, description="the blacklisting in force: why and until when"
+    )
+    liftedAt: datetime | None = Field(default=None, description="its last blacklisting's lift")
+    liftedBy: str | None = None
+
+
+class Lift(BaseModel):
+    workerId: str
+    liftedAt: datetime
+    by: str
 
 
 class Workers(BaseModel):

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Query
 from es_sched.api import correlation, writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
+from es_sched.api.fleet import Fleet, read_fleet
 from es_sched.api.native import audit, config, ops, system
 from es_sched.api.native.models import (
     History,
@@ -116,7 +117,8 @@ def list_workflows(
 def get_queues(svc: Services = SVC, who: Principal = VIEWER) -> Queues:
     """Backlog per task type and priority (``queries.queues`` says what "queued" means)."""
     fresh = freshness_of(svc)
-    return Queues(queues=queues_of(queries.queues(svc.engine)), freshness=fresh)
+    rows = queues_of(queries.queues(svc.engine), fleet=read_fleet(svc))
+    return Queues(queues=rows, freshness=fresh)
 
 
 @router.get("/workflows/{workflow_id}/history", response_model=History)
@@ -199,19 +201,28 @@ def task_of(t: Row) -> Task:
     )
 
 
-def queues_of(rows: list[Row], now: datetime | None = None) -> list[Queue]:
+def queues_of(
+    rows: list[Row], now: datetime | None = None, fleet: Fleet | None = None
+) -> list[Queue]:
+    """The read model's queues; with ``fleet``, why a queue with tasks waiting has no eligible
+    worker (``Fleet.why_unplaceable``)."""
     now = now or datetime.now(UTC)
-    return [
-        Queue(
-            taskType=r["task_type"],
-            priority=r["priority"],
-            depth=r["depth"],
-            leased=r["leased"],
-            oldestScheduledAt=r["oldest"],
-            oldestAgeS=None if r["oldest"] is None else (now - r["oldest"]).total_seconds(),
+    out = []
+    for r in rows:
+        why = fleet.why_unplaceable(r["task_type"]) if fleet and r["depth"] else None
+        out.append(
+            Queue(
+                taskType=r["task_type"],
+                priority=r["priority"],
+                depth=r["depth"],
+                leased=r["leased"],
+                oldestScheduledAt=r["oldest"],
+                oldestAgeS=None if r["oldest"] is None else (now - r["oldest"]).total_seconds(),
+                unplaceable=None if why is None else why[1],
+                unplaceableReason=None if why is None else why[0],
+            )
         )
-        for r in rows
-    ]
+    return out
 
 
 def history_event(r: Row) -> HistoryEvent:

@@ -20,7 +20,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from es_sched.api import writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import TOKEN_HEADER, ApiError
-from es_sched.api.native.ops import get_workers
+from es_sched.api.fleet import read_fleet
+from es_sched.api.native.ops import lift_blacklisting, workers_of
 from es_sched.api.native.routes import queues_of
 from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.roles import grants
@@ -45,13 +46,23 @@ def _page(request: Request, template: str, who: Principal, **context: Any) -> HT
 @router.get("/queues", response_class=HTMLResponse)
 def queues_page(request: Request, svc: Services = SVC, who: Principal = VIEWER) -> HTMLResponse:
     fresh = freshness_of(svc)
-    rows = queues_of(queries.queues(svc.engine))
+    rows = queues_of(queries.queues(svc.engine), fleet=read_fleet(svc))
     return _page(request, "ops_queues.html", who, queues=rows, fresh=fresh)
 
 
 @router.get("/workers", response_class=HTMLResponse)
 def workers_page(request: Request, svc: Services = SVC, who: Principal = VIEWER) -> HTMLResponse:
-    return _page(request, "ops_workers.html", who, fleet=get_workers(svc, who))
+    fleet = workers_of(svc, read_fleet(svc))
+    can_lift = grants(who.role, "operator")
+    return _page(request, "ops_workers.html", who, fleet=fleet, can_lift=can_lift)
+
+
+@router.post("/workers/{worker_id}/lift")
+def lift_worker(worker_id: str, svc: Services = SVC, who: Principal = OPERATOR) -> Response:
+    """The console's lift button: the API's lift, then back to the workers page, which reads
+    the config topic to its end and so shows the worker lifted."""
+    lift_blacklisting(worker_id, svc, who)
+    return RedirectResponse("/ui/workers", status_code=303)
 
 
 @router.get("/definitions", response_class=HTMLResponse)

@@ -23,11 +23,19 @@ those stale epochs when it woke (issue 12).
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from es_sched.blacklist import (
+    COMPLETED,
+    Blacklisting,
+    Failure,
+    Lifted,
+    Window,
+    blame,
+)
+from es_sched.blacklist import Policy as BlacklistPolicy
 from es_sched.liveness import Health, Liveness
 
 Policy = Literal["spread", "binpack"]
@@ -107,8 +115,6 @@ class WorkerView:
     foreign_slots: int = 0
     last_seen: datetime | None = None
     lease_lost_at: datetime | None = None  # when a lease it held last expired
-    blacklisted_until: datetime | None = None
-    outcomes: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failed
 
     @property
     def free_cpu(self) -> float:
@@ -141,8 +147,18 @@ class Placement:
 
 
 class Fleet:
-    def __init__(self, suspect_after_s: float = 15.0, dead_after_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        suspect_after_s: float = 15.0,
+        dead_after_s: float = 60.0,
+        blacklist_policy: BlacklistPolicy | None = None,
+    ) -> None:
         self.workers: dict[str, WorkerView] = {}
+        # Blacklistings in force, by worker, as the config topic says (every dispatcher the
+        # same); kept apart from ``workers`` since a record may come before the worker's report.
+        self.blacklist: dict[str, Blacklisting] = {}
+        self.blacklist_policy = blacklist_policy or BlacklistPolicy()
+        self.windows: dict[str, Window] = {}  # this dispatcher's placements' outcomes, by worker
         self.index: dict[str, list[tuple[float, str]]] = {}  # pool -> sorted (free cpu, id)
         self.banned_versions: set[str] = set()
         self.liveness = Liveness(suspect_after_s, dead_after_s)
@@ -159,7 +175,6 @@ class Fleet:
             )
             worker.reserved_custom, worker.reserved_slots = old.reserved_custom, old.reserved_slots
             worker.foreign, worker.foreign_slots = old.foreign, old.foreign_slots
-            worker.blacklisted_until, worker.outcomes = old.blacklisted_until, old.outcomes
             worker.lease_lost_at = old.lease_lost_at
             reserved = {g.index: g.reserved_mb for g in old.gpus}
             for g in worker.gpus:
@@ -211,7 +226,7 @@ class Fleet:
         return (
             task_type in w.types
             and w.version not in self.banned_versions
-            and (w.blacklisted_until is None or now >= w.blacklisted_until)
+            and not self.blacklisted(w.worker_id, now)
             and self.status(w, now) == "alive"
             and self.heartbeating(w, now)
         )
@@ -255,23 +270,48 @@ class Fleet:
                     g.reserved_mb = max(0, g.reserved_mb + sign * need.gpu_memory_mb)
         self._index(w)
 
-    # -- protection ------------------------------------------------------------------------
+    # -- protection (ADR 58) ---------------------------------------------------------------
+    def blacklisted(self, worker_id: str, now: datetime) -> bool:
+        b = self.blacklist.get(worker_id)
+        return b is not None and b.active(now)
+
     def record_outcome(
         self,
         worker_id: str,
-        failed: bool,
+        kind: str,
         now: datetime,
-        threshold: float = 0.5,
-        min_samples: int = 10,
-        cooldown_s: float = 300.0,
-    ) -> bool:
-        """Track a worker's recent failures; True when this outcome blacklisted it."""
+        task_id: str = "",
+        reason: str = "",
+        terminal: bool = False,
+        host_fault: bool = False,
+        by: str = "",
+    ) -> Blacklisting | None:
+        """Count one end of a task this dispatcher placed on ``worker_id`` (``blacklist.blame``
+        says whether and how); the blacklisting it decides, if any, to be published. The
+        caller publishes it and applies it (``apply_blacklist``) like any other dispatcher's."""
+        fault = blame(kind, terminal, host_fault)
+        if fault is None and kind != COMPLETED:
+            return None  # neither for nor against the worker
+        if self.blacklisted(worker_id, now):
+            return None  # a late end of a task placed before; the bench decides nothing new
+        policy = self.blacklist_policy
+        window = self.windows.setdefault(worker_id, Window(policy.window))
+        window.add(None if fault is None else Failure(task_id, reason, now, fault))
         w = self.workers.get(worker_id)
-        if w is None:
-            return False
-        w.outcomes.append(failed)
-        if len(w.outcomes) >= min_samples and sum(w.outcomes) / len(w.outcomes) > threshold:
-            w.blacklisted_until = now + timedelta(seconds=cooldown_s)
-            w.outcomes.clear()
-            return True
-        return False
+        decided = window.verdict(worker_id, w.pool if w else "default", now, policy, by)
+        if decided is not None:
+            window.outcomes.clear()
+        return decided
+
+    def apply_blacklist(self, change: Blacklisting | Lifted) -> None:
+        """A ``blacklist:<worker>`` record, ours or another dispatcher's: in force, or lifted
+        (the worker starts again with an empty window)."""
+        if isinstance(change, Lifted):
+            self.blacklist.pop(change.worker_id, None)
+            self.windows.pop(change.worker_id, None)
+        else:
+            self.blacklist[change.worker_id] = change
+
+    def forget_blacklist(self, worker_id: str) -> None:
+        """The record is gone (a tombstone): nothing in force."""
+        self.blacklist.pop(worker_id, None)

@@ -9,6 +9,7 @@ reader never sees half a file and a crashed attempt leaves no final-looking outp
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from es_sched.workers.sdk import TaskFailure
+from es_sched.workers.sdk import HostFault, TaskFailure
 
 CHUNK = 1024 * 1024
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -96,14 +97,29 @@ def part_path(final: Path) -> Path:
     return final.with_name(f".{final.stem}.part{final.suffix}")
 
 
+# A volume full, read-only or failing is this host's fault, whatever the task asked (ADR 58).
+HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EIO, errno.EDQUOT})
+
+
+def host_fault_of(exc: OSError, what: str) -> HostFault | None:
+    """``HostFault`` for an error of the host's storage; None for another (left retryable)."""
+    return HostFault(f"{what}: {exc}") if exc.errno in HOST_ERRNOS else None
+
+
 def write_atomically(final: Path, data: bytes) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = part_path(final)
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = part_path(final)
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except OSError as exc:
+        fault = host_fault_of(exc, f"writing {final}")
+        if fault is None:
+            raise
+        raise fault from exc
 
 
 def canonical_json(doc: Any) -> bytes:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from es_sched.errors import ConfigError
-from es_sched.workers.sdk import TaskCancelled, TaskFailure
+from es_sched.workers.sdk import HostFault, TaskCancelled, TaskFailure
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05
@@ -90,8 +90,8 @@ def run_ffmpeg(
             start_new_session=True,
             env=dict(env) if env is not None else None,
         )
-    except OSError as exc:
-        raise TaskFailure(f"could not start {argv[0]}: {exc}") from exc
+    except OSError as exc:  # the tool is missing or broken on this host (ADR 58)
+        raise HostFault(f"could not start {argv[0]}: {exc}") from exc
     pgid = proc.pid  # start_new_session: ffmpeg leads its own group
     if on_start is not None:
         on_start(pgid)
@@ -140,5 +140,5 @@ def run_quick(argv: Sequence[str], timeout_s: float = 120.0) -> subprocess.Compl
     except subprocess.TimeoutExpired as exc:
         took = time.monotonic() - started
         raise TaskFailure(f"{os.path.basename(argv[0])} timed out after {took:.0f}s") from exc
-    except OSError as exc:
-        raise TaskFailure(f"could not run {argv[0]}: {exc}") from exc
+    except OSError as exc:  # the tool is missing or broken on this host (ADR 58)
+        raise HostFault(f"could not run {argv[0]}: {exc}") from exc

@@ -15,9 +15,9 @@ from typing import Any
 
 from es_sched.settings import MediaSettings
 from es_sched.workers.media import gpu
-from es_sched.workers.media.files import path_of, safe_name
+from es_sched.workers.media.files import host_fault_of, path_of, safe_name
 from es_sched.workers.media.proc import tool
-from es_sched.workers.sdk import TaskContext, TaskFailure
+from es_sched.workers.sdk import HostFault, TaskContext, TaskFailure
 
 JSON = dict[str, Any]
 
@@ -41,7 +41,15 @@ class Toolkit:
             folder = path_of(given, "output_dir")
         else:
             folder = self.settings.resolved_output_dir / safe_name(ctx.workflow_id)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            # This worker's configured folder failing is the host's fault; a folder the task
+            # named only when its volume is full, read-only or failing (ADR 58).
+            fault = host_fault_of(exc, f"output_dir {folder}")
+            if given and fault is None:
+                raise
+            raise fault or HostFault(f"output folder {folder}: {exc}") from exc
         return folder
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from es_sched import bootstrap
 from es_sched.api.app import create_app
-from es_sched.api.native.models import Freshness, SubmitRequest
+from es_sched.api.native.models import BlacklistInfo, Freshness, Queue, SubmitRequest
 from es_sched.api.native.routes import queues_of
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
@@ -174,6 +175,9 @@ def test_pages_show_what_they_reflect_and_a_lag_notice() -> None:
         ("operator", "PUT", "/api/v1/config/ban-version:1.0", {}),
         ("operator", "DELETE", "/api/v1/config/ban-version:1.0", None),
         ("worker", "GET", "/api/v1/queues", None),
+        ("viewer", "POST", "/api/v1/workers/w1/lift", None),
+        ("viewer", "POST", "/ui/workers/w1/lift", None),
+        ("worker", "GET", "/api/tasks/queue/unplaceable", None),
     ],
 )
 def test_each_route_asks_for_its_role(role: str, method: str, path: str, body: object) -> None:
@@ -186,3 +190,48 @@ def test_each_route_asks_for_its_role(role: str, method: str, path: str, body: o
     refused = client.request(method, path, json=body, headers={"X-Authorization": jwt})
     assert refused.status_code == 403, refused.text
     assert role in refused.json()["message"]
+
+
+def test_a_blacklisted_workers_row_says_why_and_offers_the_lift_to_an_operator_only() -> None:
+    at = datetime(2026, 12, 7, 1, 55, tzinfo=UTC)
+    info = BlacklistInfo(
+        since=at,
+        until=at + timedelta(minutes=10),
+        why="6 of 10 failed",
+        failures=[{"taskId": "t1", "reason": "GPU driver error", "at": at, "fault": "host fault"}],
+        decidedBy="dispatcher-0",
+    )
+    w = SimpleNamespace(workerId="media-1", blacklist=info)
+    part = templates.env.get_template("_blacklist.html")
+    shown = " ".join(part.render(w=w, can_lift=True).split())
+    assert "Blacklisted until 2026-12-07 02:05:00 UTC</strong>: 6 of 10 failed" in shown
+    assert "host fault · t1: GPU driver error" in shown
+    assert 'action="/ui/workers/media-1/lift"' in shown
+    assert "/lift" not in part.render(w=w, can_lift=False)
+
+
+def test_a_queue_nobody_can_take_says_why() -> None:
+    q = Queue(
+        taskType="media.probe",
+        priority=4,
+        depth=19,
+        leased=0,
+        oldestScheduledAt=None,
+        oldestAgeS=None,
+        unplaceable="pool media: 1 worker, blacklisted until 02:05: 6 of 10 failed",
+        unplaceableReason="blacklisted",
+    )
+    page = templates.env.get_template("ops_queues.html")
+    fresh = Freshness(
+        topic="p.events",
+        reflects={0: 5},
+        lag={0: 0},
+        lagging=False,
+        endsReadAt=datetime(2026, 12, 7, 2, tzinfo=UTC),
+        endsAgeMs=12.0,
+    )
+    request = SimpleNamespace(
+        state=SimpleNamespace(principal=None), cookies={}, url=SimpleNamespace(path="/ui/queues")
+    )
+    text = " ".join(page.render(queues=[q], fresh=fresh, request=request).split())
+    assert 'blacklisted</span> <span class="unplaceable">pool media: 1 worker' in text

@@ -32,15 +32,21 @@ def test_every_end_of_a_task_attempt_names_its_task() -> None:
 
 def test_a_task_end_tells_failures_from_completions() -> None:
     failed = orjson.dumps({"type": "task.failed", "payload": {"task_id": "t1", "reason": "x"}})
-    assert decode_task_end(failed) == ("t1", "task.failed", 0)
+    assert decode_task_end(failed) == ("t1", "task.failed", 0, "x", False, False)
+    host = {"task_id": "t3", "reason": "disk", "host_fault": True}
+    found = decode_task_end(orjson.dumps({"type": "task.failed", "payload": host}))
+    assert found == TaskEnd("t3", "task.failed", 0, "disk", False, True)
+    terminal = {"task_id": "t4", "reason": "no file", "terminal": True}
+    found = decode_task_end(orjson.dumps({"type": "task.failed", "payload": terminal}))
+    assert found is not None and found.terminal and not found.host_fault
     done = orjson.dumps({"type": "task.completed", "payload": {"task_id": "t2", "output": {}}})
-    assert decode_task_end(done) == ("t2", "task.completed", 0)
+    assert decode_task_end(done) == TaskEnd("t2", "task.completed", 0)
     assert decode_task_end(orjson.dumps({"type": "task.progressed", "payload": {}})) is None
 
 
 def test_a_lease_expired_event_names_its_task_and_epoch() -> None:
     expired = {"type": LEASE_ENDED, "payload": {"task_id": "t1", "lease_epoch": 3}}
-    assert decode_task_end(orjson.dumps(expired)) == ("t1", "task.lease_expired", 3)
+    assert decode_task_end(orjson.dumps(expired)) == TaskEnd("t1", "task.lease_expired", 3)
     for epoch in (None, True, "3", 3.5):
         bad = {"type": LEASE_ENDED, "payload": {"task_id": "t", "lease_epoch": epoch}}
         with pytest.raises(SchemaError, match="lease_epoch"):

@@ -230,8 +230,10 @@ def test_expired_lease_goes_back_to_the_head_and_dead_workers_are_reclaimed() ->
 def test_banned_versions_blacklisted_and_suspect_workers_get_nothing() -> None:
     core = core_with(worker("old", version="0.9"), worker("flaky"), worker("quiet"))
     core.fleet.banned_versions.add("0.9")
-    for _ in range(10):
-        core.fleet.record_outcome("flaky", True, T0)
+    for i in range(10):
+        decided = core.fleet.record_outcome("flaky", "lease.expired", T0, f"x{i}")
+        if decided is not None:
+            core.fleet.apply_blacklist(decided)
     core.fleet.workers["quiet"].last_seen = T0 - timedelta(seconds=30)  # suspect
     core.enqueue(task("t"))
     assert core.dispatch(T0, token) == []

@@ -24,6 +24,6 @@ def test_task_ends_and_lease_ends_are_handed_over_and_the_rest_skipped() -> None
         msg(TOPIC, event("task.lease_expired", task_id="b", lease_epoch=2)),
     ]
     assert list(EventReader(tail).poll()) == [  # type: ignore[arg-type]
-        TaskEnd("a", "task.failed", 0),
+        TaskEnd("a", "task.failed", 0, "x"),
         TaskEnd("b", "task.lease_expired", 2),
     ]
