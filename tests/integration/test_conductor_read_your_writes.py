@@ -1,12 +1,15 @@
 """Read-your-writes through the real conductor-python SDK (ADR 56): back to back in one
-thread, each write's effect is visible to the very next call, while another client keeps the
+thread, each write's effect is visible to the very next call, while other clients keep the
 decider and the projector busy.
 
 One running system (``es-sched api``, the decider and the PostgreSQL projector on private
-topics) is shared by the module's tests: they only submit and check. The load is a thread
-submitting WAIT workflows through its own ``CommandClient`` in batches, without waiting for
-them, for as long as the module runs. Nothing here waits on time: every check is the next SDK
-call, and a failure is counted with what the API answered.
+topics) is shared by the module's tests: they only submit and check. The load is
+``LOAD_CLIENTS`` threads starting WAIT workflows through the API back to back for as long as
+the module runs (each start waits for its own effect, so the load is as busy as the system
+lets it be and leaves no backlog: a producer that never waits would pile up more than any
+decider answers within the bounded wait, and every write would rightly answer 503). Nothing
+here waits on time: every check is the next SDK call, and a failure is counted with what the
+API answered.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 from conductor.client.configuration.configuration import Configuration
 from conductor.client.http.models import StartWorkflowRequest, WorkflowDef, WorkflowTask
@@ -29,7 +33,7 @@ from testkit.wait import wait_until
 pytestmark = pytest.mark.integration
 
 TIMES = 100  # each sequence, back to back (issue 50's figure)
-LOAD_BATCH = 20
+LOAD_CLIENTS = 2  # other clients starting workflows back to back meanwhile
 GATE = {
     "name": "rw.gate",
     "version": 1,
@@ -40,20 +44,23 @@ GATE = {
 
 @dataclass
 class Load:
-    """Another client's workflows, submitted until ``stop`` is set."""
+    """Other clients' workflows, started through the API until ``stop`` is set: each start
+    waits for its own effect, so the load keeps the decider and the projector busy without
+    piling up a backlog that would outlast the module."""
 
-    env: Env
+    url: str
     stop: threading.Event = field(default_factory=threading.Event)
     submitted: int = 0
     error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            with self.env.client() as client:
+            with httpx.Client(base_url=self.url, timeout=60) as http:
                 while not self.stop.is_set():
-                    inputs = [{"load": i} for i in range(LOAD_BATCH)]
-                    self.submitted += len(client.submit_many("rw.gate", inputs))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test that reads it
+                    one = {"name": "rw.gate", "input": {"load": self.submitted}}
+                    http.post("/api/workflow", json=one).raise_for_status()
+                    self.submitted += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the fixture that reads it
             self.error = exc
 
 
@@ -61,7 +68,10 @@ class Load:
 class System:
     env: Env
     server: Api
-    load: Load
+    loads: list[Load]
+
+    def load_submitted(self) -> int:
+        return sum(x.submitted for x in self.loads)
 
     def sdk(self) -> OrkesClients:
         return OrkesClients(Configuration(server_api_url=self.server.url + "/api"))
@@ -73,17 +83,25 @@ def system() -> Iterator[System]:
     env.create()
     env.push(GATE, [])
     with roles(env, "decider", "projector-pg"), api(env) as server:
-        load = Load(env)
-        thread = threading.Thread(target=load.run, name="rw-load", daemon=True)
-        thread.start()
+        loads = [Load(server.url) for _ in range(LOAD_CLIENTS)]
+        threads = [threading.Thread(target=x.run, name="rw-load", daemon=True) for x in loads]
+        for thread in threads:
+            thread.start()
         # The load is on before any test counts: its first workflows are in the read model.
-        wait_until(lambda: load.submitted >= 5 * LOAD_BATCH or load.error is not None, 60, "load")
+        wait_until(
+            lambda: all(x.submitted >= 5 or x.error is not None for x in loads),
+            120,
+            "load",
+        )
         try:
-            yield System(env, server, load)
+            yield System(env, server, loads)
         finally:
-            load.stop.set()
-            thread.join(60)
-        assert load.error is None, f"the load client failed: {load.error!r}"
+            for x in loads:
+                x.stop.set()
+            for thread in threads:
+                thread.join(60)
+        failed = [x.error for x in loads if x.error is not None]
+        assert failed == [], f"a load client failed: {failed!r}"
 
 
 def back_to_back(name: str, step: Callable[[int], str | None]) -> None:
@@ -102,7 +120,7 @@ def back_to_back(name: str, step: Callable[[int], str | None]) -> None:
 
 def test_start_then_terminate(system: System) -> None:
     workflows = system.sdk().get_workflow_client()
-    before = system.load.submitted
+    before = system.load_submitted()
 
     def step(i: int) -> str | None:
         wf = workflows.start_workflow_by_name("rw.gate", {"i": i})
@@ -111,7 +129,7 @@ def test_start_then_terminate(system: System) -> None:
         return None if status == "TERMINATED" else f"{wf} is {status} after its terminate"
 
     back_to_back("start->terminate", step)
-    assert system.load.submitted > before  # the load ran meanwhile
+    assert system.load_submitted() > before  # the load ran meanwhile
 
 
 def test_start_then_get(system: System) -> None:

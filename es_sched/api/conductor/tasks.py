@@ -439,10 +439,13 @@ def _exec_log(task_id: str, x: JSON) -> JSON:
 def task_log(svc: Services, gw: Gateway, task_id: str) -> list[JSON] | None:
     """The task's log lines in Conductor's ``TaskExecLog`` shape: those its outcome carried
     (the archive), else those kept while it runs (the gateway store); None for a task the
-    read model does not have."""
+    read model does not have and no HTTP worker here leases (a task polled here may not be in
+    the read model yet: its lines are answered, as the next read after a POST must see them)."""
     row = queries.task_row(svc.engine, task_id)
     if row is None:
-        return None
+        if gw.store.lease(task_id) is None:
+            return None
+        return [_exec_log(task_id, x) for x in gw.store.logs(task_id)]
     ended = queries.task_outcomes(svc.engine, str(row["workflow_id"]), [task_id]).get(task_id)
     lines = ended["logs"] if ended is not None else gw.store.logs(task_id)
     return [_exec_log(task_id, x) for x in lines]
