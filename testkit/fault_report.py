@@ -27,7 +27,7 @@ class Row:
     fault: str
     in_flight: int  # workflows started and not ended at the moment the fault fired
     proof: str  # what showed the fault really happened (a pid gone, a fencing error logged)
-    invariants: str  # e.g. "I1-I5 clean (12,345 events)"
+    invariants: str  # e.g. "I1-I6 clean (12,345 events)"
     recovery: str  # e.g. "first new event 1.8 s after the restart"
 
 

@@ -1,4 +1,4 @@
-"""``check(log)``: every invariant the log alone can prove (I1, I2, I3, I5) in one pass.
+"""``check(log)``: every invariant the log alone can prove (I1, I2, I3, I5, I6) in one pass.
 
 Each workflow's history is folded once with ``domain.evolve``, in log order; before each
 event, I3 looks at the state (the live lease), and before each run of one input's events, I5
@@ -13,7 +13,14 @@ from collections import Counter
 from collections.abc import Callable
 
 from es_sched.audit.determinism import replay_run, runs
-from es_sched.audit.invariants import by_workflow, contiguous, fenced, history, no_lost_work
+from es_sched.audit.invariants import (
+    by_workflow,
+    contiguous,
+    fenced,
+    history,
+    no_lost_work,
+    own_faults,
+)
 from es_sched.audit.log import At, Log, LoggedEvent, LoggedInput, Report, Violation
 from es_sched.domain.context import NoScripts
 from es_sched.domain.evolve import evolve
@@ -22,7 +29,7 @@ from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError
 
-INVARIANTS = ("I1", "I2", "I3", "I5")
+INVARIANTS = ("I1", "I2", "I3", "I5", "I6")
 Progress = Callable[[int], None]  # workflows checked so far
 
 
@@ -32,7 +39,7 @@ def check(
     scripts: ScriptEngine | None = None,
     progress: Progress | None = None,
 ) -> Report:
-    """I1, I2, I3 and I5 over ``log``. ``idle``: the system is declared idle (no input in
+    """I1, I2, I3, I5 and I6 over ``log``. ``idle``: the system is declared idle (no input in
     flight), so a workflow without a terminal event is lost work, not work in progress."""
     engine = scripts or NoScripts()
     causes: dict[tuple[str, str], LoggedInput] = {}
@@ -50,6 +57,7 @@ def check(
             progress(n)
     lost, info = no_lost_work(log, final, idle)
     report.violations += lost
+    report.violations += own_faults(log)
     report.info += info
     report.states = final
     report.violations.sort(key=lambda v: (v.invariant, v.workflow_id, v.at))
@@ -59,6 +67,7 @@ def check(
         "inputs": len(log.inputs),
         "workflows": len(final),
         "refusals": sum(is_refusal(le.event) for le in log.events),
+        "blacklistings": len(log.blacklistings),
         "open": sum(not st.terminal for st in final.values()),
         **{k: by_invariant.get(k, 0) for k in INVARIANTS},
     }

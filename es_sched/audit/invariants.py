@@ -14,6 +14,11 @@ Pure: no I/O, no clock. Every rule reads only recorded facts:
   when a worker's report caused it, the report names the lease then live (worker, epoch,
   token, attempt), as ``task.dispatched`` set it in the fold: the fencing rule of
   ``task_inputs.report``, checked from the outside.
+- I6: a worker is blacklisted only for its own faults (ADR 58): each failure a blacklisting on
+  the config topic cites is in the log as that fault of that task: a lease expiry (a
+  ``task.lease_expired`` event or the dispatcher's ``dispatcher.lease_expired`` input) or a
+  host fault (a non-terminal ``task.failed`` with ``host_fault``, or that worker's report of
+  one); an input's fault (a terminal failure) or an ordinary failure is never cited.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from es_sched.audit.log import At, Log, LoggedEvent, LoggedInput, Violation
+from es_sched.blacklist import HOST_FAULT, LEASE_EXPIRED
 from es_sched.domain import commands as c
-from es_sched.domain.events import TaskCompleted, TaskFailed, WorkflowStarted
+from es_sched.domain.events import LeaseExpired, TaskCompleted, TaskFailed, WorkflowStarted
 from es_sched.domain.ids import refusal_event_id, workflow_id_for_command
 from es_sched.domain.refusals import REFUSAL_SEQ, is_refusal
 from es_sched.domain.state import WorkflowState
@@ -208,3 +214,44 @@ def fenced(
             )
             found.append(Violation("I3", wf, (at, cause.at), message))
     return found
+
+
+def own_faults(log: Log) -> list[Violation]:
+    """I6: every failure a blacklisting cites is its worker's own fault in the log."""
+    if not log.blacklistings:
+        return []
+    expired: set[str] = set()
+    host: set[tuple[str, str]] = set()  # (task id, worker id); "" when the event names none
+    for le in log.events:
+        p = le.event.payload
+        if isinstance(p, LeaseExpired):
+            expired.add(p.task_id)
+        elif isinstance(p, TaskFailed) and p.host_fault and not p.terminal:
+            host.add((p.task_id, ""))
+    for li in log.accepted():
+        inp = li.inp
+        if isinstance(inp, c.ExpireLease):
+            expired.add(inp.task_id)
+        elif isinstance(inp, c.ReportFailed) and inp.host_fault and not inp.terminal:
+            host.add((inp.task_id, inp.worker_id))
+    out = []
+    for lb in log.blacklistings:
+        b = lb.blacklisting
+        for f in b.failures:
+            if f.fault == LEASE_EXPIRED:
+                ok = f.task_id in expired
+            elif f.fault == HOST_FAULT:
+                ok = (f.task_id, "") in host or (f.task_id, b.worker_id) in host
+            else:
+                ok = False
+            if not ok:
+                out.append(
+                    Violation(
+                        "I6",
+                        f"worker {b.worker_id}",
+                        (lb.at,),
+                        f"blacklisted for task {f.task_id} ({f.fault}: {f.reason}), "
+                        "which the log does not hold as the worker's own fault",
+                    )
+                )
+    return out

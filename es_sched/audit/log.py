@@ -1,9 +1,10 @@
 """What the checker reads and what it finds: records with their place in the log, violations.
 
-A ``Log`` is the events topic (``events``, in offset order per partition) and the decider's
+A ``Log`` is the events topic (``events``, in offset order per partition), the decider's
 input topics (``inputs``: commands and task-results, ``read_committed``, in offset order per
-partition). Every violation names its invariant, its workflow and the offsets it is about, so
-an operator can read the records it points at.
+partition) and the blacklistings on the config topic (``blacklistings``). Every violation
+names its invariant, its workflow (or worker) and the offsets it is about, so an operator can
+read the records it points at.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from es_sched.blacklist import Blacklisting
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
 from es_sched.domain.state import WorkflowState
@@ -45,10 +47,20 @@ class LoggedInput:
     key: str = ""
 
 
+@dataclass(frozen=True)
+class LoggedBlacklisting:
+    """A ``blacklist:<worker>`` record of the config topic (ADR 58): the dispatcher's decision
+    and the failures it cites, each of which the log must hold as the worker's own fault."""
+
+    blacklisting: Blacklisting
+    at: At
+
+
 @dataclass
 class Log:
     events: list[LoggedEvent] = field(default_factory=list)
     inputs: list[LoggedInput] = field(default_factory=list)
+    blacklistings: list[LoggedBlacklisting] = field(default_factory=list)
 
     def accepted(self) -> list[LoggedInput]:
         """The inputs the decider applies: decoded and under their workflow id's key."""
@@ -57,7 +69,7 @@ class Log:
 
 @dataclass(frozen=True)
 class Violation:
-    invariant: str  # "I1" .. "I5"
+    invariant: str  # "I1" .. "I6"
     workflow_id: str
     at: tuple[At, ...]
     message: str

@@ -1,4 +1,5 @@
-"""The checker's one adapter: fill a ``Log`` from the events, commands and task-results topics.
+"""The checker's one adapter: fill a ``Log`` from the events, commands and task-results topics
+and the blacklistings of the config topic.
 
 Every partition is read from its start to the end it had when reading began, committed records
 only (``read_committed``, as the decider reads its inputs and the projectors the events). An
@@ -11,15 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from es_sched.audit.log import At, Log, LoggedEvent, LoggedInput
+from es_sched.audit.log import At, Log, LoggedBlacklisting, LoggedEvent, LoggedInput
+from es_sched.blacklist import Blacklisting, of_record
 from es_sched.errors import EsSchedError, SchemaError
 from es_sched.kafka.clients import consumer, read_partition
 from es_sched.kafka.topics import topics_for
+from es_sched.serialization import config as dc
 from es_sched.serialization import decode_input, decode_logged_event
 from es_sched.settings import Settings
 
 Progress = Callable[[int], None]  # records read so far
 EVERY = 2000
+BLACKLIST = "blacklist:"
 
 
 def read_log(settings: Settings, progress: Progress | None = None) -> Log:
@@ -41,9 +45,35 @@ def read_log(settings: Settings, progress: Progress | None = None) -> Log:
                 read += 1
                 if progress is not None and read % EVERY == 0:
                     progress(read)
+    log.blacklistings = _blacklistings(bootstrap, topics.config)
     if progress is not None:
         progress(read)
     return log
+
+
+def _blacklistings(bootstrap: str, topic: str) -> list[LoggedBlacklisting]:
+    """Every ``blacklist:<worker>`` decision the config topic still holds (compaction keeps a
+    worker's latest record; a lift replaces its decision). A record that does not decode is the
+    dispatcher's to dead-letter, not a broken log: it is skipped."""
+    found: list[LoggedBlacklisting] = []
+    try:
+        parts = _partitions(bootstrap, topic)
+    except EsSchedError:
+        return found  # a deployment from before the config topic
+    for part in parts:
+        for msg in read_partition(bootstrap, topic, part):
+            raw_key, raw = msg.key() or b"", msg.value()
+            key = raw_key.decode(errors="replace") if isinstance(raw_key, bytes) else raw_key
+            if raw is None or not key.startswith(BLACKLIST):
+                continue
+            try:
+                value = dc.parse(key, raw if isinstance(raw, bytes) else raw.encode()).value
+            except SchemaError:
+                continue
+            decided = of_record(key.removeprefix(BLACKLIST), value or {})
+            if isinstance(decided, Blacklisting):
+                found.append(LoggedBlacklisting(decided, At(topic, part, msg.offset() or 0)))
+    return found
 
 
 def _input(data: bytes, key: bytes | str, at: At) -> LoggedInput:

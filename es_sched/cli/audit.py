@@ -7,7 +7,8 @@ the result with the PostgreSQL rows, the search documents and the decider's chan
 every mismatch and exits 1 when there is one (2 when a store could not be read).
 
 ``es-sched audit check [--prefix P] [--idle] [--json]`` reads the events, commands and
-task-results topics and checks the invariants I1-I5 (``es_sched.audit``; I4 with
+task-results topics and the config topic's blacklistings and checks the invariants I1-I6
+(``es_sched.audit``; I4 with
 ``projections.replay``'s comparison, for each read model that holds a projection caught up
 with the log). It prints every violation with its workflow id and offsets and exits 1 when
 there is one.
@@ -177,7 +178,8 @@ def audit_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def check(prefix: str | None, idle: bool, read_models: bool, as_json: bool) -> None:
     """I1 no lost work, I2 seq 1..n once each, I3 one outcome per attempt from the live lease,
-    I4 read models equal the fold, I5 decide over the recorded inputs gives the recorded events."""
+    I4 read models equal the fold, I5 decide over the recorded inputs gives the recorded events,
+    I6 a blacklisting cites only its worker's own faults."""
     settings = load_settings()
     if prefix:
         kafka = settings.kafka.model_copy(update={"topic_prefix": prefix})

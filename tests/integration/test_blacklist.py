@@ -112,9 +112,12 @@ def test_input_errors_never_bench_a_worker_and_its_own_faults_do_until_lifted(
         assert stack.http.post(f"/api/v1/workers/{WORKER_ID}/lift").status_code == 404
         wait_until(lambda: "es_sched_worker_blacklisted{" not in metrics(port), 30, "the gauge")
         # The audit's rules hold on this log (I5: deciding the recorded inputs, host_fault
-        # included, gives the recorded events); every workflow has ended.
+        # included, gives the recorded events; I6: the blacklisting, still in the config
+        # topic's active segment beside its lift, cites only the worker's own faults); every
+        # workflow has ended.
         report = check(read_log(env.settings), True, bootstrap.script_engine())
         assert report.ok, "\n".join(v.line() for v in report.violations[:20])
+        assert report.counts["blacklistings"] >= 1 and report.counts["I6"] == 0
         assert len(report.states) == 6 + 1 + 2 + 1
     finally:
         for role in (second, first, decider, projector):

@@ -268,7 +268,7 @@ def row(env: Env, fired: Fired, workflows: int) -> Row:
         else f"SIGSTOP of the Kafka broker for {STOPPED_S:.0f}s, then SIGCONT",
         in_flight=fired.in_flight,
         proof=fired.proof,
-        invariants=f"I1-I5 clean ({workflows} workflows; I4 on pg and search)",
+        invariants=f"I1-I6 clean ({workflows} workflows; I4 on pg and search)",
         recovery=f"broker ready -> first new record per role: {recovery}",
     )
 

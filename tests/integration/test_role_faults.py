@@ -287,7 +287,7 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
                 fault,
                 in_flight,
                 proof,
-                f"I1-I5 clean ({total:,} workflows)",
+                f"I1-I6 clean ({total:,} workflows)",
                 recovery,
             )
         )
