@@ -72,6 +72,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import api_seed  # noqa: E402
 from plot_png import Series, line_charts  # noqa: E402
 
+from es_sched.kafka import config_client  # noqa: E402
 from es_sched.projections.postgres.store import engine_for  # noqa: E402
 from testkit.api import Api, api  # noqa: E402
 from testkit.net import free_port  # noqa: E402
@@ -550,6 +551,9 @@ ROUTE_PAGES = {  # name -> the route it loads
     "v1_history": "/api/v1/workflows/{id}/history",
     "v1_workers": "/api/v1/workers",
     "v1_config": "/api/v1/config",
+    "v1_config_key": "/api/v1/config/{key}",
+    "v1_task_log": "/api/v1/tasks/{taskId}/log",
+    "v1_system": "/api/v1/system",
     "ui_list": "/ui/?status=S",
     "ui_workflow": "/ui/workflows/{id}",
     "ui_live": "/ui/workflows/{id}/live",
@@ -560,7 +564,13 @@ ROUTE_PAGES = {  # name -> the route it loads
     "ui_definitions": "/ui/definitions",
     "ui_submit": "/ui/submit",
     "ui_media": "/ui/media/{id}",
+    "ui_data": "/ui/workflows/{id}/data",
+    "ui_history_json": "/ui/workflows/{id}/history.json",
+    "ui_taskdefs": "/ui/taskdefs",
+    "ui_editor": "/ui/definitions/edit",
+    "ui_system": "/ui/system",
 }
+CONFIG_KEY = "pool:bench.idle.step"  # a config record the bench writes, for v1_config_key
 
 
 def settle_events(env: Env, console: Console) -> list[str]:
@@ -602,7 +612,19 @@ def settle_events(env: Env, console: Console) -> list[str]:
     return sorted(made)
 
 
-def route_paths(seed: int, workflows: int, settled: list[str]) -> dict[str, list[str]]:
+def settled_tasks(env: Env, settled: list[str]) -> list[str]:
+    """The task ids of the settled workflows (their log is read from the event archive)."""
+    engine = engine_for(env.settings)
+    query = text("SELECT task_id FROM tasks WHERE workflow_id = ANY(:ids) ORDER BY task_id")
+    with engine.connect() as conn:
+        found = [str(r) for (r,) in conn.execute(query, {"ids": settled})]
+    engine.dispose()
+    return found
+
+
+def route_paths(
+    seed: int, workflows: int, settled: list[str], tasks: list[str]
+) -> dict[str, list[str]]:
     """Each route's paths: seeded workflows where a row is read, the settled ones where their
     archived history is."""
     some = api_seed.sample_ids(seed, workflows, 200)
@@ -624,6 +646,14 @@ def route_paths(seed: int, workflows: int, settled: list[str]) -> dict[str, list
         "ui_definitions": ["/ui/definitions"],
         "ui_submit": ["/ui/submit"],
         "ui_media": [f"/ui/media/{i}" for i in some],
+        "v1_config_key": [f"/api/v1/config/{CONFIG_KEY}"],
+        "v1_task_log": [f"/api/v1/tasks/{i}/log" for i in tasks],
+        "v1_system": ["/api/v1/system"],
+        "ui_data": [f"/ui/workflows/{i}/data" for i in some],
+        "ui_history_json": [f"/ui/workflows/{i}/history.json" for i in settled],
+        "ui_taskdefs": ["/ui/taskdefs"],
+        "ui_editor": [f"/ui/definitions/edit?name={IDLE_FLOW}"],
+        "ui_system": ["/ui/system"],
     }
 
 
@@ -674,9 +704,11 @@ def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict
     env.create()
     seeded = api_seed.seed(env.settings, opts.workflows, opts.seed, opts.processes)
     settled = settle_events(env, console)
+    config_client.publish(env.settings, CONFIG_KEY, {"pool": "default"})
+    tasks = settled_tasks(env, settled)
     paths = {
         k: v
-        for k, v in route_paths(opts.seed, opts.workflows, settled).items()
+        for k, v in route_paths(opts.seed, opts.workflows, settled, tasks).items()
         if k in opts.route_names
     }
     trees = {"after": ROOT, **({"before": opts.before.resolve()} if opts.before else {})}
@@ -690,13 +722,22 @@ def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict
         for code, url in urls.items():
             for name, some in paths.items():
                 statuses[f"{code} {name}"] = {"probe": probe(url, some[0])}
+        # A route the before checkout does not have (its probe is not 2xx there) is measured
+        # after only; its row says what before answered.
+        absent = {
+            (code, name)
+            for code in trees
+            for name in paths
+            if code == "before" and not 200 <= statuses[f"{code} {name}"]["probe"] < 300
+        }
         steps = [
             (r, kind, name, code)
             for r in range(opts.runs)
             for kind in loads
             for name in paths
             for code in trees
-            if kind == "idle" or r < (opts.before_busy_runs if code == "before" else opts.runs)
+            if (code, name) not in absent
+            and (kind == "idle" or r < (opts.before_busy_runs if code == "before" else opts.runs))
         ]
         with Progress(console=console) as bar:
             task = bar.add_task("routes", total=len(steps))
@@ -714,9 +755,13 @@ def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict
                 bar.advance(task)
     figures = ("p50_ms", "p99_ms", "requests_per_second")
     routes: dict[str, Any] = {}
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     for name, some in paths.items():
-        routes[name] = {"route": ROUTE_PAGES[name], "path": some[0]}
+        routes[name] = {"route": ROUTE_PAGES[name], "path": some[0], "when": when}
         for code in trees:
+            if (code, name) in absent:
+                routes[name][code] = {"absent": statuses[f"{code} {name}"]["probe"]}
+                continue
             routes[name][code] = {
                 kind: {
                     "median": {f: statistics.median(r[f] for r in got) for f in figures}
@@ -727,7 +772,7 @@ def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict
                 }
                 for kind, got in runs[code][name].items()
             }
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "api_routes",
         "machine": {
             "cores": os.cpu_count(),
@@ -753,6 +798,20 @@ def measure_routes(opts: argparse.Namespace, console: Console, env: Env) -> dict
         "probes": statuses,
         "routes": routes,
     }
+    if opts.keep_rows and opts.out.exists():
+        # Rows of an earlier run not measured in this one stay, each with its own "when";
+        # a row's before and after are always from one run.
+        earlier = json.loads(opts.out.read_text())
+        kept = {
+            k: {**v, "when": v.get("when", earlier["when"])}
+            for k, v in earlier["routes"].items()
+            if k not in routes
+        }
+        result["routes"] = {**kept, **routes}
+        result["earlier_runs"] = [
+            *earlier.get("earlier_runs", []),
+            {k: earlier[k] for k in ("when", "code", "seed", "load") if k in earlier},
+        ]
     opts.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return result
 
@@ -790,6 +849,9 @@ def report_routes(result: dict[str, Any], console: Console) -> None:
         cells = []
         for code in codes:
             for kind in ("idle", "busy"):
+                if code not in r or "absent" in r[code]:
+                    cells.append("-")
+                    continue
                 m = r[code][kind]["median"]
                 cells.append("-" if m is None else f"{m['p50_ms']:.1f} / {m['p99_ms']:.1f}")
         table.add_row(name, *cells)
@@ -798,6 +860,7 @@ def report_routes(result: dict[str, Any], console: Console) -> None:
         f"{code} {name} {kind}": s
         for name, r in result["routes"].items()
         for code in codes
+        if code in r and "absent" not in r[code]
         for kind in ("idle", "busy")
         for run in r[code][kind]["per_run"]
         if (s := {k: v for k, v in run["statuses"].items() if not k.startswith("2")})
@@ -811,6 +874,11 @@ def route_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--route-names", type=lambda s: s.split(","), default=list(ROUTE_PAGES))
     p.add_argument("--before", type=Path, help="a checkout served beside this one (--routes)")
     p.add_argument("--idle-seconds", type=float, default=3.0)
+    p.add_argument(
+        "--keep-rows",
+        action="store_true",
+        help="keep the output file's rows of routes not measured in this run (--routes)",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="per request (--routes)")
     p.add_argument(
         "--before-busy-runs",

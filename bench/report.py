@@ -1004,14 +1004,29 @@ def api_routes(p: Page, d: Doc) -> None:
     busy = d["load"]["busy"]["clients"]
 
     def cell(side: Doc | None, kind: str) -> str:
-        m = side[kind]["median"] if side else None
+        m = side[kind]["median"] if side and "absent" not in side else None
         return "-" if m is None else slash(m["p50_ms"], m["p99_ms"])
+
+    def before(r: Doc) -> str:
+        side = r.get("before")
+        if side and "absent" in side:
+            return f"no such route ({side['absent']})"
+        m = side["idle"]["median"] if side else None
+        return "-" if m is None else num(m["p50_ms"])
+
+    runs = sorted({r.get("when", d["when"]) for r in d["routes"].values()})
 
     p.text(
         f"Every `/api/v1` route and console page, {num(d['seed']['workflows'])} workflows in the "
         f"read model, one API process: idle is one client back to back, busy {busy} clients; "
         f"medians of {d['load']['runs']} runs; before is the checkout named in the file, served "
-        "beside it in the same run:"
+        "beside it in the same run"
+        + (
+            f" (rows from {len(runs)} runs: {', '.join(runs)}; a row's figures are from one)"
+            if len(runs) > 1
+            else ""
+        )
+        + ":"
     )
     p.table(
         ["route", "p50 / p99 ms idle", f"p50 / p99 ms at {busy} clients", "before idle p50 ms"],
@@ -1020,9 +1035,7 @@ def api_routes(p: Page, d: Doc) -> None:
                 f"`{r['route']}`",
                 cell(r["after"], "idle"),
                 cell(r["after"], "busy"),
-                num(r["before"]["idle"]["median"]["p50_ms"])
-                if r.get("before") and r["before"]["idle"]["median"]
-                else "-",
+                before(r),
             ]
             for r in d["routes"].values()
         ],
