@@ -71,6 +71,11 @@ class Topics:
         return f"{self.prefix}.{suffix}"
 
     @property
+    def stats(self) -> str:
+        """What the analytics role learned: proposals by key, advisory (ADR 64)."""
+        return self._n("stats")
+
+    @property
     def commands(self) -> str:
         return self._n("commands")
 
@@ -159,6 +164,7 @@ class Topics:
             *(Topic(self.retry(t), n, {}) for t in self.retry_tiers),
             Topic(self.leases, n, COMPACT),  # partition p: the tasks of ready partition p
             Topic(self.system, 1, COMPACT),  # small: every reader reads all of it
+            Topic(self.stats, 1, COMPACT),  # small: every reader keeps all of it
         ]
 
 
