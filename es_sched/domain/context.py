@@ -1,4 +1,6 @@
-"""What a decision may use besides state: the time, fresh ids and a script engine.
+"""What a decision may use besides state: the time, fresh ids, a script engine and what was
+learned of run times (``timeouts.Learned``: the shell's stats view, the audit's recorded
+figures).
 
 Also the read-only views expressions and scripts see of a workflow and its tasks.
 """
@@ -14,6 +16,7 @@ from es_sched.domain.ids import IdSource
 from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.scripts import ScriptEngine, ScriptResult
 from es_sched.domain.state import TaskState, WorkflowState
+from es_sched.domain.timeouts import Learned, nothing_learned
 
 
 class NoScripts:
@@ -28,6 +31,7 @@ class Context:
     now: datetime
     ids: IdSource
     scripts: ScriptEngine
+    learned: Learned = nothing_learned
 
 
 def workflow_view(st: WorkflowState) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``decide(state, input, now, ids, scripts) -> list[Event]``: the decider's pure core.
+"""``decide(state, input, now, ids, scripts, learned) -> list[Event]``: the decider's pure core.
 
 An input is first checked (idempotency, expected version, lease fencing), turned into its
 primary events, and then ``engine.step`` runs until the workflow must wait for the next input.
@@ -59,6 +59,7 @@ from es_sched.domain.state import (
     TaskState,
     WorkflowState,
 )
+from es_sched.domain.timeouts import Learned, nothing_learned
 from es_sched.errors import DomainError
 
 MAX_EVENTS_PER_INPUT = 20_000
@@ -113,8 +114,9 @@ def decide(
     now: datetime,
     ids: IdSource,
     scripts: ScriptEngine | None = None,
+    learned: Learned | None = None,
 ) -> list[Event]:
-    return decide_with_state(state, inp, now, ids, scripts)[0]
+    return decide_with_state(state, inp, now, ids, scripts, learned)[0]
 
 
 def decide_with_state(
@@ -123,10 +125,12 @@ def decide_with_state(
     now: datetime,
     ids: IdSource,
     scripts: ScriptEngine | None = None,
+    learned: Learned | None = None,
 ) -> tuple[list[Event], WorkflowState | None]:
     """``decide`` that also returns the state after the events (it is built anyway), so a
-    caller need not fold them again."""
-    ctx = Context(now, ids, scripts or NoScripts())
+    caller need not fold them again. ``learned``: run times learned per task type and size
+    class, for dynamic timeouts (ADR 65); None: nothing learned."""
+    ctx = Context(now, ids, scripts or NoScripts(), learned or nothing_learned)
     if state is None:
         refused = refusal(inp, now)
         if refused is not None:

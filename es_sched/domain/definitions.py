@@ -9,9 +9,10 @@ checks (cycles, references, joins) live in ``validation``.
 es-sched extensions, all optional and ignored by Conductor: ``priority`` (0-8, 0 highest),
 ``resources`` (``cpu``, ``memory_mb``, ``gpu_memory_mb``, ``custom``; on a workflow task also
 one ``${...}`` expression, resolved when the task is scheduled, e.g. to an estimate an earlier
-task computed: null falls back to the TaskDef's resources), ``rateLimitKey`` and
-``retryJitter`` (0-1, the fraction of a retry delay that is jittered) on a workflow task or
-TaskDef; the CALLBACK task type.
+task computed: null falls back to the TaskDef's resources), ``rateLimitKey``, ``retryJitter``
+(0-1, the fraction of a retry delay that is jittered) and ``dynamicTimeout`` (a worker task's
+total timeout from its learned run times, ``domain.timeouts``) on a workflow task or TaskDef;
+the CALLBACK task type.
 """
 
 from __future__ import annotations
@@ -73,6 +74,42 @@ class Resources:
 
 NO_RESOURCES = Resources()  # one object, so its dict is shared too (parsed.resources_dict)
 
+PERCENTILES = (50, 95, 99)  # the run-time percentiles the analytics role publishes
+
+
+@dataclass(frozen=True)
+class DynamicTimeout:
+    """``dynamicTimeout``: a worker task's total timeout is ``factor`` x the ``percentile`` of
+    its type's recent run times (its size class's), clamped to [``floor_s``, ``ceiling_s``];
+    the static ``timeoutSeconds`` until ``min_samples`` runs were measured (ADR 65)."""
+
+    floor_s: float
+    ceiling_s: float
+    percentile: int = 95
+    factor: float = 1.2
+    min_samples: int = 20
+
+
+def _number(value: Any, default: float) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else default
+
+
+def dynamic_timeout_of(doc: Any) -> DynamicTimeout | None:
+    """The policy of a ``dynamicTimeout`` document; lenient like the rest of parsing (a bad
+    document is refused by ``validation`` before any workflow uses it): None for null."""
+    if not isinstance(doc, Mapping):
+        return None
+    percentile = doc.get("percentile", 95)
+    samples = doc.get("minSamples", 20)
+    return DynamicTimeout(
+        floor_s=_number(doc.get("floorSeconds"), 1.0),
+        ceiling_s=_number(doc.get("ceilingSeconds"), math.inf),
+        percentile=percentile if isinstance(percentile, int) and percentile in PERCENTILES else 95,
+        factor=_number(doc.get("factor"), 1.2),
+        min_samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else 20,
+    )
+
 
 @dataclass(frozen=True)
 class TaskSettings:
@@ -93,6 +130,7 @@ class TaskSettings:
     rate_limit_per_frequency: int = 0
     rate_limit_frequency_in_seconds: int = 1
     concurrent_exec_limit: int = 0
+    dynamic_timeout: DynamicTimeout | None = None  # None: the static timeouts only
 
 
 @dataclass(frozen=True)
@@ -144,6 +182,8 @@ def settings_overrides(doc: Mapping[str, Any]) -> dict[str, Any]:
             gpu_memory_mb=int(r.get("gpu_memory_mb", 0)),
             custom={str(k): float(v) for k, v in dict(r.get("custom", {})).items()},
         )
+    if "dynamicTimeout" in doc:  # null on a workflow task turns its TaskDef's policy off
+        out["dynamic_timeout"] = dynamic_timeout_of(doc["dynamicTimeout"])
     return out
 
 

@@ -129,6 +129,10 @@ class TaskScheduled(Payload):
     wait_until: datetime | None = None
     dynamic_tasks: list[JSON] = field(default_factory=list)
     callback: bool = False
+    # The total timeout this attempt uses and where it came from, for a task whose settings
+    # ask for a dynamic one (``domain.timeouts``, ADR 65); {} otherwise. What the timers and
+    # replay read, never the stats topic again.
+    timeout: JSON = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from es_sched.domain.events import (
 )
 from es_sched.domain.parsed import parse_workflow_cached, taskdefs_by_name
 from es_sched.domain.refusals import is_refusal
+from es_sched.domain.timeouts import recorded_seconds
 from es_sched.errors import DomainError
 
 AnyPayload = (
@@ -139,6 +140,7 @@ def _scheduled(st: s.WorkflowState, event: Event, p: TaskScheduled) -> None:
         priority=p.priority,
         resources=p.resources,
         rate_limit_key=p.rate_limit_key,
+        timeout_s=recorded_seconds(p.timeout) if p.timeout else None,
     )
     previous = st.latest.get(p.ref)
     if previous is not None:

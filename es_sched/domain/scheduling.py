@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from es_sched.domain import retry
+from es_sched.domain import retry, timeouts
 from es_sched.domain.context import Context, lookup_for, settings
 from es_sched.domain.definitions import WORKER_TYPES, WorkflowTask, resources_of
 from es_sched.domain.events import (
@@ -84,22 +84,25 @@ def task_payload(
 ) -> TaskScheduled:
     s = settings(st, task)
     worker = task.type in WORKER_TYPES
+    task_type = task.name if worker else EXECUTION_TYPE.get(task.type, task.type)
+    needs = (
+        ({**resources} if resources is not None else resources_dict(s.resources)) if worker else {}
+    )
     return TaskScheduled(
         task_id=task_id or ctx.ids(),
         ref=ref,
         def_ref=task.ref,
-        task_type=task.name if worker else EXECUTION_TYPE.get(task.type, task.type),
+        task_type=task_type,
         name=task.name,
         attempt=attempt,
         input=inputs,
         iteration=iteration,
         status=status,
         priority=s.priority if s.priority is not None else st.priority,
-        resources=({**resources} if resources is not None else resources_dict(s.resources))
-        if worker
-        else {},
+        resources=needs,
         rate_limit_key=s.rate_limit_key,
         callback=callback,
+        timeout=timeouts.chosen(s, task_type, inputs, needs, ctx.learned) if worker else {},
         **extra,
     )
 

@@ -68,6 +68,7 @@ class TaskState:
     priority: int = 4
     resources: JSON = field(default_factory=dict)
     rate_limit_key: str | None = None
+    timeout_s: float | None = None  # the recorded total timeout (ADR 65); None: the settings'
 
     @property
     def terminal(self) -> bool:

@@ -37,6 +37,7 @@ from es_sched.domain.state import (
     TaskState,
     WorkflowState,
 )
+from es_sched.domain.timeouts import total_timeout
 
 
 def latest_instance(st: WorkflowState, task_id: str) -> TaskState | None:
@@ -144,10 +145,11 @@ def timer_fired(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Paylo
         if since is None or (ctx.now - since).total_seconds() < s.response_timeout_seconds:
             return []
     elif inp.kind == "total_timeout":
+        limit = total_timeout(task, s)
         if (
             task.started_at is None
-            or s.timeout_seconds <= 0
-            or (ctx.now - task.started_at).total_seconds() < s.timeout_seconds
+            or limit <= 0
+            or (ctx.now - task.started_at).total_seconds() < limit
         ):
             return []
     else:

@@ -40,6 +40,7 @@ from es_sched.domain.ids import timer_id
 from es_sched.domain.pickling import frozen_by_constructor
 from es_sched.domain.retry import after
 from es_sched.domain.state import WorkflowState
+from es_sched.domain.timeouts import total_timeout
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,9 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
             out.append(
                 _timer(wf, "response_timeout", p.task_id, after(at, s.response_timeout_seconds))
             )
-        if isinstance(p, TaskStarted) and s.timeout_seconds > 0:
-            out.append(_timer(wf, "total_timeout", p.task_id, after(at, s.timeout_seconds)))
+        limit = total_timeout(task, s)  # the attempt's recorded one, if any (ADR 65)
+        if isinstance(p, TaskStarted) and limit > 0:
+            out.append(_timer(wf, "total_timeout", p.task_id, after(at, limit)))
         return out
     return []
 

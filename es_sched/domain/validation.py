@@ -10,12 +10,14 @@ timeout settings, and cycles between workflows through SUB_WORKFLOW.
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from es_sched.domain import retry
 from es_sched.domain.definitions import (
+    PERCENTILES,
     RETRY_LOGICS,
     TASK_TYPES,
     TIMEOUT_POLICIES,
@@ -355,6 +357,59 @@ def _settings_problems(doc: Mapping[str, Any], expression_ok: bool = False) -> l
         not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter <= 1
     ):
         problems.append(f"retryJitter must be between 0 and 1, got {jitter!r}")
+    problems += dynamic_timeout_problems(doc.get("dynamicTimeout"))
+    return problems
+
+
+DYNAMIC_TIMEOUT_KEYS = ("percentile", "factor", "floorSeconds", "ceilingSeconds", "minSamples")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def dynamic_timeout_problems(doc: Any) -> list[str]:
+    """What is wrong with a ``dynamicTimeout`` (ADR 65); null or absent is no policy."""
+    if doc is None:
+        return []
+    where = "dynamicTimeout"
+    if not isinstance(doc, Mapping):
+        return [f"{where} must be an object or null, got {doc!r}"]
+    problems = [
+        f"{where}: unknown key {key!r} (known: {', '.join(DYNAMIC_TIMEOUT_KEYS)})"
+        for key in doc
+        if key not in DYNAMIC_TIMEOUT_KEYS
+    ]
+    floor: Any = doc.get("floorSeconds")
+    ceiling: Any = doc.get("ceilingSeconds")
+    for key, value in (("floorSeconds", floor), ("ceilingSeconds", ceiling)):
+        if value is None:
+            problems.append(f"{where}.{key} is required: the bound a learned timeout stays in")
+        elif not _is_number(value) or value <= 0:
+            problems.append(f"{where}.{key} must be a number of seconds above 0, got {value!r}")
+    if _is_number(floor) and _is_number(ceiling) and 0 < ceiling < floor:
+        problems.append(
+            f"{where}.ceilingSeconds ({ceiling!r}) must not be below floorSeconds ({floor!r})"
+        )
+    percentile = doc.get("percentile", 95)
+    if (
+        not isinstance(percentile, int)
+        or isinstance(percentile, bool)
+        or percentile not in PERCENTILES
+    ):
+        known = ", ".join(str(p) for p in PERCENTILES)
+        problems.append(
+            f"{where}.percentile must be one of {known} (what is measured), got {percentile!r}"
+        )
+    factor = doc.get("factor", 1.2)
+    if not _is_number(factor) or factor < 1:
+        problems.append(
+            f"{where}.factor must be a number of at least 1 (below it, usual runs time out), "
+            f"got {factor!r}"
+        )
+    samples = doc.get("minSamples", 20)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        problems.append(f"{where}.minSamples must be an integer of at least 1, got {samples!r}")
     return problems
 
 

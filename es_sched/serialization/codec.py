@@ -25,7 +25,14 @@ import msgspec
 import orjson
 
 from es_sched.domain.commands import INPUT_TYPES, Input, ReportCompleted, ReportFailed
-from es_sched.domain.events import EVENT_TYPES, Event, Payload, TaskCompleted, TaskFailed
+from es_sched.domain.events import (
+    EVENT_TYPES,
+    Event,
+    Payload,
+    TaskCompleted,
+    TaskFailed,
+    TaskScheduled,
+)
 from es_sched.errors import SchemaError
 from es_sched.serialization.schemas import SchemaCatalog, default_catalog
 from es_sched.serialization.upcasters import upcast
@@ -37,6 +44,7 @@ _DATETIME_FIELDS: dict[type, frozenset[str]] = {}
 SPARSE: dict[type, tuple[str, ...]] = {
     TaskCompleted: ("logs",),
     TaskFailed: ("logs", "traceback"),
+    TaskScheduled: ("timeout",),  # ADR 65: only a task with a dynamic timeout policy has one
     ReportCompleted: ("logs",),
     ReportFailed: ("logs", "traceback"),
 }

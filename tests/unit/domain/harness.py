@@ -11,6 +11,7 @@ from es_sched.domain.events import Event
 from es_sched.domain.evolve import fold
 from es_sched.domain.ids import counter_ids
 from es_sched.domain.state import TaskState, WorkflowState
+from es_sched.domain.timeouts import Learned
 from es_sched.scripting.quickjs import QuickJsEngine
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -32,7 +33,9 @@ class Driver:
         inp: dict[str, Any] | None = None,
         taskdefs: list[dict[str, Any]] | None = None,
         workflow_id: str = "wf-1",
+        learned: Learned | None = None,
     ) -> None:
+        self.learned = learned  # what the decider's stats view would answer (ADR 65)
         self.now = T0
         self.ids = counter_ids("t")
         self.inputs = counter_ids("in")
@@ -51,7 +54,7 @@ class Driver:
         )
 
     def send(self, inp: c.Input) -> list[Event]:
-        new = decide(self.state, inp, self.now, self.ids, SCRIPTS)
+        new = decide(self.state, inp, self.now, self.ids, SCRIPTS, self.learned)
         self.events += new
         self.state = fold(new, self.state)
         return new
