@@ -11,6 +11,10 @@ from the record, never from today's world:
 - fresh ids: an ``IdSource`` that hands back the ids the run recorded, in order (task ids of
   ``task.scheduled``, child ids of ``workflow.start_requested``); one asked for beyond them is
   ``unrecorded-id-N``, which shows as a mismatch;
+- what was learned of run times (a dynamic timeout's lookup, ADR 65): the figures each
+  ``task.scheduled`` of the run recorded in its ``timeout``, handed back per task type and
+  size class in order (``recorded_learned``), never the stats topic; a tampered figure or
+  timeout then decides differently and shows;
 - a StartWorkflow's definitions, which the shell resolves from the registry and pins (ADR 12):
   those the recorded ``workflow.started`` carries. A refusal of a start that embedded no
   definition is compared on its id, seq and type only (the registry's answer then is unknown).
@@ -28,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,10 +42,12 @@ from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
 from es_sched.domain.events import Event, TaskScheduled, WorkflowStarted, WorkflowStartRequested
 from es_sched.domain.ids import IdSource
+from es_sched.domain.learned import RunStats
 from es_sched.domain.refusals import is_refusal
 from es_sched.domain.retention import answer_ended, marker
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WORKFLOW_TERMINAL, WorkflowState
+from es_sched.domain.timeouts import Learned
 from es_sched.errors import EsSchedError
 from es_sched.serialization import encode_event
 
@@ -71,6 +79,40 @@ def recorded_ids(events: list[Event]) -> IdSource:
             drawn.append(e.payload.child_workflow_id)
     given, extra = iter(drawn), itertools.count(1)
     return lambda: next(given, None) or f"unrecorded-id-{next(extra)}"
+
+
+def recorded_learned(events: list[Event]) -> Learned:
+    """The learned lookup as the run saw it: per (task type, size class), the figures its
+    ``task.scheduled`` events recorded, in order. A ``static`` record had too few samples, or
+    (with enough) a figure it could not use, given back as NaN: either way the same choice."""
+    seen: dict[tuple[str, str], deque[RunStats | None]] = defaultdict(deque)
+    for e in events:
+        p = e.payload
+        if not isinstance(p, TaskScheduled) or not p.timeout:
+            continue
+        t, samples = p.timeout, int(p.timeout.get("samples") or 0)
+        run = t.get("run_s") if t.get("source") == "learned" else None
+        run_s = float(run) if isinstance(run, int | float) else math.nan
+        stats = RunStats(
+            task_type=p.task_type,
+            size_class=str(t.get("size_class")),
+            window_end=str(t.get("window_end", "")),
+            samples=samples,
+            run_p50_s=run_s,
+            run_p95_s=run_s,
+            run_p99_s=run_s,
+            wait_p50_s=0.0,
+            wait_p95_s=0.0,
+            failures=0,
+            failure_rate=0.0,
+        )
+        seen[(p.task_type, stats.size_class)].append(stats if samples else None)
+
+    def lookup(task_type: str, size_class: str) -> RunStats | None:
+        figures = seen.get((task_type, size_class))
+        return figures.popleft() if figures else None
+
+    return lookup
 
 
 def _as_recorded(inp: c.Input, first: Event) -> c.Input:
@@ -133,7 +175,12 @@ def replay_run(
             replayed = answer_ended(marker(state), inp, first.occurred_at)  # retired (ADR 18)
         else:
             replayed, _ = decide_with_state(
-                state, inp, first.occurred_at, recorded_ids(recorded), scripts
+                state,
+                inp,
+                first.occurred_at,
+                recorded_ids(recorded),
+                scripts,
+                recorded_learned(recorded),
             )
     except EsSchedError as exc:
         return [Violation("I5", wf, (where[0], cause.at), f"decide raised on replay: {exc}")]

@@ -15,6 +15,7 @@ from es_sched.audit.log import Log, Report
 from es_sched.domain import commands as c
 from es_sched.domain import retry, task_inputs
 from es_sched.domain.events import TaskCompleted, TaskScheduled, WorkflowRejected
+from es_sched.domain.learned import RunStats
 from es_sched.domain.refusals import refusal
 from es_sched.domain.retention import answer_ended, marker
 from testkit.core import rerun_with_python_core
@@ -172,3 +173,65 @@ def test_a_late_command_answered_from_a_retired_workflows_marker_replays() -> No
     wrong = dataclasses.replace(answer[0], payload=dataclasses.replace(payload, reason="made up"))
     lines = i5(run(layout([*(le.event for le in log.events), wrong], inputs)))
     assert len(lines) == 1 and "reason" in lines[0], lines
+
+
+# -- dynamic timeouts (ADR 65) ---------------------------------------------------------------
+LEARNED_DEF = {
+    "name": "enc",
+    "retryCount": 1,
+    "retryDelaySeconds": 0,
+    "timeoutSeconds": 3600,
+    "timeoutPolicy": "RETRY",
+    "dynamicTimeout": {"floorSeconds": 1, "ceilingSeconds": 600, "minSamples": 5},
+}
+
+
+def _proposal(p95: float, samples: int = 40) -> RunStats:
+    return RunStats("enc", "any", "2026-03-01T11:55:00Z", samples, p95 / 2, p95, p95, 0, 0, 0, 0)
+
+
+def learned_log() -> tuple[Recording, Log]:
+    """``enc`` runs with a learned timeout (P95 2 s: 2.4 s), times out, and its retry is
+    scheduled after a new window's proposal (P95 5 s: 6 s); ``pack`` has no policy."""
+    figures: list[RunStats | None] = [_proposal(2.0)]
+    d = Recording(TWO_TASKS, taskdefs=[LEARNED_DEF], learned=lambda *_: figures[-1])
+    d.report("a", "STARTED")
+    d.advance(2.4)
+    figures.append(_proposal(5.0))  # the view moved on: the fire must not read it
+    d.fire("total_timeout", "a")
+    d.report("a")
+    d.report("b")
+    assert d.st.status == "COMPLETED"
+    chosen = [e.payload.timeout for e in d.events if isinstance(e.payload, TaskScheduled)]
+    assert [t.get("timeout_seconds") for t in chosen] == [2.4, 6.0, None]
+    return d, recorded(d)
+
+
+def test_learned_timeouts_replay_from_the_recorded_figures() -> None:
+    _, log = learned_log()
+    assert any(le.event.type == "task.timed_out" for le in log.events)
+    report = run(log)
+    assert report.ok, [v.line() for v in report.violations]
+
+
+@pytest.mark.parametrize(
+    ("change", "shown"),
+    [
+        pytest.param({"timeout_seconds": 3600.0}, "payload.timeout.timeout_seconds", id="value"),
+        pytest.param({"source": "static"}, "payload.timeout.", id="source"),
+    ],
+)
+def test_a_tampered_learned_timeout_fails_replay(change: dict[str, Any], shown: str) -> None:
+    d, log = learned_log()
+    at = next(
+        i
+        for i, le in enumerate(log.events)
+        if isinstance(le.event.payload, TaskScheduled) and le.event.payload.timeout
+    )
+    le = log.events[at]
+    payload = le.event.payload
+    assert isinstance(payload, TaskScheduled)
+    forged = dataclasses.replace(payload, timeout={**payload.timeout, **change})
+    log.events[at] = dataclasses.replace(le, event=dataclasses.replace(le.event, payload=forged))
+    found = i5(run(log))
+    assert found and found[0].startswith(f"I5 {d.workflow_id} {le.at}") and shown in found[0], found
