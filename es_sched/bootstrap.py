@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from es_sched.api.keys import Keys, PgKeys
     from es_sched.api.services import Services as ApiServices
     from es_sched.commands.client import CommandClient
+    from es_sched.kafka.stats import StatsView
     from es_sched.projections.postgres.store import PgStore
     from es_sched.projections.search.store import SearchStore
     from es_sched.projections.store import Store
@@ -87,10 +88,24 @@ def store(settings: Settings, target: str) -> Store:
     raise ConfigError(f"unknown read model {target!r}; choose pg or search")
 
 
+def stats_view(settings: Settings) -> StatsView:
+    """The analytics role's latest proposals, kept (ADR 64); connects when called."""
+    from es_sched.kafka.stats import StatsView  # noqa: PLC0415
+    from es_sched.kafka.topics import topics_for  # noqa: PLC0415
+
+    return StatsView(settings.kafka.bootstrap_servers, topics_for(settings).stats)
+
+
 def _decider(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
     from es_sched.runtime.decider import Decider  # noqa: PLC0415
 
-    return Decider(settings, script_engine(), registry=registry, clients=clients)
+    return Decider(
+        settings,
+        script_engine(),
+        registry=registry,
+        clients=clients,
+        stats=lambda: stats_view(settings),  # learned run times: dynamic timeouts (ADR 65)
+    )
 
 
 def _timers(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:

@@ -34,6 +34,11 @@ Duplicate inputs are no-ops (``decide`` remembers input ids). Bounded (ADR 18): 
 ended marker, ``runtime.retirement``), and a late input for it is answered from the marker
 (``domain.retention.answer_ended``), never by a restore. Snapshots name their definition bundle
 by hash; the bundle is written once per changelog partition.
+
+Learned run times (ADR 65): with a ``stats`` factory the role keeps a ``StatsView`` of the
+stats topic while it runs and hands its ``runtime`` lookup to ``decide``, which records the
+figure a dynamic timeout used in ``task.scheduled``; a restore, replay and the audit read that
+record, never the view.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import assign_at_committed, seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static_membership import StaticMember, rejoining
+from es_sched.kafka.stats import StatsView
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, BatchSizer
@@ -92,8 +98,11 @@ class Decider:
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         registry: Registry | None = None,
         clients: KafkaClients | None = None,
+        stats: Callable[[], StatsView] | None = None,
     ) -> None:
         self.settings, self.scripts, self.clock, self.new_id = settings, scripts, clock, new_id
+        self.stats_view_of = stats  # None: nothing learned, every dynamic timeout static
+        self.stats_view: StatsView | None = None
         self.run_settings = settings.runtime
         self.topics = topics_for(settings)
         self.bootstrap = settings.kafka.bootstrap_servers
@@ -148,10 +157,13 @@ class Decider:
         ensure_topics(self.bootstrap, self.topics)
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()
+        self.stats_view = self.stats_view_of() if self.stats_view_of is not None else None
         try:
             rejoining(stop, self.member, lambda: self._session(stop), self._drop_all)
         finally:
             self.registry.close()
+            if self.stats_view is not None:
+                self.stats_view.close()
             log.info("decider %s stopped: %s", self.txn_id, self.stats)
 
     def _session(self, stop: threading.Event) -> None:
@@ -368,7 +380,10 @@ class Decider:
                 answer = answer_ended(gone, inp, self.clock())
                 self.stats["refusals"] += len(answer)
                 return refused(self.topics, answer)
-            events, new = decide_with_state(st, inp, self.clock(), self.new_id, self.scripts)
+            learned = self.stats_view.runtime if self.stats_view is not None else None
+            events, new = decide_with_state(
+                st, inp, self.clock(), self.new_id, self.scripts, learned
+            )
         except EsSchedError as exc:
             return [self._dead(msg, str(exc), type(exc).__name__)]
         self.stats["inputs"] += 1
