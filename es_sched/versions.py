@@ -40,6 +40,7 @@ from es_sched.domain.learned import FailureRate
 ANY_TYPE = "*"
 RolloutState = Literal["rolling", "promoted", "stopped"]
 ROLLOUT_STATES: tuple[RolloutState, ...] = ("rolling", "promoted", "stopped")
+KINDS = ("version-rule", "version-stop", "rollout")  # the config records this module reads
 _SCALE = float(2**64)
 
 
@@ -347,6 +348,27 @@ class Versions:
         out = ((t, self.why_not(t, version)) for t in sorted(types))
         return tuple((t, why) for t, why in out if why is not None)
 
+    def configure(self, kind: str, key_subject: str, value: Mapping[str, Any] | None) -> None:
+        """One config record of a ``version-rule``, ``version-stop`` or ``rollout`` key,
+        checked against its schema already (None: its tombstone)."""
+        if kind == "version-rule":
+            if value is None:
+                self.rules.pop(key_subject, None)
+            else:
+                self.rules[key_subject] = rule_of_record(key_subject, value)
+        elif kind == "version-stop":
+            if value is None:
+                self.stops.pop(split_subject(key_subject), None)
+            else:
+                self.apply(stop_of_record(key_subject, value))
+        elif kind == "rollout":
+            if value is None:
+                self.rollouts.pop(key_subject, None)
+            else:
+                self.apply(rollout_of_record(key_subject, value))
+        else:
+            raise ValueError(f"not a version record: {kind}")
+
     def apply(self, decision: Decision) -> None:
         if isinstance(decision, Stop):
             self.stops[(decision.task_type, decision.version)] = decision
@@ -382,3 +404,15 @@ class Versions:
             if decided is not None:
                 out.append(decided)
         return out
+
+
+def versions_of(config: Mapping[str, Mapping[str, Any]]) -> Versions:
+    """The version records of a folded config topic (key -> value; a value the reader could
+    not read is marked ``unreadable`` and left out), as the API and the CLI show them."""
+    found = Versions()
+    for key, value in config.items():
+        kind = next((k for k in KINDS if key.startswith(k + ":")), None)
+        if kind is None or "unreadable" in value:
+            continue
+        found.configure(kind, key[len(kind) + 1 :], value)
+    return found

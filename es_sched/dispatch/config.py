@@ -26,7 +26,6 @@ from es_sched.serialization.config import (
     parse,
     rate_key,
 )
-from es_sched.versions import rollout_of_record, rule_of_record, split_subject, stop_of_record
 
 __all__ = ["KINDS", "POLICIES", "ConfigChange", "apply", "encode", "key_for", "parse", "rate_key"]
 
@@ -58,20 +57,7 @@ def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "bi
                 core.fleet.forget_blacklist(change.subject)
             else:
                 core.fleet.apply_blacklist(of_record(change.subject, v))
-        case "version-rule":
-            if v is None:
-                core.fleet.versions.rules.pop(change.subject, None)
-            else:
-                core.fleet.versions.rules[change.subject] = rule_of_record(change.subject, v)
-        case "version-stop":
-            if v is None:
-                core.fleet.versions.stops.pop(split_subject(change.subject), None)
-            else:
-                core.fleet.versions.apply(stop_of_record(change.subject, v))
-        case "rollout":
-            if v is None:
-                core.fleet.versions.rollouts.pop(change.subject, None)
-            else:
-                core.fleet.versions.apply(rollout_of_record(change.subject, v))
+        case "version-rule" | "version-stop" | "rollout":
+            core.fleet.versions.configure(change.kind, change.subject, v)
         case _:
             raise SchemaError(f"unknown config kind {change.kind!r}")

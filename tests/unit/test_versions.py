@@ -30,7 +30,9 @@ T0 = datetime(2026, 12, 7, 2, 0, tzinfo=UTC)
 TYPE = "media.transcode"
 
 
-def rate(version: str, outcomes: int, failures: int, end: datetime = T0 + timedelta(minutes=5)):
+def rate(
+    version: str, outcomes: int, failures: int, end: datetime = T0 + timedelta(minutes=5)
+) -> FailureRate:
     return FailureRate(
         "version", TYPE, version, end.isoformat(), outcomes, failures, failures / outcomes
     )
