@@ -85,6 +85,14 @@ def _newer(window_end: str, than: datetime) -> bool:
     return end > than
 
 
+def _well_formed(rate: FailureRate) -> bool:
+    """A proposal whose figures are numbers (advice that is not is ignored, never fatal)."""
+    numbers = (rate.outcomes, rate.failures, rate.failure_rate)
+    return all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers) and (
+        isinstance(rate.window_end, str)
+    )
+
+
 @dataclass(frozen=True)
 class Seen:
     """The figures a decision used, as the proposal said them."""
@@ -381,7 +389,7 @@ class Versions:
         decides nothing (a stop in force, a decided rollout, a lift newer than the window)."""
         latest: dict[tuple[str, str], FailureRate] = {}
         for p in proposals:
-            if p.kind == "version":
+            if p.kind == "version" and _well_formed(p):
                 latest[(p.task_type, p.subject)] = p
         out: list[Decision] = []
         for (task_type, version), rate in sorted(latest.items()):

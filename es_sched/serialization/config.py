@@ -30,6 +30,7 @@ writes the records (``encode``, checked with ``parse`` first), the dispatcher ta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -95,9 +96,19 @@ def parse(key: str, raw: bytes | None) -> ConfigChange:
             raise SchemaError(f"config {key!r}: a blacklisting without {', '.join(missing)}")
     if kind == "version-stop" and "|" not in subject.strip("|"):
         raise SchemaError(f"config {key!r}: the subject is <task type>|<version>")
+    if kind in ("version-stop", "rollout") and not _is_time(value["at"]):
+        raise SchemaError(f"config {key!r}: at {value['at']!r} is not an ISO-8601 time")
     if kind == "rollout" and value["candidate"] == value["current"]:
         raise SchemaError(f"config {key!r}: the candidate and current versions are the same")
     return ConfigChange(kind, subject, value)
+
+
+def _is_time(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def schema_name(kind: str) -> str:

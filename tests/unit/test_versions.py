@@ -153,6 +153,8 @@ def test_rollout_records_round_trip_and_pass_the_config_schema() -> None:
         dc.parse(f"rollout:{TYPE}", dc.encode({**rollout().as_record(), "current": "2.0.0"}))
     with pytest.raises(SchemaError):
         dc.parse(f"rollout:{TYPE}", dc.encode({**rollout().as_record(), "share": 1.5}))
+    with pytest.raises(SchemaError, match="ISO-8601"):
+        dc.parse(f"rollout:{TYPE}", dc.encode({**rollout().as_record(), "at": "yesterday"}))
 
 
 # -- rules ---------------------------------------------------------------------------------------
@@ -168,6 +170,12 @@ def test_a_rule_stops_a_version_over_its_threshold_after_min_samples() -> None:
     assert v.decide([rate("1.1.0", 10, 6)], T0, "d") == []  # in force: nothing new
     assert not v.admits(TYPE, "1.1.0", "t1") and v.admits("other", "1.1.0", "t1")
     assert v.why_not(TYPE, "1.1.0") == f"version 1.1.0 stopped for {TYPE}: {stop.why}"
+
+
+def test_a_malformed_proposal_is_ignored_not_fatal() -> None:
+    v = Versions(rules={TYPE: Rule(TYPE, 0.5, 10)})
+    bad = FailureRate("version", TYPE, "1.1.0", "x", "many", 6, 0.6)  # type: ignore[arg-type]
+    assert v.decide([bad], T0, "d") == []
 
 
 def test_a_rule_for_any_type_and_a_lift_that_only_a_later_window_overrides() -> None:
