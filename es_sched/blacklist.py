@@ -173,6 +173,8 @@ class Candidate:
     health: str  # alive | suspect | dead | unknown
     banned: bool = False
     blacklisting: Blacklisting | None = None
+    # task type -> why its version may take none of that type's tasks (``es_sched.versions``)
+    stopped: tuple[tuple[str, str], ...] = ()
 
 
 def _clock(t: datetime) -> str:
@@ -186,7 +188,8 @@ def unplaceable(
     a metric's label and a sentence for an operator; None when some worker can.
 
     Reasons: ``no_worker`` (none of the pool serves the type), ``blacklisted``, ``banned``,
-    ``not_alive``, or ``mixed`` (each worker for its own reason)."""
+    ``version_stopped`` (ADR 70), ``not_alive``, or ``mixed`` (each worker for its own
+    reason)."""
     serving = sorted(
         (w for w in workers if w.pool == pool and task_type in w.types), key=lambda w: w.worker_id
     )
@@ -199,6 +202,8 @@ def unplaceable(
             causes.append(("blacklisted", f"blacklisted until {_clock(b.until)}: {b.why}"))
         elif w.banned:
             causes.append(("banned", "its version is banned"))
+        elif task_type in dict(w.stopped):
+            causes.append(("version_stopped", dict(w.stopped)[task_type]))
         elif w.health != "alive":
             causes.append(("not_alive", w.health))
         else:

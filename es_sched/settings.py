@@ -276,6 +276,15 @@ class DispatchSettings(BaseSettings):
         description="How long a blacklisting lasts (the penalty); an operator may lift it "
         "sooner (es-sched workers lift, POST /api/v1/workers/{id}/lift, the console).",
     )
+    # ADR 70: worker versions stopped or promoted by the analytics role's failure rates.
+    version_judge_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=3600,
+        description="How often the dispatcher owning ready partition 0 judges worker versions "
+        "(version-rule and rollout records) against the analytics role's failure rates on the "
+        "stats topic; 0 turns judging off (records already written still apply).",
+    )
 
     @property
     def blacklist_policy(self) -> BlacklistPolicy:

@@ -9,6 +9,12 @@ waits for a read of the board begun after the lift was acknowledged, so the next
 records (``blacklist:<worker>`` on the config topic, ADR 58), and ``why_unplaceable`` asks
 ``es_sched.blacklist.unplaceable``, the rule the dispatcher's ``es_sched_queue_unplaceable``
 metric uses. ``lift`` writes an operator's lift.
+
+Worker versions (ADR 70, ``es_sched.versions``): ``versions`` holds the ``version-rule``,
+``version-stop`` and ``rollout`` records; a worker whose version may take none of a type's
+tasks is a ``version_stopped`` cause in ``why_unplaceable``. ``start_rollout``,
+``revert_rollout`` and ``lift_version`` write an operator's records and answer, like a lift,
+once the kept fleet shows them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from es_sched.kafka import config_client
 from es_sched.liveness import Liveness, heard_at
 from es_sched.serialization import config as config_records
 from es_sched.serialization import wire
+from es_sched.versions import Rollout, Stop, Versions, subject, versions_of
 
 BLACKLIST = "blacklist:"
 
@@ -42,6 +49,7 @@ class Fleet:
     pools: dict[str, str]  # task type -> pool (``pool:<T>`` records; else "default")
     blacklist: dict[str, Blacklisting]  # in force now, by worker
     lifted: dict[str, Lifted]  # the last lift of a worker not blacklisted since
+    versions: Versions  # rules, stops and rollouts by failure rate (ADR 70)
 
     def candidates(self) -> list[Candidate]:
         return [
@@ -52,6 +60,7 @@ class Fleet:
                 self.health[worker_id],
                 s.version in self.banned_versions,
                 self.blacklist.get(worker_id),
+                self.versions.held_types(s.types, s.version),
             )
             for worker_id, s in self.statuses.items()
         ]
@@ -99,6 +108,7 @@ def read_fleet(svc: Services, now: datetime | None = None, since: float | None =
         },
         blacklist,
         lifted,
+        versions_of(config),
     )
 
 
@@ -119,3 +129,30 @@ def lift(svc: Services, worker_id: str, by: str, now: datetime | None = None) ->
     config_client.publish(svc.settings, key, done.as_record())
     read_fleet(svc, since=time.monotonic())  # the lift's answer waits until reads show it
     return done
+
+
+def _write(svc: Services, kind: str, key_subject: str, record: dict[str, object]) -> None:
+    config_client.publish(svc.settings, config_records.key_for(kind, key_subject), record)
+    read_fleet(svc, since=time.monotonic())  # the answer waits until reads show it
+
+
+def start_rollout(svc: Services, rollout: Rollout) -> Rollout:
+    """Write a rollout (state rolling): the candidate gets its share from the next tick."""
+    _write(svc, "rollout", rollout.task_type, rollout.as_record())
+    return rollout
+
+
+def revert_rollout(
+    svc: Services, decided: Rollout, by: str, now: datetime | None = None
+) -> Rollout:
+    """Undo a rollout's promotion or stop: rolling again at its share, judged afresh."""
+    back = decided.revert(now or datetime.now(UTC), by)
+    _write(svc, "rollout", back.task_type, back.as_record())
+    return back
+
+
+def lift_version(svc: Services, stop: Stop, by: str, now: datetime | None = None) -> Stop:
+    """Lift a version's stop for a task type; only a later failure-rate window stops it again."""
+    lifted = stop.lifted(now or datetime.now(UTC), by)
+    _write(svc, "version-stop", subject(stop.task_type, stop.version), lifted.as_record())
+    return lifted

@@ -57,5 +57,7 @@ def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "bi
                 core.fleet.forget_blacklist(change.subject)
             else:
                 core.fleet.apply_blacklist(of_record(change.subject, v))
+        case "version-rule" | "version-stop" | "rollout":
+            core.fleet.versions.configure(change.kind, change.subject, v)
         case _:
             raise SchemaError(f"unknown config kind {change.kind!r}")

@@ -29,6 +29,15 @@ never does); when the worker's own faults are most of its recent outcomes it wri
 ``blacklist:<worker>`` record to ``config``, applies it at once, and every dispatcher applies it
 when it reads it. ``es_sched_worker_blacklisted`` and ``es_sched_queue_unplaceable`` say so.
 
+Worker versions (ADR 70, ``es_sched.versions``): the owner of ready partition 0 is the one
+judge; every ``ES_SCHED_DISPATCH_VERSION_JUDGE_S`` it reads the analytics role's ``version``
+failure rates (a ``StatsView`` of the stats topic) against the ``version-rule`` and ``rollout``
+records, writes each stop, promotion or rollout stop it decides to ``config`` with the figures
+it used, and applies it at once; every dispatcher applies the records it reads. Placement
+honours them (``Fleet.eligible``); a ready task whose type no live version may take is counted
+held when queued (``es_sched_tasks_held_total``) and its queue is unplaceable
+(``reason="version_stopped"``) until an operator lifts or reverts the decision.
+
 Every tick (``ES_SCHED_DISPATCH_TICK_MS`` at most; a ready record ends the wait): expired
 leases -> ``ExpireLease`` to ``task-results`` and a ``Cancel`` to the worker; new assignments
 -> the wire ``Assignment`` to the pool's assignments topic (key = worker id) and
@@ -86,9 +95,11 @@ from es_sched.dispatch.readers.worker_status import (
     WorkerLeft,
 )
 from es_sched.domain.commands import Input
+from es_sched.domain.learned import FailureRate
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.failures import assign_at_committed, wait
+from es_sched.kafka.stats import StatsView
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
 from es_sched.liveness import heard_at
@@ -98,6 +109,7 @@ from es_sched.serialization import encode_input, wire
 from es_sched.serialization.config import ConfigChange
 from es_sched.serialization.partial import LEASE_ENDED, TaskEnd
 from es_sched.settings import Settings
+from es_sched.versions import Stop
 
 log = logging.getLogger("es_sched.dispatcher")
 ROLE = "dispatcher"
@@ -170,8 +182,24 @@ class Dispatcher:
             "es_sched_queue_unplaceable",
             "1 while tasks of a type wait and no worker of its pool can take one, by reason.",
         )
+        self.m_version_decisions = r.counter(
+            "es_sched_version_decisions_total",
+            "Worker versions stopped or promoted by failure rate, by decision (ADR 70).",
+        )
+        self.m_held = r.counter(
+            "es_sched_tasks_held_total",
+            "Ready tasks queued while no live worker version may take their type (ADR 70).",
+        )
+        self.m_rollout_share = r.gauge(
+            "es_sched_rollout_share",
+            "The share of a task type's tasks a rolled-out worker version receives now.",
+        )
         self._refused_seen: dict[str, int] = {}
         self.name = f"dispatcher-{settings.runtime.instance}"
+        self.owned: set[int] = set()  # ready partitions; the owner of 0 judges versions
+        self.stats: StatsView | None = None
+        self._judged_at = 0.0
+        self._held: dict[str, str] = {}  # task type -> why held, as last logged
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -191,6 +219,8 @@ class Dispatcher:
         self.events = EventReader(Tail(self.bootstrap, self.topics.events, OFFSET_END))
         if not self._catch_up_views():
             return
+        if self.dispatch_settings.version_judge_s > 0:
+            self.stats = StatsView(self.bootstrap, self.topics.stats)
         consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
@@ -208,6 +238,8 @@ class Dispatcher:
             self.ready.close()
             for reader in (self.config, self.status, self.events):
                 reader.close()
+            if self.stats is not None:
+                self.stats.close()
             log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
 
     def step(self, wait_s: float) -> None:
@@ -218,6 +250,7 @@ class Dispatcher:
             self._take_back(lease, "lease expired", now)
             self._count(lease.worker_id, LEASE_EXPIRED_END, lease.task_id, "lease expired", now)
             self.m_expired.inc()
+        self._judge_versions(now)
         decisions = self.core.dispatch(now, self.token)
         assignments = [d for d in decisions if isinstance(d, Assignment)]
         for decision in decisions:
@@ -284,6 +317,53 @@ class Dispatcher:
         offsets.queued(tp, task.task_id, arrival.offset)
         self.ready_at[task.task_id] = arrival.at or time.time()
         self.core.enqueue(task)
+        self._check_held(task.task_type)
+
+    def _check_held(self, task_type: str) -> None:
+        """A task queued while no live version may take its type is held, and said so: a
+        counter per task, a log line when the reason changes (ADR 70)."""
+        pool = self.core.pools.get(task_type, "default")
+        why = self.core.fleet.version_held(pool, task_type, self.clock())
+        if why is None:
+            self._held.pop(task_type, None)
+            return
+        self.m_held.inc(task_type=task_type, reason="version_stopped")
+        if self._held.get(task_type) != why:
+            self._held[task_type] = why
+            log.warning(
+                "tasks of %s held: no live worker version may take them: %s", task_type, why
+            )
+
+    def _judge_versions(self, now: datetime) -> None:
+        """The one judge of worker versions (the owner of ready partition 0): what the latest
+        failure rates decide, written to the config topic and applied here at once. A second
+        owner for a moment (a rebalance) decides the same from the same records and figures."""
+        every = self.dispatch_settings.version_judge_s
+        if self.stats is None or 0 not in self.owned or time.monotonic() < self._judged_at:
+            return
+        self._judged_at = time.monotonic() + every
+        versions = self.core.fleet.versions
+        if not versions.rules and not versions.rollouts:
+            return
+        rates = [v for v in self.stats.all().values() if isinstance(v, FailureRate)]
+        for decision in versions.decide(rates, now, self.name):
+            versions.apply(decision)
+            if isinstance(decision, Stop):
+                kind, subject = "version-stop", f"{decision.task_type}|{decision.version}"
+                version, said = decision.version, "stopped"
+            else:
+                kind, subject = "rollout", decision.task_type
+                version, said = decision.candidate, f"rollout {decision.state}"
+            key = dispatch_config.key_for(kind, subject)
+            self.output.produce(
+                self.topics.config, key, dispatch_config.encode(decision.as_record()), now
+            )
+            self.m_version_decisions.inc(
+                task_type=decision.task_type, version=version, decision=said
+            )
+            log.warning(
+                "version %s for %s: %s (%s)", version, decision.task_type, said, decision.why
+            )
 
     def _on_status(self, record: StatusRecord, now: datetime) -> None:
         match record:
@@ -447,6 +527,7 @@ class Dispatcher:
         stopping the role ends the wait. Tenant limits are shared by ready partition: our share
         follows what we own (ADR 13)."""
         parts = [tp.partition for tp in partitions]
+        self.owned |= set(parts)
         self.core.limits.assigned(parts, self.topics.partitions, self.clock())
         log.info("assigned %s", parts)
         for number in sorted(set(parts)):
@@ -487,6 +568,7 @@ class Dispatcher:
 
     def _forget(self, partitions: list[TopicPartition], how: str) -> None:
         parts = [tp.partition for tp in partitions]
+        self.owned -= set(parts)
         self.core.limits.revoked(parts, self.clock(), lost=how == "lost")
         self.ready.offsets.forget(partitions)
         gone = self.journal.forget(set(parts))
@@ -601,9 +683,16 @@ class Dispatcher:
                 fleet.status(w, now) if fleet.heartbeating(w, now) else "not heartbeating",
                 w.version in fleet.banned_versions,
                 fleet.blacklist.get(w.worker_id),
+                fleet.versions.held_types(w.types, w.version),
             )
             for w in fleet.workers.values()
         ]
+        self.m_rollout_share.replace(
+            [
+                ({"task_type": t, "candidate": r.candidate, "state": r.state}, r.given)
+                for t, r in sorted(fleet.versions.rollouts.items())
+            ]
+        )
         rows: list[tuple[dict[str, str], float]] = []
         for task_type, levels in sorted(self.core.queues.depth().items()):
             if not sum(levels):

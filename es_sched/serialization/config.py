@@ -12,6 +12,13 @@ Key -> JSON value (a tombstone removes the setting):
 - ``blacklist:<W>``     ``{"state": "blacklisted", "until": T, "failures": [...], ...}`` or
   ``{"state": "lifted", "at": T, "by": WHO}``: worker W's blacklisting (ADR 58), written by
   the dispatcher that decided it and by an operator's lift
+- ``version-rule:<T>``  ``{"max_failure_rate": F, "min_samples": N}``: stop a worker version
+  for task type T (``*``: any type) when it fails too often (ADR 70)
+- ``version-stop:<T>|<V>`` ``{"state": "stopped", "seen": {...}, ...}`` or ``{"state":
+  "lifted", ...}``: version V gets no task of type T, written by the judging dispatcher; an
+  operator's lift
+- ``rollout:<T>``       ``{"state": "rolling" | "promoted" | "stopped", "candidate", "current",
+  "share", ...}``: a gradual rollout of a worker version for task type T (ADR 70)
 
 Each value has a schema ``schemas/config/<kind, ":" as ".">.v1.json`` (v1; values carry no
 version field, a v2 will add ``schema_version``). ``parse`` validates one record against it into
@@ -23,6 +30,7 @@ writes the records (``encode``, checked with ``parse`` first), the dispatcher ta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -43,6 +51,9 @@ KINDS = (
     "policy",
     "rate:key",
     "blacklist",
+    "version-rule",
+    "version-stop",
+    "rollout",
 )
 VERSIONS = dict.fromkeys(KINDS, 1)  # kind -> the version written and read
 
@@ -83,7 +94,21 @@ def parse(key: str, raw: bytes | None) -> ConfigChange:
         missing = sorted({"until", "outcomes", "failures"} - set(value))
         if missing:
             raise SchemaError(f"config {key!r}: a blacklisting without {', '.join(missing)}")
+    if kind == "version-stop" and "|" not in subject.strip("|"):
+        raise SchemaError(f"config {key!r}: the subject is <task type>|<version>")
+    if kind in ("version-stop", "rollout") and not _is_time(value["at"]):
+        raise SchemaError(f"config {key!r}: at {value['at']!r} is not an ISO-8601 time")
+    if kind == "rollout" and value["candidate"] == value["current"]:
+        raise SchemaError(f"config {key!r}: the candidate and current versions are the same")
     return ConfigChange(kind, subject, value)
+
+
+def _is_time(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def schema_name(kind: str) -> str:

@@ -135,7 +135,8 @@ class Queue(BaseModel):
         '"pool media: 1 worker, blacklisted until 02:05: 6 of 10 failed"',
     )
     unplaceableReason: str | None = Field(
-        default=None, description="no_worker | blacklisted | banned | not_alive | mixed"
+        default=None,
+        description="no_worker | blacklisted | banned | version_stopped | not_alive | mixed",
     )
 
 
@@ -171,6 +172,10 @@ class WorkerInfo(BaseModel):
     )
     liftedAt: datetime | None = Field(default=None, description="its last blacklisting's lift")
     liftedBy: str | None = None
+    versionStopped: dict[str, str] = Field(
+        default_factory=dict,
+        description="task type -> why its version may take none of that type's tasks (ADR 70)",
+    )
 
 
 class Lift(BaseModel):
@@ -179,8 +184,61 @@ class Lift(BaseModel):
     by: str
 
 
+class Seen(BaseModel):
+    failureRate: float
+    outcomes: int
+    failures: int
+    windowEnd: str = Field(description="the end of the analytics role's window")
+
+
+class RolloutInfo(BaseModel):
+    taskType: str
+    candidate: str
+    current: str
+    state: str = Field(description="rolling | promoted | stopped")
+    share: float = Field(description="the candidate's share while rolling")
+    given: float = Field(description="the share the candidate receives now")
+    margin: float
+    minSamples: int
+    at: datetime = Field(description="when this state began")
+    by: str = Field(description="the operator, or the dispatcher that decided")
+    why: str
+    seenCandidate: Seen | None = None
+    seenCurrent: Seen | None = None
+    reverted: str | None = Field(default=None, description="the decision a revert undid")
+
+
+class RolloutStart(BaseModel):
+    taskType: str = Field(min_length=1, max_length=200)
+    candidate: str = Field(min_length=1, max_length=200)
+    current: str = Field(min_length=1, max_length=200)
+    share: float = Field(gt=0, le=1, description="of the type's tasks, to the candidate")
+    margin: float = Field(default=0.05, ge=0, le=1)
+    minSamples: int = Field(default=20, ge=1)
+
+
+class VersionStopInfo(BaseModel):
+    taskType: str
+    version: str
+    state: str = Field(description="stopped | lifted")
+    at: datetime
+    by: str
+    why: str
+    seen: Seen | None = None
+    maxFailureRate: float | None = None
+
+
+class VersionRuleInfo(BaseModel):
+    taskType: str = Field(description="a task type, or * for every type")
+    maxFailureRate: float
+    minSamples: int
+
+
 class Workers(BaseModel):
     workers: list[WorkerInfo]
+    rollouts: list[RolloutInfo] = Field(default_factory=list)
+    versionStops: list[VersionStopInfo] = Field(default_factory=list)
+    versionRules: list[VersionRuleInfo] = Field(default_factory=list)
     topic: str
     readUpTo: dict[int, int]
     readAgeMs: float = Field(description="how long before this answer the fleet was read")

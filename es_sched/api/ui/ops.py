@@ -21,7 +21,12 @@ from es_sched.api import writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import TOKEN_HEADER, ApiError
 from es_sched.api.fleet import read_fleet
-from es_sched.api.native.ops import lift_blacklisting, workers_of
+from es_sched.api.native.ops import (
+    lift_blacklisting,
+    post_lift_version,
+    post_revert,
+    workers_of,
+)
 from es_sched.api.native.routes import queues_of
 from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.roles import grants
@@ -63,6 +68,22 @@ def lift_worker(worker_id: str, svc: Services = SVC, who: Principal = OPERATOR) 
     the config topic to its end and so shows the worker lifted."""
     lift_blacklisting(worker_id, svc, who)
     return RedirectResponse("/ui/workers", status_code=303)
+
+
+@router.post("/workers/rollouts/{task_type}/revert")
+def revert_rollout(task_type: str, svc: Services = SVC, who: Principal = OPERATOR) -> Response:
+    """The console's Revert button (ADR 70): the API's revert, then back to the workers page."""
+    post_revert(task_type, svc, who)
+    return RedirectResponse("/ui/workers#versions", status_code=303)
+
+
+@router.post("/workers/version-stops/{task_type}/{version}/lift")
+def lift_version(
+    task_type: str, version: str, svc: Services = SVC, who: Principal = OPERATOR
+) -> Response:
+    """The console's Lift button for a version's stop (ADR 70)."""
+    post_lift_version(task_type, version, svc, who)
+    return RedirectResponse("/ui/workers#versions", status_code=303)
 
 
 @router.get("/definitions", response_class=HTMLResponse)

@@ -104,12 +104,12 @@ class DispatchCore:
         need = Need.of(task.resources)
         pool = self.pools.get(task_type, "default")
         policy = self.policies.get(pool, "binpack")
-        placement = self.fleet.place(pool, task_type, need, now, policy)
+        placement = self.fleet.place(pool, task_type, need, now, policy, task.task_id)
         victim = None
         if placement is None:
             if task.priority > 1:
                 return None
-            victim = self._find_victim(pool, task_type, need, now)
+            victim = self._find_victim(pool, task_type, need, now, task.task_id)
             if victim is None:
                 return None
         if (
@@ -127,7 +127,7 @@ class DispatchCore:
             if flight is not None:
                 self.enqueue(flight.task, front=True)  # back at the head, attempt not counted
             decisions.append(Preemption(victim))
-            placement = self.fleet.place(pool, task_type, need, now, policy)
+            placement = self.fleet.place(pool, task_type, need, now, policy, task.task_id)
             if placement is None:  # cannot happen: the victim's room was checked
                 self.limits.finished(task_type)
                 self.enqueue(task, front=True)
@@ -140,14 +140,16 @@ class DispatchCore:
         self.in_flight[task.task_id] = _InFlight(task, need, placement)
         return [*decisions, Assignment(task, placement, lease)]
 
-    def _find_victim(self, pool: str, task_type: str, need: Need, now: datetime) -> Lease | None:
+    def _find_victim(
+        self, pool: str, task_type: str, need: Need, now: datetime, task_id: str
+    ) -> Lease | None:
         """A long-running low-priority lease whose release makes room; nothing is changed."""
         for lease in self.leases.preemptible(now, min_running_s=self.preempt_after_s):
             flight = self.in_flight.get(lease.task_id)
             worker = self.fleet.workers.get(lease.worker_id)
             if flight is None or worker is None or worker.pool != pool:
                 continue
-            if not self.fleet.eligible(worker, task_type, now):
+            if not self.fleet.eligible(worker, task_type, now, task_id):
                 continue
             self.fleet.release(flight.placement, flight.need)
             fits = worker.fits(need) is not None

@@ -37,6 +37,7 @@ from es_sched.blacklist import (
 )
 from es_sched.blacklist import Policy as BlacklistPolicy
 from es_sched.liveness import Health, Liveness
+from es_sched.versions import Versions
 
 Policy = Literal["spread", "binpack"]
 QUIET_HEARTBEATS = 2.0  # silence that ends a worker's new leases; a lease lasts 3..6 heartbeats
@@ -161,6 +162,7 @@ class Fleet:
         self.windows: dict[str, Window] = {}  # this dispatcher's placements' outcomes, by worker
         self.index: dict[str, list[tuple[float, str]]] = {}  # pool -> sorted (free cpu, id)
         self.banned_versions: set[str] = set()
+        self.versions = Versions()  # rules, stops and rollouts by failure rate (ADR 70)
         self.liveness = Liveness(suspect_after_s, dead_after_s)
         self.heartbeat_s = 5.0  # the lease table's (``DispatchCore`` keeps them equal)
 
@@ -222,18 +224,26 @@ class Fleet:
             row.pop(i)
 
     # -- decisions -------------------------------------------------------------------------
-    def eligible(self, w: WorkerView, task_type: str, now: datetime) -> bool:
+    def eligible(self, w: WorkerView, task_type: str, now: datetime, task_id: str = "") -> bool:
         return (
             task_type in w.types
             and w.version not in self.banned_versions
+            and self.versions.admits(task_type, w.version, task_id)
             and not self.blacklisted(w.worker_id, now)
             and self.status(w, now) == "alive"
             and self.heartbeating(w, now)
         )
 
     def place(
-        self, pool: str, task_type: str, need: Need, now: datetime, policy: Policy = "binpack"
+        self,
+        pool: str,
+        task_type: str,
+        need: Need,
+        now: datetime,
+        policy: Policy = "binpack",
+        task_id: str = "",
     ) -> Placement | None:
+        """A worker for this task (``task_id`` picks its side of a version rollout)."""
         row = self.index.get(pool, [])
         start = bisect.bisect_left(row, (need.cpu - 1e-9, ""))
         order = (
@@ -241,7 +251,7 @@ class Fleet:
         )
         for i in order:
             w = self.workers[row[i][1]]
-            if not self.eligible(w, task_type, now):
+            if not self.eligible(w, task_type, now, task_id):
                 continue
             gpu = w.fits(need)
             if gpu is not None:
@@ -269,6 +279,19 @@ class Fleet:
                 if g.index == placement.gpu:
                     g.reserved_mb = max(0, g.reserved_mb + sign * need.gpu_memory_mb)
         self._index(w)
+
+    def version_held(self, pool: str, task_type: str, now: datetime) -> str | None:
+        """Why no live worker of the pool serving ``task_type`` may take any of its tasks by
+        the version rules (ADR 70); None when one may, or when none serves it at all."""
+        reasons: list[str] = []
+        for w in self.workers.values():
+            if w.pool != pool or task_type not in w.types or not self.heartbeating(w, now):
+                continue
+            why = self.versions.why_not(task_type, w.version)
+            if why is None:
+                return None
+            reasons.append(why)
+        return "; ".join(sorted(set(reasons))) or None
 
     # -- protection (ADR 58) ---------------------------------------------------------------
     def blacklisted(self, worker_id: str, now: datetime) -> bool:

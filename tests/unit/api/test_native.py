@@ -13,7 +13,14 @@ from pydantic import ValidationError
 
 from es_sched import bootstrap
 from es_sched.api.app import create_app
-from es_sched.api.native.models import BlacklistInfo, Freshness, Queue, SubmitRequest
+from es_sched.api.native.models import (
+    BlacklistInfo,
+    Freshness,
+    Queue,
+    RolloutInfo,
+    Seen,
+    SubmitRequest,
+)
 from es_sched.api.native.routes import queues_of
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
@@ -177,6 +184,16 @@ def test_pages_show_what_they_reflect_and_a_lag_notice() -> None:
         ("worker", "GET", "/api/v1/queues", None),
         ("viewer", "POST", "/api/v1/workers/w1/lift", None),
         ("viewer", "POST", "/ui/workers/w1/lift", None),
+        (
+            "viewer",
+            "POST",
+            "/api/v1/workers/rollouts",
+            {"taskType": "t", "candidate": "2", "current": "1", "share": 0.2},
+        ),
+        ("viewer", "POST", "/api/v1/workers/rollouts/t/revert", None),
+        ("viewer", "POST", "/api/v1/workers/version-stops/t/2/lift", None),
+        ("viewer", "POST", "/ui/workers/rollouts/t/revert", None),
+        ("viewer", "POST", "/ui/workers/version-stops/t/2/lift", None),
         ("worker", "GET", "/api/tasks/queue/unplaceable", None),
     ],
 )
@@ -235,3 +252,33 @@ def test_a_queue_nobody_can_take_says_why() -> None:
     )
     text = " ".join(page.render(queues=[q], fresh=fresh, request=request).split())
     assert 'blacklisted</span> <span class="unplaceable">pool media: 1 worker' in text
+
+
+def test_the_versions_section_shows_a_decided_rollout_and_offers_the_revert_to_an_operator() -> (
+    None
+):
+    at = datetime(2026, 12, 7, 2, 10, tzinfo=UTC)
+    r = RolloutInfo(
+        taskType="media.transcode",
+        candidate="2.0.0",
+        current="1.0.0",
+        state="stopped",
+        share=0.2,
+        given=0.0,
+        margin=0.05,
+        minSamples=20,
+        at=at,
+        by="dispatcher-0",
+        why="2.0.0: 12 of 20 failed (60%) against 1.0.0: 4 of 80 failed (5%), margin 5%",
+        seenCandidate=Seen(failureRate=0.6, outcomes=20, failures=12, windowEnd=at.isoformat()),
+        seenCurrent=Seen(failureRate=0.05, outcomes=80, failures=4, windowEnd=at.isoformat()),
+    )
+    fleet = SimpleNamespace(rollouts=[r], versionStops=[], versionRules=[])
+    part = templates.env.get_template("_versions.html")
+    shown = " ".join(part.render(fleet=fleet, can_lift=True).split())
+    assert 'class="status FAILED">stopped</span>' in shown
+    assert '0% <span class="muted">(share 20%)</span>' in shown
+    assert "2.0.0 60.0% of 20 · 1.0.0 5.0% of 80 · margin 5%" in shown
+    assert "dispatcher-0 at 02:10:00" in shown
+    assert 'action="/ui/workers/rollouts/media.transcode/revert"' in shown
+    assert "/revert" not in part.render(fleet=fleet, can_lift=False)

@@ -41,7 +41,8 @@ def _raw(doc: Any) -> bytes:
 
 def _decode_config(name: str) -> Callable[[bytes], config.ConfigChange]:
     kind = next(k for k in config.KINDS if config.schema_name(k) == name)
-    return lambda raw: config.parse(config.key_for(kind, "subject"), raw)
+    subject = "type|1.0.0" if kind == "version-stop" else "subject"  # <task type>|<version>
+    return lambda raw: config.parse(config.key_for(kind, subject), raw)
 
 
 def _decode_definition(name: str) -> Callable[[bytes], definitions.DefinitionRecord]:
