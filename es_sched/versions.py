@@ -86,11 +86,9 @@ def _newer(window_end: str, than: datetime) -> bool:
 
 
 def _well_formed(rate: FailureRate) -> bool:
-    """A proposal whose figures are numbers (advice that is not is ignored, never fatal)."""
-    numbers = (rate.outcomes, rate.failures, rate.failure_rate)
-    return all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers) and (
-        isinstance(rate.window_end, str)
-    )
+    """A proposal whose figures make sense (types are checked where it is read,
+    ``domain.learned.parse``); advice that does not is ignored, never fatal."""
+    return 0 <= rate.failures <= rate.outcomes and 0.0 <= rate.failure_rate <= 1.0
 
 
 @dataclass(frozen=True)

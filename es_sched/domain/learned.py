@@ -107,10 +107,43 @@ class FailureRate:
         return stats_key(self.kind, self.task_type, self.subject)
 
 
+_NUMBERS = {
+    "samples": int,
+    "outcomes": int,
+    "failures": int,
+    **{f: float for f in ("run_p50_s", "run_p95_s", "run_p99_s", "wait_p50_s", "wait_p95_s")},
+    **{f: float for f in ("failure_rate", "cost_ratio", "memory_p95_mb")},
+}
+
+
+_OPTIONAL = ("cost_ratio", "memory_p95_mb")
+
+
+def _checked(fields: dict[str, Any]) -> dict[str, Any]:
+    """The record's fields with their types checked: a proposal is advice from another
+    process, and one whose figures are not numbers is refused here, at the boundary, the same
+    way by the Python and the compiled core (whose dataclasses check types themselves)."""
+    for name, value in fields.items():
+        kind = _NUMBERS.get(name)
+        if kind is None or (value is None and name in _OPTIONAL):
+            continue
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if not numeric or (kind is int and not isinstance(value, int)):
+            raise ValueError(f"stats field {name} is not a number: {value!r}")
+        if kind is float:
+            fields[name] = float(value)
+    for name in ("task_type", "size_class", "subject", "window_end"):
+        if name in fields and not isinstance(fields[name], str):
+            raise ValueError(f"stats field {name} is not a string: {fields[name]!r}")
+    return fields
+
+
 def parse(record: Mapping[str, Any]) -> RunStats | FailureRate | None:
-    """A stats record as a value (None: a kind this version does not know, ignored)."""
+    """A stats record as a value (None: a kind this version does not know, ignored).
+
+    Raises ValueError or TypeError for a record of a known kind that is not well formed."""
     kind = record.get("kind")
-    fields = {k: v for k, v in record.items() if k != "kind"}
+    fields = _checked({k: v for k, v in record.items() if k != "kind"})
     if kind == "runtime":
         return RunStats(**fields)
     if kind in ("worker", "host", "version"):

@@ -13,7 +13,7 @@ from es_sched.dispatch import config as dc
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.dispatch.core.placement import Fleet, WorkerView
 from es_sched.dispatch.core.queues import ReadyTask
-from es_sched.domain.learned import FailureRate
+from es_sched.domain.learned import FailureRate, parse, to_record
 from es_sched.errors import SchemaError
 from es_sched.versions import (
     Rollout,
@@ -172,10 +172,13 @@ def test_a_rule_stops_a_version_over_its_threshold_after_min_samples() -> None:
     assert v.why_not(TYPE, "1.1.0") == f"version 1.1.0 stopped for {TYPE}: {stop.why}"
 
 
-def test_a_malformed_proposal_is_ignored_not_fatal() -> None:
+def test_a_malformed_proposal_is_refused_at_the_boundary_not_fatal() -> None:
+    record = {**to_record(rate("1.1.0", 10, 6)), "outcomes": "many"}
+    with pytest.raises(ValueError, match="outcomes is not a number"):
+        parse(record)  # the stats view skips it with a warning
     v = Versions(rules={TYPE: Rule(TYPE, 0.5, 10)})
-    bad = FailureRate("version", TYPE, "1.1.0", "x", "many", 6, 0.6)  # type: ignore[arg-type]
-    assert v.decide([bad], T0, "d") == []
+    nonsense = FailureRate("version", TYPE, "1.1.0", T0.isoformat(), 10, 16, 1.6)
+    assert v.decide([nonsense], T0, "d") == []
 
 
 def test_a_rule_for_any_type_and_a_lift_that_only_a_later_window_overrides() -> None:
