@@ -1,7 +1,9 @@
 """The dispatcher's decisions, tying queues, limits, placement and leases together.
 
-``DispatchCore.dispatch(now, tokens)`` returns the next assignments: for every task type with a
-backlog it takes the best ready task (priority, aging, oldest workflow first), checks its
+``DispatchCore.dispatch(now, tokens)`` returns the next assignments: it takes the task type whose
+next task goes first (``order.downstream_first``, ADR 69: level, then nearest its workflow's
+end) and that type's best ready task (priority, aging, tenant share (``fairshare``, ADR 68),
+oldest workflow first), checks its
 concurrency and its type, rate-limit key and tenant rates (``limits``), places it on a fitting
 worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
 may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
@@ -21,8 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from es_sched.dispatch.core.fairshare import FairShare, TenantOrder
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.limits import Limits
+from es_sched.dispatch.core.order import HeadKey, downstream_first
 from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
 
@@ -67,6 +71,8 @@ class DispatchCore:
     policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
     preempt_after_s: float = 60.0
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
+    fair: FairShare = field(default_factory=FairShare)  # tenants' weights and tags (ADR 68)
+    downstream_first: bool = True  # ADR 69; False: one task per type per round
 
     def __post_init__(self) -> None:
         self.fleet.heartbeat_s = self.leases.heartbeat_s  # one heartbeat for leases and liveness
@@ -77,6 +83,8 @@ class DispatchCore:
     def dispatch(
         self, now: datetime, token: Callable[[], str], limit: int = 1000
     ) -> list[Assignment | Preemption]:
+        if self.downstream_first:
+            return self._by_rank(now, token, limit)
         out: list[Assignment | Preemption] = []
         blocked: set[str] = set()
         while len(out) < limit:
@@ -94,15 +102,55 @@ class DispatchCore:
                 return out
         return out
 
+    def _by_rank(
+        self, now: datetime, token: Callable[[], str], limit: int
+    ) -> list[Assignment | Preemption]:
+        """Again and again the type whose head ranks first (``order.downstream_first``); a type
+        whose head cannot start is passed over until the next call."""
+        out: list[Assignment | Preemption] = []
+        blocked: set[str] = set()
+        while len(out) < limit:
+            best: tuple[HeadKey, str] | None = None
+            for task_type in self.queues.types():
+                if task_type in blocked:
+                    continue
+                key = self._rank(task_type, now)
+                if key is None:
+                    blocked.add(task_type)
+                elif best is None or key < best[0]:
+                    best = (key, task_type)
+            if best is None:
+                return out
+            decision = self._one(best[1], now, token)
+            if decision is None:
+                blocked.add(best[1])
+            else:
+                out += decision
+        return out
+
+    def _rank(self, task_type: str, now: datetime) -> HeadKey | None:
+        pool = self.pools.get(task_type, "default")
+        head = self.queues.by_type[task_type].head(now, self._tenant_order(pool))
+        if head is None:
+            return None
+        effective, task = head
+        tag = self.fair.tag(pool, task.tenant) if self.fair.enabled else 0.0
+        return downstream_first(effective, task, tag)
+
+    def _tenant_order(self, pool: str) -> TenantOrder:
+        return self.fair.order(pool, self.limits.tenant_full)
+
     def _one(
         self, task_type: str, now: datetime, token: Callable[[], str]
     ) -> list[Assignment | Preemption] | None:
         queue = self.queues.by_type[task_type]
-        task = queue.peek(now)
-        if task is None:
-            return None
-        need = Need.of(task.resources)
         pool = self.pools.get(task_type, "default")
+        order = self._tenant_order(pool)
+        found = queue.next(now, order)
+        if found is None:
+            return None
+        level, task = found
+        need = Need.of(task.resources)
         policy = self.policies.get(pool, "binpack")
         placement = self.fleet.place(pool, task_type, need, now, policy)
         victim = None
@@ -119,8 +167,8 @@ class DispatchCore:
             is not None
         ):
             return None
-        popped = queue.pop(now)
-        assert popped is task  # nothing changed the queue since the peek
+        queue.take(level, task)
+        self.fair.charge(pool, task.tenant)
         decisions: list[Assignment | Preemption] = []
         if victim is not None:
             flight = self.finished(victim.task_id)
@@ -129,7 +177,7 @@ class DispatchCore:
             decisions.append(Preemption(victim))
             placement = self.fleet.place(pool, task_type, need, now, policy)
             if placement is None:  # cannot happen: the victim's room was checked
-                self.limits.finished(task_type)
+                self.limits.finished(task_type, task.tenant)
                 self.enqueue(task, front=True)
                 return decisions
         assert placement is not None
@@ -162,7 +210,7 @@ class DispatchCore:
         self.leases.release(task_id)
         if flight is not None:
             self.fleet.release(flight.placement, flight.need)
-            self.limits.finished(flight.task.task_type)
+            self.limits.finished(flight.task.task_type, flight.task.tenant)
         return flight
 
     def resume(self, entry: Journaled, now: datetime) -> None:
@@ -175,7 +223,7 @@ class DispatchCore:
             return
         need, placement = Need.of(task.resources), Placement(lease.worker_id, entry.gpu)
         self.fleet.reserve(placement, need)
-        self.limits.resumed(task.task_type)
+        self.limits.resumed(task.task_type, task.tenant)
         self.leases.resume(lease, entry.last_epoch, now)
         self.in_flight[task.task_id] = _InFlight(task, need, placement)
 
@@ -224,5 +272,5 @@ class DispatchCore:
         flight = self.in_flight.pop(task_id, None)
         if flight is not None:
             self.fleet.release(flight.placement, flight.need)
-            self.limits.finished(flight.task.task_type)
+            self.limits.finished(flight.task.task_type, flight.task.tenant)
             self.enqueue(flight.task, front=True)
