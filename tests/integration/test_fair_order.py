@@ -99,16 +99,19 @@ def report(env: Env, tag: str, a: list[str], b: list[str]) -> tuple[int, int]:
     """Prints per-tenant completion times; returns how many of A's completed after B's last,
     and A's count."""
     by_wf = read_events(env)
-    ends = {wf: completion(by_wf[wf]) for wf in a + b}
-    took = {wf: end[1] for wf, end in ends.items() if end is not None}
+    ends: dict[str, tuple[datetime, float]] = {}
+    for wf in a + b:
+        found = completion(by_wf[wf])
+        assert found is not None, f"{wf} did not complete"
+        ends[wf] = found
     for name, ids in (("A", a), ("B", b)):
-        times = [took[wf] for wf in ids]
+        times = [ends[wf][1] for wf in ids]
         print(
             f"fair share {tag}: tenant {name} ({len(ids)} workflows): completion median "
             f"{statistics.median(times):.2f} s, max {max(times):.2f} s"
         )
-    b_last = max(ends[wf][0] for wf in b)  # type: ignore[index]
-    after = sum(1 for wf in a if ends[wf][0] > b_last)  # type: ignore[index]
+    b_last = max(ends[wf][0] for wf in b)
+    after = sum(1 for wf in a if ends[wf][0] > b_last)
     print(f"fair share {tag}: {after} of A's {len(a)} workflows completed after B's last")
     return after, len(a)
 

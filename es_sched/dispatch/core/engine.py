@@ -1,10 +1,10 @@
 """The dispatcher's decisions, tying queues, limits, placement and leases together.
 
 ``DispatchCore.dispatch(now, tokens)`` returns the next assignments: it takes the task type whose
-next task goes first (``order.downstream_first``, ADR 69: level, then nearest its workflow's
-end) and that type's best ready task (priority, aging, tenant share (``fairshare``, ADR 68),
-oldest workflow first), checks its
-concurrency and its type, rate-limit key and tenant rates (``limits``), places it on a fitting
+next task goes first (``order.first``, ADR 69: the most urgent level, then the task nearest its
+workflow's end) and that type's best ready task (priority, aging, tenant share (``fairshare``,
+ADR 68), oldest workflow first), checks its concurrency, its type, rate-limit key and tenant
+rates and its tenant's quota (``limits``), places it on a fitting
 worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
 may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
 victim is handed back to the head of its queue (its attempt not counted as a failure) and the
@@ -26,7 +26,7 @@ from datetime import datetime
 from es_sched.dispatch.core.fairshare import FairShare, TenantOrder
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.limits import Limits
-from es_sched.dispatch.core.order import HeadKey, downstream_first
+from es_sched.dispatch.core.order import Head, first
 from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
 
@@ -105,37 +105,36 @@ class DispatchCore:
     def _by_rank(
         self, now: datetime, token: Callable[[], str], limit: int
     ) -> list[Assignment | Preemption]:
-        """Again and again the type whose head ranks first (``order.downstream_first``); a type
-        whose head cannot start is passed over until the next call."""
+        """Again and again the type whose head goes first (``order.first``); a type whose head
+        cannot start is passed over until the next call."""
         out: list[Assignment | Preemption] = []
         blocked: set[str] = set()
         while len(out) < limit:
-            best: tuple[HeadKey, str] | None = None
+            heads: list[Head] = []
             for task_type in self.queues.types():
-                if task_type in blocked:
-                    continue
-                key = self._rank(task_type, now)
-                if key is None:
+                head = None if task_type in blocked else self._head(task_type, now)
+                if head is None:
                     blocked.add(task_type)
-                elif best is None or key < best[0]:
-                    best = (key, task_type)
-            if best is None:
+                else:
+                    heads.append(head)
+            if not heads:
                 return out
-            decision = self._one(best[1], now, token)
+            task_type = first(heads).task_type
+            decision = self._one(task_type, now, token)
             if decision is None:
-                blocked.add(best[1])
+                blocked.add(task_type)
             else:
                 out += decision
         return out
 
-    def _rank(self, task_type: str, now: datetime) -> HeadKey | None:
+    def _head(self, task_type: str, now: datetime) -> Head | None:
         pool = self.pools.get(task_type, "default")
-        head = self.queues.by_type[task_type].head(now, self._tenant_order(pool))
-        if head is None:
+        found = self.queues.by_type[task_type].head(now, self._tenant_order(pool))
+        if found is None:
             return None
-        effective, task = head
+        effective, level, task = found
         tag = self.fair.tag(pool, task.tenant) if self.fair.enabled else 0.0
-        return downstream_first(effective, task, tag)
+        return Head(task_type, effective, level, task, tag)
 
     def _tenant_order(self, pool: str) -> TenantOrder:
         return self.fair.order(pool, self.limits.tenant_full)

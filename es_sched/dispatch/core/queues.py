@@ -82,11 +82,11 @@ class TypeQueue:
 
     def head(
         self, now: datetime, order: TenantOrder | None = None
-    ) -> tuple[float, ReadyTask] | None:
-        """The task that goes next and its effective level (-1: handed back), to rank the
-        heads of several types against each other (``order.downstream_first``)."""
+    ) -> tuple[float, int, ReadyTask] | None:
+        """The task that goes next, its effective level (-1: handed back) and its level, to
+        rank the heads of several types against each other (``order.first``)."""
         best = self._best(now, order)
-        return None if best is None else (best[0], best[4])
+        return None if best is None else (best[0], best[3], best[4])
 
     def peek(self, now: datetime, order: TenantOrder | None = None) -> ReadyTask | None:
         best = self._best(now, order)

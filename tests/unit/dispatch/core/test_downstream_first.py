@@ -91,9 +91,7 @@ class Flood:
 
 
 def flood(seconds: float, downstream_first: bool) -> Flood:
-    # aging off: the point is the order at one level, not how aging breaks it
-    core = DispatchCore(downstream_first=downstream_first)
-    core.queues.aging_s = 0
+    core = DispatchCore(downstream_first=downstream_first)  # aging as by default: 60 s a level
     core.fleet.upsert(
         WorkerView("w1", "default", "1.0", frozenset({"ingest", "encode"}), 64, 64_000, slots=4)
     )
@@ -144,6 +142,27 @@ def test_priority_still_ranks_before_depth() -> None:
     core.enqueue(ReadyTask("u", "wf2", "up", 2, now, now, steps_to_end=3))
     (a,) = core.dispatch(now, lambda: "tok")
     assert isinstance(a, Assignment) and a.task.task_id == "u"
+
+
+def one_slot(*types: str) -> DispatchCore:
+    core = DispatchCore()
+    core.fleet.upsert(WorkerView("w1", "default", "1.0", frozenset(types), 64, 64_000, slots=1))
+    core.fleet.workers["w1"].last_seen = T0
+    return core
+
+
+def test_aging_still_lifts_a_task_past_other_levels_not_within_its_own() -> None:
+    old = T0 - timedelta(seconds=600)  # waited 10 levels' worth of aging (60 s a level)
+    same = one_slot("up", "down")
+    same.enqueue(ReadyTask("u", "wf1", "up", 4, old, old, steps_to_end=3))
+    same.enqueue(ReadyTask("d", "wf2", "down", 4, T0, T0, steps_to_end=0))
+    (a,) = same.dispatch(T0, lambda: "tok")  # one level: the long wait does not overtake
+    assert isinstance(a, Assignment) and a.task.task_id == "d"
+    across = one_slot("low", "high")
+    across.enqueue(ReadyTask("l", "wf3", "low", 8, old, old, steps_to_end=3))
+    across.enqueue(ReadyTask("h", "wf4", "high", 2, T0, T0, steps_to_end=0))
+    (b,) = across.dispatch(T0, lambda: "tok")  # aged to level 0: past the fresh level-2 task
+    assert isinstance(b, Assignment) and b.task.task_id == "l"
 
 
 def test_steps_to_end_counts_what_follows_in_each_enclosing_list() -> None:
