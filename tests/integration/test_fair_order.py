@@ -1,12 +1,19 @@
-"""Fair share between tenants (ADR 68) on the real stack: a decider and a dispatcher process,
-a real worker whose tasks are quick, and one module-scoped system for both runs.
+"""Queue order on the real stack: fair share between tenants (ADR 68) and downstream-first
+across task types (ADR 69). A decider process and a real worker whose tasks are quick are
+shared by the module; each test runs its own dispatcher process, with the rule on or off.
 
-Tenant A submits its backlog (``pick(ci=200, full=10_000)`` one-task workflows), then tenant B
+Tenant A submits its backlog (``pick(ci=120, full=10_000)`` one-task workflows), then tenant B
 10. With fair share on, B's workflows take their share of the worker from the moment they
 arrive and finish long before A's backlog; with it off (``ES_SCHED_DISPATCH_FAIR_SHARE=false``,
 the old order: older workflow first), B's wait behind all of A's. Completion times (first
 event to ``workflow.completed``, the decider's clock) are printed per tenant; the assertions
 are on the order of completions, never on seconds.
+
+Downstream-first: workflows of an ingest then two parallel encodes (three task types on one
+worker) are submitted faster than the worker runs them for a while. With the rule, the encodes
+of a workflow past its ingest go before new ingests, so few workflows are ever part-done and
+each finishes soon after its ingest; off, new ingests take their turn and part-done workflows
+pile up. Printed: completion after the ingest (median, max), and the most part-done at once.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
-BACKLOG = pick(ci=200, full=10_000)
+BACKLOG = pick(ci=120, full=10_000)
 LATE = 10
 STEP_S = 0.02  # what one task takes on the worker: quick, but A's backlog still waits
 DEFINITION = {
@@ -36,6 +43,25 @@ DEFINITION = {
     "version": 1,
     "tasks": [{"name": "fair.step", "taskReferenceName": "s"}],
 }
+FLOW = {
+    "name": "ds.flow",
+    "version": 1,
+    "tasks": [
+        {"name": "ds.ingest", "taskReferenceName": "ingest"},
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN",
+            "forkTasks": [
+                [{"name": "ds.encode", "taskReferenceName": "e0"}],
+                [{"name": "ds.thumb", "taskReferenceName": "e1"}],
+            ],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["e0", "e1"]},
+    ],
+}
+FLOOD = pick(ci=50, full=2_000)  # workflows, submitted at RATE a second
+RATE = 15.0  # more than the worker's 2 slots finish: the flood
 SETTINGS = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "20"}
 
 
@@ -45,12 +71,15 @@ def system() -> Iterator[Env]:
     env = Env(partitions=2, extra=SETTINGS)
     env.create()
     env.push(DEFINITION, [{"name": "fair.step", "retryCount": 0}])
+    env.push(FLOW, [{"name": t, "retryCount": 0} for t in ("ds.ingest", "ds.encode", "ds.thumb")])
     worker = Worker(worker_id="w-fair", concurrency=2, settings=env.settings, heartbeat_s=0.5)
 
-    @worker.task("fair.step")
     def step(_ctx: TaskContext, _input: JSON) -> JSON:
         time.sleep(STEP_S)
         return {}
+
+    for name in ("fair.step", "ds.ingest", "ds.encode", "ds.thumb"):
+        worker.task(name)(step)
 
     decider = Role(env, "decider")
     stop = threading.Event()
@@ -129,3 +158,58 @@ def test_off_the_late_tenant_waits_behind_the_backlog(system: Env) -> None:
     after, total = report(system, "off", a, b)
     # the old order: B's workflows started last, so they ran last
     assert after < total // 20, f"{after} of A's {total} finished after B's last"
+
+
+def flood(env: Env, downstream_first: bool) -> list[str]:
+    """Submit FLOOD workflows at RATE a second through a dispatcher with the rule on or off;
+    their ids once all completed."""
+    setting = str(downstream_first).lower()
+    dispatcher = Role(env, "dispatcher", ES_SCHED_DISPATCH_DOWNSTREAM_FIRST=setting)
+    ids: list[str] = []
+    try:
+        dispatcher.wait_log("started", 90)
+        with env.client() as client:
+            begin = time.monotonic()
+            for i in range(FLOOD):
+                time.sleep(max(0.0, begin + i / RATE - time.monotonic()))
+                ids += [s.workflow_id for s in client.submit_many("ds.flow", [{}])]
+
+        def all_done() -> bool:
+            by_wf = read_events(env)
+            return all(completion(by_wf.get(wf, [])) is not None for wf in ids)
+
+        wait_until(all_done, pick(ci=120, full=1800), f"{len(ids)} completed", every_s=0.5)
+    finally:
+        dispatcher.stop()
+    return ids
+
+
+def part_done(env: Env, tag: str, ids: list[str]) -> int:
+    """Prints completion after the ingest; returns the most workflows part-done at once (past
+    their ingest, not complete), from the events' order."""
+    by_wf = read_events(env)
+    moments: list[tuple[datetime, int]] = []
+    after: list[float] = []
+    for wf in ids:
+        events = by_wf[wf]
+        ingested = next(e.occurred_at for e in events if e.type == "task.completed")
+        done = next(e.occurred_at for e in events if e.type == "workflow.completed")
+        moments += [(ingested, 1), (done, -1)]
+        after.append((done - ingested).total_seconds())
+    now = worst = 0
+    for _, step in sorted(moments):  # at a tie the end (-1) counts first
+        now += step
+        worst = max(worst, now)
+    print(
+        f"downstream-first {tag}: {len(ids)} workflows, completion after the ingest median "
+        f"{statistics.median(after):.2f} s, max {max(after):.2f} s; at most {worst} part-done"
+    )
+    return worst
+
+
+def test_downstream_first_keeps_few_workflows_part_done_under_a_flood(system: Env) -> None:
+    on = part_done(system, "on", flood(system, True))
+    off = part_done(system, "off", flood(system, False))
+    # with the rule a part-done workflow's encodes go before new ingests: a handful at most,
+    # however long the flood; without it the part-done pile grows with the flood
+    assert on * 3 <= off, f"at most {on} part-done with the rule, {off} without"
