@@ -103,6 +103,14 @@ def completion(events: list[Event]) -> tuple[datetime, float] | None:
     return done.occurred_at, (done.occurred_at - events[0].occurred_at).total_seconds()
 
 
+def wait_completed(env: Env, ids: list[str]) -> None:
+    def all_done() -> bool:
+        by_wf = read_events(env)
+        return all(completion(by_wf.get(wf, [])) is not None for wf in ids)
+
+    wait_until(all_done, pick(ci=120, full=1800), f"{len(ids)} completed", every_s=0.5)
+
+
 def backlog_then_late(env: Env, tag: str, fair: bool) -> tuple[list[str], list[str]]:
     """Run A's backlog and B's late 10 through a dispatcher with fair share ``fair``; the
     workflow ids of A and of B."""
@@ -113,12 +121,7 @@ def backlog_then_late(env: Env, tag: str, fair: bool) -> tuple[list[str], list[s
             a = client.submit_many("fair.one", [{}] * BACKLOG, tenant=f"a-{tag}")
             b = client.submit_many("fair.one", [{}] * LATE, tenant=f"b-{tag}")
         ids = [s.workflow_id for s in a + b]
-
-        def all_done() -> bool:
-            by_wf = read_events(env)
-            return all(completion(by_wf.get(wf, [])) is not None for wf in ids)
-
-        wait_until(all_done, pick(ci=120, full=1800), f"{len(ids)} completed", every_s=0.5)
+        wait_completed(env, ids)
     finally:
         dispatcher.stop()
     return [s.workflow_id for s in a], [s.workflow_id for s in b]
@@ -173,12 +176,7 @@ def flood(env: Env, downstream_first: bool) -> list[str]:
             for i in range(FLOOD):
                 time.sleep(max(0.0, begin + i / RATE - time.monotonic()))
                 ids += [s.workflow_id for s in client.submit_many("ds.flow", [{}])]
-
-        def all_done() -> bool:
-            by_wf = read_events(env)
-            return all(completion(by_wf.get(wf, [])) is not None for wf in ids)
-
-        wait_until(all_done, pick(ci=120, full=1800), f"{len(ids)} completed", every_s=0.5)
+        wait_completed(env, ids)
     finally:
         dispatcher.stop()
     return ids
