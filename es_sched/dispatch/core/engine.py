@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from es_sched.dispatch.core.fairshare import FairShare, TenantOrder
+from es_sched.dispatch.core.fairshare import FairShare, TenantOrder, memo
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.limits import Limits
 from es_sched.dispatch.core.order import Head, first
@@ -106,46 +106,86 @@ class DispatchCore:
         self, now: datetime, token: Callable[[], str], limit: int
     ) -> list[Assignment | Preemption]:
         """Again and again the type whose head goes first (``order.first``); a type whose head
-        cannot start is passed over until the next call."""
+        cannot start is passed over until the next call. A type's head is kept between starts
+        while nothing it depends on changed (``_stale``): ranking every type's queue again for
+        each start made a pass quadratic in the number of types."""
         out: list[Assignment | Preemption] = []
         blocked: set[str] = set()
+        known: dict[str, tuple[float, int, ReadyTask] | None] = {}
         while len(out) < limit:
             heads: list[Head] = []
+            orders: dict[str, TenantOrder] = {}  # per pool, each tenant ranked once per start
             for task_type in self.queues.types():
-                head = None if task_type in blocked else self._head(task_type, now)
+                if task_type in blocked:
+                    continue
+                if task_type not in known:
+                    pool = self.pools.get(task_type, "default")
+                    if pool not in orders:
+                        orders[pool] = memo(self._tenant_order(pool))
+                    known[task_type] = self.queues.by_type[task_type].head(now, orders[pool])
+                head = self._head(task_type, known[task_type])
                 if head is None:
                     blocked.add(task_type)
                 else:
                     heads.append(head)
             if not heads:
                 return out
-            task_type = first(heads).task_type
-            decision = self._one(task_type, now, token)
+            chosen = first(heads)
+            decision = self._one(chosen.task_type, now, token, (chosen.level, chosen.task))
             if decision is None:
-                blocked.add(task_type)
-            else:
-                out += decision
+                blocked.add(chosen.task_type)
+                continue
+            out += decision
+            for task_type in self._stale(chosen, decision, known):
+                known.pop(task_type, None)
         return out
 
-    def _head(self, task_type: str, now: datetime) -> Head | None:
-        pool = self.pools.get(task_type, "default")
-        found = self.queues.by_type[task_type].head(now, self._tenant_order(pool))
+    def _head(self, task_type: str, found: tuple[float, int, ReadyTask] | None) -> Head | None:
         if found is None:
             return None
         effective, level, task = found
+        pool = self.pools.get(task_type, "default")
         tag = self.fair.tag(pool, task.tenant) if self.fair.enabled else 0.0
         return Head(task_type, effective, level, task, tag)
+
+    def _stale(
+        self,
+        started: Head,
+        decision: list[Assignment | Preemption],
+        known: dict[str, tuple[float, int, ReadyTask] | None],
+    ) -> list[str]:
+        """The types whose kept head may have changed with ``decision``: the started type; all
+        after a preemption (its victim is queued again) or when the tenant has a quota (it may
+        be full now, in every pool); else the types of the same pool where tenants share a
+        level (the start moved the pool's fair-share tags, which order them)."""
+        tenant = started.task.tenant
+        if any(isinstance(d, Preemption) for d in decision) or (
+            tenant is not None and tenant in self.limits.quotas
+        ):
+            return list(known)
+        pool = self.pools.get(started.task_type, "default")
+        return [started.task_type] + [
+            t
+            for t in known
+            if self.pools.get(t, "default") == pool and self.queues.by_type[t].tenants_mixed()
+        ]
 
     def _tenant_order(self, pool: str) -> TenantOrder:
         return self.fair.order(pool, self.limits.tenant_full)
 
     def _one(
-        self, task_type: str, now: datetime, token: Callable[[], str]
+        self,
+        task_type: str,
+        now: datetime,
+        token: Callable[[], str],
+        found: tuple[int, ReadyTask] | None = None,
     ) -> list[Assignment | Preemption] | None:
+        """Start the next task of ``task_type`` (``found``: its level and task, when the caller
+        has just ranked its queue)."""
         queue = self.queues.by_type[task_type]
         pool = self.pools.get(task_type, "default")
-        order = self._tenant_order(pool)
-        found = queue.next(now, order)
+        if found is None:
+            found = queue.next(now, self._tenant_order(pool))
         if found is None:
             return None
         level, task = found

@@ -122,3 +122,15 @@ class FairShare:
             return self.tag(pool, tenant) if self.enabled else 0.0
 
         return rank
+
+
+def memo(order: TenantOrder) -> TenantOrder:
+    """``order`` asked once per tenant: for a stretch in which no task starts."""
+    known: dict[str | None, float | None] = {}
+
+    def rank(tenant: str | None) -> float | None:
+        if tenant not in known:
+            known[tenant] = order(tenant)
+        return known[tenant]
+
+    return rank

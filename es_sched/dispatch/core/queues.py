@@ -113,6 +113,11 @@ class TypeQueue:
         self.size -= 1
         return entry[3]
 
+    def tenants_mixed(self) -> bool:
+        """Whether some level holds tasks of more than one tenant (their order then depends
+        on the fair-share tags)."""
+        return any(len(level.heaps) > 1 for level in self.levels)
+
     def depth_by_level(self) -> list[int]:
         return [len(level) for level in self.levels]
 

@@ -163,3 +163,35 @@ def test_a_tenant_record_is_validated() -> None:
     assert core.fair.weight("acme") == 2.5 and core.limits.quotas == {"acme": 40}
     dispatch_config.apply(core, dispatch_config.parse("tenant:acme", None))  # tombstone
     assert core.fair.weight("acme") == 1.0 and core.limits.quotas == {}
+
+
+def two_types(slots: int) -> DispatchCore:
+    core = DispatchCore()
+    core.fleet.upsert(
+        WorkerView("w1", "default", "1.0", frozenset({"x", "y"}), 64, 64_000, slots=slots)
+    )
+    return core
+
+
+def test_tenants_share_a_pool_across_types_within_one_pass() -> None:
+    """One dispatch call starting many: each start moves the pool's tags, and the next pick
+    across both types sees it."""
+    core = two_types(slots=8)
+    for i in range(20):
+        core.enqueue(task(f"ax{i}", "A", i / 100, task_type="x"))
+        core.enqueue(task(f"ay{i}", "A", i / 100, task_type="y"))
+    for i in range(4):
+        core.enqueue(task(f"bx{i}", "B", 10 + i, task_type="x"))
+    starts = started(core.dispatch(at(core, 20), token))
+    assert Counter(a.task.tenant for a in starts) == {"A": 4, "B": 4}
+
+
+def test_a_quota_holds_within_one_pass_across_types() -> None:
+    core = two_types(slots=10)
+    dispatch_config.apply(core, dispatch_config.parse("tenant:A", b'{"quota": 3}'))
+    for i in range(5):
+        core.enqueue(task(f"ax{i}", "A", i, task_type="x"))
+        core.enqueue(task(f"ay{i}", "A", i, task_type="y"))
+    core.enqueue(task("b", "B", 50, task_type="y"))
+    starts = started(core.dispatch(at(core, 60), token))
+    assert Counter(a.task.tenant for a in starts) == {"A": 3, "B": 1}
