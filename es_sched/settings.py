@@ -270,6 +270,18 @@ class DispatchSettings(BaseSettings):
         description="A worker is blacklisted when its own faults are more than this share of "
         "its window.",
     )
+    fair_share: bool = Field(
+        default=True,
+        description="Within a priority level, tenants share a pool by weight (config "
+        "tenant:<X>, default 1; ADR 68); false: the level's old order (older workflow first) "
+        "whatever the tenant, so one tenant's backlog delays the others'.",
+    )
+    downstream_first: bool = Field(
+        default=True,
+        description="Across task types, the task with the fewest steps left in its workflow "
+        "goes first at the same level (ADR 69); false: one task per type per round in the "
+        "order the types were first seen.",
+    )
     blacklist_s: float = Field(
         default=300.0,
         gt=0,

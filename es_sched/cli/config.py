@@ -71,6 +71,20 @@ def set_concurrency(task_type: str, limit: int) -> None:
     _set(dc.key_for("concurrency", task_type), {"limit": limit})
 
 
+@config.command("set-tenant")
+@click.argument("tenant")
+@click.option("--weight", type=click.FloatRange(min=0, min_open=True), help="Fair share (1).")
+@click.option("--quota", type=click.IntRange(min=0), help="At most this many tasks in flight.")
+def set_tenant(tenant: str, weight: float | None, quota: int | None) -> None:
+    """TENANT's fair share within a level and its concurrency quota (ADR 68)."""
+    value: dict[str, Any] = {}
+    if weight is not None:
+        value["weight"] = weight
+    if quota is not None:
+        value["quota"] = quota
+    _set(dc.key_for("tenant", tenant), value)
+
+
 @config.command("ban-version")
 @click.argument("version")
 def ban_version(version: str) -> None:

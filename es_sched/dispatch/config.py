@@ -52,6 +52,9 @@ def apply(core: DispatchCore, change: ConfigChange, default_policy: Policy = "bi
         case "policy":
             policy = default_policy if v is None else cast(Policy, v["policy"])
             core.policies[change.subject] = policy
+        case "tenant":
+            core.fair.set_weight(change.subject, None if v is None else v.get("weight"))
+            core.limits.set_quota(change.subject, None if v is None else v.get("quota"))
         case "blacklist":
             if v is None:
                 core.fleet.forget_blacklist(change.subject)

@@ -15,7 +15,7 @@ Inputs:
   does a report of another deployment (ADR 63; each assignment carries ours); a
   ``Progress`` extends the worker's leases.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
-  bans, pools, policies and blacklistings, changeable at run time.
+  bans, pools, policies, blacklistings and tenants' shares and quotas, changeable at run time.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
@@ -80,6 +80,7 @@ from es_sched.blacklist import Candidate, unplaceable
 from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
+from es_sched.dispatch.core.fairshare import FairShare
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
@@ -153,6 +154,8 @@ class Dispatcher:
             leases=LeaseTable(d.heartbeat_s, d.lease_k),
             policies={"default": d.policy},
             preempt_after_s=d.preempt_after_s,
+            fair=FairShare(enabled=d.fair_share),
+            downstream_first=d.downstream_first,
         )
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
         # task id -> (ready partition, task, lease epoch) of tasks let go on a worker's status

@@ -52,6 +52,7 @@ def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> Rea
         limits=ready_limits(doc),
         partition=partition,
         payload=cast(dict[str, Any], doc),
+        steps_to_end=doc.get("steps_to_end", 0),
     )
 
 

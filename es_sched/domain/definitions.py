@@ -360,6 +360,20 @@ def _index(
             _index(t.loop_over, t.ref, "loop", out, problems)
 
 
+def steps_to_end(d: WorkflowDef, ref: str) -> int:
+    """How many steps of ``d`` lie after task ``ref`` until the workflow's end: the tasks after
+    it in its own list, then after each list holding it (a SWITCH, FORK or DO_WHILE is one step
+    of the list it is in; a loop's later iterations are not counted). The dispatcher starts the
+    task with fewer first (ADR 69). A task the definition does not name (a dynamic fork's
+    branch) counts 0."""
+    steps = 0
+    loc = d.index.get(ref)
+    while loc is not None:
+        steps += len(loc.siblings) - loc.position - 1
+        loc = d.index.get(loc.container) if loc.container is not None else None
+    return steps
+
+
 def parse_tasks(docs: Any, problems: list[str], where: str) -> tuple[WorkflowTask, ...]:
     if not isinstance(docs, list):
         problems.append(f"{where}: tasks must be a list")

@@ -39,7 +39,13 @@ from datetime import datetime
 from typing import Any, assert_never, cast
 
 from es_sched.domain import commands as c
-from es_sched.domain.definitions import NO_LIMITS, TaskLimits, TaskSettings, settings_for
+from es_sched.domain.definitions import (
+    NO_LIMITS,
+    TaskLimits,
+    TaskSettings,
+    settings_for,
+    steps_to_end,
+)
 from es_sched.domain.events import (
     CommandRejected,
     CompletionRejected,
@@ -97,6 +103,7 @@ class QueueTask:
     attempt: int
     requeue: bool = False  # queued again: its lease expired, or the reconciler re-queued it
     limits: TaskLimits = NO_LIMITS  # its pinned TaskDef's rate and concurrency (ADR 13)
+    steps_to_end: int = 0  # steps after it to its workflow's end (downstream-first, ADR 69)
 
 
 @dataclass(frozen=True)
@@ -295,7 +302,12 @@ def _queue(st: WorkflowState, task_id: str, requeue: bool = False) -> list[Effec
     if task.terminal:  # failed while scheduled, or ended before its lease ran out
         return []
     limits = task_limits(st, task_id)
-    return [QueueTask(st.workflow_id, task_id, task.ref, task.name, task.attempt, requeue, limits)]
+    steps = steps_to_end(st.definition, task.def_ref)
+    return [
+        QueueTask(
+            st.workflow_id, task_id, task.ref, task.name, task.attempt, requeue, limits, steps
+        )
+    ]
 
 
 def task_limits(st: WorkflowState, task_id: str) -> TaskLimits:

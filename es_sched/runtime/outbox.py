@@ -61,7 +61,11 @@ class Record(NamedTuple):
 
 
 def ready_record(
-    topics: Topics, st: WorkflowState, task_id: str, limits: TaskLimits | None = None
+    topics: Topics,
+    st: WorkflowState,
+    task_id: str,
+    limits: TaskLimits | None = None,
+    steps_to_end: int = 0,
 ) -> Record:
     """The ready-queue record of one task instance, from the state (so a task handed back by
     an expired lease is queued again durably, not only in a dispatcher's memory). Keyed by
@@ -82,6 +86,7 @@ def ready_record(
         callback=t.callback,
         workflow_started_at=st.created_at,
         limits=limits or task_limits(st, task_id),
+        steps_to_end=steps_to_end,
     )
     return Record(topics.ready, t.rate_limit_key or t.name, value)
 
@@ -123,7 +128,7 @@ def outbound(
     for fx in effects(st, events, requeue_after):
         match fx:
             case QueueTask():
-                out.append(ready_record(topics, st, fx.task_id, fx.limits))
+                out.append(ready_record(topics, st, fx.task_id, fx.limits, fx.steps_to_end))
             case SetTimer():
                 out.append(timer_record(topics, fx.timer, partition))
             case ClearTimer():  # a tombstone: the timer service forgets the timer unfired

@@ -9,6 +9,8 @@ Key -> JSON value (a tombstone removes the setting):
 - ``ban-version:<V>``   ``{}``                       workers of version V get nothing
 - ``pool:<T>``          ``{"pool": P}``              tasks of type T run in pool P
 - ``policy:<P>``        ``{"policy": "binpack" | "spread"}``
+- ``tenant:<X>``        ``{"weight": W, "quota": N}`` tenant X's fair share within a level (default
+  weight 1) and at most N of its tasks in flight (ADR 68); either may be left out
 - ``blacklist:<W>``     ``{"state": "blacklisted", "until": T, "failures": [...], ...}`` or
   ``{"state": "lifted", "at": T, "by": WHO}``: worker W's blacklisting (ADR 58), written by
   the dispatcher that decided it and by an operator's lift
@@ -54,6 +56,7 @@ KINDS = (
     "version-rule",
     "version-stop",
     "rollout",
+    "tenant",
 )
 VERSIONS = dict.fromkeys(KINDS, 1)  # kind -> the version written and read
 

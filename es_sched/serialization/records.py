@@ -62,6 +62,7 @@ class ReadyRecord(TypedDict):
     callback: NotRequired[bool]
     workflow_started_at: NotRequired[datetime | None]
     limits: NotRequired[dict[str, int] | None]  # the TaskDef's rate and concurrency (ADR 13)
+    steps_to_end: NotRequired[int]  # steps after it to its workflow's end (ADR 69); absent: 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def encode_ready(
     callback: bool,
     workflow_started_at: datetime | None,
     limits: TaskLimits | None = None,
+    steps_to_end: int = 0,
 ) -> bytes:
     return orjson.dumps(
         {
@@ -135,6 +137,7 @@ def encode_ready(
             "callback": callback,
             "workflow_started_at": workflow_started_at,
             "limits": None if limits is None or limits == NO_LIMITS else _limits(limits),
+            "steps_to_end": steps_to_end,
         },
         option=_OPTIONS,
     )

@@ -1,8 +1,10 @@
 """The dispatcher's decisions, tying queues, limits, placement and leases together.
 
-``DispatchCore.dispatch(now, tokens)`` returns the next assignments: for every task type with a
-backlog it takes the best ready task (priority, aging, oldest workflow first), checks its
-concurrency and its type, rate-limit key and tenant rates (``limits``), places it on a fitting
+``DispatchCore.dispatch(now, tokens)`` returns the next assignments: it takes the task type whose
+next task goes first (``order.first``, ADR 69: the most urgent level, then the task nearest its
+workflow's end) and that type's best ready task (priority, aging, tenant share (``fairshare``,
+ADR 68), oldest workflow first), checks its concurrency, its type, rate-limit key and tenant
+rates and its tenant's quota (``limits``), places it on a fitting
 worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
 may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
 victim is handed back to the head of its queue (its attempt not counted as a failure) and the
@@ -21,8 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from es_sched.dispatch.core.fairshare import FairShare, TenantOrder, memo
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.limits import Limits
+from es_sched.dispatch.core.order import Head, first
 from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
 
@@ -67,6 +71,8 @@ class DispatchCore:
     policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
     preempt_after_s: float = 60.0
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
+    fair: FairShare = field(default_factory=FairShare)  # tenants' weights and tags (ADR 68)
+    downstream_first: bool = True  # ADR 69; False: one task per type per round
 
     def __post_init__(self) -> None:
         self.fleet.heartbeat_s = self.leases.heartbeat_s  # one heartbeat for leases and liveness
@@ -77,6 +83,8 @@ class DispatchCore:
     def dispatch(
         self, now: datetime, token: Callable[[], str], limit: int = 1000
     ) -> list[Assignment | Preemption]:
+        if self.downstream_first:
+            return self._by_rank(now, token, limit)
         out: list[Assignment | Preemption] = []
         blocked: set[str] = set()
         while len(out) < limit:
@@ -94,15 +102,94 @@ class DispatchCore:
                 return out
         return out
 
-    def _one(
-        self, task_type: str, now: datetime, token: Callable[[], str]
-    ) -> list[Assignment | Preemption] | None:
-        queue = self.queues.by_type[task_type]
-        task = queue.peek(now)
-        if task is None:
+    def _by_rank(
+        self, now: datetime, token: Callable[[], str], limit: int
+    ) -> list[Assignment | Preemption]:
+        """Again and again the type whose head goes first (``order.first``); a type whose head
+        cannot start is passed over until the next call. A type's head is kept between starts
+        while nothing it depends on changed (``_stale``): ranking every type's queue again for
+        each start made a pass quadratic in the number of types."""
+        out: list[Assignment | Preemption] = []
+        blocked: set[str] = set()
+        known: dict[str, tuple[float, int, ReadyTask] | None] = {}
+        while len(out) < limit:
+            heads: list[Head] = []
+            orders: dict[str, TenantOrder] = {}  # per pool, each tenant ranked once per start
+            for task_type in self.queues.types():
+                if task_type in blocked:
+                    continue
+                if task_type not in known:
+                    pool = self.pools.get(task_type, "default")
+                    if pool not in orders:
+                        orders[pool] = memo(self._tenant_order(pool))
+                    known[task_type] = self.queues.by_type[task_type].head(now, orders[pool])
+                head = self._head(task_type, known[task_type])
+                if head is None:
+                    blocked.add(task_type)
+                else:
+                    heads.append(head)
+            if not heads:
+                return out
+            chosen = first(heads)
+            decision = self._one(chosen.task_type, now, token, (chosen.level, chosen.task))
+            if decision is None:
+                blocked.add(chosen.task_type)
+                continue
+            out += decision
+            for task_type in self._stale(chosen, decision, known):
+                known.pop(task_type, None)
+        return out
+
+    def _head(self, task_type: str, found: tuple[float, int, ReadyTask] | None) -> Head | None:
+        if found is None:
             return None
-        need = Need.of(task.resources)
+        effective, level, task = found
         pool = self.pools.get(task_type, "default")
+        tag = self.fair.tag(pool, task.tenant) if self.fair.enabled else 0.0
+        return Head(task_type, effective, level, task, tag)
+
+    def _stale(
+        self,
+        started: Head,
+        decision: list[Assignment | Preemption],
+        known: dict[str, tuple[float, int, ReadyTask] | None],
+    ) -> list[str]:
+        """The types whose kept head may have changed with ``decision``: the started type; all
+        after a preemption (its victim is queued again) or when the tenant has a quota (it may
+        be full now, in every pool); else the types of the same pool where tenants share a
+        level (the start moved the pool's fair-share tags, which order them)."""
+        tenant = started.task.tenant
+        if any(isinstance(d, Preemption) for d in decision) or (
+            tenant is not None and tenant in self.limits.quotas
+        ):
+            return list(known)
+        pool = self.pools.get(started.task_type, "default")
+        return [started.task_type] + [
+            t
+            for t in known
+            if self.pools.get(t, "default") == pool and self.queues.by_type[t].tenants_mixed()
+        ]
+
+    def _tenant_order(self, pool: str) -> TenantOrder:
+        return self.fair.order(pool, self.limits.tenant_full)
+
+    def _one(
+        self,
+        task_type: str,
+        now: datetime,
+        token: Callable[[], str],
+        found: tuple[int, ReadyTask] | None = None,
+    ) -> list[Assignment | Preemption] | None:
+        """Start the next task of ``task_type`` (``found``: its level and task, when the caller
+        has just ranked its queue)."""
+        queue = self.queues.by_type[task_type]
+        pool = self.pools.get(task_type, "default")
+        if found is None:
+            found = queue.next(now, self._tenant_order(pool))
+        if found is None:
+            return None
+        level, task = found
+        need = Need.of(task.resources)
         policy = self.policies.get(pool, "binpack")
         placement = self.fleet.place(pool, task_type, need, now, policy, task.task_id)
         victim = None
@@ -119,8 +206,8 @@ class DispatchCore:
             is not None
         ):
             return None
-        popped = queue.pop(now)
-        assert popped is task  # nothing changed the queue since the peek
+        queue.take(level, task)
+        self.fair.charge(pool, task.tenant)
         decisions: list[Assignment | Preemption] = []
         if victim is not None:
             flight = self.finished(victim.task_id)
@@ -129,7 +216,7 @@ class DispatchCore:
             decisions.append(Preemption(victim))
             placement = self.fleet.place(pool, task_type, need, now, policy, task.task_id)
             if placement is None:  # cannot happen: the victim's room was checked
-                self.limits.finished(task_type)
+                self.limits.finished(task_type, task.tenant)
                 self.enqueue(task, front=True)
                 return decisions
         assert placement is not None
@@ -164,7 +251,7 @@ class DispatchCore:
         self.leases.release(task_id)
         if flight is not None:
             self.fleet.release(flight.placement, flight.need)
-            self.limits.finished(flight.task.task_type)
+            self.limits.finished(flight.task.task_type, flight.task.tenant)
         return flight
 
     def resume(self, entry: Journaled, now: datetime) -> None:
@@ -177,7 +264,7 @@ class DispatchCore:
             return
         need, placement = Need.of(task.resources), Placement(lease.worker_id, entry.gpu)
         self.fleet.reserve(placement, need)
-        self.limits.resumed(task.task_type)
+        self.limits.resumed(task.task_type, task.tenant)
         self.leases.resume(lease, entry.last_epoch, now)
         self.in_flight[task.task_id] = _InFlight(task, need, placement)
 
@@ -226,5 +313,5 @@ class DispatchCore:
         flight = self.in_flight.pop(task_id, None)
         if flight is not None:
             self.fleet.release(flight.placement, flight.need)
-            self.limits.finished(flight.task.task_type)
+            self.limits.finished(flight.task.task_type, flight.task.tenant)
             self.enqueue(flight.task, front=True)

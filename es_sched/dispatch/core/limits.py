@@ -17,16 +17,21 @@ Buckets and where their rules come from:
 
 Concurrency is per task type (Conductor's ``concurrentExecLimit``: tasks in progress of the
 definition): the smaller of config ``concurrency:T`` and the head task's TaskDef limit. 0 in a
-TaskDef means no limit, as in Conductor. Every rule that applies must allow a task; it then
-counts in every bucket it was checked against, and a refused task counts nowhere.
+TaskDef means no limit, as in Conductor. A tenant's concurrency quota (config ``tenant:X``'s
+``quota``, ADR 68) bounds its tasks in flight, whatever their type. Every rule that applies
+must allow a task; it then counts in every bucket it was checked against, and a refused task
+counts nowhere.
 
 Global limits across dispatchers: a type's tasks and a key's tasks share one ready partition
 (the record's key), so one dispatcher sees them all. A tenant spans partitions, so its count is
 dealt to the ready partitions (``units``) and a core that ``own``s some partitions admits only
 the units of those. Whatever a core gains (a tenant share, or a partition and so the type and
 key buckets living there) is entered as used up at the moment it is gained: the previous owner
-may have used all of it in the last window, and it is never used twice. A core that was never
-told what it owns (one dispatcher, the tests) owns every partition.
+may have used all of it in the last window, and it is never used twice. A tenant's quota is
+dealt the same way: a core admits the tenant's tasks while its own in-flight count is below its
+units, so the cores together never hold more than the quota (a quota smaller than the number of
+ready partitions leaves some partitions none: give a quota of at least that many). A core that
+was never told what it owns (one dispatcher, the tests) owns every partition.
 """
 
 from __future__ import annotations
@@ -114,6 +119,8 @@ class Limits:
     rates: dict[Scope, Rate] = field(default_factory=dict)  # from the config topic
     concurrency: dict[str, int] = field(default_factory=dict)  # task type -> limit (config)
     in_flight: dict[str, int] = field(default_factory=dict)
+    quotas: dict[str, int] = field(default_factory=dict)  # tenant -> in flight at most (config)
+    tenant_in_flight: dict[str, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)  # reason -> count, for metrics
     owned: Ownership | None = None  # None: every ready partition is ours
     logs: dict[Scope, Log] = field(default_factory=dict)
@@ -137,6 +144,26 @@ class Limits:
             self.concurrency.pop(task_type, None)
         else:
             self.concurrency[task_type] = limit
+
+    def set_quota(self, tenant: str, quota: int | None) -> None:
+        if quota is None:
+            self.quotas.pop(tenant, None)
+        else:
+            self.quotas[tenant] = quota
+
+    def quota(self, tenant: str) -> int | None:
+        """The tasks of ``tenant`` this core may hold in flight (None: no quota)."""
+        total = self.quotas.get(tenant)
+        if total is None or self.owned is None:
+            return total
+        return self.owned.share(total)
+
+    def tenant_full(self, tenant: str | None) -> bool:
+        """Whether ``tenant`` holds its whole quota here: its tasks wait, others' go."""
+        if tenant is None:
+            return False
+        quota = self.quota(tenant)
+        return quota is not None and self.tenant_in_flight.get(tenant, 0) >= quota
 
     def own(
         self,
@@ -200,6 +227,8 @@ class Limits:
             bound = task.concurrent if bound is None else min(bound, task.concurrent)
         if bound is not None and self.in_flight.get(task_type, 0) >= bound:
             return self._refuse("concurrency")
+        if self.tenant_full(tenant):
+            return self._refuse("tenant_quota")
         t = _us(now)
         self._settle(t)
         checks = self._checks(task_type, tenant, key, task)
@@ -218,15 +247,22 @@ class Limits:
             log = self.logs.setdefault(scope, Log())
             log.trim(t, self.horizon[scope])
             log.add(t)
-        self.in_flight[task_type] = self.in_flight.get(task_type, 0) + 1
+        self._hold(task_type, tenant)
         return None
 
-    def finished(self, task_type: str) -> None:
+    def finished(self, task_type: str, tenant: str | None = None) -> None:
         self.in_flight[task_type] = max(0, self.in_flight.get(task_type, 0) - 1)
+        if tenant is not None:
+            self.tenant_in_flight[tenant] = max(0, self.tenant_in_flight.get(tenant, 0) - 1)
 
-    def resumed(self, task_type: str) -> None:
+    def resumed(self, task_type: str, tenant: str | None = None) -> None:
         """A lease rebuilt after a restart holds its slot again (its start was counted then)."""
+        self._hold(task_type, tenant)
+
+    def _hold(self, task_type: str, tenant: str | None) -> None:
         self.in_flight[task_type] = self.in_flight.get(task_type, 0) + 1
+        if tenant is not None:
+            self.tenant_in_flight[tenant] = self.tenant_in_flight.get(tenant, 0) + 1
 
     # -- internals -------------------------------------------------------------------------
     def _checks(

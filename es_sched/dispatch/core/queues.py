@@ -2,19 +2,21 @@
 
 Order inside a level is by the workflow's start time, then arrival: tasks of workflows that
 started earlier go first, so a downstream task of a running workflow beats the first task of a
-newer one, and tasks of one workflow stay FIFO. Across levels the head with the lowest
+newer one, and tasks of one workflow stay FIFO. Between tenants a level is shared by weight
+(``fairshare``, ADR 68): each tenant keeps that order among its own tasks, and the ``TenantOrder``
+the dispatcher passes says which tenant goes next. Across levels the head with the lowest
 *effective* level wins, where waiting lowers a task's level by one per ``aging_s`` seconds, so
 nothing starves. A task handed back (lease expired, preempted) goes to the head of its level.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from es_sched.dispatch.core.fairshare import Level, TenantOrder
 from es_sched.dispatch.core.limits import NO_LIMITS, TaskLimits
 
 LEVELS = 9  # 0 highest ... 8 lowest
@@ -35,6 +37,7 @@ class ReadyTask:
     limits: TaskLimits = NO_LIMITS  # its TaskDef's rate and concurrency
     partition: int | None = None  # the ready partition it came from (limits.Limits.admit)
     payload: dict[str, Any] = field(default_factory=dict)  # the ready record, passed through
+    steps_to_end: int = 0  # steps left in its workflow after it (``order``, ADR 69)
 
 
 class TypeQueue:
@@ -42,45 +45,78 @@ class TypeQueue:
 
     def __init__(self, aging_s: float) -> None:
         self.aging_s = aging_s
-        self.levels: list[list[tuple[int, float, int, ReadyTask]]] = [[] for _ in range(LEVELS)]
+        self.levels: list[Level] = [Level() for _ in range(LEVELS)]
         self._seq = itertools.count()
         self.size = 0
 
     def push(self, task: ReadyTask, front: bool = False) -> None:
         level = min(max(task.priority, 0), LEVELS - 1)
         key = (0 if front else 1, task.workflow_started_at.timestamp(), next(self._seq), task)
-        heapq.heappush(self.levels[level], key)
+        self.levels[level].push(key)
         self.size += 1
 
-    def _effective(self, level: int, now: datetime) -> float:
-        head = self.levels[level][0][3]
+    def _effective(self, level: int, head: ReadyTask, now: datetime) -> float:
         waited = (now - head.enqueued_at).total_seconds()
         return level - (waited / self.aging_s if self.aging_s > 0 else 0.0)
 
-    def best_level(self, now: datetime) -> int | None:
-        best: tuple[float, float, int, int] | None = None
+    def _best(
+        self, now: datetime, order: TenantOrder | None
+    ) -> tuple[float, float, int, int, ReadyTask] | None:
+        """(effective level, workflow start, seq, level, task) of the task that goes next."""
+        best: tuple[float, float, int, int, ReadyTask] | None = None
         for level in range(LEVELS):
-            heap = self.levels[level]
-            if not heap:
+            entry = self.levels[level].head(order)
+            if entry is None:
                 continue
-            rank, started, seq, _ = heap[0]
+            rank, started, seq, task = entry
             handed_back = rank == 0  # requeued at the head: before anything else
-            effective = -1.0 if handed_back else max(0.0, self._effective(level, now))
-            key = (effective, started, seq, level)
-            if best is None or key < best:
+            effective = -1.0 if handed_back else max(0.0, self._effective(level, task, now))
+            key = (effective, started, seq, level, task)
+            if best is None or key[:4] < best[:4]:
                 best = key
+        return best
+
+    def best_level(self, now: datetime, order: TenantOrder | None = None) -> int | None:
+        best = self._best(now, order)
         return None if best is None else best[3]
 
-    def peek(self, now: datetime) -> ReadyTask | None:
-        level = self.best_level(now)
-        return None if level is None else self.levels[level][0][3]
+    def head(
+        self, now: datetime, order: TenantOrder | None = None
+    ) -> tuple[float, int, ReadyTask] | None:
+        """The task that goes next, its effective level (-1: handed back) and its level, to
+        rank the heads of several types against each other (``order.first``)."""
+        best = self._best(now, order)
+        return None if best is None else (best[0], best[3], best[4])
 
-    def pop(self, now: datetime) -> ReadyTask | None:
-        level = self.best_level(now)
+    def peek(self, now: datetime, order: TenantOrder | None = None) -> ReadyTask | None:
+        best = self._best(now, order)
+        return None if best is None else best[4]
+
+    def next(self, now: datetime, order: TenantOrder | None = None) -> tuple[int, ReadyTask] | None:
+        """The task that goes next and its level, for ``take``."""
+        best = self._best(now, order)
+        return None if best is None else (best[3], best[4])
+
+    def take(self, level: int, task: ReadyTask) -> None:
+        """Remove ``task``, which ``next`` returned with ``level``, though the tenant order
+        may have changed since (admitting the task counted it against its tenant's quota)."""
+        entry = self.levels[level].pop_tenant(task.tenant)
+        assert entry[3] is task  # nothing else changed the queue since
+        self.size -= 1
+
+    def pop(self, now: datetime, order: TenantOrder | None = None) -> ReadyTask | None:
+        level = self.best_level(now, order)
         if level is None:
             return None
+        entry = self.levels[level].pop(order)
+        assert entry is not None
         self.size -= 1
-        return heapq.heappop(self.levels[level])[3]
+        return entry[3]
+
+    def tenants_mixed(self) -> bool:
+        """Whether some level holds tasks of more than one tenant (their order then depends
+        on the fair-share tags)."""
+        return any(len(level.heaps) > 1 for level in self.levels)
 
     def depth_by_level(self) -> list[int]:
         return [len(level) for level in self.levels]
@@ -102,7 +138,7 @@ class ReadyQueues:
         kept = ReadyQueues(self.aging_s)
         for queue in self.by_type.values():
             for level in queue.levels:
-                for rank, _, _, task in sorted(level, key=lambda e: e[:3]):
+                for rank, _, _, task in sorted(level.entries(), key=lambda e: e[:3]):
                     if task.task_id not in task_ids:
                         kept.push(task, front=rank == 0)
         return kept

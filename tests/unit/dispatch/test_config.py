@@ -102,5 +102,9 @@ def test_cli_refuses_bad_input_before_touching_kafka() -> None:
     assert policy.exit_code == 2 and "binpack" in policy.output
     negative = runner.invoke(config, ["set-concurrency", "t", "-1"])
     assert negative.exit_code == 2
+    no_weight = runner.invoke(config, ["set-tenant", "acme", "--weight", "0"])
+    assert no_weight.exit_code == 2 and "--weight" in no_weight.output
+    negative_quota = runner.invoke(config, ["set-tenant", "acme", "--quota", "-1"])
+    assert negative_quota.exit_code == 2 and "--quota" in negative_quota.output
     zero_rate = runner.invoke(config, ["set-rate", "--type", "t", "0"])
     assert isinstance(zero_rate.exception, SchemaError)

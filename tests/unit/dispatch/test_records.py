@@ -10,10 +10,14 @@ import pytest
 from es_sched.dispatch import records as dr
 from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.errors import SchemaError
+from es_sched.kafka.topics import Topics
 from es_sched.liveness import heard_at
+from es_sched.runtime.outbox import outbound
 from es_sched.serialization import wire
+from tests.unit.domain.harness import Driver, task, workflow
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+TOPICS = Topics("p", 12)
 
 
 def _ready(**extra: object) -> bytes:
@@ -47,6 +51,8 @@ def test_ready_record_becomes_a_ready_task() -> None:
     assert task.tenant == "acme" and task.resources["gpu_memory_mb"] == 4096
     later = dr.ready_task(_ready(), None, NOW)  # no start time, no record time: now
     assert later.workflow_started_at == NOW == later.enqueued_at
+    assert later.steps_to_end == 0  # a record without it: no depth preference (ADR 69)
+    assert dr.ready_task(_ready(steps_to_end=3), NOW, NOW).steps_to_end == 3
 
 
 @pytest.mark.parametrize(
@@ -131,3 +137,12 @@ def test_a_task_ended_without_its_workers_report_is_stopped_on_the_worker(
     cancel = dr.stop_on_worker(decision.lease, event_type)
     expected = None if reason is None else wire.Cancel("w1", "t1", 1, reason)
     assert cancel == expected
+
+
+def test_the_deciders_ready_record_carries_the_steps_left_to_the_dispatcher() -> None:
+    """QueueTask -> ready record -> ReadyTask: the depth the downstream-first rule reads."""
+    d = Driver(workflow(task("probe"), task("encode"), task("notify")))
+    (ready,) = [
+        r for r in outbound(TOPICS, d.st, d.events, lambda *_: None) if r.topic == "p.ready"
+    ]
+    assert dr.ready_task(ready.value, NOW, NOW).steps_to_end == 2

@@ -77,6 +77,16 @@ def test_an_expired_lease_of_a_superseded_or_ended_attempt_queues_nothing() -> N
     assert effects(d.st, [stale]) == []
 
 
+def test_a_queued_task_carries_the_steps_left_after_it_in_its_workflow() -> None:
+    """Downstream-first (ADR 69): the dispatcher starts the task nearer its workflow's end."""
+    d = Driver(workflow(task("a"), task("b"), task("c")))
+    (first,) = of(QueueTask, effects(d.st, d.events))
+    assert (first.ref, first.steps_to_end) == ("a", 2)
+    events = d.report("a")
+    (second,) = of(QueueTask, last(d, events))
+    assert (second.ref, second.steps_to_end) == ("b", 1)
+
+
 # -- SetTimer -------------------------------------------------------------------------------
 def test_timeouts_and_wait_deadlines_are_timers_with_deterministic_fire_ids() -> None:
     taskdef = {"name": "encode", "responseTimeoutSeconds": 30, "timeoutSeconds": 120}
