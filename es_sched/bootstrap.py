@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from es_sched.projections.search.store import SearchStore
     from es_sched.projections.store import Store
 
-ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
+ROLES = (
+    "decider",
+    "timers",
+    "retry",
+    "dispatcher",
+    "projector-pg",
+    "projector-search",
+    "analytics",
+)
 # Run only when named (``es-sched run --role api``): the HTTP API listens on a port, which a
 # development ``es-sched run`` of every role must not take by surprise.
 OPTIONAL_ROLES = ("api",)
@@ -121,6 +129,13 @@ def _projector_search(settings: Settings, registry: Registry, clients: KafkaClie
     from es_sched.projections.roles import ProjectorRole  # noqa: PLC0415
 
     return ProjectorRole(settings, search_store(settings), registry, clients)
+
+
+def _analytics(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
+    from es_sched.analytics import Analytics  # noqa: PLC0415
+
+    del clients  # faust brings its own (aiokafka) clients
+    return Analytics(settings, registry)
 
 
 def api_services(settings: Settings) -> ApiServices:
@@ -223,6 +238,7 @@ _BUILDERS: dict[str, Callable[[Settings, Registry, KafkaClients], Role]] = {
     "dispatcher": _dispatcher,
     "projector-pg": _projector_pg,
     "projector-search": _projector_search,
+    "analytics": _analytics,
     "api": _api,
 }
 

@@ -1,0 +1,139 @@
+"""The analytics role on the real broker (ADR 64): ``es-sched run --role analytics`` as its own
+process, on faust-streaming, folds task events into a window and publishes the proposal.
+
+The events are produced as the decider writes them (encoded by ``serialization.codec``, keyed
+by workflow id, on the private prefix's events topic): 20 tasks of one type that ran 1 s to
+20 s after queue waits of 0.5 s to 10 s, and 2 that failed, all with occurrence times inside
+one window. A worker's liveness record (as ``es-sched worker`` publishes it) gives the role
+the worker's host and version. The test waits, through a ``StatsView`` as the deciders read
+it, for the proposals that count all 22 ends.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from es_sched.domain.events import (
+    Event,
+    Payload,
+    TaskCompleted,
+    TaskDispatched,
+    TaskFailed,
+    TaskScheduled,
+)
+from es_sched.domain.learned import FailureRate, stats_key
+from es_sched.kafka import roster
+from es_sched.kafka.clients import producer
+from es_sched.kafka.stats import StatsView
+from es_sched.metrics import Registry
+from es_sched.serialization import encode_event
+from testkit.runtime import Env, roles
+from testkit.wait import wait_until
+
+pytestmark = [pytest.mark.integration]
+WINDOW_S = 3600  # every event of the test falls in one window (their times are set, see _base)
+TYPE = "an_transcode"
+WORKER, VERSION = "w-analytics-1", "2.0.0"
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    e = Env(partitions=2)
+    e.create()
+    yield e
+
+
+def _base() -> datetime:
+    """A time in the current window early enough that the test's 40 s of event times fit."""
+    now = time.time()
+    start = math.floor(now / WINDOW_S) * WINDOW_S
+    return datetime.fromtimestamp(start + 1, UTC)
+
+
+def _event(workflow_id: str, seq: int, at: datetime, payload: Payload) -> Event:
+    return Event(
+        event_id=str(uuid.uuid4()),
+        workflow_id=workflow_id,
+        seq=seq,
+        occurred_at=at,
+        causation_id=str(uuid.uuid4()),
+        correlation_id=workflow_id,
+        payload=payload,
+    )
+
+
+def _task(i: int, base: datetime, run_s: float | None) -> list[Event]:
+    """A task scheduled at ``base``, dispatched after ``0.5 * (i + 1)`` s, then completed
+    after ``run_s`` (None: failed 1 s in)."""
+    wf, task = f"wf-{i}", f"task-{i}"
+    dispatched = base + timedelta(seconds=0.5 * (i + 1))
+    end = dispatched + timedelta(seconds=run_s if run_s is not None else 1.0)
+    ended: Payload = (
+        TaskCompleted(task_id=task, output={})
+        if run_s is not None
+        else TaskFailed(task_id=task, reason="ffmpeg exited 1: invalid data")
+    )
+    return [
+        _event(wf, 1, base, TaskScheduled(task, "t", "t", TYPE, TYPE, 1, {})),
+        _event(wf, 2, dispatched, TaskDispatched(task, 1, WORKER, 1, "lease")),
+        _event(wf, 3, end, ended),
+    ]
+
+
+def test_proposes_run_time_percentiles_and_version_failure_rate(env: Env) -> None:
+    settings = env.settings
+    keys = [("worker", WORKER)]
+    reader = roster.claim(settings, keys, replace=False)
+    beacon = roster.Beacon(settings, keys, Registry(), reader, lambda _r: None, version=VERSION)
+    beacon.start()
+    view = StatsView(settings.kafka.bootstrap_servers, env.topics.stats)
+    try:
+        with roles(
+            env,
+            "analytics",
+            ES_SCHED_ANALYTICS_WINDOW_S=str(WINDOW_S),
+            ES_SCHED_ANALYTICS_PUBLISH_INTERVAL_S="0.5",
+        ):
+            base = _base()
+            events = [e for i in range(20) for e in _task(i, base, float(i + 1))]
+            events += [e for i in (20, 21) for e in _task(i, base, None)]
+            p = producer(settings.kafka.bootstrap_servers)
+            for e in events:
+                p.produce(env.topics.events, key=e.workflow_id.encode(), value=encode_event(e))
+            assert p.flush(30) == 0
+
+            def counted() -> bool:
+                stats = view.runtime(TYPE, "any")
+                return stats is not None and stats.samples + stats.failures == 22
+
+            wait_until(counted, 60, lambda: f"22 outcomes in the proposal; have {view.all()}")
+            stats = view.runtime(TYPE, "any")
+            assert stats is not None
+            # nearest rank over 1..20 s: P50 the 10th, P95 the 19th, P99 the 20th
+            assert (stats.run_p50_s, stats.run_p95_s, stats.run_p99_s) == (10.0, 19.0, 20.0)
+            # waits of all 22 dispatched tasks: 0.5 .. 11 s
+            assert (stats.wait_p50_s, stats.wait_p95_s) == (5.5, 10.5)
+            assert (stats.samples, stats.failures) == (20, 2)
+            assert stats.failures_by_reason == {"ffmpeg exited 1": 2}
+            assert stats.failure_rate == pytest.approx(2 / 22)
+
+            def version_counted() -> bool:
+                found = view.get(stats_key("version", TYPE, VERSION))
+                return isinstance(found, FailureRate) and found.outcomes == 22
+
+            wait_until(version_counted, 30, lambda: f"the version's rate; have {view.all()}")
+            for kind, subject in (("version", VERSION), ("host", socket.gethostname())):
+                rate = view.get(stats_key(kind, TYPE, subject))  # type: ignore[arg-type]
+                assert isinstance(rate, FailureRate), (kind, view.all())
+                assert (rate.outcomes, rate.failures) == (22, 2)
+    finally:
+        view.close()
+        beacon.close()
+        reader.close()
