@@ -44,6 +44,7 @@ from es_sched.domain.events import (
     TaskTimedOut,
 )
 from es_sched.domain.learned import FailureRate, Kind, RunStats, size_class
+from es_sched.domain.pickling import frozen_by_constructor
 
 UNKNOWN = "unknown"  # a worker whose host or version the role has not read (yet)
 MAX_REASONS = 20  # distinct failure reasons kept per window; the rest count as "other"
@@ -310,3 +311,6 @@ def figures(
 def window_start(at: float, window_s: float) -> float:
     """The start of the tumbling window ``at`` falls in (windows start at multiples of it)."""
     return math.floor(at / window_s) * window_s
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

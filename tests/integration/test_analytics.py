@@ -5,8 +5,9 @@ The events are produced as the decider writes them (encoded by ``serialization.c
 by workflow id, on the private prefix's events topic): 20 tasks of one type that ran 1 s to
 20 s after queue waits of 0.5 s to 10 s, and 2 that failed, all with occurrence times inside
 one window. A worker's liveness record (as ``es-sched worker`` publishes it) gives the role
-the worker's host and version. The test waits, through a ``StatsView`` as the deciders read
-it, for the proposals that count all 22 ends.
+the worker's host and version. The role is stopped after 11 ends and started again for the
+rest; the test waits, through a ``StatsView`` as the deciders read it, for the proposals that
+count all 22 ends.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from confluent_kafka import TopicPartition
 
+from es_sched import analytics
 from es_sched.domain.events import (
     Event,
     Payload,
@@ -30,7 +33,7 @@ from es_sched.domain.events import (
 )
 from es_sched.domain.learned import FailureRate, stats_key
 from es_sched.kafka import roster
-from es_sched.kafka.clients import producer
+from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.stats import StatsView
 from es_sched.metrics import Registry
 from es_sched.serialization import encode_event
@@ -87,33 +90,63 @@ def _task(i: int, base: datetime, run_s: float | None) -> list[Event]:
     ]
 
 
-def test_proposes_run_time_percentiles_and_version_failure_rate(env: Env) -> None:
+def _committed_to_end(env: Env) -> bool:
+    """Whether the role's consumer group has committed every event produced so far."""
+    c = consumer(env.settings.kafka.bootstrap_servers, analytics.app_id(env.prefix))
+    try:
+        parts = [TopicPartition(env.topics.events, p) for p in range(env.partitions)]
+        committed = c.committed(parts, timeout=10)
+        ends = [c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts]
+        return all(tp.offset == end for tp, end in zip(committed, ends, strict=True))
+    finally:
+        c.close()
+
+
+def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: Env) -> None:
+    """Half the tasks end before the role restarts, half after: the tasks table (who was
+    dispatched when, by whom) and the window come back from their changelogs, or the second
+    half would count nothing, or only itself."""
     settings = env.settings
     keys = [("worker", WORKER)]
     reader = roster.claim(settings, keys, replace=False)
     beacon = roster.Beacon(settings, keys, Registry(), reader, lambda _r: None, version=VERSION)
     beacon.start()
     view = StatsView(settings.kafka.bootstrap_servers, env.topics.stats)
+    fast = {
+        "ES_SCHED_ANALYTICS_WINDOW_S": str(WINDOW_S),
+        "ES_SCHED_ANALYTICS_PUBLISH_INTERVAL_S": "0.5",
+    }
+    base = _base()
+    tasks = [_task(i, base, float(i + 1)) for i in range(20)] + [
+        _task(i, base, None) for i in (20, 21)
+    ]
+    before = [e for t in tasks for e in t[:2]] + [t[2] for t in tasks[:11]]
+    after = [t[2] for t in tasks[11:]]
+    p = producer(settings.kafka.bootstrap_servers)
+
+    def send(events: list[Event]) -> None:
+        for e in events:
+            p.produce(env.topics.events, key=e.workflow_id.encode(), value=encode_event(e))
+        assert p.flush(30) == 0
+
+    def counted(n: int) -> Callable[[], bool]:
+        def check() -> bool:
+            stats = view.runtime(TYPE, "any")
+            return stats is not None and stats.samples + stats.failures == n
+
+        return check
+
+    def have() -> str:
+        return f"have {view.all()}"
+
     try:
-        with roles(
-            env,
-            "analytics",
-            ES_SCHED_ANALYTICS_WINDOW_S=str(WINDOW_S),
-            ES_SCHED_ANALYTICS_PUBLISH_INTERVAL_S="0.5",
-        ):
-            base = _base()
-            events = [e for i in range(20) for e in _task(i, base, float(i + 1))]
-            events += [e for i in (20, 21) for e in _task(i, base, None)]
-            p = producer(settings.kafka.bootstrap_servers)
-            for e in events:
-                p.produce(env.topics.events, key=e.workflow_id.encode(), value=encode_event(e))
-            assert p.flush(30) == 0
-
-            def counted() -> bool:
-                stats = view.runtime(TYPE, "any")
-                return stats is not None and stats.samples + stats.failures == 22
-
-            wait_until(counted, 60, lambda: f"22 outcomes in the proposal; have {view.all()}")
+        with roles(env, "analytics", **fast):
+            send(before)
+            wait_until(counted(11), 60, lambda: f"11 outcomes in the proposal; {have()}")
+            wait_until(lambda: _committed_to_end(env), 30, "the role's offsets at the end")
+        with roles(env, "analytics", **fast):
+            send(after)
+            wait_until(counted(22), 60, lambda: f"22 outcomes in the proposal; {have()}")
             stats = view.runtime(TYPE, "any")
             assert stats is not None
             # nearest rank over 1..20 s: P50 the 10th, P95 the 19th, P99 the 20th
@@ -128,7 +161,7 @@ def test_proposes_run_time_percentiles_and_version_failure_rate(env: Env) -> Non
                 found = view.get(stats_key("version", TYPE, VERSION))
                 return isinstance(found, FailureRate) and found.outcomes == 22
 
-            wait_until(version_counted, 30, lambda: f"the version's rate; have {view.all()}")
+            wait_until(version_counted, 30, lambda: f"the version's rate; {have()}")
             for kind, subject in (("version", VERSION), ("host", socket.gethostname())):
                 rate = view.get(stats_key(kind, TYPE, subject))  # type: ignore[arg-type]
                 assert isinstance(rate, FailureRate), (kind, view.all())
