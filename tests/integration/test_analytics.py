@@ -12,6 +12,7 @@ count all 22 ends.
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import time
@@ -166,6 +167,10 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
                 rate = view.get(stats_key(kind, TYPE, subject))  # type: ignore[arg-type]
                 assert isinstance(rate, FailureRate), (kind, view.all())
                 assert (rate.outcomes, rate.failures) == (22, 2)
+        # what an operator reads: the same proposal, through the command line
+        shown = env.cli("stats", "--type", TYPE, "--json")
+        by_key = {doc["key"]: doc for doc in map(json.loads, shown.splitlines())}
+        assert by_key[stats_key("runtime", TYPE, "any")]["run_p95_s"] == 19.0
     finally:
         view.close()
         beacon.close()
