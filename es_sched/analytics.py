@@ -127,13 +127,19 @@ class Analytics:
 
     async def _main(self, stop: threading.Event, reader: roster.RosterReader) -> None:
         app = self._build(reader)
-        await app.start()
+        # Started beside the stop check: a broker that does not answer keeps faust starting,
+        # and a stop request must still end the role.
+        starting = asyncio.ensure_future(app.start())
         try:
             while not stop.is_set():
+                if starting.done() and starting.exception() is not None:
+                    raise EsSchedError(f"analytics: faust did not start: {starting.exception()!r}")
                 if app._crashed.is_set():  # mode's only crash signal
                     raise EsSchedError(f"analytics: faust app crashed: {app.crash_reason!r}")
                 await asyncio.sleep(STOP_POLL_S)
         finally:
+            if not starting.done():
+                starting.cancel()
             await app.stop()
 
     def _learn_workers(self, reader: roster.RosterReader) -> None:
