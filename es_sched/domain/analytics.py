@@ -230,12 +230,15 @@ def subjects(outcome: Outcome) -> list[tuple[Kind, str]]:
 
 
 def sample_hash(task_id: str, attempt: int) -> int:
-    digest = hashlib.blake2b(f"{task_id}/{attempt}".encode(), digest_size=8).digest()
+    # 48 bits: exact in any JSON reader (a double holds 53), and no two of a window's runs
+    # share one in practice.
+    digest = hashlib.blake2b(f"{task_id}/{attempt}".encode(), digest_size=6).digest()
     return int.from_bytes(digest, "big")
 
 
-def _keep(sample: list[list[float]], h: int, value: float, size: int) -> list[list[float]]:
-    """The bottom-``size`` sample of ``[hash, value]`` pairs with this one offered."""
+def _keep(sample: list[list[Any]], h: int, value: float, size: int) -> list[list[Any]]:
+    """The bottom-``size`` sample of ``[hash, value]`` pairs (an int and a float, as JSON
+    gives them back: typed ``Any`` so the compiled core never reads the hash as a float)."""
     if any(int(entry[0]) == h for entry in sample):
         return sample  # the same attempt again
     if len(sample) < size:
