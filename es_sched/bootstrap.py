@@ -34,7 +34,15 @@ if TYPE_CHECKING:
     from es_sched.projections.search.store import SearchStore
     from es_sched.projections.store import Store
 
-ROLES = ("decider", "timers", "retry", "dispatcher", "projector-pg", "projector-search")
+ROLES = (
+    "decider",
+    "timers",
+    "retry",
+    "dispatcher",
+    "projector-pg",
+    "projector-search",
+    "analytics",
+)
 # Run only when named (``es-sched run --role api``): the HTTP API listens on a port, which a
 # development ``es-sched run`` of every role must not take by surprise.
 OPTIONAL_ROLES = ("api",)
@@ -138,6 +146,13 @@ def _projector_search(settings: Settings, registry: Registry, clients: KafkaClie
     return ProjectorRole(settings, search_store(settings), registry, clients)
 
 
+def _analytics(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
+    from es_sched.analytics import Analytics  # noqa: PLC0415
+
+    del clients  # faust brings its own (aiokafka) clients
+    return Analytics(settings, registry)
+
+
 def api_services(settings: Settings) -> ApiServices:
     """What the HTTP API's routes use (ADR 23); each client is built on first use."""
     from es_sched.api.auth import Authenticator  # noqa: PLC0415
@@ -238,6 +253,7 @@ _BUILDERS: dict[str, Callable[[Settings, Registry, KafkaClients], Role]] = {
     "dispatcher": _dispatcher,
     "projector-pg": _projector_pg,
     "projector-search": _projector_search,
+    "analytics": _analytics,
     "api": _api,
 }
 

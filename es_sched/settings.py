@@ -460,6 +460,26 @@ class SystemSettings(BaseSettings):
         return "install-" + hashlib.sha256(where.encode()).hexdigest()[:10]
 
 
+class AnalyticsSettings(BaseSettings):
+    """``ES_SCHED_ANALYTICS_*``: the analytics role (``es-sched run --role analytics``, ADR 64),
+    which folds the events topic into windowed statistics on faust-streaming and publishes
+    them as proposals on ``<prefix>.stats``."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_ANALYTICS_", frozen=True)
+
+    # The tumbling window the figures cover: run-time percentiles, queue waits and failure
+    # rates are of the tasks that ended in the current window.
+    window_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600)
+    # A key's figures are published at most once per interval, and only when they changed.
+    publish_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # Run times and queue waits kept per key and window (a deterministic bottom-k sample):
+    # exact percentiles up to this many runs per window, a uniform sample of them beyond.
+    sample_size: int = Field(default=512, ge=10, le=100_000)
+    # Windows kept (and their changelog) for this many window lengths after they close, so a
+    # late event still lands in its own window.
+    keep_windows: int = Field(default=2, ge=1, le=100)
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
@@ -472,6 +492,7 @@ class Settings:
     api: ApiSettings = field(default_factory=ApiSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     system: SystemSettings = field(default_factory=SystemSettings)
+    analytics: AnalyticsSettings = field(default_factory=AnalyticsSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -502,4 +523,5 @@ def load_settings() -> Settings:
         api=_load(ApiSettings),
         worker=_load(WorkerSettings),
         system=_load(SystemSettings),
+        analytics=_load(AnalyticsSettings),
     )

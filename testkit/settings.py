@@ -16,6 +16,7 @@ from typing import Any
 from pydantic_settings import BaseSettings
 
 from es_sched.settings import (
+    AnalyticsSettings,
     ApiSettings,
     DispatchSettings,
     KafkaSettings,
@@ -38,6 +39,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "media": MediaSettings,
     "api": ApiSettings,
     "system": SystemSettings,
+    "analytics": AnalyticsSettings,
 }
 BOOTSTRAP = KafkaSettings().bootstrap_servers
 HANDED_OUT: set[str] = set()  # every name unique_name gave this process (topic cleanup)

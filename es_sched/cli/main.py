@@ -25,6 +25,7 @@ from es_sched.cli.demo.command import demo_command
 from es_sched.cli.entry import invoke
 from es_sched.cli.read import register as register_read
 from es_sched.cli.run import run
+from es_sched.cli.stats import stats
 from es_sched.cli.worker import worker
 from es_sched.cli.workers import workers
 from es_sched.errors import ConfigError
@@ -152,6 +153,7 @@ cli.add_command(demo_command)
 register_audit(cli)
 cli.add_command(worker)
 cli.add_command(workers)
+cli.add_command(stats)
 
 
 def main() -> None:

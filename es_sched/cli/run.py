@@ -1,7 +1,7 @@
 """``es-sched run``: the long-running roles, one process each or all in one.
 
-``--role decider|timers|retry|dispatcher|projector-pg|projector-search|api`` runs one role
-(repeatable); without ``--role`` all of them but ``api`` (the HTTP API) run in threads of one
+``--role decider|timers|retry|dispatcher|projector-pg|projector-search|analytics|api`` runs one
+role (repeatable); without ``--role`` all of them but ``api`` (the HTTP API) run in threads of one
 process (development).
 ``--metrics-port`` (or ``ES_SCHED_RUN_METRICS_PORT``) serves every role's metrics of this
 process on one Prometheus endpoint. SIGINT/SIGTERM stop the roles cleanly: the current
