@@ -16,6 +16,7 @@ from typing import Any
 
 from es_sched.domain import retry
 from es_sched.domain.definitions import (
+    ON_EXHAUSTED,
     RETRY_LOGICS,
     TASK_TYPES,
     TIMEOUT_POLICIES,
@@ -355,6 +356,12 @@ def _settings_problems(doc: Mapping[str, Any], expression_ok: bool = False) -> l
         not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter <= 1
     ):
         problems.append(f"retryJitter must be between 0 and 1, got {jitter!r}")
+    problems += retry.input_changes_problems(doc.get("retryInputChanges"))
+    exhausted = doc.get("onExhausted")
+    if exhausted is not None and exhausted not in ON_EXHAUSTED:
+        problems.append(
+            f"onExhausted must be one of {', '.join(sorted(ON_EXHAUSTED))}, got {exhausted!r}"
+        )
     return problems
 
 
