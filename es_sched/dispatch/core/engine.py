@@ -50,6 +50,18 @@ class Journaled:
     gpu: int | None = None
 
 
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker this core declared dead (ADR 71): once per silence, the first ``expire`` that
+    finds it dead, with the tasks whose leases it took back. ``last_seen`` names the silence,
+    so every dispatcher that declares the same death gives it the same alert id."""
+
+    worker_id: str
+    pool: str
+    last_seen: datetime
+    reclaimed: tuple[str, ...]
+
+
 @dataclass
 class _InFlight:
     task: ReadyTask
@@ -67,6 +79,9 @@ class DispatchCore:
     policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
     preempt_after_s: float = 60.0
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
+    # worker -> the last_seen of the silence already declared dead, so it is declared once
+    declared_dead: dict[str, datetime] = field(default_factory=dict)
+    deaths: list[WorkerDeath] = field(default_factory=list)  # drained by ``take_deaths``
 
     def __post_init__(self) -> None:
         self.fleet.heartbeat_s = self.leases.heartbeat_s  # one heartbeat for leases and liveness
@@ -204,10 +219,29 @@ class DispatchCore:
             self.fleet.lease_lost(lease.worker_id, now)
         for worker in list(self.fleet.workers.values()):
             if self.fleet.status(worker, now) == "dead":
-                gone += self.leases.reclaim_worker(worker.worker_id)
+                wid = worker.worker_id
+                expired = [lease for lease in gone if lease.worker_id == wid]
+                reclaimed = self.leases.reclaim_worker(wid)
+                gone += reclaimed
+                self._declare_dead(wid, worker.pool, worker.last_seen, expired + reclaimed)
         for lease in gone:
             self._requeue(lease.task_id)
         return gone
+
+    def _declare_dead(
+        self, worker_id: str, pool: str, last_seen: datetime | None, reclaimed: list[Lease]
+    ) -> None:
+        # A worker never heard from is "dead" to placement, yet nothing died: no alert.
+        if last_seen is None or self.declared_dead.get(worker_id) == last_seen:
+            return
+        self.declared_dead[worker_id] = last_seen
+        tasks = tuple(sorted(lease.task_id for lease in reclaimed))
+        self.deaths.append(WorkerDeath(worker_id, pool, last_seen, tasks))
+
+    def take_deaths(self) -> list[WorkerDeath]:
+        """The workers declared dead since the last call (the shell raises their alerts)."""
+        out, self.deaths = self.deaths, []
+        return out
 
     def given_back(self, task_id: str, epoch: int) -> Lease | None:
         """The decider ended this lease without us (its worker declined it, ADR 24 a): the
