@@ -106,6 +106,15 @@ def test_a_failing_task_parks_with_changed_inputs_and_an_edited_retry_completes(
         {**base, "preset": "veryfast", "codec": "h264", "height": 480},
     ]
 
+    # Conductor's clients read it as a task still in progress (their SDKs know no other name).
+    conductor = running.http.get(f"/api/workflow/{wid}").json()
+    last = [t for t in conductor["tasks"] if t["referenceTaskName"] == "encode"][-1]
+    assert (conductor["status"], last["status"], last["retryCount"]) == (
+        "RUNNING",
+        "IN_PROGRESS",
+        2,
+    )
+
     # The operator retries with the input edited; the next read sees the new attempt.
     edited = {**encodes[-1]["input"], "fixed": True}
     body = {"decision": "retry", "input": edited, "reason": "fixed the encoder flags"}
