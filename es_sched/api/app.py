@@ -14,7 +14,7 @@ from es_sched.api.conductor import metadata, rerun, tasks, workflows
 from es_sched.api.conductor.lean import LeanWorkerRoutes
 from es_sched.api.native import routes as native
 from es_sched.api.services import Services
-from es_sched.api.ui import editor, login, ops, system
+from es_sched.api.ui import editor, login, ops, review, system
 from es_sched.api.ui import routes as ui
 from es_sched.api.ui.render import static
 
@@ -47,6 +47,7 @@ def create_app(svc: Services) -> FastAPI:
         native,
         ui,
         ops,
+        review,
         system,
         editor,
         login,

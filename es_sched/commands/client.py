@@ -292,6 +292,32 @@ class CommandClient:
             workflow_input=workflow_input,
         )
 
+    def review(
+        self,
+        wf_id: str,
+        task_id: str,
+        decision: str,
+        input: JSON | None = None,
+        reason: str = "",
+        expected_version: int | None = None,
+        command_id: str | None = None,
+        *,
+        actor: str | None = None,
+    ) -> Submitted:
+        """Decide on a task parked for review (ADR 71): ``retry`` (with ``input``, the whole
+        input as edited, or the parked attempt's) or ``fail``; the decider refuses the rest."""
+        return self._send(
+            c.ReviewTask,
+            wf_id,
+            expected_version,
+            command_id,
+            actor,
+            task_id=task_id,
+            decision=decision,
+            input=input,
+            reason=reason,
+        )
+
     def _send(
         self,
         cls: type[c.Command],

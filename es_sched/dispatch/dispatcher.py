@@ -79,7 +79,7 @@ from es_sched.blacklist import LEASE_ENDED as LEASE_EXPIRED_END
 from es_sched.blacklist import Candidate, unplaceable
 from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
-from es_sched.dispatch.core.engine import Assignment, DispatchCore
+from es_sched.dispatch.core.engine import Assignment, DispatchCore, WorkerDeath
 from es_sched.dispatch.core.fairshare import FairShare
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
@@ -109,6 +109,7 @@ from es_sched.roster import same_deployment
 from es_sched.serialization import encode_input, wire
 from es_sched.serialization.config import ConfigChange
 from es_sched.serialization.partial import LEASE_ENDED, TaskEnd
+from es_sched.serialization.records import worker_dead_alert
 from es_sched.settings import Settings
 from es_sched.versions import Stop
 
@@ -170,6 +171,9 @@ class Dispatcher:
         self.m_depth = r.gauge("es_sched_queue_depth", "Ready tasks waiting, by type and level.")
         self.m_dispatched = r.counter("es_sched_dispatched_total", "Tasks assigned to workers.")
         self.m_expired = r.counter("es_sched_leases_expired_total", "Leases that expired.")
+        self.m_worker_dead = r.counter(
+            "es_sched_worker_dead_total", "Workers declared dead (silent past dead_after_s)."
+        )
         self.m_limited = r.counter(
             "es_sched_rate_limited_total", "Dispatch attempts refused by a limit."
         )
@@ -254,6 +258,8 @@ class Dispatcher:
             self._count(lease.worker_id, LEASE_EXPIRED_END, lease.task_id, "lease expired", now)
             self.m_expired.inc()
         self._judge_versions(now)
+        for death in self.core.take_deaths():
+            self._alert_dead(death, now)
         decisions = self.core.dispatch(now, self.token)
         assignments = [d for d in decisions if isinstance(d, Assignment)]
         for decision in decisions:
@@ -596,6 +602,22 @@ class Dispatcher:
         if at is not None:
             self.m_latency.observe(max(0.0, time.time() - at))
         self.m_dispatched.inc()
+
+    def _alert_dead(self, death: WorkerDeath, now: datetime) -> None:
+        """ADR 71: a dead worker is operations' news, not only a lease matter: an alert record
+        they route (``<prefix>.alerts``) and ``es_sched_worker_dead_total{pool}``."""
+        log.warning(
+            "worker %s (pool %s) declared dead: silent since %s, %d lease(s) taken back",
+            death.worker_id,
+            death.pool,
+            death.last_seen.isoformat(),
+            len(death.reclaimed),
+        )
+        value = worker_dead_alert(
+            death.worker_id, death.pool, death.last_seen, now, self.name, death.reclaimed
+        )
+        self.output.produce(self.topics.alerts, death.worker_id, value, now)
+        self.m_worker_dead.inc(pool=death.pool)
 
     def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
         task = self.journal.task(lease.task_id)

@@ -3,11 +3,11 @@
 Conductor's rules: retry only an unsuccessful ended workflow (FAILED, TIMED_OUT, TERMINATED, and
 es-sched's CANCELED), pause only a RUNNING one, resume only a PAUSED one, terminate (and cancel)
 only one still open, restart and rerun only an ended one (COMPLETED included), a WAIT task's
-signal only while the workflow is open. The decider refuses by ``permits`` (``decide``); the
-console offers a button by ``permits`` and the role, and refuses a click by the same two (409 for
-the state, 403 for the role) before anything is sent, so the page, the console's server and the
-decider cannot disagree. ``role`` is the least API key role (``es_sched.api.roles``) that grants
-the action; the core never interprets it.
+signal and a parked task's review (ADR 71) only while the workflow is open. The decider refuses
+by ``permits`` (``decide``); the console offers a button by ``permits`` and the role, and refuses
+a click by the same two (409 for the state, 403 for the role) before anything is sent, so the
+page, the console's server and the decider cannot disagree. ``role`` is the least API key role
+(``es_sched.api.roles``) that grants the action; the core never interprets it.
 
 Pure: statuses and role names in, a verdict out.
 """
@@ -52,9 +52,11 @@ RULES: dict[str, Rule] = {
     "restart": Rule("operator", WORKFLOW_TERMINAL, _only(WORKFLOW_TERMINAL, "restarted")),
     "rerun": Rule("operator", WORKFLOW_TERMINAL, _only(WORKFLOW_TERMINAL, "rerun")),
     "signal": Rule("operator", OPEN, _only(OPEN, "signalled")),
+    # A task parked for review (ADR 71) is retried or failed while its workflow is open.
+    "review": Rule("operator", OPEN, _only(OPEN, "reviewed")),
 }
 # The order the console shows them in.
-ORDER = ("retry", "restart", "pause", "resume", "terminate", "cancel", "rerun", "signal")
+ORDER = ("retry", "restart", "pause", "resume", "terminate", "cancel", "rerun", "signal", "review")
 assert set(ORDER) == set(RULES)
 assert COMPLETED in RULES["restart"].states
 

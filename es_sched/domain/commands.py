@@ -123,6 +123,19 @@ class RerunWorkflow(Command):
 
 
 @dataclass(frozen=True)
+class ReviewTask(Command):
+    """An operator's decision on a task parked for review (ADR 71, ``domain.review``):
+    ``decision`` ``retry`` runs one more attempt, with ``input`` (the whole input, as edited)
+    when given, else the last attempt's; ``fail`` fails it with ``reason``."""
+
+    TYPE = "task.review"
+    task_id: str = ""
+    decision: str = ""
+    input: JSON | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class RegisterDefinition(Command):
     """Registers a workflow definition (and TaskDefs); keyed by definition name, not workflow."""
 
@@ -261,6 +274,7 @@ INPUT_TYPES: dict[str, type[Input]] = {
         RestartWorkflow,
         RerunWorkflow,
         ReportDeclined,
+        ReviewTask,
     )
 }
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import assert_never
 
 from es_sched.domain import commands as c
-from es_sched.domain import engine, task_inputs
+from es_sched.domain import engine, review, task_inputs
 from es_sched.domain.actions import permits
 from es_sched.domain.context import Context, NoScripts
 from es_sched.domain.events import (
@@ -246,6 +246,8 @@ def _primary(st: WorkflowState, inp: c.Input, ctx: Context) -> list[Payload]:
                     output=dict(inp.output),
                 )
             ]
+        case c.ReviewTask():
+            return review.review(st, inp, ctx)
         case c.RegisterDefinition():
             raise DomainError(
                 "definition.register is handled by the definition registry, not a workflow"

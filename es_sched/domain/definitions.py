@@ -10,9 +10,12 @@ es-sched extensions, all optional and ignored by Conductor: ``priority`` (0-8, 0
 ``resources`` (``cpu``, ``memory_mb``, ``gpu_memory_mb``, ``custom``; on a workflow task also
 one ``${...}`` expression, resolved when the task is scheduled, e.g. to an estimate an earlier
 task computed: null falls back to the TaskDef's resources), ``rateLimitKey``, ``retryJitter``
-(0-1, the fraction of a retry delay that is jittered) and ``dynamicTimeout`` (a worker task's
-total timeout from its learned run times, ``domain.timeouts``) on a workflow task or TaskDef;
-the CALLBACK task type.
+(0-1, the fraction of a retry delay that is jittered), ``dynamicTimeout`` (a worker task's
+total timeout from its learned run times, ``domain.timeouts``), ``retryInputChanges`` (a list
+of objects: attempt N+1 runs with the first N merged into its input, ``domain.retry``) and
+``onExhausted`` (``FAIL``, Conductor's, or ``REVIEW``: a task out of retries parks for an
+operator instead of failing its workflow, ADR 71) on a workflow task or TaskDef; the CALLBACK
+task type.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ WORKER_TYPES = frozenset({"SIMPLE", "CALLBACK"})
 TASK_TYPES = SYSTEM_TYPES | WORKER_TYPES
 RETRY_LOGICS = frozenset({"FIXED", "LINEAR_BACKOFF", "EXPONENTIAL_BACKOFF"})
 TIMEOUT_POLICIES = frozenset({"RETRY", "TIME_OUT_WF", "ALERT_ONLY"})
+ON_EXHAUSTED = frozenset({"FAIL", "REVIEW"})
 
 
 class DefinitionError(DomainError):
@@ -131,6 +135,9 @@ class TaskSettings:
     rate_limit_frequency_in_seconds: int = 1
     concurrent_exec_limit: int = 0
     dynamic_timeout: DynamicTimeout | None = None  # None: the static timeouts only
+    # Merged into the input of attempt 2, 3, ... (one more change per attempt, ADR 71).
+    retry_input_changes: tuple[Mapping[str, Any], ...] = ()
+    on_exhausted: str = "FAIL"  # REVIEW: park for an operator instead of failing (ADR 71)
 
 
 @dataclass(frozen=True)
@@ -168,12 +175,16 @@ _SETTING_KEYS: dict[str, str] = {
     "rateLimitPerFrequency": "rate_limit_per_frequency",
     "rateLimitFrequencyInSeconds": "rate_limit_frequency_in_seconds",
     "concurrentExecLimit": "concurrent_exec_limit",
+    "onExhausted": "on_exhausted",
 }
 
 
 def settings_overrides(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The TaskSettings fields a TaskDef or workflow-task document sets explicitly."""
     out: dict[str, Any] = {attr: doc[key] for key, attr in _SETTING_KEYS.items() if key in doc}
+    changes = doc.get("retryInputChanges")
+    if isinstance(changes, list):  # a malformed one is validation's refusal, never used
+        out["retry_input_changes"] = tuple(dict(c) for c in changes if isinstance(c, Mapping))
     if isinstance(doc.get("resources"), Mapping):  # an expression is resolved at scheduling
         r = doc["resources"]
         out["resources"] = Resources(

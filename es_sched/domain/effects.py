@@ -58,9 +58,11 @@ from es_sched.domain.events import (
     TaskCompletedWithErrors,
     TaskDispatched,
     TaskFailed,
+    TaskParkedForReview,
     TaskProgressed,
     TaskRequeued,
     TaskRetryScheduled,
+    TaskReviewed,
     TaskScheduled,
     TaskStarted,
     TaskTimedOut,
@@ -289,6 +291,8 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
             | TaskCancelConfirmed()
             | WorkflowRestarted()
             | WorkflowRerun()
+            | TaskParkedForReview()
+            | TaskReviewed()
         ):
             return []  # nothing leaves the workflow (its timers come from timers_for)
         case WorkflowRejected():

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
-from es_sched.domain import retry
+from es_sched.domain import retry, review
 from es_sched.domain.context import Context, lookup_for, settings
 from es_sched.domain.definitions import WorkflowTask
 from es_sched.domain.events import (
@@ -46,6 +46,7 @@ from es_sched.domain.state import (
     T_CANCELED,
     T_COMPLETED_WITH_ERRORS,
     T_FAILED,
+    T_PARKED,
     T_TIMED_OUT,
     TASK_SUCCESS,
     TASK_UNSUCCESSFUL,
@@ -179,6 +180,10 @@ class Walker:
     def unsuccessful(self, task: WorkflowTask, inst: TaskState) -> Outcome:
         if self.retry_or_none(task, inst):
             return Outcome.RUNNING
+        if review.may_park(self.st, task, inst, settings(self.st, task)):
+            self.actions.append(review.parked(inst))  # the walk waits for an operator
+            self.busy = True
+            return Outcome.RUNNING
         if task.optional and inst.status != T_CANCELED:
             self.actions.append(TaskCompletedWithErrors(inst.task_id))
             self.busy = True
@@ -283,7 +288,7 @@ def _cancel_running(st: WorkflowState, reason: str) -> list[Payload]:
     return [
         TaskCanceled(t.task_id, reason)
         for t in st.tasks.values()
-        if not t.terminal and not t.callback
+        if (not t.terminal or t.status == T_PARKED) and not t.callback
     ]
 
 

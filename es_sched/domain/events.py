@@ -312,6 +312,30 @@ class WorkflowRerun(Payload):
     reset: list[str]
 
 
+@dataclass(frozen=True)
+class TaskParkedForReview(Payload):
+    """A task out of retries whose policy says ``onExhausted: REVIEW`` (ADR 71): it waits for
+    an operator instead of failing its workflow, which stays RUNNING."""
+
+    TYPE = "task.parked_for_review"
+    task_id: str  # the last failed attempt
+    reason: str  # why that attempt failed
+    attempts: int
+
+
+@dataclass(frozen=True)
+class TaskReviewed(Payload):
+    """An operator's decision on a parked task (ADR 71): ``retry`` (one more attempt follows,
+    with ``input`` when the operator edited it, else the last attempt's) or ``fail`` (the
+    task ends FAILED_WITH_TERMINAL_ERROR and its workflow goes on as after any failure)."""
+
+    TYPE = "task.reviewed"
+    task_id: str
+    decision: str  # retry | fail
+    reason: str = ""
+    input: JSON | None = None
+
+
 EVENT_TYPES: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -343,6 +367,8 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         TaskCancelConfirmed,
         WorkflowRestarted,
         WorkflowRerun,
+        TaskParkedForReview,
+        TaskReviewed,
     )
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, assert_never, cast
 
-from es_sched.domain import fanout
+from es_sched.domain import fanout, review
 from es_sched.domain import state as s
 from es_sched.domain.definitions import DefinitionError, parse_tasks
 from es_sched.domain.events import (
@@ -26,9 +26,11 @@ from es_sched.domain.events import (
     TaskCompletedWithErrors,
     TaskDispatched,
     TaskFailed,
+    TaskParkedForReview,
     TaskProgressed,
     TaskRequeued,
     TaskRetryScheduled,
+    TaskReviewed,
     TaskScheduled,
     TaskStarted,
     TaskTimedOut,
@@ -79,6 +81,8 @@ AnyPayload = (
     | TaskCancelConfirmed
     | WorkflowRestarted
     | WorkflowRerun
+    | TaskParkedForReview
+    | TaskReviewed
 )
 
 
@@ -262,6 +266,14 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
             pass  # the task waits as it did: only its ready record is written again
         case WorkflowRestarted() | WorkflowRerun():
             _reset(st, event, p)
+        case TaskParkedForReview():
+            _task(st, p.task_id, status=s.T_PARKED)
+        case TaskReviewed():
+            if p.decision == "fail":
+                reason = review.failed_reason(p.reason)
+                _task(st, p.task_id, status=s.T_FAILED_TERMINAL, reason=reason)
+            else:  # retry: the attempt failed; the next one, scheduled next, supersedes it
+                _task(st, p.task_id, status=s.T_FAILED)
         case _:
             assert_never(p)
     st.seq, st.updated_at = event.seq, event.occurred_at

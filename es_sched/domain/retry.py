@@ -1,13 +1,23 @@
-"""Retry delays and wait durations: pure arithmetic on the attempt number.
+"""Retry delays, retry input changes and wait durations: pure arithmetic on the attempt number.
 
 A retry decision needs only the attempt count (never old attempts' data). Jitter is derived
 from a hash of the task id and attempt, so it is spread across tasks yet replays identically.
+
+``retryInputChanges`` (ADR 71) is a list of objects; attempt N+1 runs with the first N merged
+over the input its expressions resolve to, in order, key by key at the top level (attempt 2:
+the first, attempt 3: the first and the second, ...; past the list's end, all of them). So a
+media transcode can ask for ``[{"preset": "veryfast"}, {"codec": "h264"}]``: the second
+attempt is faster, the third is also H.264. The values are literal JSON, never expressions:
+the input they change is already resolved. The decider merges them when it schedules the
+attempt, so ``task.scheduled`` carries the input used and replay reproduces it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from es_sched.domain.definitions import TaskSettings
 from es_sched.domain.ids import unit_fraction
@@ -29,6 +39,55 @@ def retry_delay(settings: TaskSettings, attempt: int, key: str) -> float:
         # Shrink by up to ``jitter`` of the delay: never beyond the maximum, never negative.
         delay *= 1.0 - jitter * unit_fraction(key, attempt)
     return round(delay, 3)
+
+
+MAX_INPUT_CHANGES = 10  # more attempts than that are no plan a person would write
+
+
+def input_for_attempt(
+    inputs: Mapping[str, Any], changes: Sequence[Mapping[str, Any]], attempt: int
+) -> dict[str, Any]:
+    """The input of attempt ``attempt``: ``inputs`` with the first ``attempt - 1`` changes
+    merged over it in order (attempt 1, or no changes: ``inputs`` as it is)."""
+    merged = dict(inputs)
+    for change in changes[: max(attempt - 1, 0)]:
+        merged.update(change)
+    return merged
+
+
+def input_changes_problems(value: Any) -> list[str]:
+    """Why a ``retryInputChanges`` value cannot be used (empty: it can, or it is absent)."""
+    if value is None:
+        return []
+    name = "retryInputChanges"
+    if not isinstance(value, list):
+        return [f"{name} must be a list of objects (one per retry), got {type(value).__name__}"]
+    if len(value) > MAX_INPUT_CHANGES:
+        return [f"{name} has {len(value)} changes; at most {MAX_INPUT_CHANGES}"]
+    problems = []
+    for i, change in enumerate(value):
+        if not isinstance(change, Mapping) or not change:
+            problems.append(f"{name}[{i}] must be a non-empty object of input keys, got {change!r}")
+            continue
+        for key, v in change.items():
+            if not isinstance(key, str) or not key:
+                problems.append(f"{name}[{i}] has an empty key")
+            elif "${" in _text(v):
+                problems.append(
+                    f"{name}[{i}].{key} is an expression; changes are literal values "
+                    "merged over the resolved input"
+                )
+    return problems
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return " ".join(_text(v) for v in value.values())
+    if isinstance(value, list):
+        return " ".join(_text(v) for v in value)
+    return ""
 
 
 _UNITS = {

@@ -140,6 +140,10 @@ def schedule(
     lookup = lookup_for(st, suffix, tid)
     inputs = resolve(dict(task.input_parameters), lookup)
     inputs.update(extra_input or {})
+    if attempt > 1 and task.type in WORKER_TYPES:
+        changes = settings(st, task).retry_input_changes
+        if changes:  # the retry policy's input for this attempt (domain.retry, ADR 71)
+            inputs = retry.input_for_attempt(inputs, changes, attempt)
     resources, problem = _resolved_resources(task, lookup)
     p = task_payload(
         st,

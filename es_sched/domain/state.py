@@ -33,7 +33,10 @@ T_FAILED, T_FAILED_TERMINAL = "FAILED", "FAILED_WITH_TERMINAL_ERROR"
 T_TIMED_OUT, T_CANCELED, T_SKIPPED = "TIMED_OUT", "CANCELED", "SKIPPED"
 TASK_SUCCESS = frozenset({T_COMPLETED, T_COMPLETED_WITH_ERRORS, T_SKIPPED})
 TASK_UNSUCCESSFUL = frozenset({T_FAILED, T_FAILED_TERMINAL, T_TIMED_OUT, T_CANCELED})
-TASK_TERMINAL = TASK_SUCCESS | TASK_UNSUCCESSFUL
+# Out of retries and waiting for an operator (ADR 71): no worker may report on it and no
+# timer acts on it (so terminal), yet it is no outcome: the walk waits, the workflow runs.
+T_PARKED = "PARKED_FOR_REVIEW"
+TASK_TERMINAL = TASK_SUCCESS | TASK_UNSUCCESSFUL | {T_PARKED}
 
 RECENT_INPUTS = 256  # input ids remembered per workflow for idempotency
 

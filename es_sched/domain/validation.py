@@ -17,6 +17,7 @@ from typing import Any
 
 from es_sched.domain import retry
 from es_sched.domain.definitions import (
+    ON_EXHAUSTED,
     PERCENTILES,
     RETRY_LOGICS,
     TASK_TYPES,
@@ -357,6 +358,12 @@ def _settings_problems(doc: Mapping[str, Any], expression_ok: bool = False) -> l
         not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter <= 1
     ):
         problems.append(f"retryJitter must be between 0 and 1, got {jitter!r}")
+    problems += retry.input_changes_problems(doc.get("retryInputChanges"))
+    exhausted = doc.get("onExhausted")
+    if exhausted is not None and exhausted not in ON_EXHAUSTED:
+        problems.append(
+            f"onExhausted must be one of {', '.join(sorted(ON_EXHAUSTED))}, got {exhausted!r}"
+        )
     problems += dynamic_timeout_problems(doc.get("dynamicTimeout"))
     return problems
 

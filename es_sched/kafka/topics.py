@@ -124,6 +124,12 @@ class Topics:
         return self._n("leases")
 
     @property
+    def alerts(self) -> str:
+        """What operations must hear about, e.g. a worker declared dead (ADR 71): kept a
+        retention period, never compacted, so every alert stays for whoever routes them."""
+        return self._n("alerts")
+
+    @property
     def system(self) -> str:
         """Each role process's liveness record, key ``<role>/<instance>`` (ADR 61)."""
         return self._n("system")
@@ -165,6 +171,7 @@ class Topics:
             Topic(self.leases, n, COMPACT),  # partition p: the tasks of ready partition p
             Topic(self.system, 1, COMPACT),  # small: every reader reads all of it
             Topic(self.stats, 1, COMPACT),  # small: every reader keeps all of it
+            Topic(self.alerts, 1, {}),  # rare, read in order by one alert router
         ]
 
 

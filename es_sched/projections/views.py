@@ -29,6 +29,7 @@ import orjson
 
 from es_sched.domain import events as e
 from es_sched.domain.refusals import is_refusal
+from es_sched.domain.review import failed_reason
 from es_sched.domain.state import TaskState, WorkflowState
 
 Row = dict[str, Any]
@@ -241,6 +242,12 @@ def _task_changes(event: e.Event, p: e.Payload) -> Row | None:
             return {"status": "SCHEDULED", "worker_id": None}
         case e.LoopIterated():
             return {"iteration": p.iteration, "output": _out(event, p.output)}
+        case e.TaskParkedForReview():
+            return {"status": "PARKED_FOR_REVIEW"}  # the review queue's rows (ADR 71)
+        case e.TaskReviewed():
+            if p.decision == "fail":
+                return {"status": "FAILED_WITH_TERMINAL_ERROR", "reason": failed_reason(p.reason)}
+            return {"status": "FAILED"}  # the next attempt's row follows
     return None
 
 

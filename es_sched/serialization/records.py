@@ -1,6 +1,6 @@
 """Ready, timer and retry records: what the decider hands to the dispatcher, the timer service
-and the retry relay; the lease journal and the roles' liveness records. Schemas:
-``schemas/records/{ready,timer,retry,lease,liveness}.v1.json``.
+and the retry relay; the lease journal, the roles' liveness records and alerts. Schemas:
+``schemas/records/{ready,timer,retry,lease,liveness,alert}.v1.json``.
 
 - **ready** (``<prefix>.ready``, key = the task's evaluated rate-limit key, else its name (ADR
   13); written by the decider, read by the dispatcher): one task instance to place on a worker.
@@ -17,6 +17,10 @@ and the retry relay; the lease journal and the roles' liveness records. Schemas:
 - **liveness** (``<prefix>.system``, compacted, key = ``<role>/<instance>``; every role process
   -> the API and starting processes, ADR 61): who runs a role instance, where, holding what,
   decoded as ``roster.Presence``.
+- **alert** (``<prefix>.alerts``, key = the subject, e.g. the worker id; a dispatcher ->
+  whatever routes alerts to operations, ADR 71): ``kind`` ``worker.dead`` says a worker fell
+  silent past ``ES_SCHED_DISPATCH_DEAD_AFTER_S`` and which tasks' leases were taken back.
+  ``alert_id`` is the same from every dispatcher that declares the same death: dedupe by it.
 
 Encoders trust their typed inputs (the decider built them) and do not validate; every decoder
 validates against the compiled schema and raises ``SchemaError`` with the reason. Times are
@@ -42,7 +46,7 @@ from es_sched.serialization.schemas import Compiled, default_catalog
 
 FAMILY = "records"
 # record type -> the version written and read
-VERSIONS = {"ready": 1, "timer": 1, "retry": 1, "lease": 1, "liveness": 1}
+VERSIONS = {"ready": 1, "timer": 1, "retry": 1, "lease": 1, "liveness": 1, "alert": 1}
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z
 
 
@@ -246,6 +250,55 @@ def decode_lease(raw: bytes | None) -> LeaseRecord:
             gpu=held.get("gpu"),
         ),
     )
+
+
+# -- alerts (ADR 71) ------------------------------------------------------------------------
+class AlertRecord(TypedDict):
+    """A decoded alert record (the schema guarantees the types)."""
+
+    alert_id: str
+    kind: str
+    subject: str
+    pool: str
+    last_seen: str
+    declared_at: str
+    declared_by: str
+    reclaimed: list[str]
+    summary: str
+
+
+def worker_dead_alert(
+    worker_id: str,
+    pool: str,
+    last_seen: datetime,
+    declared_at: datetime,
+    declared_by: str,
+    reclaimed: tuple[str, ...],
+) -> bytes:
+    """The ``worker.dead`` alert: one per silence of a worker (``alert_id`` from its last
+    heartbeat, so every dispatcher's copy of one death has one id)."""
+    seen = last_seen.isoformat()
+    summary = f"worker {worker_id} (pool {pool}) silent since {seen}: declared dead"
+    if reclaimed:
+        summary += f", {len(reclaimed)} lease(s) taken back"
+    return orjson.dumps(
+        {
+            "alert_id": f"worker.dead:{worker_id}:{seen}",
+            "kind": "worker.dead",
+            "subject": worker_id,
+            "pool": pool,
+            "last_seen": last_seen,
+            "declared_at": declared_at,
+            "declared_by": declared_by,
+            "reclaimed": list(reclaimed),
+            "summary": summary,
+        },
+        option=_OPTIONS,
+    )
+
+
+def decode_alert(raw: bytes | None) -> AlertRecord:
+    return cast(AlertRecord, _object(raw, "alert"))
 
 
 # -- liveness (ADR 61) ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from es_sched.cli.config import config
 from es_sched.domain.commands import DispatchTask, ExpireLease
 from es_sched.serialization import wire
+from es_sched.serialization.records import decode_alert
 from testkit.kafka import Reader
 from testkit.net import free_port, scrape
 from testkit.runtime import Env, Role
@@ -140,7 +141,9 @@ def test_a_banned_version_gets_nothing_until_unbanned() -> None:
 
 
 def test_an_unheartbeated_lease_expires_and_the_task_moves_to_a_live_worker() -> None:
-    with bench(heartbeat_s=0.5, lease_k=3, suspect_after_s=1.0) as b:
+    """...and the silent worker, declared dead, is an alert (ADR 71): a record naming the task
+    it lost and ``es_sched_worker_dead_total{pool}``."""
+    with bench(heartbeat_s=0.5, lease_k=3, suspect_after_s=1.0, dead_after_s=2.0) as b:
         results = Reader(b.topics.task_results)
         with FakeWorker(b, "doomed") as doomed:
             b.ready("job", workflow_id="wf-job")
@@ -160,6 +163,17 @@ def test_an_unheartbeated_lease_expires_and_the_task_moves_to_a_live_worker() ->
         assert [type(i) for i in inputs[:3]] == [DispatchTask, ExpireLease, DispatchTask]
         assert inputs[1].input_id == "expire:job:1" and inputs[1].workflow_id == "wf-job"
         assert b.dispatcher.m_expired.value() == 1
+        dead = b.dispatcher.m_worker_dead
+        wait_until(lambda: dead.value(pool="default") == 1, 15, "the silent worker declared dead")
+        alerts = Reader(b.topics.alerts)
+        wait_until(lambda: len(alerts.read()) == 1, 15, "its worker.dead alert")
+        alert = decode_alert(alerts.read()[0].value())
+        alerts.close()
+        assert (alert["kind"], alert["subject"], alert["reclaimed"]) == (
+            "worker.dead",
+            "doomed",
+            ["job"],
+        )
 
 
 def test_preemption_of_a_long_running_low_priority_task() -> None:

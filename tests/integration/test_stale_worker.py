@@ -16,6 +16,7 @@ import pytest
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
 from es_sched.serialization import wire
+from es_sched.serialization.records import decode_alert
 from testkit.kafka import Reader
 from testkit.runtime import Env, Role, final_status, read_events
 from testkit.wait import wait_until
@@ -183,8 +184,19 @@ def test_a_killed_workers_leases_are_reclaimed() -> None:
             return all(final_status(by_wf.get(s.workflow_id, [])) == "COMPLETED" for s in starts)
 
         wait_until(all_completed, 90, "the 3 workflows to complete on the rescuer")
+        # ADR 71: declaring it dead raised an alert operations can route, naming its tasks.
+        alerts = Reader(env.topics.alerts)
+        wait_until(
+            lambda: any(m.key() == b"doomed" for m in alerts.read()),
+            30,
+            "the dispatcher's worker.dead alert for doomed",
+        )
+        [alert] = [decode_alert(m.value()) for m in alerts.read() if m.key() == b"doomed"]
+        alerts.close()
     finally:
         _stop([doomed, rescuer], roles)
+    assert (alert["kind"], alert["subject"], alert["pool"]) == ("worker.dead", "doomed", "default")
+    assert alert["alert_id"].startswith("worker.dead:doomed:")
     by_wf = read_events(env)
     task_ids: set[str] = set()
     for s in starts:
@@ -197,3 +209,4 @@ def test_a_killed_workers_leases_are_reclaimed() -> None:
             getattr(e.payload, "task_id", "") for e in events if e.type == "task.dispatched"
         }
     assert len(task_ids) == 3, task_ids  # three tasks, each dispatched twice
+    assert set(alert["reclaimed"]) == task_ids  # the alert names every task it lost

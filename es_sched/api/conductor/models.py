@@ -37,6 +37,10 @@ TERMINAL_TASK = frozenset(
     }
 )
 UNSUCCESSFUL_TASK = frozenset({"FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED"})
+# es-sched task statuses Conductor has no name for, as its clients must read them (their SDKs
+# refuse an unknown task status): a task parked for review (ADR 71) waits for a person, as a
+# Conductor HUMAN task does while IN_PROGRESS; its reason says why it waits.
+CONDUCTOR_TASK_STATUS = {"PARKED_FOR_REVIEW": "IN_PROGRESS"}
 
 
 class StartWorkflowRequest(BaseModel):
@@ -169,7 +173,7 @@ def task(row: Row, seq: int, wf: Row) -> Task:
         taskType=row["task_type"],
         taskDefName=row["name"],
         referenceTaskName=row["ref"],
-        status=row["status"],
+        status=CONDUCTOR_TASK_STATUS.get(row["status"], row["status"]),
         inputData=row.get("input") or {},
         outputData=row.get("output") or {},
         retryCount=max(int(row.get("attempt") or 1) - 1, 0),

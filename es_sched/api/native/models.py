@@ -6,9 +6,11 @@ naming it, never silently ignored. Field names are camelCase on the wire, like C
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from es_sched.projections.views import Row
 
 JSON = dict[str, Any]
 
@@ -70,6 +72,26 @@ class Task(BaseModel):
     scheduledAt: datetime
     startedAt: datetime | None
     endedAt: datetime | None
+
+
+def task_of(t: Row) -> Task:
+    return Task(
+        taskId=t["task_id"],
+        ref=t["ref"],
+        name=t["name"],
+        taskType=t["task_type"],
+        status=t["status"],
+        attempt=t["attempt"],
+        iteration=t["iteration"],
+        workerId=t["worker_id"],
+        reason=t["reason"],
+        progress=t["progress"],
+        input=t["input"],
+        output=t["output"],
+        scheduledAt=t["scheduled_at"],
+        startedAt=t["started_at"],
+        endedAt=t["ended_at"],
+    )
 
 
 class LogLine(BaseModel):
@@ -312,3 +334,27 @@ class System(BaseModel):
     intervalS: float
     staleAfterS: float
     processes: list[RoleProcess]
+
+
+class ReviewRequest(Strict):
+    """An operator's decision on a task parked for review (ADR 71)."""
+
+    decision: Literal["retry", "fail"]
+    input: JSON | None = Field(
+        default=None,
+        description="retry only: the whole input of the next attempt, as edited; "
+        "absent: the parked attempt's input",
+    )
+    reason: str = Field(default="", max_length=2000)
+    idempotencyKey: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class ParkedTask(BaseModel):
+    workflowId: str
+    workflowName: str
+    workflowStatus: str
+    task: Task
+
+
+class ReviewQueue(BaseModel):
+    tasks: list[ParkedTask]

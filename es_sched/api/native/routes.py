@@ -19,7 +19,7 @@ from es_sched.api import correlation, writes
 from es_sched.api.auth import Principal, require
 from es_sched.api.errors import ApiError
 from es_sched.api.fleet import Fleet, read_fleet
-from es_sched.api.native import audit, config, ops, system
+from es_sched.api.native import audit, config, ops, review, system
 from es_sched.api.native.models import (
     History,
     HistoryEvent,
@@ -27,11 +27,11 @@ from es_sched.api.native.models import (
     Queues,
     SubmitRequest,
     Submitted,
-    Task,
     TaskLog,
     Workflow,
     WorkflowAnswer,
     WorkflowList,
+    task_of,
 )
 from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.services import Services, services
@@ -181,26 +181,6 @@ def workflow_of(row: Row, tasks: list[Row] | None) -> Workflow:
     )
 
 
-def task_of(t: Row) -> Task:
-    return Task(
-        taskId=t["task_id"],
-        ref=t["ref"],
-        name=t["name"],
-        taskType=t["task_type"],
-        status=t["status"],
-        attempt=t["attempt"],
-        iteration=t["iteration"],
-        workerId=t["worker_id"],
-        reason=t["reason"],
-        progress=t["progress"],
-        input=t["input"],
-        output=t["output"],
-        scheduledAt=t["scheduled_at"],
-        startedAt=t["started_at"],
-        endedAt=t["ended_at"],
-    )
-
-
 def queues_of(
     rows: list[Row], now: datetime | None = None, fleet: Fleet | None = None
 ) -> list[Queue]:
@@ -238,5 +218,5 @@ def history_event(r: Row) -> HistoryEvent:
     )
 
 
-for _part in (audit, config, ops, system):
+for _part in (audit, config, ops, review, system):
     router.include_router(_part.router)

@@ -3,6 +3,7 @@ looking, what the rows reflect, whether they lag) and the command client's actio
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import Request
@@ -53,3 +54,14 @@ def act(client: CommandClient, action: str, workflow_id: str, reason: str, actor
     if action == "restart":
         return client.restart(workflow_id, actor=actor)
     raise ApiError(400, f"unknown action {action!r}")
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A form's JSON input field as an object, or the 400 that says what is wrong with it."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"the input is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ApiError(400, "the input must be a JSON object")
+    return document

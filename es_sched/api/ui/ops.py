@@ -31,6 +31,7 @@ from es_sched.api.native.routes import queues_of
 from es_sched.api.read_model_freshness import freshness_of, wait_after
 from es_sched.api.roles import grants
 from es_sched.api.services import Services, services
+from es_sched.api.ui.common import json_object
 from es_sched.api.ui.diagram import default_input, diagram
 from es_sched.api.ui.media import media_view
 from es_sched.api.ui.render import templates
@@ -156,12 +157,7 @@ def submit(
 ) -> Response:
     """Start ``name`` (priority 0, the highest, to 8, Conductor's range; a correlation id only
     when one is given)."""
-    try:
-        document = json.loads(input)
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, f"the input is not JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise ApiError(400, "the input must be a JSON object")
+    document = json_object(input)
     try:
         done = svc.commands.get().submit(
             name,

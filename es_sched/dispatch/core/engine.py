@@ -54,6 +54,19 @@ class Journaled:
     gpu: int | None = None
 
 
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker this core declared dead (ADR 71): once per silence, the first ``expire`` that
+    finds it dead, with the tasks whose leases were taken back from it since it was last heard
+    from (expired, or reclaimed as it was declared dead). ``last_seen`` names the silence,
+    so every dispatcher that declares the same death gives it the same alert id."""
+
+    worker_id: str
+    pool: str
+    last_seen: datetime
+    reclaimed: tuple[str, ...]
+
+
 @dataclass
 class _InFlight:
     task: ReadyTask
@@ -73,6 +86,11 @@ class DispatchCore:
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
     fair: FairShare = field(default_factory=FairShare)  # tenants' weights and tags (ADR 68)
     downstream_first: bool = True  # ADR 69; False: one task per type per round
+    # worker -> the last_seen of the silence already declared dead, so it is declared once
+    declared_dead: dict[str, datetime] = field(default_factory=dict)
+    deaths: list[WorkerDeath] = field(default_factory=list)  # drained by ``take_deaths``
+    # worker -> tasks whose leases were taken back since it was last heard from (its alert's)
+    taken_back: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.fleet.heartbeat_s = self.leases.heartbeat_s  # one heartbeat for leases and liveness
@@ -278,6 +296,7 @@ class DispatchCore:
     def observe(self, worker_id: str, held: set[str], use: Need) -> None:
         """A status report: the worker holds ``held`` (running or queued) using ``use`` in all.
         What it holds beyond the tasks we placed there is another dispatcher's: foreign use."""
+        self.taken_back.pop(worker_id, None)  # heard from: what it lost is no death's
         own, count = Need(), 0
         for task_id in held:
             flight = self.in_flight.get(task_id)
@@ -291,12 +310,33 @@ class DispatchCore:
         gone = self.leases.expired(now)
         for lease in gone:
             self.fleet.lease_lost(lease.worker_id, now)
+            self.taken_back.setdefault(lease.worker_id, set()).add(lease.task_id)
         for worker in list(self.fleet.workers.values()):
             if self.fleet.status(worker, now) == "dead":
-                gone += self.leases.reclaim_worker(worker.worker_id)
+                reclaimed = self.leases.reclaim_worker(worker.worker_id)
+                gone += reclaimed
+                self._declare_dead(worker.worker_id, worker.pool, worker.last_seen, reclaimed)
         for lease in gone:
             self._requeue(lease.task_id)
         return gone
+
+    def _declare_dead(
+        self, worker_id: str, pool: str, last_seen: datetime | None, reclaimed: list[Lease]
+    ) -> None:
+        # Its leases usually expired before its silence made it dead: count those too.
+        lost = self.taken_back.setdefault(worker_id, set())
+        lost.update(lease.task_id for lease in reclaimed)
+        # A worker never heard from is "dead" to placement, yet nothing died: no alert.
+        if last_seen is None or self.declared_dead.get(worker_id) == last_seen:
+            return
+        self.declared_dead[worker_id] = last_seen
+        tasks = tuple(sorted(self.taken_back.pop(worker_id)))
+        self.deaths.append(WorkerDeath(worker_id, pool, last_seen, tasks))
+
+    def take_deaths(self) -> list[WorkerDeath]:
+        """The workers declared dead since the last call (the shell raises their alerts)."""
+        out, self.deaths = self.deaths, []
+        return out
 
     def given_back(self, task_id: str, epoch: int) -> Lease | None:
         """The decider ended this lease without us (its worker declined it, ADR 24 a): the

@@ -99,6 +99,12 @@ class Task(Base):
             "scheduled_at",
             postgresql_where=text("status = 'SCHEDULED'"),
         ),
+        # The review queue (``queries.parked_tasks``, ADR 71; migration 0007).
+        Index(
+            "ix_tasks_parked",
+            "scheduled_at",
+            postgresql_where=text("status = 'PARKED_FOR_REVIEW'"),
+        ),
     )
 
 

@@ -382,3 +382,19 @@ def queues(engine: Engine) -> list[Row]:
     )
     with available("queues"), engine.connect() as conn:
         return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def parked_tasks(engine: Engine, limit: int = 200) -> list[Row]:
+    """The review queue (ADR 71): tasks parked for an operator, oldest first, each the newest
+    attempt of its reference in a workflow still open, with the workflow's name and status."""
+    t, w = TASKS.c, WORKFLOWS.c
+    query = (
+        select(TASKS, w.name.label("workflow_name"), w.status.label("workflow_status"))
+        .select_from(TASKS.join(WORKFLOWS, w.workflow_id == t.workflow_id))
+        .where(t.status == "PARKED_FOR_REVIEW", t.retried.is_(False))
+        .where(w.status.in_(("RUNNING", "PAUSED")))
+        .order_by(t.scheduled_at, t.task_id)
+        .limit(limit)
+    )
+    with available("status"), engine.connect() as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]

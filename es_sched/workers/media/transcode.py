@@ -5,7 +5,10 @@ Input: ``source`` (file URI or path; ``source_checksum`` optional sha256), ``hei
 optional ``name`` (default ``<height>p_<codec>``), ``output_dir``, ``accel`` (``auto``: NVENC
 when the task was pinned to a GPU and this worker has NVENC, else the cpu; ``cpu``; ``gpu``:
 NVENC or a retryable failure), ``keyframe_s`` and ``degrade_on_retry`` (after a failed
-attempt, use ``degraded_preset``: e.g. medium -> veryfast; the output says so).
+attempt, use ``degraded_preset``: e.g. medium -> veryfast; the output says so). A definition
+says better what a retry changes with ``retryInputChanges`` (ADR 71): the scheduler then puts
+the changed input in each attempt's ``task.scheduled`` and this worker just runs it, as the
+media example does; the flag stays for definitions registered with it.
 
 Output: ``{uri, path, size, sha256}`` of ``<output_dir>/<name>.mp4`` with what ffprobe reads
 back from it (``width``, ``height``, ``video_codec``, ``bandwidth``, ``codecs``), the settings

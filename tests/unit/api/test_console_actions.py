@@ -27,8 +27,8 @@ def test_offered_by_role_and_status() -> None:
     assert offered("worker", "RUNNING") == ()
     assert offered("operator", "FAILED") == ("retry", "restart", "rerun")
     assert offered("operator", "COMPLETED") == ("restart", "rerun")
-    assert offered("admin", "RUNNING") == ("pause", "terminate", "cancel", "signal")
-    assert offered("operator", "PAUSED") == ("resume", "terminate", "cancel", "signal")
+    assert offered("admin", "RUNNING") == ("pause", "terminate", "cancel", "signal", "review")
+    assert offered("operator", "PAUSED") == ("resume", "terminate", "cancel", "signal", "review")
     assert role_allows("retry", "operator") and not role_allows("retry", "viewer")
 
 

@@ -108,6 +108,9 @@ class FakeCommands:
     def signal(self, wf_id: str, output: Any, **kw: Any) -> Submitted:
         return self._record(f"signal {kw.get('ref')} {output}", wf_id, **kw)
 
+    def review(self, wf_id: str, task_id: str, decision: str, **kw: Any) -> Submitted:
+        return self._record(f"review {decision} {task_id} {kw.get('input')}", wf_id, **kw)
+
 
 @dataclass
 class Fakes:

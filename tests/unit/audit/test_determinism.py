@@ -235,3 +235,41 @@ def test_a_tampered_learned_timeout_fails_replay(change: dict[str, Any], shown: 
     log.events[at] = dataclasses.replace(le, event=dataclasses.replace(le.event, payload=forged))
     found = i5(run(log))
     assert found and found[0].startswith(f"I5 {d.workflow_id} {le.at}") and shown in found[0], found
+
+
+def reviewed_log() -> Log:
+    """ADR 71: ``a`` retries with the inputs its policy changes, parks for review after its
+    last attempt, and an operator's retry with edited input completes it."""
+    policy = {
+        "name": "enc",
+        "retryCount": 2,
+        "retryDelaySeconds": 0,
+        "retryInputChanges": [{"preset": "veryfast"}, {"codec": "h264"}],
+        "onExhausted": "REVIEW",
+    }
+    d = Recording(TWO_TASKS, taskdefs=[policy])
+    for _ in range(3):
+        d.report("a", "FAILED", reason="boom")
+    assert d.latest("a").status == "PARKED_FOR_REVIEW"
+    parked = d.latest("a").task_id
+    d.send(
+        c.ReviewTask("review-1", d.workflow_id, task_id=parked, decision="retry", input={"x": 1})
+    )
+    d.report("a")
+    d.report("b")
+    assert d.st.status == "COMPLETED"
+    return recorded(d)
+
+
+def test_inputs_changed_per_attempt_and_a_review_replay_exactly() -> None:
+    report = run(reviewed_log())
+    assert report.ok, [v.line() for v in report.violations]
+
+
+def test_a_changed_input_change_rule_fails_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    if rerun_with_python_core(f"{__file__}::test_a_changed_input_change_rule_fails_replay"):
+        return  # replacing a compiled core's function changes nothing its callers do
+    log = reviewed_log()
+    monkeypatch.setattr(retry, "input_for_attempt", lambda inputs, changes, attempt: dict(inputs))
+    found = i5(run(log))
+    assert found and "task.scheduled: payload.input" in found[0], found

@@ -18,6 +18,7 @@ EXPECTED = {
     "terminate": {"RUNNING", "PAUSED"},
     "cancel": {"RUNNING", "PAUSED"},
     "signal": {"RUNNING", "PAUSED"},
+    "review": {"RUNNING", "PAUSED"},  # a parked task's retry or fail (ADR 71)
 }
 
 

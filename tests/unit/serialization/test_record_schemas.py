@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -63,6 +63,7 @@ DECODERS: dict[str, Callable[[str], Callable[[bytes], Any]]] = {
         "retry": records.decode_retry,
         "lease": records.decode_lease,
         "liveness": records.decode_liveness,
+        "alert": records.decode_alert,
     }[t],
     "wire": lambda _: wire.decode,
     "config": _decode_config,
@@ -131,6 +132,24 @@ def test_timer_and_retry_round_trip() -> None:
     retry = records.decode_retry(_raw(_example("records/retry.v1.json")))
     assert (retry.next_attempt, retry.delay_seconds) == (2, 30.0)
     assert records.decode_retry(records.encode_retry(retry)) == retry
+
+
+def test_a_dead_workers_alert_round_trips_with_an_id_shared_by_every_dispatcher() -> None:
+    seen = datetime(2026, 11, 29, 8, 14, 2, tzinfo=UTC)
+    raw = [
+        records.worker_dead_alert("w7", "gpu", seen, seen + timedelta(seconds=s), by, ("t1",))
+        for s, by in ((61, "dispatcher-a"), (62, "dispatcher-b"))
+    ]
+    a, b = (records.decode_alert(r) for r in raw)
+    assert a["alert_id"] == b["alert_id"] == f"worker.dead:w7:{seen.isoformat()}"
+    assert (a["kind"], a["subject"], a["pool"], a["reclaimed"]) == (
+        "worker.dead",
+        "w7",
+        "gpu",
+        ["t1"],
+    )
+    assert "declared dead, 1 lease(s) taken back" in a["summary"]
+    assert a["declared_by"] != b["declared_by"]
 
 
 def test_lease_record_round_trip() -> None:

@@ -225,6 +225,27 @@ def test_expired_lease_goes_back_to_the_head_and_dead_workers_are_reclaimed() ->
     reclaimed = core.expire(T0 + timedelta(seconds=90))
     assert [lease.task_id for lease in reclaimed] == ["t1"]
     assert core.queues.by_type["encode"].size == 2
+    # ADR 71: the death is declared once per silence, with the leases it took back.
+    [death] = core.take_deaths()
+    assert (death.worker_id, death.pool, death.last_seen, death.reclaimed) == (
+        "w1",
+        "default",
+        T0,
+        ("t1",),
+    )
+    core.expire(T0 + timedelta(seconds=95))
+    assert core.take_deaths() == []  # still the same silence
+    core.fleet.workers["w1"].last_seen = T0 + timedelta(seconds=100)  # back, then silent again
+    core.expire(T0 + timedelta(seconds=170))
+    [second] = core.take_deaths()
+    assert second.last_seen == T0 + timedelta(seconds=100) and second.reclaimed == ()
+
+
+def test_a_worker_never_heard_from_is_not_declared_dead() -> None:
+    core = core_with(worker("w1", cpu=1))
+    core.fleet.workers["w1"].last_seen = None
+    core.expire(T0 + timedelta(seconds=600))
+    assert core.take_deaths() == []
 
 
 def test_banned_versions_blacklisted_and_suspect_workers_get_nothing() -> None:
