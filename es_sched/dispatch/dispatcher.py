@@ -16,6 +16,11 @@ Inputs:
   ``Progress`` extends the worker's leases.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools, policies and blacklistings, changeable at run time.
+- ``stats`` (compacted, from the beginning; ``es_sched.kafka.stats.StatsView``, unless
+  ``ES_SCHED_DISPATCH_LEARNED_COST=false``): the analytics role's proposals; a task whose
+  resources are a cost estimate is placed by it corrected by its size class's learned cost
+  (ADR 66; the core's ``placed_by``). Advice only: a view that falls behind or holds nothing
+  leaves the estimate as declared.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
@@ -86,9 +91,11 @@ from es_sched.dispatch.readers.worker_status import (
     WorkerLeft,
 )
 from es_sched.domain.commands import Input
+from es_sched.domain.learned_cost import LEARNED_KEY
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.failures import assign_at_committed, wait
+from es_sched.kafka.stats import StatsView
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
 from es_sched.liveness import heard_at
@@ -170,6 +177,16 @@ class Dispatcher:
             "es_sched_queue_unplaceable",
             "1 while tasks of a type wait and no worker of its pool can take one, by reason.",
         )
+        self.m_learned = r.counter(
+            "es_sched_learned_cost_placements_total",
+            "Tasks placed by their cost estimate corrected by what their size class measured.",
+        )
+        self.m_cost_ratio = r.gauge(
+            "es_sched_learned_cost_ratio",
+            "The learned cost ratio (measured / estimated cpu-seconds) last placed by, per "
+            "task type and size class.",
+        )
+        self.stats: StatsView | None = None
         self._refused_seen: dict[str, int] = {}
         self.name = f"dispatcher-{settings.runtime.instance}"
 
@@ -191,6 +208,9 @@ class Dispatcher:
         self.events = EventReader(Tail(self.bootstrap, self.topics.events, OFFSET_END))
         if not self._catch_up_views():
             return
+        if self.dispatch_settings.learned_cost:
+            self.stats = StatsView(self.bootstrap, self.topics.stats)
+            self.core.learned = self.stats.runtime
         consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
@@ -208,6 +228,8 @@ class Dispatcher:
             self.ready.close()
             for reader in (self.config, self.status, self.events):
                 reader.close()
+            if self.stats is not None:
+                self.stats.close()
             log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
 
     def step(self, wait_s: float) -> None:
@@ -511,6 +533,12 @@ class Dispatcher:
         if at is not None:
             self.m_latency.observe(max(0.0, time.time() - at))
         self.m_dispatched.inc()
+        learned = a.placed_by.get(LEARNED_KEY)
+        if isinstance(learned, dict):
+            self.m_learned.inc(task_type=a.task.task_type)
+            if learned.get("cost_ratio") is not None:
+                labels = {"task_type": a.task.task_type, "size_class": learned["size_class"]}
+                self.m_cost_ratio.set(learned["cost_ratio"], **labels)
 
     def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
         task = self.journal.task(lease.task_id)
