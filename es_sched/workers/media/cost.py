@@ -77,17 +77,15 @@ class Estimate:
 
     def declared_inputs(self) -> dict[str, Any]:
         """What the declared resources carry of this estimate (``ESTIMATE_KEY``): enough to
-        correct it (``learned_cost.correct``) and to class it (``learned.size_class``)."""
-        i = self.inputs
+        correct it (``learned_cost.correct``) and to class it (``learned.size_class``; the
+        height and codec come from the task's input). Kept short: the probe's grid repeats it
+        in each of its entries."""
         return {
             "model": MODEL,
             "cpu_seconds": self.cpu_seconds,
             "cpu_max": self.cpu_max,
-            "accel": i["accel"],
-            "codec": i["codec"],
-            "height": i["height"],
-            "duration_s": i["duration_s"],
-            "preset": i["preset"],
+            "accel": self.inputs["accel"],
+            "duration_s": self.inputs["duration_s"],
         }
 
 
