@@ -106,6 +106,11 @@ SOURCES: dict[str, Source] = {
         f"{PY} bench/client_requests.py --rate 26 --seconds 20 --runs 3 --partitions 12",
         _first_list("windows", " windows"),
     ),
+    "cost.json": Source(
+        f"{PY} bench/cost.py --videos 6 --evaluations 3",
+        lambda d: f"1 learning + {d['runs']} evaluation passes",
+        "ffmpeg and ffprobe, no stack",
+    ),
     "core.json": Source(
         f"{PY} bench/core.py --rounds 5", lambda d: f"{len(d['fold']['rounds'])} rounds"
     ),
@@ -1043,6 +1048,89 @@ def api_routes(p: Page, d: Doc) -> None:
     p.sources("api_routes.json")
 
 
+def learned_cost(p: Page) -> None:
+    """The media cost estimate against ffmpeg, before and after the learned correction (ADR 66)."""
+    if not p.has("cost.json"):
+        return
+    d = p.r["cost.json"]
+    videos = d["videos"]
+    p.text("## Learned cost")
+    p.text(
+        f"Every transcode the media pipeline asks of the demo's {len(videos)} videos "
+        f"({min(v['height'] for v in videos)}p to {max(v['height'] for v in videos)}p, "
+        f"{num(min(v['duration_s'] for v in videos))} to "
+        f"{num(max(v['duration_s'] for v in videos))} s), run with the worker's ffmpeg command: "
+        "the cost model's estimate of its cpu-seconds (the probe's, which the task declares), "
+        "what ffmpeg used (user + system, its own), and the estimate corrected by what a first "
+        "pass taught each size class (`domain.learned_cost.correct`: the median ratio, memory at "
+        f"its P95 x 1.25, nothing below {d['settings']['min_samples']} samples). Per class the "
+        f"median over its transcodes, then over {d['runs']} passes after the learning one; "
+        "error is |figure - measured| / measured.",
+    )
+    rows = []
+    for subject, c in d["classes"].items():
+        if subject == "all":
+            continue
+        learned = (
+            f"{num(c['learned_cost_ratio'])} ({c['learned_samples']} samples)"
+            if c["corrected"]
+            else f"not applied ({c['learned_samples']} samples)"
+        )
+        rows.append(
+            [
+                f"`{subject}`",
+                c["transcodes"],
+                num(c["estimated_cpu_s"]),
+                num(c["measured_cpu_s"]),
+                num(c["corrected_cpu_s"]),
+                learned,
+                f"{num(c['error_before_pct'])} %",
+                f"{num(c['error_after_pct'])} %",
+                f"{num(c['cpu_before'])} / {num(c['cpu_after'])}",
+                f"{num(c['memory_estimated_mb'])} / {num(c['peak_memory_mb'])} / "
+                f"{num(c['memory_corrected_mb'])}",
+            ]
+        )
+    every = d["classes"]["all"]
+    rows.append(
+        [
+            "all",
+            every["transcodes"],
+            "",
+            "",
+            "",
+            "",
+            f"{num(every['error_before_pct'])} %",
+            f"{num(every['error_after_pct'])} %",
+            "",
+            "",
+        ]
+    )
+    same = all(c["cpu_before"] == c["cpu_after"] for k, c in d["classes"].items() if k != "all")
+    if same:
+        p.text(
+            "On clips this short every rendition declares the same cores either way (the "
+            "model sizes a rendition to finish in about a minute, at least 0.5 cores): here "
+            "the correction changes the memory placed by; cores change on longer sources."
+        )
+    p.table(
+        [
+            "size class",
+            "transcodes",
+            "estimated cpu-s",
+            "measured cpu-s",
+            "corrected cpu-s",
+            "learned ratio",
+            "error before",
+            "error after",
+            "cores declared: estimate / corrected",
+            "memory MiB: estimated / measured peak / corrected",
+        ],
+        rows,
+    )
+    p.sources("cost.json")
+
+
 def stack(p: Page) -> None:
     if not p.has("stack_up.json"):
         return
@@ -1137,7 +1225,18 @@ def page(folder: Path = CURRENT) -> str:
         "figure names its file; older runs are in `bench/results/archive/` (the index of both: "
         "[bench/README.md](../bench/README.md)).",
     )
-    for section in (headline, side_by_side, capacity, write_path, read_side, state, api, stack):
+    sections = (
+        headline,
+        side_by_side,
+        capacity,
+        write_path,
+        read_side,
+        state,
+        api,
+        learned_cost,
+        stack,
+    )
+    for section in sections:
         section(p)
     method(p)
     return p.markdown()

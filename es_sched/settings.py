@@ -298,6 +298,13 @@ class DispatchSettings(BaseSettings):
         "stats topic; 0 turns judging off (records already written still apply).",
     )
 
+    learned_cost: bool = Field(
+        default=True,
+        description="Place a task whose resources are a cost model's estimate by that estimate "
+        "corrected by what its type and size class measured (the analytics role's cost_ratio "
+        "and memory_p95_mb on the stats topic, ADR 66); false places every task as declared.",
+    )
+
     @property
     def blacklist_policy(self) -> BlacklistPolicy:
         return BlacklistPolicy(

@@ -16,6 +16,11 @@ Inputs:
   ``Progress`` extends the worker's leases.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools, policies, blacklistings and tenants' shares and quotas, changeable at run time.
+- ``stats`` (compacted, from the beginning; ``es_sched.kafka.stats.StatsView``, unless
+  ``ES_SCHED_DISPATCH_LEARNED_COST=false``): the analytics role's proposals; a task whose
+  resources are a cost estimate is placed by it corrected by its size class's learned cost
+  (ADR 66; the core's ``placed_by``). Advice only: a view that falls behind or holds nothing
+  leaves the estimate as declared.
 - ``events`` (``read_committed``, from the end at start): task.completed / failed / timed_out /
   canceled / completed_with_errors free the task's resources; a canceled or timed-out task
   still leased is stopped on its worker at once (``Cancel``); a task.lease_expired of the
@@ -97,6 +102,7 @@ from es_sched.dispatch.readers.worker_status import (
 )
 from es_sched.domain.commands import Input
 from es_sched.domain.learned import FailureRate
+from es_sched.domain.learned_cost import LEARNED_KEY
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.failures import assign_at_committed, wait
@@ -201,9 +207,19 @@ class Dispatcher:
             "es_sched_rollout_share",
             "The share of a task type's tasks a rolled-out worker version receives now.",
         )
+        self.m_learned = r.counter(
+            "es_sched_learned_cost_placements_total",
+            "Tasks placed by their cost estimate corrected by what their size class measured.",
+        )
+        self.m_cost_ratio = r.gauge(
+            "es_sched_learned_cost_ratio",
+            "The learned cost ratio (measured / estimated cpu-seconds) last placed by, per "
+            "task type and size class.",
+        )
         self._refused_seen: dict[str, int] = {}
         self.name = f"dispatcher-{settings.runtime.instance}"
         self.owned: set[int] = set()  # ready partitions; the owner of 0 judges versions
+        # The analytics role's proposals (ADR 64): learned cost (ADR 66), versions (ADR 70).
         self.stats: StatsView | None = None
         self._judged_at = 0.0
         self._held: dict[str, str] = {}  # task type -> why held, as last logged
@@ -226,8 +242,10 @@ class Dispatcher:
         self.events = EventReader(Tail(self.bootstrap, self.topics.events, OFFSET_END))
         if not self._catch_up_views():
             return
-        if self.dispatch_settings.version_judge_s > 0:
+        if self.dispatch_settings.version_judge_s > 0 or self.dispatch_settings.learned_cost:
             self.stats = StatsView(self.bootstrap, self.topics.stats)
+        if self.stats is not None and self.dispatch_settings.learned_cost:
+            self.core.learned = self.stats.runtime
         consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
         )
@@ -602,6 +620,12 @@ class Dispatcher:
         if at is not None:
             self.m_latency.observe(max(0.0, time.time() - at))
         self.m_dispatched.inc()
+        learned = a.placed_by.get(LEARNED_KEY)
+        if isinstance(learned, dict):
+            self.m_learned.inc(task_type=a.task.task_type)
+            if learned.get("cost_ratio") is not None:
+                labels = {"task_type": a.task.task_type, "size_class": learned["size_class"]}
+                self.m_cost_ratio.set(learned["cost_ratio"], **labels)
 
     def _alert_dead(self, death: WorkerDeath, now: datetime) -> None:
         """ADR 71: a dead worker is operations' news, not only a lease matter: an alert record

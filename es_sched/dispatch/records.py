@@ -90,7 +90,7 @@ def assignment(a: CoreAssignment, deployment: str = "") -> tuple[wire.Assignment
         input=dict(task.payload.get("input") or {}),
         gpu=a.placement.gpu,
         priority=task.priority,
-        resources=dict(task.resources),
+        resources=dict(a.placed_by),  # corrected by the learned cost, if it was (ADR 66)
         ref=str(task.payload.get("ref") or ""),
         deployment=deployment,
     )

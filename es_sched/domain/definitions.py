@@ -9,7 +9,8 @@ checks (cycles, references, joins) live in ``validation``.
 es-sched extensions, all optional and ignored by Conductor: ``priority`` (0-8, 0 highest),
 ``resources`` (``cpu``, ``memory_mb``, ``gpu_memory_mb``, ``custom``; on a workflow task also
 one ``${...}`` expression, resolved when the task is scheduled, e.g. to an estimate an earlier
-task computed: null falls back to the TaskDef's resources), ``rateLimitKey``, ``retryJitter``
+task computed: null falls back to the TaskDef's resources; an estimate keeps its ``inputs``,
+ADR 66), ``rateLimitKey``, ``retryJitter``
 (0-1, the fraction of a retry delay that is jittered), ``dynamicTimeout`` (a worker task's
 total timeout from its learned run times, ``domain.timeouts``), ``retryInputChanges`` (a list
 of objects: attempt N+1 runs with the first N merged into its input, ``domain.retry``) and
@@ -66,14 +67,20 @@ class Resources:
     memory_mb: int = 0
     gpu_memory_mb: int = 0
     custom: Mapping[str, float] = field(default_factory=dict)
+    # A cost model's inputs when these resources are its estimate (``learned_cost``, ADR 66):
+    # the dispatcher corrects such an estimate by what its size class measured.
+    inputs: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "cpu": self.cpu,
             "memory_mb": self.memory_mb,
             "gpu_memory_mb": self.gpu_memory_mb,
             "custom": dict(self.custom),
         }
+        if self.inputs is not None:
+            out["inputs"] = dict(self.inputs)
+        return out
 
 
 NO_RESOURCES = Resources()  # one object, so its dict is shared too (parsed.resources_dict)
@@ -211,11 +218,15 @@ def resources_of(value: Any) -> Resources:
     custom = value.get("custom") or {}
     if not isinstance(custom, Mapping):
         raise ValueError("resources custom must be an object")
+    inputs = value.get("inputs")
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise ValueError("resources inputs must be an object (a cost model's inputs)")
     return Resources(
         cpu=amount("cpu", value.get("cpu", 0)),
         memory_mb=int(amount("memory_mb", value.get("memory_mb", 0))),
         gpu_memory_mb=int(amount("gpu_memory_mb", value.get("gpu_memory_mb", 0))),
         custom={str(k): amount(f"custom.{k}", v) for k, v in custom.items()},
+        inputs=None if inputs is None else {str(k): v for k, v in inputs.items()},
     )
 
 

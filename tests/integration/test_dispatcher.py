@@ -13,11 +13,14 @@ from click.testing import CliRunner
 
 from es_sched.cli.config import config
 from es_sched.domain.commands import DispatchTask, ExpireLease
+from es_sched.domain.learned import RunStats
+from es_sched.kafka.stats import publisher
 from es_sched.serialization import wire
-from es_sched.serialization.records import decode_alert
+from es_sched.serialization.records import decode_alert, encode_ready
 from testkit.kafka import Reader
 from testkit.net import free_port, scrape
 from testkit.runtime import Env, Role
+from testkit.settings import BOOTSTRAP
 from testkit.wait import wait_until
 from tests.integration.dispatch_harness import FakeWorker, bench, task_results
 
@@ -236,3 +239,49 @@ def test_config_cli_writes_records_that_show_folds(monkeypatch: pytest.MonkeyPat
         "pool:enc": {"pool": "gpu"},
         "policy:gpu": {"policy": "spread"},
     }
+
+
+def test_a_cost_estimate_is_placed_by_the_ratio_learned_for_its_size_class() -> None:
+    """ADR 66. The stats record is published here as the analytics role would (``publisher``);
+    the dispatcher's StatsView reads it from the stats topic. The estimate (1 cpu) fits the
+    tighter worker, which binpack picks; the learned ratio (2x) makes it 2 cpus, the larger one."""
+    inputs = {"model": "media-cost/1", "cpu_seconds": 60.0, "cpu_max": 2.0, "accel": "cpu"}
+    inputs |= {"codec": "h264", "height": 720, "duration_s": 30.0}
+    stats = RunStats(
+        "enc", "h720-d60-h264", "2026-12-07T14:00:00Z", 10, 30.0, 60.0, 70.0, 0.1, 0.5, 0, 0.0,
+        cost_ratio=2.0, memory_p95_mb=300.0,
+    )  # fmt: skip
+    with (
+        bench() as b,
+        FakeWorker(b, "a-small", cpu=1) as small,
+        FakeWorker(b, "b-large", cpu=2) as large,
+    ):
+        publisher(BOOTSTRAP, b.topics.stats)(stats)
+        view = b.dispatcher.stats
+        assert view is not None  # on by default
+        wait_until(lambda: view.runtime("enc", "h720-d60-h264") is not None, 15, "the stats")
+        wait_until(lambda: len(b.dispatcher.core.fleet.workers) == 2, 10, "two workers")
+        value = encode_ready(
+            workflow_id="wf",
+            task_id="enc-720",
+            ref="enc-720",
+            name="enc",
+            attempt=1,
+            input={"height": 720, "codec": "h264"},
+            priority=4,
+            resources={"cpu": 1.0, "memory_mb": 512, "inputs": inputs},
+            rate_limit_key=None,
+            tenant=None,
+            callback=False,
+            workflow_started_at=None,
+        )
+        b.producer.produce(b.topics.ready, key=b"enc", value=value)
+        b.flush()
+        wait_until(_count_is(large, 1), 15, "the transcode on the larger worker")
+        (a,) = large.assignments
+        assert (a.resources["cpu"], a.resources["memory_mb"]) == (2.0, 384)
+        assert a.resources["learned"]["estimate"] == {"cpu": 1.0, "memory_mb": 512}
+        assert a.resources["learned"]["cost_ratio"] == 2.0
+        assert small.assignments == []
+        labels = {"task_type": "enc", "size_class": "h720-d60-h264"}
+        assert b.dispatcher.m_cost_ratio.value(**labels) == 2.0

@@ -21,6 +21,7 @@ import pytest
 from es_sched.workers import TaskCancelled, TaskFailure
 from es_sched.workers.media import Toolkit, gpu
 from es_sched.workers.media.asset import write_asset
+from es_sched.workers.media.cost import MODEL
 from es_sched.workers.media.files import uri_of
 from es_sched.workers.media.handlers import probe_source
 from es_sched.workers.media.package import package
@@ -119,10 +120,11 @@ def sha256(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def renditions(clips: dict[str, Path], kit: Toolkit) -> dict[str, tuple[JSON, list[float]]]:
-    """A 720p H.264 and (second attempt, degraded) a 360p H.265 rendition of the clip."""
+    """A 720p H.264 and (second attempt, degraded, declaring a cost estimate as the probe's
+    would) a 360p H.265 rendition of the clip."""
     made = {}
-    for name, task, attempt in (
-        ("720p_h264", {"height": 720, "codec": "h264", "crf": 23, "preset": "medium"}, 1),
+    runs: tuple[tuple[str, JSON, int, JSON], ...] = (
+        ("720p_h264", {"height": 720, "codec": "h264", "crf": 23, "preset": "medium"}, 1, {}),
         (
             "360p_h265",
             {
@@ -133,9 +135,11 @@ def renditions(clips: dict[str, Path], kit: Toolkit) -> dict[str, tuple[JSON, li
                 "degrade_on_retry": True,
             },
             2,
+            {"cpu": 1.0, "memory_mb": 320, "inputs": {"model": MODEL, "cpu_seconds": 5.0}},
         ),
-    ):
-        ctx = context("media.transcode", attempt=attempt)
+    )
+    for name, task, attempt, declared in runs:
+        ctx = context("media.transcode", attempt=attempt, **declared)
         source = {"source": uri_of(clips["clip"]), "source_checksum": sha256(clips["clip"])}
         out = transcode(ctx, {**source, **task, "name": name}, kit)
         made[name] = (out, progress_of(ctx))
@@ -155,6 +159,7 @@ def test_probe_reads_duration_size_rate_codecs_and_estimates(
     assert (out["sha256"], out["size"]) == (sha256(clip), clip.stat().st_size)
     assert out["codecs"].startswith("avc1.") and out["codecs"].endswith(",mp4a.40.2")
     assert out["estimates"]["h264_720"]["cpu"] > 0
+    assert out["estimates"]["h264_720"]["inputs"]["duration_s"] == out["duration"]
     assert out["estimate_inputs"]["duration_s"] == out["duration"]
 
 
@@ -185,6 +190,12 @@ def test_a_720p_rendition_is_720_high_h264_with_rising_progress(
     assert progress[-1] == 100.0
     assert len(progress) >= 2, progress  # at least one heartbeat before the end
     assert out["estimate"]["inputs"]["height"] == 720 and out["degraded"] is None
+    cost = out["cost"]  # what the analytics role learns the cost ratio from (ADR 66)
+    assert (cost["model"], cost["estimate_of"]) == (MODEL, "worker")  # it declared no estimate
+    assert cost["estimated_cpu_seconds"] == out["estimate"]["cpu_seconds"]
+    assert cost["measured_cpu_seconds"] > 0 and cost["peak_memory_mb"] > 1
+    ratio = cost["measured_cpu_seconds"] / cost["estimated_cpu_seconds"]
+    assert cost["ratio"] == pytest.approx(ratio, rel=1e-3)
 
 
 def test_a_second_attempt_degrades_the_preset_of_an_h265_rendition(
@@ -196,6 +207,9 @@ def test_a_second_attempt_degrades_the_preset_of_an_h265_rendition(
     assert out["degraded"] == {"from": "medium", "to": "veryfast", "attempt": 2}
     assert out["codecs"].startswith("hvc1.")
     assert progress[-1] == 100.0
+    # the ratio is to the estimate it was placed by, which the dispatcher corrects
+    assert (out["cost"]["estimate_of"], out["cost"]["estimated_cpu_seconds"]) == ("declared", 5.0)
+    assert out["declared"]["inputs"]["cpu_seconds"] == 5.0
 
 
 def test_cancellation_ends_ffmpegs_whole_process_group(

@@ -9,7 +9,13 @@ worker, reserves the resources and grants a lease. A task of priority <= 1 that 
 may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
 victim is handed back to the head of its queue (its attempt not counted as a failure) and the
 urgent task takes its place. Everything is in memory and deterministic for a given input order
-and ``now``.
+and ``now`` (and, for ``learned``, the stats it answers with).
+
+A task whose resources are a cost model's estimate is placed by the estimate corrected by what
+its type and size class measured (``learned``, a lookup of the analytics role's proposals;
+the rule is ``domain.learned_cost.correct``, ADR 66): its assignment carries the corrected
+resources, with what the correction used under ``learned``, so the worker admits it by the same
+figures and an operator sees estimate against learned.
 
 ``resume`` puts back what the lease journal says about a task after a restart or a rebalance
 (ADR 14): its live lease with its resources reserved and its concurrency slot held, or its place
@@ -22,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from es_sched.dispatch.core.fairshare import FairShare, TenantOrder, memo
 from es_sched.dispatch.core.leases import Lease, LeaseTable
@@ -29,6 +36,10 @@ from es_sched.dispatch.core.limits import Limits
 from es_sched.dispatch.core.order import Head, first
 from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
+from es_sched.domain.learned import RunStats, size_class
+from es_sched.domain.learned_cost import ESTIMATE_KEY, correct
+
+Learned = Callable[[str, str], RunStats | None]  # (task type, size class) -> latest stats
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,11 @@ class Assignment:
     task: ReadyTask
     placement: Placement
     lease: Lease
+    resources: dict[str, Any] | None = None  # what it was placed by; None: as declared
+
+    @property
+    def placed_by(self) -> dict[str, Any]:
+        return self.task.resources if self.resources is None else self.resources
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,7 @@ class DispatchCore:
     deaths: list[WorkerDeath] = field(default_factory=list)  # drained by ``take_deaths``
     # worker -> tasks whose leases were taken back since it was last heard from (its alert's)
     taken_back: dict[str, set[str]] = field(default_factory=dict)
+    learned: Learned | None = None  # None: every task is placed as declared
 
     def __post_init__(self) -> None:
         self.fleet.heartbeat_s = self.leases.heartbeat_s  # one heartbeat for leases and liveness
@@ -207,7 +224,8 @@ class DispatchCore:
         if found is None:
             return None
         level, task = found
-        need = Need.of(task.resources)
+        resources = self.placed_by(task)
+        need = Need.of(resources)
         policy = self.policies.get(pool, "binpack")
         placement = self.fleet.place(pool, task_type, need, now, policy, task.task_id)
         victim = None
@@ -243,7 +261,19 @@ class DispatchCore:
             task.task_id, task.attempt, placement.worker_id, token(), now, task.priority
         )
         self.in_flight[task.task_id] = _InFlight(task, need, placement)
-        return [*decisions, Assignment(task, placement, lease)]
+        corrected = None if resources is task.resources else resources
+        return [*decisions, Assignment(task, placement, lease, corrected)]
+
+    def placed_by(self, task: ReadyTask) -> dict[str, Any]:
+        """The resources to place ``task`` by: its declared ones, or, for a cost estimate, the
+        estimate corrected by what its type and size class measured (the same object when
+        nothing changed)."""
+        if self.learned is None or ESTIMATE_KEY not in task.resources:
+            return task.resources
+        task_input = task.payload.get("input")
+        subject = size_class(task_input if isinstance(task_input, dict) else {}, task.resources)
+        corrected = correct(task.resources, self.learned(task.task_type, subject))
+        return task.resources if corrected is None else corrected.resources
 
     def _find_victim(
         self, pool: str, task_type: str, need: Need, now: datetime, task_id: str
@@ -280,7 +310,8 @@ class DispatchCore:
         if lease is None:
             self.enqueue(task, front=True)
             return
-        need, placement = Need.of(task.resources), Placement(lease.worker_id, entry.gpu)
+        # Corrected by what is known now: the worker's reports say what it admitted it with.
+        need, placement = Need.of(self.placed_by(task)), Placement(lease.worker_id, entry.gpu)
         self.fleet.reserve(placement, need)
         self.limits.resumed(task.task_type, task.tenant)
         self.leases.resume(lease, entry.last_epoch, now)

@@ -4,8 +4,10 @@ The work of one rendition is its output pixels (``width x height x fps x duratio
 codec cost (H.265 costs about four times H.264) times a preset factor, in cpu-seconds at the
 calibration ``CPU_SECONDS_PER_GIGAPIXEL`` (libx264 ``medium`` on one core). From that:
 
-- ``cpu``: enough cores to finish in about ``TARGET_WALL_S``, at least 0.5, at most what the
-  encoder can use at that size and ``max_cpu`` (a worker never offers more);
+- ``cpu``: enough cores to finish in about a minute, at least 0.5, at most what the
+  encoder can use at that size and ``max_cpu`` (a worker never offers more): the
+  ``domain.learned_cost.cores_for`` rule, which the dispatcher applies again to the estimate
+  corrected by what the size class measured (ADR 66);
 - ``memory_mb``: a base plus frame buffers and look-ahead per megapixel;
 - on the GPU path (NVENC) little cpu and memory, and ``gpu_memory_mb`` for the encoder session.
 
@@ -13,19 +15,22 @@ Every estimate returns its ``inputs`` (and the ``MODEL`` version) so that record
 can be compared with measured run times and the constants refined. ``estimate_grid`` is what
 ``media.probe`` returns: resources per ``<codec>_<height>[_gpu]`` for the standard heights, so
 a workflow's transcode tasks can declare ``"resources": "${probe.output.estimates.h264_720}"``
-and the dispatcher places each by its own estimate.
+and the dispatcher places each by its own estimate. Each entry carries the estimate's
+``inputs`` (``declared_inputs``: the model, its cpu-seconds and cap, the source's duration),
+which is how the dispatcher recognises an estimate it may correct and how every role computes
+the task's size class (``domain.learned.size_class``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from es_sched.domain.learned_cost import ESTIMATE_KEY, cores_for, step_up
 
 MODEL = "media-cost/1"
 CPU_SECONDS_PER_GIGAPIXEL = 30.0
 GPU_CPU_SECONDS_PER_GIGAPIXEL = 3.0  # decode and scale stay on the cpu
-TARGET_WALL_S = 60.0
 DEFAULT_FPS = 30.0
 CODEC_COST = {"h264": 1.0, "h265": 4.0}
 CODEC_MEMORY = {"h264": 1.0, "h265": 2.5}
@@ -59,19 +64,29 @@ def _threads_useful(pixels: int) -> float:
     return 2.0 if megapixels < 0.5 else 4.0 if megapixels < 1.5 else 8.0
 
 
-def _up(value: float, step: float) -> float:
-    return math.ceil(value / step - 1e-9) * step
-
-
 @dataclass(frozen=True)
 class Estimate:
     resources: dict[str, Any]
     cpu_seconds: float
     expected_s: float
     inputs: dict[str, Any]
+    cpu_max: float  # the most cores this rendition was allowed (the encoder's use, max_cpu)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def declared_inputs(self) -> dict[str, Any]:
+        """What the declared resources carry of this estimate (``ESTIMATE_KEY``): enough to
+        correct it (``learned_cost.correct``) and to class it (``learned.size_class``; the
+        height and codec come from the task's input). Kept short: the probe's grid repeats it
+        in each of its entries."""
+        return {
+            "model": MODEL,
+            "cpu_seconds": self.cpu_seconds,
+            "cpu_max": self.cpu_max,
+            "accel": self.inputs["accel"],
+            "duration_s": self.inputs["duration_s"],
+        }
 
 
 def estimate(
@@ -97,19 +112,19 @@ def estimate(
     megapixels = pixels / 1e6
     if accel == "gpu":
         cpu_seconds = gigapixels * GPU_CPU_SECONDS_PER_GIGAPIXEL
-        cpu = min(max_cpu, 1.0)
+        cpu = cpu_max = min(max_cpu, 1.0)
         memory = 256 + megapixels * 64
         resources: dict[str, Any] = {
             "cpu": cpu,
-            "memory_mb": int(_up(memory, 64)),
-            "gpu_memory_mb": int(_up(256 + megapixels * 128 * CODEC_MEMORY[codec], 64)),
+            "memory_mb": int(step_up(memory, 64)),
+            "gpu_memory_mb": int(step_up(256 + megapixels * 128 * CODEC_MEMORY[codec], 64)),
         }
     else:
         cpu_seconds = gigapixels * CPU_SECONDS_PER_GIGAPIXEL * CODEC_COST[codec] * preset_factor
-        wanted = cpu_seconds / TARGET_WALL_S
-        cpu = max(0.5, min(_up(wanted, 0.5), _threads_useful(pixels), max_cpu))
+        cpu_max = min(_threads_useful(pixels), max_cpu)
+        cpu = cores_for(cpu_seconds, cpu_max)
         memory = 192 + megapixels * 150 * CODEC_MEMORY[codec]
-        resources = {"cpu": cpu, "memory_mb": int(_up(memory, 64))}
+        resources = {"cpu": cpu, "memory_mb": int(step_up(memory, 64))}
     inputs = {
         "model": MODEL,
         "duration_s": round(duration_s, 3),
@@ -131,6 +146,7 @@ def estimate(
         cpu_seconds=round(cpu_seconds, 3),
         expected_s=round(cpu_seconds / resources["cpu"], 3),
         inputs=inputs,
+        cpu_max=cpu_max,
     )
 
 
@@ -158,7 +174,10 @@ def estimate_grid(
                     max_cpu=max_cpu,
                 )
                 suffix = "_gpu" if accel == "gpu" else ""
-                grid[f"{codec}_{height}{suffix}"] = est.resources
+                grid[f"{codec}_{height}{suffix}"] = {
+                    **est.resources,
+                    ESTIMATE_KEY: est.declared_inputs(),
+                }
     return {
         "estimates": grid,
         "estimate_inputs": {

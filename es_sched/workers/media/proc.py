@@ -6,7 +6,10 @@ spawns form one process group whose id is ffmpeg's pid. It feeds each line of ff
 (the ``-progress pipe:1`` stream) to ``on_line`` and keeps the last lines of stderr for the
 failure message. When ``cancel`` is set (the dispatcher cancelled or preempted the task, or
 the worker is shutting down) the whole group gets SIGTERM, then SIGKILL after ``grace_s``,
-and ``TaskCancelled`` is raised; a non-zero exit is a retryable ``TaskFailure``.
+and ``TaskCancelled`` is raised; a non-zero exit is a retryable ``TaskFailure``. A run that
+ends well returns its ``Usage``: ffmpeg's own cpu-seconds and peak memory, from the kernel's
+accounting of that one process (``wait4``), not the worker's, whose other tasks' encoders run
+beside it; it is what the learned cost is learned from (ADR 66).
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import collections
 import contextlib
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO
 
 from es_sched.errors import ConfigError
@@ -28,6 +33,22 @@ from es_sched.workers.sdk import HostFault, TaskCancelled, TaskFailure
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one ffmpeg run used, by the kernel's accounting of it and its reaped children."""
+
+    cpu_s: float  # user + system cpu-seconds
+    peak_memory_mb: float  # peak resident set size (ru_maxrss)
+    wall_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "cpu_s": round(self.cpu_s, 3),
+            "peak_memory_mb": round(self.peak_memory_mb, 1),
+            "wall_s": round(self.wall_s, 3),
+        }
 
 
 def tool(name: str) -> str:
@@ -64,10 +85,19 @@ def kill_group(proc: subprocess.Popen[str], grace_s: float) -> None:
     _end_group(proc)
 
 
-def _end_group(proc: subprocess.Popen[str]) -> None:
+def _end_group(proc: subprocess.Popen[str]) -> resource.struct_rusage | None:
+    """Kill what is left of the group, reap ffmpeg; its resource usage (None: reaped before)."""
     with contextlib.suppress(ProcessLookupError):  # ffmpeg's children may outlive it
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    if proc.returncode is not None:
+        return None
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # reaped already: Popen knows its status
+        proc.wait()
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage
 
 
 def run_ffmpeg(
@@ -77,8 +107,9 @@ def run_ffmpeg(
     env: Mapping[str, str] | None = None,
     grace_s: float = 5.0,
     on_start: Callable[[int], None] | None = None,
-) -> None:
+) -> Usage:
     """Run ``argv`` to completion; see the module docstring for cancellation and failures."""
+    started = time.monotonic()
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -109,7 +140,7 @@ def run_ffmpeg(
             if cancel.wait(POLL_S):
                 kill_group(proc, grace_s)
                 raise TaskCancelled(f"{os.path.basename(argv[0])} stopped: task cancelled")
-        _end_group(proc)
+        usage = _end_group(proc)
     except BaseException:
         if proc.returncode is None:  # an error in on_line or an interrupt: leave nothing
             kill_group(proc, grace_s)
@@ -122,6 +153,10 @@ def run_ffmpeg(
     if proc.returncode != 0:
         tail = "\n".join(stderr).strip()[-1500:]
         raise TaskFailure(f"{os.path.basename(argv[0])} exited {proc.returncode}: {tail}")
+    wall_s = time.monotonic() - started
+    if usage is None:
+        return Usage(0.0, 0.0, wall_s)
+    return Usage(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall_s)
 
 
 def run_quick(argv: Sequence[str], timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:

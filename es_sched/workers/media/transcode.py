@@ -12,7 +12,12 @@ media example does; the flag stays for definitions registered with it.
 
 Output: ``{uri, path, size, sha256}`` of ``<output_dir>/<name>.mp4`` with what ffprobe reads
 back from it (``width``, ``height``, ``video_codec``, ``bandwidth``, ``codecs``), the settings
-used, the cost ``estimate`` (inputs included) and ``elapsed_s`` to refine it. ffmpeg writes
+used, the cost ``estimate`` (inputs included), the ``declared`` resources (with ``learned`` when
+the dispatcher corrected them), ``elapsed_s``, and ``cost``, what the learned cost is learned
+from (ADR 66): ``estimated_cpu_seconds`` (the estimate the task was placed by: its declared
+resources' ``inputs.cpu_seconds``, else this worker's own), ``measured_cpu_seconds`` and
+``peak_memory_mb`` (ffmpeg's own, ``proc.Usage``), ``ratio`` (measured / estimated) and
+``encode_s`` (ffmpeg's wall time). ffmpeg writes
 ``.<name>.part.mp4`` and the file is renamed into place only after ffmpeg succeeded; a failed
 or cancelled attempt removes its part file. Progress: percent of the probed duration encoded,
 from ffmpeg's ``-progress`` stream, as ``ctx.progress`` heartbeats.
@@ -26,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from es_sched.domain.learned_cost import ESTIMATE_KEY
 from es_sched.workers.media import cost, probe
 from es_sched.workers.media.command import (
     PRESETS,
@@ -37,7 +43,7 @@ from es_sched.workers.media.command import (
     transcode_command,
 )
 from es_sched.workers.media.files import file_ref, open_ref, part_path, safe_name
-from es_sched.workers.media.proc import run_ffmpeg
+from es_sched.workers.media.proc import Usage, run_ffmpeg
 from es_sched.workers.media.toolkit import JSON, Throttle, Toolkit, integer, number, text
 from es_sched.workers.sdk import TaskContext, TaskFailure
 
@@ -120,11 +126,38 @@ def transcode(ctx: TaskContext, task: JSON, kit: Toolkit) -> JSON:
             report(percent, f"{name} {parser.speed}".strip())
 
     try:
-        run_ffmpeg(argv, ctx.cancel_event, on_line, env=ctx.env, grace_s=kit.settings.kill_grace_s)
+        usage = run_ffmpeg(
+            argv, ctx.cancel_event, on_line, env=ctx.env, grace_s=kit.settings.kill_grace_s
+        )
         os.replace(part, final)
     finally:
         part.unlink(missing_ok=True)
-    return _output(final, name, r, gpu, why, ctx, kit, degraded, est, started)
+    result = _output(final, name, r, gpu, why, ctx, kit, degraded, est, started)
+    result["cost"] = measured_cost(ctx.resources, est, usage)
+    return result
+
+
+def measured_cost(declared: JSON, est: cost.Estimate, usage: Usage) -> JSON:
+    """The output's ``cost``: the estimate the task was placed by against what ffmpeg used.
+
+    The ratio is to the estimate the task declared (the probe's, which the dispatcher corrects),
+    not to this worker's own with the task's actual preset: the learned ratio must scale the
+    figure it is applied to. A task that declared no estimate is compared with this worker's."""
+    inputs = declared.get(ESTIMATE_KEY)
+    placed = inputs.get("cpu_seconds") if isinstance(inputs, dict) else None
+    if isinstance(placed, int | float) and not isinstance(placed, bool) and placed > 0:
+        estimated, source = float(placed), "declared"
+    else:
+        estimated, source = est.cpu_seconds, "worker"
+    return {
+        "model": cost.MODEL,
+        "estimate_of": source,
+        "estimated_cpu_seconds": round(estimated, 3),
+        "measured_cpu_seconds": round(usage.cpu_s, 3),
+        "peak_memory_mb": round(usage.peak_memory_mb, 1),
+        "ratio": round(usage.cpu_s / estimated, 4) if estimated > 0 else None,
+        "encode_s": round(usage.wall_s, 3),
+    }
 
 
 def _output(

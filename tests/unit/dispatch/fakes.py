@@ -124,12 +124,14 @@ class FakeOutput:
     journal: list[Msg] = field(default_factory=list)
     dead_letters: list[Any] = field(default_factory=list)
     stamps: list[tuple[str, datetime]] = field(default_factory=list)  # topic, record time
+    values: list[tuple[str, bytes | None]] = field(default_factory=list)  # topic, value
 
     def produce(
         self, topic: str, key: str, value: bytes | None, now: datetime, partition: int = -1
     ) -> None:
         self.log.append(("produce", topic, key))
         self.stamps.append((topic, now))
+        self.values.append((topic, value))
         if topic.endswith(".leases"):
             self.journal.append(Msg(key, value))
 

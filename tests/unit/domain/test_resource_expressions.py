@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from es_sched.domain.events import TaskScheduled
 from es_sched.domain.validation import validate_workflow
+from es_sched.serialization.codec import decode_event, encode_event
 from tests.unit.domain.harness import Driver, task, workflow
 
 TASKDEFS = [{"name": "encode", "retryCount": 1, "resources": {"cpu": 2, "memory_mb": 1024}}]
@@ -68,3 +70,14 @@ def test_a_taskdef_cannot_use_an_expression() -> None:
     taskdefs = [{"name": "encode", "resources": "${probe.output.estimates.h264_720}"}]
     problems = validate_workflow(pipeline({"cpu": 1}), taskdefs)
     assert any("taskdef 'encode': resources must be an object" in p for p in problems), problems
+
+
+def test_an_estimate_keeps_its_inputs_through_the_event_log() -> None:
+    """ADR 66: the estimate's inputs ride in task.scheduled, which the schema admits."""
+    d = Driver(pipeline("${probe.output.estimates.h264_720}"), taskdefs=TASKDEFS)
+    inputs = {"model": "media-cost/1", "cpu_seconds": 12.5, "cpu_max": 2.0, "duration_s": 30.0}
+    estimate = {"cpu": 0.5, "memory_mb": 384, "inputs": inputs}
+    events = d.report("probe", output={"height": 720, "estimates": {"h264_720": estimate}})
+    (scheduled,) = [e for e in events if isinstance(e.payload, TaskScheduled)]
+    assert decode_event(encode_event(scheduled)) == scheduled
+    assert d.latest("encode").resources["inputs"] == inputs

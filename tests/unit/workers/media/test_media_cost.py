@@ -100,6 +100,9 @@ def test_the_grid_has_every_codec_height_and_path() -> None:
     assert keys == {
         f"{c}_{h}{s}" for c in ("h264", "h265") for h in STANDARD_HEIGHTS for s in ("", "_gpu")
     }
-    assert g["estimates"]["h264_720"] == estimate(30.0, 1920, 1080, 720, "h264", fps=30.0).resources
+    one = estimate(30.0, 1920, 1080, 720, "h264", fps=30.0)
+    assert g["estimates"]["h264_720"] == {**one.resources, "inputs": one.declared_inputs()}
+    assert g["estimates"]["h264_720"]["inputs"]["cpu_seconds"] == one.cpu_seconds
+    assert g["estimates"]["h264_720_gpu"]["inputs"]["accel"] == "gpu"
     assert g["estimate_inputs"]["model"] == MODEL
     assert g["estimate_inputs"]["duration_s"] == 30.0
