@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,6 +69,10 @@ class Outcome:
     host: str
     version: str
     input_fault: bool = False  # a terminal failure: the input's, never counted against a worker
+    # What a media worker measured against the cost model (ADR 66: its output's ``cost``):
+    # measured / estimated cpu-seconds and the encoder's peak memory; None where not reported.
+    cost_ratio: float | None = None
+    peak_memory_mb: float | None = None
 
     def subject(self, kind: Kind) -> str:
         """What a stats key of ``kind`` groups this outcome by."""
@@ -95,6 +99,8 @@ class Outcome:
             "host": self.host,
             "version": self.version,
             "input_fault": self.input_fault,
+            "cost_ratio": self.cost_ratio,
+            "peak_memory_mb": self.peak_memory_mb,
         }
 
     @staticmethod
@@ -113,7 +119,25 @@ class Outcome:
             host=str(doc.get("host", UNKNOWN)),
             version=str(doc.get("version", UNKNOWN)),
             input_fault=bool(doc.get("input_fault", False)),
+            cost_ratio=_number(doc.get("cost_ratio")),
+            peak_memory_mb=_number(doc.get("peak_memory_mb")),
         )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def measured_cost(output: Any) -> tuple[float | None, float | None]:
+    """(measured / estimated cpu-seconds, peak memory MiB) from a task's output ``cost``
+    block, as ``workers.media.transcode`` reports it (ADR 66); (None, None) without one."""
+    cost = output.get("cost") if isinstance(output, Mapping) else None
+    if not isinstance(cost, Mapping):
+        return None, None
+    ratio = _number(cost.get("ratio"))
+    return (ratio if ratio is not None and ratio > 0 else None), _number(cost.get("peak_memory_mb"))
 
 
 KINDS: tuple[Kind, ...] = ("runtime", "worker", "host", "version")
@@ -167,7 +191,11 @@ def track(
     if isinstance(p, TaskCanceled):
         return None, None
     if isinstance(p, TaskCompleted | TaskCompletedWithErrors):
-        return None, _outcome(facts, event.payload, at, ok=True, reason="")
+        done = _outcome(facts, event.payload, at, ok=True, reason="")
+        ratio, memory = measured_cost(p.output)
+        if done is not None and (ratio is not None or memory is not None):
+            done = replace(done, cost_ratio=ratio, peak_memory_mb=memory)
+        return None, done
     if isinstance(p, TaskFailed):
         reason = "host_fault" if p.host_fault else reason_class(p.reason)
         out = _outcome(facts, p, at, ok=False, reason=reason, input_fault=p.terminal)
@@ -250,7 +278,15 @@ def _keep(sample: list[list[Any]], h: int, value: float, size: int) -> list[list
 
 
 def empty() -> JSON:
-    return {"outcomes": 0, "failures": 0, "reasons": {}, "run": [], "wait": []}
+    return {
+        "outcomes": 0,
+        "failures": 0,
+        "reasons": {},
+        "run": [],
+        "wait": [],
+        "ratio": [],
+        "mem": [],
+    }
 
 
 def add(acc: Mapping[str, Any] | None, kind: Kind, outcome: Outcome, sample_size: int) -> JSON:
@@ -273,6 +309,10 @@ def add(acc: Mapping[str, Any] | None, kind: Kind, outcome: Outcome, sample_size
         base["run"] = _keep(list(base["run"]), h, outcome.run_s, sample_size)
     if outcome.wait_s is not None:
         base["wait"] = _keep(list(base["wait"]), h, outcome.wait_s, sample_size)
+    if outcome.cost_ratio is not None:
+        base["ratio"] = _keep(list(base.get("ratio", [])), h, outcome.cost_ratio, sample_size)
+    if outcome.peak_memory_mb is not None:
+        base["mem"] = _keep(list(base.get("mem", [])), h, outcome.peak_memory_mb, sample_size)
     return base
 
 
@@ -295,6 +335,8 @@ def figures(
         return FailureRate(kind, task_type, subject, end, outcomes, failures, rate)
     run = [float(v) for _, v in acc["run"]]
     wait = [float(v) for _, v in acc["wait"]]
+    ratios = [float(v) for _, v in acc.get("ratio", [])]
+    memory = [float(v) for _, v in acc.get("mem", [])]
     return RunStats(
         task_type=task_type,
         size_class=subject,
@@ -308,6 +350,9 @@ def figures(
         failures=failures,
         failure_rate=rate,
         failures_by_reason={str(k): int(v) for k, v in acc["reasons"].items()},
+        # the median ratio (ADR 66: robust to one slow run), the P95 of peak memory
+        cost_ratio=percentile(ratios, 0.50) if ratios else None,
+        memory_p95_mb=percentile(memory, 0.95) if memory else None,
     )
 
 

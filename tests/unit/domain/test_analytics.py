@@ -238,3 +238,41 @@ def test_windows_are_aligned_tumbling() -> None:
     assert fold.window_start(1200.0, 300) == 1200.0
     assert fold.reason_class("ffmpeg exited 1: invalid data") == "ffmpeg exited 1"
     assert fold.reason_class(": nothing") == "failed"
+
+
+def test_measured_cost_is_learned_as_the_median_ratio_and_p95_memory() -> None:
+    ratios = []
+    acc: dict[str, Any] | None = None
+    for i, ratio in enumerate([0.5, 0.6, 0.7, 2.0, 0.65]):
+        cost = {"ratio": ratio, "peak_memory_mb": 100.0 + 10 * i, "model": "media-cost/1"}
+        _, [out] = run(
+            [
+                ev(scheduled(f"t{i}", MEDIA_INPUT), 0),
+                ev(TaskDispatched(f"t{i}", 1, "w1", 1, "l"), 1),
+                ev(TaskCompleted(f"t{i}", {"cost": cost}), 5),
+            ]
+        )
+        assert fold.Outcome.from_record(out.to_record()) == out
+        ratios.append(out.cost_ratio)
+        acc = fold.add(acc, "runtime", out, 512)
+    assert ratios == [0.5, 0.6, 0.7, 2.0, 0.65]
+    assert acc is not None
+    stats = fold.figures(acc, "runtime", "transcode", "h720-d60-h264", T0)
+    assert isinstance(stats, RunStats)
+    assert stats.cost_ratio == 0.65  # the median: one slow run does not move it
+    assert stats.memory_p95_mb == 140.0
+
+
+def test_no_cost_block_or_a_nonsense_one_learns_no_cost() -> None:
+    for output in ({}, {"cost": "fast"}, {"cost": {"ratio": -1, "peak_memory_mb": "x"}}):
+        _, [out] = run(
+            [
+                ev(scheduled(task_input=MEDIA_INPUT), 0),
+                ev(TaskDispatched("t1", 1, "w1", 1, "l"), 1),
+                ev(TaskCompleted("t1", output), 5),
+            ]
+        )
+        assert (out.cost_ratio, out.peak_memory_mb) == (None, None)
+    stats = fold.figures(fold.add(None, "runtime", out, 512), "runtime", "t", "any", T0)
+    assert isinstance(stats, RunStats)
+    assert (stats.cost_ratio, stats.memory_p95_mb) == (None, None)
