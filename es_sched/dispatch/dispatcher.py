@@ -74,6 +74,7 @@ from es_sched.dispatch.core.engine import Assignment, DispatchCore
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
+from es_sched.dispatch.core.urgency import Urgency
 from es_sched.dispatch.journal import LeaseJournal
 from es_sched.dispatch.output import Output
 from es_sched.dispatch.readers.config import ConfigReader
@@ -86,9 +87,11 @@ from es_sched.dispatch.readers.worker_status import (
     WorkerLeft,
 )
 from es_sched.domain.commands import Input
+from es_sched.domain.sla import TierPolicy
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.failures import assign_at_committed, wait
+from es_sched.kafka.stats import StatsView
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
 from es_sched.liveness import heard_at
@@ -135,12 +138,15 @@ class Dispatcher:
         self.group = f"{self.prefix}-dispatcher"
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
+        self.stats: StatsView | None = None  # opened in run(): learned run times (ADR 67)
+        self.urgency = Urgency(settings.sla.escalate_s, settings.sla.typical_task_s, self._p50)
         self.core = DispatchCore(
-            queues=ReadyQueues(d.aging_s),
+            queues=ReadyQueues(d.aging_s, self.urgency),
             fleet=Fleet(d.suspect_after_s, d.dead_after_s, d.blacklist_policy),
             leases=LeaseTable(d.heartbeat_s, d.lease_k),
             policies={"default": d.policy},
             preempt_after_s=d.preempt_after_s,
+            tiers=TierPolicy(settings.sla.reserves),
         )
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
         # task id -> (ready partition, task, lease epoch) of tasks let go on a worker's status
@@ -173,6 +179,12 @@ class Dispatcher:
         self._refused_seen: dict[str, int] = {}
         self.name = f"dispatcher-{settings.runtime.instance}"
 
+    def _p50(self, task_type: str, size_class: str) -> float | None:
+        """The learned median run time of a type and size class, if the analytics role
+        published one: the SLA slack estimate's (``core.urgency``)."""
+        found = None if self.stats is None else self.stats.runtime(task_type, size_class)
+        return None if found is None or found.samples == 0 else found.run_p50_s
+
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
@@ -196,6 +208,7 @@ class Dispatcher:
         )
         self.ready = ReadyReader(consumer, self.topics.ready, self.output, self.clock)
         self.ready.subscribe(self._on_assign, self._on_revoke, self._on_lost)
+        self.stats = StatsView(self.bootstrap, self.topics.stats)
         log.info(
             "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
         )
@@ -208,6 +221,8 @@ class Dispatcher:
             self.ready.close()
             for reader in (self.config, self.status, self.events):
                 reader.close()
+            if self.stats is not None:
+                self.stats.close()
             log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
 
     def step(self, wait_s: float) -> None:

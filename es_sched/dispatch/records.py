@@ -25,6 +25,7 @@ from es_sched.serialization.records import (
     ReadyRecord,
     decode_ready,
     ready_limits,
+    ready_sla,
 )
 
 
@@ -38,6 +39,7 @@ def ready_task(
 
 
 def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> ReadyTask:
+    tier, deadline, after = ready_sla(doc)
     return ReadyTask(
         task_id=doc["task_id"],
         workflow_id=doc["workflow_id"],
@@ -52,6 +54,9 @@ def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> Rea
         limits=ready_limits(doc),
         partition=partition,
         payload=cast(dict[str, Any], doc),
+        sla_tier=tier,
+        deadline=deadline,
+        after=after,
     )
 
 
@@ -162,6 +167,7 @@ def journaled(record: LeaseRecord, partition: int) -> Journaled:
             held.granted_at,
             held.granted_at,
             task.priority,
+            task.sla_tier,
         )
     )
     return Journaled(task, record.last_epoch, lease, None if held is None else held.gpu)

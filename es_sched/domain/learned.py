@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from es_sched.domain.pickling import frozen_by_constructor
+
 HEIGHT_CLASSES = (360, 480, 720, 1080, 1440, 2160)  # a height goes to the first class >= it
 DURATION_BUCKETS_S = (10, 60, 300, 1800)  # seconds of source: <=10, <=60, <=300, <=1800, more
 ANY = "any"
@@ -121,3 +123,6 @@ def to_record(stats: RunStats | FailureRate) -> dict[str, Any]:
     if isinstance(stats, RunStats):
         out["kind"] = "runtime"
     return out
+
+
+frozen_by_constructor(globals())  # pickled through constructors (domain.pickling, ADR 51)

@@ -24,8 +24,21 @@ from typing import Any, get_type_hints
 import msgspec
 import orjson
 
-from es_sched.domain.commands import INPUT_TYPES, Input, ReportCompleted, ReportFailed
-from es_sched.domain.events import EVENT_TYPES, Event, Payload, TaskCompleted, TaskFailed
+from es_sched.domain.commands import (
+    INPUT_TYPES,
+    Input,
+    ReportCompleted,
+    ReportFailed,
+    StartWorkflow,
+)
+from es_sched.domain.events import (
+    EVENT_TYPES,
+    Event,
+    Payload,
+    TaskCompleted,
+    TaskFailed,
+    WorkflowStarted,
+)
 from es_sched.errors import SchemaError
 from es_sched.serialization.schemas import SchemaCatalog, default_catalog
 from es_sched.serialization.upcasters import upcast
@@ -39,6 +52,8 @@ SPARSE: dict[type, tuple[str, ...]] = {
     TaskFailed: ("logs", "traceback"),
     ReportCompleted: ("logs",),
     ReportFailed: ("logs", "traceback"),
+    WorkflowStarted: ("sla_tier", "deadline"),  # ADR 67
+    StartWorkflow: ("sla_tier", "deadline"),
 }
 
 

@@ -21,6 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from es_sched.api import correlation
+from es_sched.api.sla import SlaRequest
 from es_sched.projections.views import Row
 
 JSON = dict[str, Any]
@@ -39,7 +40,7 @@ TERMINAL_TASK = frozenset(
 UNSUCCESSFUL_TASK = frozenset({"FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED"})
 
 
-class StartWorkflowRequest(BaseModel):
+class StartWorkflowRequest(SlaRequest):
     """Conductor's ``StartWorkflowRequest``; fields es-sched cannot honour are refused by the
     route with a reason, not dropped (``taskToDomain``, ``workflowDef``, external storage)."""
 

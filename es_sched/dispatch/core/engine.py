@@ -3,11 +3,13 @@
 ``DispatchCore.dispatch(now, tokens)`` returns the next assignments: for every task type with a
 backlog it takes the best ready task (priority, aging, oldest workflow first), checks its
 concurrency and its type, rate-limit key and tenant rates (``limits``), places it on a fitting
-worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
-may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
-victim is handed back to the head of its queue (its attempt not counted as a failure) and the
-urgent task takes its place. Everything is in memory and deterministic for a given input order
-and ``now``.
+worker, reserves the resources and grants a lease. A task that fits nowhere may preempt a
+long-running task on a worker where it would then fit, as ``domain.sla.may_preempt`` allows
+(tierless: priority <= 1 over priority >= 5; tiered: two tiers apart, ADR 67): the victim is
+handed back to the head of its queue (its attempt not counted as a failure) and the urgent task
+takes its place. A task of a tier takes a pool slot only if what is left covers the share the
+more urgent tiers reserve (``tiers``, ADR 67). Everything is in memory and deterministic for a
+given input order and ``now``.
 
 ``resume`` puts back what the lease journal says about a task after a restart or a rebalance
 (ADR 14): its live lease with its resources reserved and its concurrency slot held, or its place
@@ -25,6 +27,7 @@ from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.limits import Limits
 from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
+from es_sched.domain import sla
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class DispatchCore:
     pools: dict[str, str] = field(default_factory=dict)  # task type -> pool (default "default")
     policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
     preempt_after_s: float = 60.0
+    tiers: sla.TierPolicy = sla.NO_RESERVE  # slots each tier reserves in every pool
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +83,7 @@ class DispatchCore:
     ) -> list[Assignment | Preemption]:
         out: list[Assignment | Preemption] = []
         blocked: set[str] = set()
+        self.queues.escalate(now)
         while len(out) < limit:
             progressed = False
             for task_type in self.queues.types():
@@ -104,12 +109,15 @@ class DispatchCore:
         need = Need.of(task.resources)
         pool = self.pools.get(task_type, "default")
         policy = self.policies.get(pool, "binpack")
+        if not self._reserve_allows(task, pool, now):
+            return None
         placement = self.fleet.place(pool, task_type, need, now, policy)
         victim = None
         if placement is None:
-            if task.priority > 1:
+            level = sla.band_level(task.priority, task.sla_tier)
+            if not sla.may_preempt_someone(task.sla_tier, level):
                 return None
-            victim = self._find_victim(pool, task_type, need, now)
+            victim = self._find_victim(pool, task_type, need, now, task.sla_tier, level)
             if victim is None:
                 return None
         if (
@@ -135,14 +143,40 @@ class DispatchCore:
         assert placement is not None
         self.fleet.reserve(placement, need)
         lease = self.leases.grant(
-            task.task_id, task.attempt, placement.worker_id, token(), now, task.priority
+            task.task_id,
+            task.attempt,
+            placement.worker_id,
+            token(),
+            now,
+            task.priority,
+            task.sla_tier,
         )
         self.in_flight[task.task_id] = _InFlight(task, need, placement)
         return [*decisions, Assignment(task, placement, lease)]
 
-    def _find_victim(self, pool: str, task_type: str, need: Need, now: datetime) -> Lease | None:
-        """A long-running low-priority lease whose release makes room; nothing is changed."""
-        for lease in self.leases.preemptible(now, min_running_s=self.preempt_after_s):
+    def _reserve_allows(self, task: ReadyTask, pool: str, now: datetime) -> bool:
+        """Whether the task's tier may take one of the pool's free slots (ADR 67)."""
+        if task.sla_tier is None or not self.tiers.reserve:
+            return True
+        free, total = self.fleet.pool_slots(pool, now)
+        return total == 0 or self.tiers.may_take(task.sla_tier, free, total)
+
+    def _find_victim(
+        self,
+        pool: str,
+        task_type: str,
+        need: Need,
+        now: datetime,
+        tier: str | None = None,
+        level: int = 0,
+    ) -> Lease | None:
+        """A long-running lease the urgent task may preempt (``domain.sla.may_preempt``) whose
+        release makes room; nothing is changed."""
+        running = self.leases.preemptible(now, min_priority=0, min_running_s=self.preempt_after_s)
+        for lease in running:
+            victim_level = sla.band_level(lease.priority, lease.tier)
+            if not sla.may_preempt(tier, level, lease.tier, victim_level):
+                continue
             flight = self.in_flight.get(lease.task_id)
             worker = self.fleet.workers.get(lease.worker_id)
             if flight is None or worker is None or worker.pool != pool:

@@ -5,6 +5,10 @@ started earlier go first, so a downstream task of a running workflow beats the f
 newer one, and tasks of one workflow stay FIFO. Across levels the head with the lowest
 *effective* level wins, where waiting lowers a task's level by one per ``aging_s`` seconds, so
 nothing starves. A task handed back (lease expired, preempted) goes to the head of its level.
+
+Which level a task sits at is the SLA component's (``urgency``, ADR 67): its priority, or for a
+workflow with a tier the tier's band, lowered as its deadline's slack shrinks. ``escalate``
+moves a task to the lower level its slack now asks for; levels only ever drop, as slack does.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from es_sched.dispatch.core.limits import NO_LIMITS, TaskLimits
+from es_sched.dispatch.core.urgency import Urgency
 
 LEVELS = 9  # 0 highest ... 8 lowest
 
@@ -35,22 +40,61 @@ class ReadyTask:
     limits: TaskLimits = NO_LIMITS  # its TaskDef's rate and concurrency
     partition: int | None = None  # the ready partition it came from (limits.Limits.admit)
     payload: dict[str, Any] = field(default_factory=dict)  # the ready record, passed through
+    sla_tier: str | None = None  # the workflow's SLA (ADR 67, urgency)
+    deadline: datetime | None = None
+    after: tuple[str, ...] = ()  # worker task names left after it on its longest chain
+    remaining_s: float = 0.0  # expected remaining critical path, set when queued
+
+    @property
+    def urgent(self) -> bool:
+        """Its level may drop while it waits: a deadline under a tier."""
+        return self.deadline is not None and self.sla_tier is not None
 
 
 class TypeQueue:
     """The 9 levels of one task type."""
 
-    def __init__(self, aging_s: float) -> None:
+    def __init__(self, aging_s: float, urgency: Urgency | None = None) -> None:
         self.aging_s = aging_s
+        self.urgency = urgency or Urgency()
         self.levels: list[list[tuple[int, float, int, ReadyTask]]] = [[] for _ in range(LEVELS)]
         self._seq = itertools.count()
         self.size = 0
+        self.urgent: dict[str, int] = {}  # task id -> level, of queued tasks that may escalate
 
-    def push(self, task: ReadyTask, front: bool = False) -> None:
-        level = min(max(task.priority, 0), LEVELS - 1)
+    def _level(self, task: ReadyTask, now: datetime) -> int:
+        return self.urgency.level(
+            task.priority, task.sla_tier, task.deadline, task.remaining_s, now
+        )
+
+    def push(self, task: ReadyTask, front: bool = False, now: datetime | None = None) -> None:
+        level = self._level(task, now or task.enqueued_at)
         key = (0 if front else 1, task.workflow_started_at.timestamp(), next(self._seq), task)
         heapq.heappush(self.levels[level], key)
         self.size += 1
+        if task.urgent:
+            self.urgent[task.task_id] = level
+
+    def escalate(self, now: datetime) -> int:
+        """Move every urgent task whose slack now asks for a lower level; how many moved."""
+        moved = 0
+        for task_id, level in list(self.urgent.items()):
+            heap = self.levels[level]
+            at = next((i for i, e in enumerate(heap) if e[3].task_id == task_id), None)
+            if at is None:  # popped since (pop keeps no index): forget it
+                del self.urgent[task_id]
+                continue
+            rank, started, seq, task = heap[at]
+            lower = self._level(task, now)
+            if lower >= level:
+                continue
+            heap[at] = heap[-1]
+            heap.pop()
+            heapq.heapify(heap)
+            heapq.heappush(self.levels[lower], (rank, started, seq, task))
+            self.urgent[task_id] = lower
+            moved += 1
+        return moved
 
     def _effective(self, level: int, now: datetime) -> float:
         head = self.levels[level][0][3]
@@ -80,26 +124,37 @@ class TypeQueue:
         if level is None:
             return None
         self.size -= 1
-        return heapq.heappop(self.levels[level])[3]
+        task = heapq.heappop(self.levels[level])[3]
+        self.urgent.pop(task.task_id, None)
+        return task
 
     def depth_by_level(self) -> list[int]:
         return [len(level) for level in self.levels]
 
 
 class ReadyQueues:
-    def __init__(self, aging_s: float = 60.0) -> None:
+    def __init__(self, aging_s: float = 60.0, urgency: Urgency | None = None) -> None:
         self.aging_s = aging_s
+        self.urgency = urgency or Urgency()
         self.by_type: dict[str, TypeQueue] = {}
 
-    def push(self, task: ReadyTask, front: bool = False) -> None:
+    def push(self, task: ReadyTask, front: bool = False, now: datetime | None = None) -> None:
         queue = self.by_type.get(task.task_type)
         if queue is None:
-            queue = self.by_type[task.task_type] = TypeQueue(self.aging_s)
-        queue.push(task, front)
+            queue = self.by_type[task.task_type] = TypeQueue(self.aging_s, self.urgency)
+        if task.urgent and not task.remaining_s:
+            task.remaining_s = self.urgency.remaining_s(
+                task.task_type, task.payload.get("input") or {}, task.resources, task.after
+            )
+        queue.push(task, front, now)
+
+    def escalate(self, now: datetime) -> int:
+        """``TypeQueue.escalate`` for every type with tasks that may escalate."""
+        return sum(q.escalate(now) for q in self.by_type.values() if q.urgent)
 
     def without(self, task_ids: set[str]) -> ReadyQueues:
         """The same queues, same order, without ``task_ids`` (ended or no longer ours)."""
-        kept = ReadyQueues(self.aging_s)
+        kept = ReadyQueues(self.aging_s, self.urgency)
         for queue in self.by_type.values():
             for level in queue.levels:
                 for rank, _, _, task in sorted(level, key=lambda e: e[:3]):
