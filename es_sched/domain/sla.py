@@ -13,9 +13,9 @@ is its level; preemption by priority), so nothing changes for callers that never
   ``escalate_s`` a task's level drops towards the floor of its band, one step per
   ``escalate_s / band width``; a task past its deadline sits at the floor. It never leaves its
   band: a late bulk task does not overtake an urgent one.
-- **Reserved share**: a tier may reserve a share of each pool's task slots; a task takes a slot
-  only if the slots left after it still cover what every more urgent tier reserves. A tierless
-  task is exempt (today's behaviour).
+- **Reserved share**: a tier may reserve a share of each pool's task slots (to the nearest whole
+  slot, never all of them); a task takes a slot only if the slots left after it still cover
+  what every more urgent tier reserves. A tierless task is exempt (today's behaviour).
 - **Preemption**: a tiered task may preempt a tiered task at least two tiers below it (P0 may
   preempt P2 and P3, P1 may preempt P3); a P3 never preempts. Tierless on either side: the
   priority rule of old (level <= 1 preempts level >= 5).
@@ -109,7 +109,9 @@ class TierPolicy:
         if r is None:
             return 0
         share = sum(self.reserve.get(t, 0.0) for t in TIERS[:r])
-        return math.ceil(share * total_slots - 1e-9)
+        # To the nearest whole slot, and never the whole pool: a pool of one slot reserved
+        # for P0 would never run a bulk task at all.
+        return min(math.floor(share * total_slots + 0.5), max(0, total_slots - 1))
 
     def may_take(self, tier: str | None, free_slots: int, total_slots: int) -> bool:
         return free_slots - 1 >= self.held_back(tier, total_slots)

@@ -80,7 +80,9 @@ def test_a_p0_reserve_keeps_the_last_slots_from_lower_tiers() -> None:
     assert not policy.may_take("P3", free_slots=2, total_slots=10)  # the last two are P0's
     assert policy.may_take("P0", free_slots=1, total_slots=10)
     assert policy.may_take(None, free_slots=1, total_slots=10)  # tierless: not held back
-    assert policy.held_back("P3", 3) == 1  # a share of a small pool rounds up to a slot
+    assert policy.held_back("P3", 3) == 1  # 0.6 of a slot: to the nearest whole slot
+    assert policy.held_back("P3", 1) == 0  # never a whole pool: the bulk would never run
+    assert policy.may_take("P3", free_slots=1, total_slots=1)
 
 
 def test_preemption_respects_tiers() -> None:
@@ -206,9 +208,13 @@ def test_a_sub_workflow_runs_under_its_parents_sla_and_a_started_one_does_not() 
     )
     events = decide(None, inp, T0, counter_ids("t"), SCRIPTS)
     st = fold(events)
+    assert st is not None
     starts = [fx for fx in effects(st, events) if isinstance(fx, StartChild)]
     assert len(starts) == 2
-    lookup = lambda _name, _version: (TWO, [])  # noqa: E731
+
+    def lookup(_name: str, _version: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return TWO, []
+
     by_kind = {fx.parent_task_id is not None: child_input(fx, lookup) for fx in starts}
     linked, free = by_kind[True], by_kind[False]
     assert isinstance(linked, c.StartWorkflow) and isinstance(free, c.StartWorkflow)
