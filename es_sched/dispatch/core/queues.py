@@ -23,6 +23,7 @@ from es_sched.dispatch.core.limits import NO_LIMITS, TaskLimits
 from es_sched.dispatch.core.urgency import Urgency
 
 LEVELS = 9  # 0 highest ... 8 lowest
+ESCALATE_EVERY_S = 0.1
 
 
 @dataclass
@@ -60,7 +61,8 @@ class TypeQueue:
         self.levels: list[list[tuple[int, float, int, ReadyTask]]] = [[] for _ in range(LEVELS)]
         self._seq = itertools.count()
         self.size = 0
-        self.urgent: dict[str, int] = {}  # task id -> level, of queued tasks that may escalate
+        # Queued tasks that may escalate: task id -> (the level it sits at, the task).
+        self.urgent: dict[str, tuple[int, ReadyTask]] = {}
 
     def _level(self, task: ReadyTask, now: datetime) -> int:
         return self.urgency.level(
@@ -73,26 +75,28 @@ class TypeQueue:
         heapq.heappush(self.levels[level], key)
         self.size += 1
         if task.urgent:
-            self.urgent[task.task_id] = level
+            self.urgent[task.task_id] = (level, task)
 
     def escalate(self, now: datetime) -> int:
-        """Move every urgent task whose slack now asks for a lower level; how many moved."""
+        """Move every urgent task whose slack now asks for a lower level; how many moved. The
+        level is worked out for each; the heap is searched only for a task that moves (a few
+        times in its life: levels only drop, within a band of at most three)."""
         moved = 0
-        for task_id, level in list(self.urgent.items()):
-            heap = self.levels[level]
-            at = next((i for i, e in enumerate(heap) if e[3].task_id == task_id), None)
-            if at is None:  # popped since (pop keeps no index): forget it
-                del self.urgent[task_id]
-                continue
-            rank, started, seq, task = heap[at]
+        for task_id, (level, task) in list(self.urgent.items()):
             lower = self._level(task, now)
             if lower >= level:
                 continue
+            heap = self.levels[level]
+            at = next((i for i, e in enumerate(heap) if e[3] is task), None)
+            if at is None:  # cannot happen: only pop takes a task out, and forgets it here
+                del self.urgent[task_id]
+                continue
+            rank, started, seq, _ = heap[at]
             heap[at] = heap[-1]
             heap.pop()
             heapq.heapify(heap)
             heapq.heappush(self.levels[lower], (rank, started, seq, task))
-            self.urgent[task_id] = lower
+            self.urgent[task_id] = (lower, task)
             moved += 1
         return moved
 
@@ -137,6 +141,7 @@ class ReadyQueues:
         self.aging_s = aging_s
         self.urgency = urgency or Urgency()
         self.by_type: dict[str, TypeQueue] = {}
+        self._escalated: datetime | None = None
 
     def push(self, task: ReadyTask, front: bool = False, now: datetime | None = None) -> None:
         queue = self.by_type.get(task.task_type)
@@ -149,7 +154,13 @@ class ReadyQueues:
         queue.push(task, front, now)
 
     def escalate(self, now: datetime) -> int:
-        """``TypeQueue.escalate`` for every type with tasks that may escalate."""
+        """``TypeQueue.escalate`` for every type with tasks that may escalate, at most every
+        ``ESCALATE_EVERY_S`` (a level changes in steps of seconds; a tick is milliseconds)."""
+        if self._escalated is not None and (now - self._escalated).total_seconds() < (
+            ESCALATE_EVERY_S
+        ):
+            return 0
+        self._escalated = now
         return sum(q.escalate(now) for q in self.by_type.values() if q.urgent)
 
     def without(self, task_ids: set[str]) -> ReadyQueues:

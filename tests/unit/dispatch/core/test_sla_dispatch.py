@@ -49,16 +49,16 @@ def test_a_task_escalates_within_its_band_as_its_slack_shrinks() -> None:
     queues.push(early)
     queues.push(late)
     q = queues.by_type["encode"]
-    assert late.remaining_s == 5.0 and q.urgent == {"late": 8}
+    assert late.remaining_s == 5.0 and q.urgent == {"late": (8, late)}
     queues.escalate(T0 + timedelta(seconds=2))  # slack 23 s: nothing moves
     peek = q.peek(T0 + timedelta(seconds=2))
     assert peek is not None and peek.task_id == "early"
     assert queues.escalate(T0 + timedelta(seconds=10)) == 1  # slack 15 s: one step down
-    assert q.urgent == {"late": 7}
+    assert q.urgent == {"late": (7, late)}
     peek = q.peek(T0 + timedelta(seconds=10))
     assert peek is not None and peek.task_id == "late"
     queues.escalate(T0 + timedelta(seconds=40))  # past its deadline: the floor of P3's band
-    assert q.urgent == {"late": 6}
+    assert q.urgent == {"late": (6, late)}
     popped = q.pop(T0 + timedelta(seconds=40))
     assert popped is late and q.urgent == {}
 
