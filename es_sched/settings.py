@@ -482,6 +482,35 @@ class SlaSettings(BaseSettings):
         description="Share of each pool's task slots that P3 tasks leave free for P2.",
     )
 
+    breaker_p0: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P0 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+    breaker_p1: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P1 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+    breaker_p2: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P2 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+    breaker_p3: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P3 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+
     @model_validator(mode="after")
     def _reserves_fit(self) -> SlaSettings:
         if self.reserve_p0 + self.reserve_p1 + self.reserve_p2 >= 1:
@@ -491,6 +520,15 @@ class SlaSettings(BaseSettings):
     @property
     def reserves(self) -> dict[str, float]:
         return {"P0": self.reserve_p0, "P1": self.reserve_p1, "P2": self.reserve_p2}
+
+    @property
+    def breakers(self) -> dict[str, float]:
+        return {
+            "P0": self.breaker_p0,
+            "P1": self.breaker_p1,
+            "P2": self.breaker_p2,
+            "P3": self.breaker_p3,
+        }
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,8 @@ class Dispatcher:
             leases=LeaseTable(d.heartbeat_s, d.lease_k),
             policies={"default": d.policy},
             preempt_after_s=d.preempt_after_s,
-            tiers=TierPolicy(settings.sla.reserves),
+            tiers=TierPolicy(settings.sla.reserves, settings.sla.breakers),
+            failures=self._failures,
         )
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
         # task id -> (ready partition, task, lease epoch) of tasks let go on a worker's status
@@ -184,6 +185,11 @@ class Dispatcher:
         published one: the SLA slack estimate's (``core.urgency``)."""
         found = None if self.stats is None else self.stats.runtime(task_type, size_class)
         return None if found is None or found.samples == 0 else found.run_p50_s
+
+    def _failures(self, task_type: str) -> tuple[float, int] | None:
+        """A type's learned failure rate and outcomes: the tiers' breakers' (ADR 67)."""
+        found = None if self.stats is None else self.stats.runtime(task_type, "any")
+        return None if found is None else (found.failure_rate, found.samples + found.failures)
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -16,6 +16,9 @@ is its level; preemption by priority), so nothing changes for callers that never
 - **Reserved share**: a tier may reserve a share of each pool's task slots (to the nearest whole
   slot, never all of them); a task takes a slot only if the slots left after it still cover
   what every more urgent tier reserves. A tierless task is exempt (today's behaviour).
+- **Breaker**: a tier may stop taking tasks of a type whose learned failure rate (the analytics
+  role's, over its window) is above the tier's threshold, so bulk work does not feed a failing
+  dependency while urgent work still tries. Advisory, like every learned value.
 - **Preemption**: a tiered task may preempt a tiered task at least two tiers below it (P0 may
   preempt P2 and P3, P1 may preempt P3); a P3 never preempts. Tierless on either side: the
   priority rule of old (level <= 1 preempts level >= 5).
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from es_sched.domain.definitions import WorkflowDef, WorkflowTask
@@ -42,6 +45,7 @@ AT_RISK_SHARE = 0.2  # the last fifth of the window: at risk
 MAX_DEADLINE_S = 366 * 24 * 3600.0  # a year: beyond it, a typo rather than an SLA
 PREEMPT_OLD_URGENT, PREEMPT_OLD_VICTIM = 1, 5  # the tierless rule (priority levels)
 PREEMPT_TIER_GAP = 2
+BREAKER_MIN_OUTCOMES = 10
 
 
 def rank(tier: str | None) -> int | None:
@@ -99,9 +103,18 @@ def level(priority: int, tier: str | None, slack: float | None, escalate_s: floa
 
 @dataclass(frozen=True)
 class TierPolicy:
-    """Per-tier settings (``es_sched.settings``): the share of each pool's slots reserved."""
+    """Per-tier settings (``es_sched.settings``): the share of each pool's slots reserved, and
+    the breaker: the learned failure rate of a task type above which a tier's tasks of that
+    type wait (0: never)."""
 
     reserve: Mapping[str, float]
+    breaker: Mapping[str, float] = field(default_factory=dict)
+
+    def breaker_open(self, tier: str | None, failure_rate: float, outcomes: int) -> bool:
+        """Whether a task of ``tier`` waits because its type fails this often lately: only
+        past ``BREAKER_MIN_OUTCOMES`` outcomes, so a couple of early failures trip nothing."""
+        threshold = self.breaker.get(tier or "", 0.0)
+        return 0 < threshold < failure_rate and outcomes >= BREAKER_MIN_OUTCOMES
 
     def held_back(self, tier: str | None, total_slots: int) -> int:
         """Slots a task of ``tier`` must leave free: what the more urgent tiers reserve."""

@@ -8,7 +8,8 @@ long-running task on a worker where it would then fit, as ``domain.sla.may_preem
 (tierless: priority <= 1 over priority >= 5; tiered: two tiers apart, ADR 67): the victim is
 handed back to the head of its queue (its attempt not counted as a failure) and the urgent task
 takes its place. A task of a tier takes a pool slot only if what is left covers the share the
-more urgent tiers reserve (``tiers``, ADR 67). Everything is in memory and deterministic for a
+more urgent tiers reserve and its type's learned failure rate is under its tier's breaker
+(``tiers``, ADR 67). Everything is in memory and deterministic for a
 given input order and ``now``.
 
 ``resume`` puts back what the lease journal says about a task after a restart or a rebalance
@@ -70,6 +71,8 @@ class DispatchCore:
     policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
     preempt_after_s: float = 60.0
     tiers: sla.TierPolicy = sla.NO_RESERVE  # slots each tier reserves in every pool
+    # A task type's learned (failure rate, outcomes), for the tiers' breakers (ADR 67).
+    failures: Callable[[str], tuple[float, int] | None] = field(default=lambda _type: None)
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -109,7 +112,7 @@ class DispatchCore:
         need = Need.of(task.resources)
         pool = self.pools.get(task_type, "default")
         policy = self.policies.get(pool, "binpack")
-        if not self._reserve_allows(task, pool, now):
+        if not self._reserve_allows(task, pool, now) or self._breaker_holds(task):
             return None
         placement = self.fleet.place(pool, task_type, need, now, policy)
         victim = None
@@ -160,6 +163,13 @@ class DispatchCore:
             return True
         free, total = self.fleet.pool_slots(pool, now)
         return total == 0 or self.tiers.may_take(task.sla_tier, free, total)
+
+    def _breaker_holds(self, task: ReadyTask) -> bool:
+        """Whether the task's tier waits out its type's failures (ADR 67)."""
+        if task.sla_tier is None or not self.tiers.breaker:
+            return False
+        learned = self.failures(task.task_type)
+        return learned is not None and self.tiers.breaker_open(task.sla_tier, *learned)
 
     def _find_victim(
         self,

@@ -85,6 +85,14 @@ def test_a_p0_reserve_keeps_the_last_slots_from_lower_tiers() -> None:
     assert policy.may_take("P3", free_slots=1, total_slots=1)
 
 
+def test_a_breaker_opens_past_its_threshold_once_enough_outcomes_were_seen() -> None:
+    policy = sla.TierPolicy({}, {"P3": 0.5})
+    assert policy.breaker_open("P3", 0.6, sla.BREAKER_MIN_OUTCOMES)
+    assert not policy.breaker_open("P3", 0.6, sla.BREAKER_MIN_OUTCOMES - 1)
+    assert not policy.breaker_open("P3", 0.5, 100)
+    assert not policy.breaker_open("P0", 1.0, 100) and not policy.breaker_open(None, 1.0, 100)
+
+
 def test_preemption_respects_tiers() -> None:
     assert sla.may_preempt("P0", 0, "P3", 8) and sla.may_preempt("P0", 1, "P2", 4)
     assert not sla.may_preempt("P0", 0, "P1", 2)  # one tier apart: not enough

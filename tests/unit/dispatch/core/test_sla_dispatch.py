@@ -148,3 +148,19 @@ def test_the_ready_record_carries_the_sla_to_the_queue_and_the_journal() -> None
     assert b"sla" not in ready("t2")  # a record without an SLA stays as it was
     journaled = records.journaled(records.journal_record(t, 1), 0)
     assert journaled.task.sla_tier == "P0" and journaled.task.deadline == DEADLINE
+
+
+def test_a_tiers_breaker_holds_its_tasks_of_a_failing_type_and_only_those() -> None:
+    learned = {"encode": (0.8, 20), "pack": (0.8, 5)}  # pack: too few outcomes to judge
+    core = sla_core(
+        worker("w1", slots=8, types=["encode", "pack"]),
+        tiers=sla.TierPolicy({}, {"P3": 0.5}),
+        failures=learned.get,
+    )
+    core.enqueue(task("bulk", wf="b", sla_tier="P3"))
+    core.enqueue(task("bulk-pack", wf="bp", sla_tier="P3", task_type="pack"))
+    core.enqueue(task("plain", wf="p", started=1))
+    core.enqueue(task("urgent", wf="u", sla_tier="P0", started=2))
+    assert sorted(assigned(core.dispatch(at(core, 1), token))) == ["bulk-pack", "plain", "urgent"]
+    learned["encode"] = (0.4, 20)  # the type recovered
+    assert assigned(core.dispatch(at(core, 2), token)) == ["bulk"]
