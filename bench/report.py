@@ -151,6 +151,7 @@ SOURCES: dict[str, Source] = {
         lambda d: f"{d['decisions']:,} decisions",
     ),
     "e2e.json": Source(f"{PY} bench/e2e.py --runs 3 --workflows 1000", _key("runs", " runs")),
+    "sla.json": Source(f"{PY} bench/sla.py --runs 3", lambda d: f"{len(d['runs'])} rounds"),
     "fanout.json": Source(
         f"{PY} bench/fanout.py --rounds 3 --before TREE", lambda d: f"{d['after']['rounds']} rounds"
     ),
@@ -595,6 +596,48 @@ def dispatch(p: Page) -> None:
                 if p.has(n)
             )
         )
+
+
+def sla(p: Page) -> None:
+    if not p.has("sla.json"):
+        return
+    d = p.r["sla.json"]
+    o = d["settings"]
+    p.text("## SLA tiers on saturated workers")
+    p.text(
+        f"Every tenth workflow a P0 with a deadline of {num(o['deadline_s'])} s, the rest P3 "
+        f"bulk, submitted at {num(o['rate'])} workflows/s for {num(o['seconds'])} s to "
+        f"{o['workers']} workers of {o['concurrency']} slots that finish about "
+        f"{num(d['capacity_wf_per_s'])}/s (two {num(o['task_s'])} s steps each); the same "
+        "load with tiers and without (no tier, the same deadlines), alternating. The issue's "
+        "30 s deadline is scaled down with the task time (ADR 67). With tiers the P3 bulk "
+        f"leaves a share of {num(100 * o['reserve_p0'])} % of the slots to P0 "
+        "(`ES_SCHED_SLA_RESERVE_P0`), idle while no P0 waits: the bulk's price for the "
+        "deadlines. Medians of the rounds."
+    )
+    med = d["median"]
+    rows = [
+        [
+            label,
+            f"{num(100 * med[m]['p0_hit_rate'])} %",
+            slash(med[m]["p0_p50_s"], med[m]["p0_max_s"]),
+            num(med[m]["p3_per_s"]),
+            num(med[m]["breached_events"]),
+        ]
+        for label, m in (("with tiers", "tiers"), ("without tiers", "no_tiers"))
+    ]
+    p.table(
+        [
+            "load",
+            "P0 deadline hit rate",
+            "P0 start to end p50 / max s",
+            "P3 workflows/s",
+            "workflow.sla_breached",
+        ],
+        rows,
+    )
+    p.plot("sla.png", "P0 times against the deadline, and hit rates, with and without tiers")
+    p.sources("sla.json")
 
 
 def end_to_end(p: Page) -> None:
@@ -1232,6 +1275,7 @@ def page(folder: Path = CURRENT) -> str:
         write_path,
         read_side,
         state,
+        sla,
         api,
         learned_cost,
         stack,

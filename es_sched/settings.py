@@ -487,6 +487,98 @@ class AnalyticsSettings(BaseSettings):
     keep_windows: int = Field(default=2, ge=1, le=100)
 
 
+class SlaSettings(BaseSettings):
+    """``ES_SCHED_SLA_*``: SLA tiers and deadlines (ADR 67, rules in ``domain.sla``)."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_SLA_", frozen=True)
+
+    default_tier: Literal["", "P0", "P1", "P2", "P3"] = Field(
+        default="",
+        description="The tier a workflow started without one gets (recorded in its "
+        "workflow.started); empty: none, and the workflow keeps the rules of priority alone.",
+    )
+    escalate_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="A task whose slack (deadline - now - expected remaining critical path) "
+        "falls under this many seconds drops towards the most urgent level of its tier's band; "
+        "0: no escalation.",
+    )
+    typical_task_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A task's expected run time for the slack estimate when the analytics role "
+        "has published no P50 for its type.",
+    )
+    reserve_p0: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Share of each pool's task slots that tasks of tiers P1-P3 leave free "
+        "for P0; tierless tasks are not held back.",
+    )
+    reserve_p1: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of each pool's task slots that tasks of tiers P2-P3 leave free for P1.",
+    )
+    reserve_p2: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of each pool's task slots that P3 tasks leave free for P2.",
+    )
+
+    breaker_p0: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P0 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+    breaker_p1: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P1 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+    breaker_p2: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P2 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+    breaker_p3: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="P3 tasks of a type wait while its learned failure rate (the analytics "
+        "role's) is above this; 0: never.",
+    )
+
+    @model_validator(mode="after")
+    def _reserves_fit(self) -> SlaSettings:
+        if self.reserve_p0 + self.reserve_p1 + self.reserve_p2 >= 1:
+            raise ValueError("reserve_p0 + reserve_p1 + reserve_p2 must leave P3 some slots (< 1)")
+        return self
+
+    @property
+    def reserves(self) -> dict[str, float]:
+        return {"P0": self.reserve_p0, "P1": self.reserve_p1, "P2": self.reserve_p2}
+
+    @property
+    def breakers(self) -> dict[str, float]:
+        return {
+            "P0": self.breaker_p0,
+            "P1": self.breaker_p1,
+            "P2": self.breaker_p2,
+            "P3": self.breaker_p3,
+        }
+
+
 @dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings
@@ -500,6 +592,7 @@ class Settings:
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     system: SystemSettings = field(default_factory=SystemSettings)
     analytics: AnalyticsSettings = field(default_factory=AnalyticsSettings)
+    sla: SlaSettings = field(default_factory=SlaSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -531,4 +624,5 @@ def load_settings() -> Settings:
         worker=_load(WorkerSettings),
         system=_load(SystemSettings),
         analytics=_load(AnalyticsSettings),
+        sla=_load(SlaSettings),
     )

@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -44,6 +45,7 @@ from es_sched.commands.prepare import (
     resolve,
 )
 from es_sched.domain import commands as c
+from es_sched.domain import sla
 from es_sched.domain.definitions import DefinitionError
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import InfrastructureError, SchemaError
@@ -105,10 +107,21 @@ class CommandClient:
         correlation_id: str | None = None,
         *,
         actor: str | None = None,
+        sla_tier: str | None = None,
+        deadline: datetime | None = None,
     ) -> Submitted:
         ids = [command_id] if command_id is not None else None
         return self.submit_many(
-            name, [input], version, priority, tenant, ids, correlation_id, actor=actor
+            name,
+            [input],
+            version,
+            priority,
+            tenant,
+            ids,
+            correlation_id,
+            actor=actor,
+            sla_tier=sla_tier,
+            deadline=deadline,
         )[0]
 
     def submit_many(
@@ -123,13 +136,20 @@ class CommandClient:
         sources: Sequence[str] | None = None,
         *,
         actor: str | None = None,
+        sla_tier: str | None = None,
+        deadline: datetime | None = None,
     ) -> list[Submitted]:
         """Start one workflow per input; every command is checked before any is produced.
 
         ``sources`` label the inputs in error messages (the CLI passes ``file:line``).
+        ``sla_tier`` and ``deadline`` (ADR 67): without a tier, ``ES_SCHED_SLA_DEFAULT_TIER``'s.
         """
         if command_ids is not None and len(command_ids) != len(inputs):
             raise ValueError("command_ids must have one id per input")
+        tier = sla_tier if sla_tier is not None else (self.settings.sla.default_tier or None)
+        problem = sla.refusal(tier, deadline, datetime.now(UTC), submitting=True)
+        if problem is not None:
+            raise SchemaError(problem)
         self.ensure_topics()
         with self._registry_lock:
             resolved = resolve(self._registry_caught_up(), name, version)
@@ -151,6 +171,8 @@ class CommandClient:
                 taskdefs=resolved.taskdefs,
                 subworkflow_definitions=resolved.subworkflow_definitions,
                 actor=actor,
+                sla_tier=tier,
+                deadline=deadline,
             )
             try:
                 records.append((workflow_id, self._prepare(cmd)))

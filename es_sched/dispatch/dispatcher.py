@@ -89,6 +89,7 @@ from es_sched.dispatch.core.fairshare import FairShare
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
+from es_sched.dispatch.core.urgency import Urgency
 from es_sched.dispatch.journal import LeaseJournal
 from es_sched.dispatch.output import Output
 from es_sched.dispatch.readers.config import ConfigReader
@@ -103,6 +104,7 @@ from es_sched.dispatch.readers.worker_status import (
 from es_sched.domain.commands import Input
 from es_sched.domain.learned import FailureRate
 from es_sched.domain.learned_cost import LEARNED_KEY
+from es_sched.domain.sla import TierPolicy
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.failures import assign_at_committed, wait
@@ -155,14 +157,20 @@ class Dispatcher:
         self.group = f"{self.prefix}-dispatcher"
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
+        # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
+        # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
+        self.stats: StatsView | None = None
+        self.urgency = Urgency(settings.sla.escalate_s, settings.sla.typical_task_s, self._p50)
         self.core = DispatchCore(
-            queues=ReadyQueues(d.aging_s),
+            queues=ReadyQueues(d.aging_s, self.urgency),
             fleet=Fleet(d.suspect_after_s, d.dead_after_s, d.blacklist_policy),
             leases=LeaseTable(d.heartbeat_s, d.lease_k),
             policies={"default": d.policy},
             preempt_after_s=d.preempt_after_s,
             fair=FairShare(enabled=d.fair_share),
             downstream_first=d.downstream_first,
+            tiers=TierPolicy(settings.sla.reserves, settings.sla.breakers),
+            failures=self._failures,
         )
         self.ready_at: dict[str, float] = {}  # task id -> ready record time (latency metric)
         # task id -> (ready partition, task, lease epoch) of tasks let go on a worker's status
@@ -219,10 +227,19 @@ class Dispatcher:
         self._refused_seen: dict[str, int] = {}
         self.name = f"dispatcher-{settings.runtime.instance}"
         self.owned: set[int] = set()  # ready partitions; the owner of 0 judges versions
-        # The analytics role's proposals (ADR 64): learned cost (ADR 66), versions (ADR 70).
-        self.stats: StatsView | None = None
         self._judged_at = 0.0
         self._held: dict[str, str] = {}  # task type -> why held, as last logged
+
+    def _p50(self, task_type: str, size_class: str) -> float | None:
+        """The learned median run time of a type and size class, if the analytics role
+        published one: the SLA slack estimate's (``core.urgency``)."""
+        found = None if self.stats is None else self.stats.runtime(task_type, size_class)
+        return None if found is None or found.samples == 0 else found.run_p50_s
+
+    def _failures(self, task_type: str) -> tuple[float, int] | None:
+        """A type's learned failure rate and outcomes: the tiers' breakers' (ADR 67)."""
+        found = None if self.stats is None else self.stats.runtime(task_type, "any")
+        return None if found is None else (found.failure_rate, found.samples + found.failures)
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -242,9 +259,8 @@ class Dispatcher:
         self.events = EventReader(Tail(self.bootstrap, self.topics.events, OFFSET_END))
         if not self._catch_up_views():
             return
-        if self.dispatch_settings.version_judge_s > 0 or self.dispatch_settings.learned_cost:
-            self.stats = StatsView(self.bootstrap, self.topics.stats)
-        if self.stats is not None and self.dispatch_settings.learned_cost:
+        self.stats = StatsView(self.bootstrap, self.topics.stats)
+        if self.dispatch_settings.learned_cost:
             self.core.learned = self.stats.runtime
         consumer = self.clients.consumer(
             self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}

@@ -25,6 +25,7 @@ from es_sched.serialization.records import (
     ReadyRecord,
     decode_ready,
     ready_limits,
+    ready_sla,
 )
 
 
@@ -38,6 +39,7 @@ def ready_task(
 
 
 def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> ReadyTask:
+    tier, deadline, after = ready_sla(doc)
     return ReadyTask(
         task_id=doc["task_id"],
         workflow_id=doc["workflow_id"],
@@ -53,6 +55,9 @@ def _task_of(doc: ReadyRecord, enqueued: datetime, partition: int | None) -> Rea
         partition=partition,
         payload=cast(dict[str, Any], doc),
         steps_to_end=doc.get("steps_to_end", 0),
+        sla_tier=tier,
+        deadline=deadline,
+        after=after,
     )
 
 
@@ -163,6 +168,7 @@ def journaled(record: LeaseRecord, partition: int) -> Journaled:
             held.granted_at,
             held.granted_at,
             task.priority,
+            task.sla_tier,
         )
     )
     return Journaled(task, record.last_epoch, lease, None if held is None else held.gpu)

@@ -54,6 +54,8 @@ class StartWorkflow(Command):
     subworkflow_definitions: list[JSON] = field(default_factory=list)
     parent_workflow_id: str | None = None
     parent_task_id: str | None = None
+    sla_tier: str | None = None  # P0..P3 (domain.sla); None: no tier, today's rules
+    deadline: datetime | None = None  # when the workflow should have ended (domain.sla)
 
 
 @dataclass(frozen=True)

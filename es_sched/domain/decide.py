@@ -180,6 +180,8 @@ def _start(inp: c.StartWorkflow) -> WorkflowStarted:
         parent_workflow_id=inp.parent_workflow_id,
         parent_task_id=inp.parent_task_id,
         subworkflow_definitions=list(inp.subworkflow_definitions),
+        sla_tier=inp.sla_tier,
+        deadline=inp.deadline,
     )
 
 

@@ -76,6 +76,8 @@ from es_sched.domain.events import (
     WorkflowRestarted,
     WorkflowResumed,
     WorkflowRetried,
+    WorkflowSlaAtRisk,
+    WorkflowSlaBreached,
     WorkflowStarted,
     WorkflowStartRequested,
 )
@@ -151,6 +153,10 @@ class StartChild:
     parent_taskdefs: tuple[JSON, ...]  # the child's TaskDefs when its definition brings none
     taskdefs: tuple[JSON, ...] = ()  # pinned with the definition
     subworkflow_definitions: tuple[JSON, ...] = ()  # the child's own children, pinned
+    # A SUB_WORKFLOW runs under its parent's SLA (ADR 67); a START_WORKFLOW or failure
+    # workflow is on its own.
+    sla_tier: str | None = None
+    deadline: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,8 @@ def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
         subworkflow_definitions=list(fx.subworkflow_definitions),
         parent_workflow_id=fx.parent_workflow_id if linked else None,
         parent_task_id=fx.parent_task_id,
+        sla_tier=fx.sla_tier,
+        deadline=fx.deadline,
     )
 
 
@@ -293,6 +301,8 @@ def _follow(st: WorkflowState, event: Event) -> list[Effect]:
             | WorkflowRerun()
             | TaskParkedForReview()
             | TaskReviewed()
+            | WorkflowSlaAtRisk()
+            | WorkflowSlaBreached()
         ):
             return []  # nothing leaves the workflow (its timers come from timers_for)
         case WorkflowRejected():
@@ -341,6 +351,8 @@ def _start_child(st: WorkflowState, p: WorkflowStartRequested) -> StartChild:
         parent_taskdefs=tuple(dict(td.raw) for td in st.taskdefs.values()),
         taskdefs=tuple(pinned.taskdefs) if pinned else (),
         subworkflow_definitions=tuple(pinned.pins) if pinned else (),
+        sla_tier=st.sla_tier if p.task_id is not None else None,
+        deadline=st.deadline if p.task_id is not None else None,
     )
 
 

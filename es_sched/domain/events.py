@@ -37,6 +37,26 @@ class WorkflowStarted(Payload):
     parent_workflow_id: str | None = None
     parent_task_id: str | None = None
     subworkflow_definitions: list[JSON] = field(default_factory=list)
+    sla_tier: str | None = None  # domain.sla; absent: no tier
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowSlaAtRisk(Payload):
+    """The workflow still runs with the last share of its deadline's window left (domain.sla)."""
+
+    TYPE = "workflow.sla_at_risk"
+    sla_tier: str | None
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class WorkflowSlaBreached(Payload):
+    """The workflow's deadline passed before it ended (domain.sla)."""
+
+    TYPE = "workflow.sla_breached"
+    sla_tier: str | None
+    deadline: datetime
 
 
 @dataclass(frozen=True)
@@ -369,6 +389,8 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         WorkflowRerun,
         TaskParkedForReview,
         TaskReviewed,
+        WorkflowSlaAtRisk,
+        WorkflowSlaBreached,
     )
 }
 

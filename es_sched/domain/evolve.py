@@ -44,6 +44,8 @@ from es_sched.domain.events import (
     WorkflowRestarted,
     WorkflowResumed,
     WorkflowRetried,
+    WorkflowSlaAtRisk,
+    WorkflowSlaBreached,
     WorkflowStarted,
     WorkflowStartRequested,
 )
@@ -83,6 +85,8 @@ AnyPayload = (
     | WorkflowRerun
     | TaskParkedForReview
     | TaskReviewed
+    | WorkflowSlaAtRisk
+    | WorkflowSlaBreached
 )
 
 
@@ -108,6 +112,8 @@ def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
         parent_task_id=p.parent_task_id,
         subworkflow_definitions=tuple(p.subworkflow_definitions),
         recent_inputs=(event.causation_id,),
+        sla_tier=p.sla_tier,
+        deadline=p.deadline,
     )
 
 
@@ -217,7 +223,13 @@ def _apply(st: s.WorkflowState, event: Event) -> None:
         case WorkflowStartRequested():
             if p.task_id is not None:
                 _task(st, p.task_id, child_workflow_id=p.child_workflow_id)
-        case CommandRejected() | CompletionRejected() | TaskCancelConfirmed():
+        case (
+            CommandRejected()
+            | CompletionRejected()
+            | TaskCancelConfirmed()
+            | WorkflowSlaAtRisk()
+            | WorkflowSlaBreached()
+        ):
             pass
         case WorkflowRejected():  # unreachable: _check refuses it first
             raise DomainError(f"workflow {event.workflow_id}: a refusal is outside any history")

@@ -1,7 +1,8 @@
 """Refusals outside any history: what ``decide`` answers for a workflow id that has none.
 
 An input whose workflow has no history cannot be answered inside one: a StartWorkflow that
-cannot start (no definition was embedded or found, or the definition fails validation), or a
+cannot start (no definition was embedded or found, the definition fails validation, or its SLA
+tier or deadline is not acceptable: ``sla.refusal``), or a
 cancel, terminate, retry, pause, resume, signal or runtime report for a workflow that does not
 exist. ``refusal(inp, now)`` returns the ``workflow.rejected`` event for it, or None for a
 StartWorkflow that starts. The event is written under the input's workflow id so a sender
@@ -22,6 +23,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from es_sched.domain import commands as c
+from es_sched.domain import sla
 from es_sched.domain.events import Event, WorkflowRejected
 from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.validation import validate_workflow_cached
@@ -44,6 +46,9 @@ def refusal(inp: c.Input, now: datetime) -> Event | None:
         return _event(
             inp, now, f"no definition for workflow {which}: none embedded and none registered"
         )
+    sla_problem = sla.refusal(inp.sla_tier, inp.deadline, now)
+    if sla_problem is not None:
+        return _event(inp, now, f"cannot start workflow {which}: {sla_problem}", [sla_problem])
     problems = validate_workflow_cached(inp.definition, inp.taskdefs)
     if not problems:
         return None

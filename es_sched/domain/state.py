@@ -109,6 +109,8 @@ class WorkflowState:
     dynamic: Mapping[str, WorkflowTask] = field(default_factory=dict)  # dynamic-fork tasks
     subworkflow_definitions: tuple[JSON, ...] = ()
     recent_inputs: tuple[str, ...] = ()
+    sla_tier: str | None = None  # domain.sla
+    deadline: datetime | None = None
     # Derived, never serialised: the dynamic forks' branch index, kept by evolve and rebuilt
     # for a state built otherwise (``fanout.rebuild``: a restored snapshot).
     fans: Mapping[str, Fan] = field(default_factory=dict, compare=False, repr=False)

@@ -14,7 +14,10 @@ Pure and part of ``decide``: it calls these from ``_primary``.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from es_sched.domain import commands as c
+from es_sched.domain import sla
 from es_sched.domain.context import Context, settings
 from es_sched.domain.events import (
     CompletionRejected,
@@ -27,6 +30,8 @@ from es_sched.domain.events import (
     TaskStarted,
     TaskTimedOut,
     WorkflowEnding,
+    WorkflowSlaAtRisk,
+    WorkflowSlaBreached,
 )
 from es_sched.domain.scheduling import again
 from es_sched.domain.state import (
@@ -38,6 +43,7 @@ from es_sched.domain.state import (
     WorkflowState,
 )
 from es_sched.domain.timeouts import total_timeout
+from es_sched.domain.timers import SLA_TIMERS
 
 
 def latest_instance(st: WorkflowState, task_id: str) -> TaskState | None:
@@ -110,6 +116,19 @@ def not_live(st: WorkflowState, task: TaskState | None, inp: c.WorkerReport) -> 
     return reason
 
 
+def _sla_timer(st: WorkflowState, kind: str, now: datetime) -> list[Payload]:
+    """A running workflow's at-risk or deadline timer (domain.sla). The time is checked
+    again: a timer delivered early, or one armed for a deadline since moved, writes nothing."""
+    deadline = st.deadline
+    if deadline is None:
+        return []
+    if kind == "sla_deadline":
+        return [WorkflowSlaBreached(st.sla_tier, deadline)] if now >= deadline else []
+    if now < sla.at_risk_at(st.created_at, deadline):
+        return []
+    return [WorkflowSlaAtRisk(st.sla_tier, deadline)]
+
+
 def timer_fired(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Payload]:
     if st.status in WORKFLOW_TERMINAL:
         return []
@@ -120,6 +139,8 @@ def timer_fired(st: WorkflowState, inp: c.FireTimer, ctx: Context) -> list[Paylo
         if st.definition.timeout_policy == "ALERT_ONLY":
             return []
         return [WorkflowEnding(TIMED_OUT, f"workflow timed out after {limit:g}s")]
+    if inp.kind in SLA_TIMERS:
+        return _sla_timer(st, inp.kind, ctx.now)
     task = latest_instance(st, inp.task_id or "")
     if task is None:
         return []

@@ -1,13 +1,13 @@
 """Durable timers implied by events: what must fire, when, as a ``timer.fired`` input.
 
 ``timers_for(state, event)`` reads one applied event (with the state after it) and returns the
-timers it sets (workflow and task timeouts, WAIT deadlines). A timer's id is deterministic per
-(workflow, kind, task), so a later timer of the same id replaces the earlier one (progress pushes
-a response timeout back). Timers are never cancelled: the decider ignores one whose task or
-workflow has moved on. ``requeue_timer`` is the reconciler's (ADR 15): set with every queueing
-of a worker task (``effects``), it asks the decider to queue the task again if it still waits
-unleased. Retry wake-ups are not timers here: they travel through the retry tiers
-(``effects.WakeRetry``) and come back as ``retry_input``.
+timers it sets (workflow and task timeouts, WAIT deadlines, a workflow's SLA at-risk point and
+deadline). A timer's id is deterministic per (workflow, kind, task), so a later timer of the same
+id replaces the earlier one (progress pushes a response timeout back). Timers are never cancelled:
+the decider ignores one whose task or workflow has moved on. ``requeue_timer`` is the reconciler's
+(ADR 15): set with every queueing of a worker task (``effects``), it asks the decider to queue the
+task again if it still waits unleased. Retry wake-ups are not timers here: they travel through the
+retry tiers (``effects.WakeRetry``) and come back as ``retry_input``.
 
 ``timer_input`` and ``retry_input`` build the ``timer.fired`` input the decider receives, with
 the deterministic input ids every runtime (timer service, retry relay, simulator) must use: a
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from es_sched.domain import sla
 from es_sched.domain.commands import FireTimer
 from es_sched.domain.context import settings
 from es_sched.domain.events import (
@@ -60,7 +61,8 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
     p, wf, at = event.payload, event.workflow_id, event.occurred_at
     if isinstance(p, WorkflowStarted | WorkflowRestarted):  # a restart runs the clock again
         limit = state.definition.timeout_seconds
-        return [_timer(wf, "workflow_timeout", None, after(at, limit))] if limit > 0 else []
+        out = [_timer(wf, "workflow_timeout", None, after(at, limit))] if limit > 0 else []
+        return out + sla_timers(state, at)
     if isinstance(p, TaskScheduled) and p.wait_until is not None:
         return [_timer(wf, "wait", p.task_id, p.wait_until)]
     if isinstance(p, TaskStarted | TaskProgressed):
@@ -81,6 +83,20 @@ def timers_for(state: WorkflowState, event: Event) -> list[Timer]:
     return []
 
 
+SLA_TIMERS = ("sla_at_risk", "sla_deadline")  # domain.sla: the workflow's, by kind
+
+
+def sla_timers(state: WorkflowState, at: datetime) -> list[Timer]:
+    """A workflow with a deadline still ahead of ``at``: the at-risk and the deadline timers
+    (``task_inputs.timer_fired`` writes ``workflow.sla_at_risk`` / ``workflow.sla_breached``)."""
+    deadline, wf = state.deadline, state.workflow_id
+    if deadline is None or deadline <= at:
+        return []
+    warn = sla.at_risk_at(state.created_at, deadline)
+    out = [_timer(wf, "sla_at_risk", None, warn)] if warn > at else []
+    return [*out, _timer(wf, "sla_deadline", None, deadline)]
+
+
 TASK_TIMERS = ("response_timeout", "total_timeout", "requeue")  # a worker task's, by kind
 TASK_ENDED = TaskCompleted | TaskCompletedWithErrors | TaskFailed | TaskTimedOut | TaskCanceled
 
@@ -96,8 +112,13 @@ def timers_cleared(state: WorkflowState, event: Event) -> list[str]:
         if task is None or not state.runs_on_worker(task.def_ref):
             return []
         return [timer_id(wf, kind, p.task_id) for kind in TASK_TIMERS]
-    if isinstance(p, WorkflowCompleted | WorkflowEnded) and state.definition.timeout_seconds > 0:
-        return [timer_id(wf, "workflow_timeout", "-")]
+    if isinstance(p, WorkflowCompleted | WorkflowEnded):
+        out = (
+            [timer_id(wf, "workflow_timeout", "-")] if state.definition.timeout_seconds > 0 else []
+        )
+        if state.deadline is not None:
+            out += [timer_id(wf, kind, "-") for kind in SLA_TIMERS]
+        return out
     return []
 
 

@@ -55,7 +55,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
-from es_sched.domain.events import TaskRequeued
+from es_sched.domain.events import TaskRequeued, WorkflowSlaAtRisk, WorkflowSlaBreached
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.domain.pins import complete_start
 from es_sched.domain.retention import answer_ended
@@ -137,6 +137,11 @@ class Decider:
             "es_sched_decider_batch_seconds", "One poll batch: decide, produce, commit."
         )
         self.m_workflows = r.gauge("es_sched_decider_workflows", "Workflow states held.")
+        self.m_sla = r.counter(
+            "es_sched_sla_events_total",
+            "workflow.sla_at_risk and workflow.sla_breached events decided, by kind and tier "
+            "(ADR 67).",
+        )
         self.m_ended = r.gauge("es_sched_decider_ended_markers", "Retired workflows' markers.")
         self.lag = LagGauge(r, "decider")
         self.loop = TransactionalLoop(
@@ -394,6 +399,10 @@ class Decider:
             return []
         self.stats["events"] += len(events)
         self.stats["requeues"] += sum(isinstance(e.payload, TaskRequeued) for e in events)
+        for e in events:
+            if isinstance(e.payload, WorkflowSlaAtRisk | WorkflowSlaBreached):
+                tier = e.payload.sla_tier or "none"
+                self.m_sla.inc(kind=e.payload.TYPE.removeprefix("workflow."), tier=tier)
         staged[new.workflow_id] = new
         part = where[new.workflow_id] = msg.partition() or 0
         requeue_after = self.run_settings.requeue_after_s

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple, assert_never
 
 from es_sched.domain import commands as c
+from es_sched.domain import sla
 from es_sched.domain.definitions import TaskLimits
 from es_sched.domain.effects import (
     ClearTimer,
@@ -43,7 +44,14 @@ from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_event, encode_input
 from es_sched.serialization.changelog import definition_key, ended_header
 from es_sched.serialization.chunks import chunk_key, split
-from es_sched.serialization.records import Retry, encode_ready, encode_retry, encode_timer
+from es_sched.serialization.codec import format_time
+from es_sched.serialization.records import (
+    Retry,
+    SlaDoc,
+    encode_ready,
+    encode_retry,
+    encode_timer,
+)
 from es_sched.serialization.snapshots import definition_record, encode_state
 
 Resolver = Lookup
@@ -87,8 +95,20 @@ def ready_record(
         workflow_started_at=st.created_at,
         limits=limits or task_limits(st, task_id),
         steps_to_end=steps_to_end,
+        sla=ready_sla(st, t.def_ref),
     )
     return Record(topics.ready, t.rate_limit_key or t.name, value)
+
+
+def ready_sla(st: WorkflowState, def_ref: str) -> SlaDoc | None:
+    """The ``sla`` of a ready record (ADR 67): None for a workflow without tier or deadline."""
+    if st.sla_tier is None and st.deadline is None:
+        return None
+    return SlaDoc(
+        tier=st.sla_tier,
+        deadline=None if st.deadline is None else format_time(st.deadline),
+        after=list(sla.chain_after(st.definition, def_ref)),
+    )
 
 
 def timer_record(topics: Topics, timer: Timer, partition: int | None = None) -> Record:

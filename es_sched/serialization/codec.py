@@ -24,7 +24,13 @@ from typing import Any, get_type_hints
 import msgspec
 import orjson
 
-from es_sched.domain.commands import INPUT_TYPES, Input, ReportCompleted, ReportFailed
+from es_sched.domain.commands import (
+    INPUT_TYPES,
+    Input,
+    ReportCompleted,
+    ReportFailed,
+    StartWorkflow,
+)
 from es_sched.domain.events import (
     EVENT_TYPES,
     Event,
@@ -32,6 +38,7 @@ from es_sched.domain.events import (
     TaskCompleted,
     TaskFailed,
     TaskScheduled,
+    WorkflowStarted,
 )
 from es_sched.errors import SchemaError
 from es_sched.serialization.schemas import SchemaCatalog, default_catalog
@@ -47,6 +54,8 @@ SPARSE: dict[type, tuple[str, ...]] = {
     TaskScheduled: ("timeout",),  # ADR 65: only a task with a dynamic timeout policy has one
     ReportCompleted: ("logs",),
     ReportFailed: ("logs", "traceback"),
+    WorkflowStarted: ("sla_tier", "deadline"),  # ADR 67
+    StartWorkflow: ("sla_tier", "deadline"),
 }
 
 

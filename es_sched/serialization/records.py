@@ -67,6 +67,15 @@ class ReadyRecord(TypedDict):
     workflow_started_at: NotRequired[datetime | None]
     limits: NotRequired[dict[str, int] | None]  # the TaskDef's rate and concurrency (ADR 13)
     steps_to_end: NotRequired[int]  # steps after it to its workflow's end (ADR 69); absent: 0
+    sla: NotRequired[SlaDoc]  # the workflow's tier and deadline (ADR 67)
+
+
+class SlaDoc(TypedDict):
+    """A ready record's ``sla``: the deadline as written (RFC 3339), parsed by ``ready_sla``."""
+
+    tier: str | None
+    deadline: str | None
+    after: list[str]
 
 
 @dataclass(frozen=True)
@@ -125,26 +134,27 @@ def encode_ready(
     workflow_started_at: datetime | None,
     limits: TaskLimits | None = None,
     steps_to_end: int = 0,
+    sla: SlaDoc | None = None,
 ) -> bytes:
-    return orjson.dumps(
-        {
-            "workflow_id": workflow_id,
-            "task_id": task_id,
-            "ref": ref,
-            "name": name,
-            "attempt": attempt,
-            "input": input,
-            "priority": priority,
-            "resources": resources,
-            "rate_limit_key": rate_limit_key,
-            "tenant": tenant,
-            "callback": callback,
-            "workflow_started_at": workflow_started_at,
-            "limits": None if limits is None or limits == NO_LIMITS else _limits(limits),
-            "steps_to_end": steps_to_end,
-        },
-        option=_OPTIONS,
-    )
+    doc: dict[str, Any] = {
+        "workflow_id": workflow_id,
+        "task_id": task_id,
+        "ref": ref,
+        "name": name,
+        "attempt": attempt,
+        "input": input,
+        "priority": priority,
+        "resources": resources,
+        "rate_limit_key": rate_limit_key,
+        "tenant": tenant,
+        "callback": callback,
+        "workflow_started_at": workflow_started_at,
+        "limits": None if limits is None or limits == NO_LIMITS else _limits(limits),
+        "steps_to_end": steps_to_end,
+    }
+    if sla is not None:  # absent, not null: a record without an SLA stays as it was
+        doc["sla"] = sla
+    return orjson.dumps(doc, option=_OPTIONS)
 
 
 _LIMITS = tuple(f.name for f in fields(TaskLimits))
@@ -159,6 +169,16 @@ def ready_limits(doc: ReadyRecord) -> TaskLimits:
     """The TaskDef limits a ready record carries (none when absent: records before ADR 13)."""
     found = doc.get("limits")
     return TaskLimits(**found) if found else TaskLimits()
+
+
+def ready_sla(doc: ReadyRecord) -> tuple[str | None, datetime | None, tuple[str, ...]]:
+    """The tier, deadline and chain after the task a ready record carries (none: no SLA)."""
+    found = doc.get("sla")
+    if not found:
+        return None, None, ()
+    deadline = found.get("deadline")
+    parsed = parse_time(deadline, "ready.sla.deadline") if deadline is not None else None
+    return found.get("tier"), parsed, tuple(found.get("after") or ())
 
 
 def decode_ready(raw: bytes | None) -> ReadyRecord:

@@ -212,7 +212,19 @@ def state_to_dict(st: WorkflowState, digest: str | None = None) -> dict[str, Any
         "latest": dict(st.latest),  # a layered map (domain.layered) to a plain object
         "dynamic": [_fragment(t.raw) for t in st.dynamic.values()],
         "recent_inputs": list(st.recent_inputs),
+        **_sla(st),
     }
+
+
+def _sla(st: WorkflowState) -> dict[str, Any]:
+    """A workflow's tier and deadline, only when it has them: a snapshot without stays byte
+    for byte what it was, and a reader that predates them still reads it."""
+    out: dict[str, Any] = {}
+    if st.sla_tier is not None:
+        out["sla_tier"] = st.sla_tier
+    if st.deadline is not None:
+        out["deadline"] = st.deadline
+    return out
 
 
 def state_from_dict(
@@ -248,6 +260,8 @@ def state_from_dict(
     }
     for key in _WF_TIMES:
         fields[key] = _parse(fields[key])
+    if "deadline" in fields:
+        fields["deadline"] = _parse(fields["deadline"])
     fields["subworkflow_definitions"] = bundle.subworkflow_definitions
     fields["recent_inputs"] = tuple(fields["recent_inputs"])
     created = fields.pop("created_at")

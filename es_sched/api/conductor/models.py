@@ -21,6 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from es_sched.api import correlation
+from es_sched.api.sla import SlaRequest
 from es_sched.projections.views import Row
 
 JSON = dict[str, Any]
@@ -43,7 +44,7 @@ UNSUCCESSFUL_TASK = frozenset({"FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OU
 CONDUCTOR_TASK_STATUS = {"PARKED_FOR_REVIEW": "IN_PROGRESS"}
 
 
-class StartWorkflowRequest(BaseModel):
+class StartWorkflowRequest(SlaRequest):
     """Conductor's ``StartWorkflowRequest``; fields es-sched cannot honour are refused by the
     route with a reason, not dropped (``taskToDomain``, ``workflowDef``, external storage)."""
 

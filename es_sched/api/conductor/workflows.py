@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
@@ -86,6 +87,8 @@ def _start(
     command_id: str | None = None,
     *,
     actor: str,
+    sla_tier: str | None = None,
+    deadline: datetime | None = None,
 ) -> writes.Verdict:
     if priority is not None and not 0 <= priority <= MAX_PRIORITY:
         raise ApiError(
@@ -101,6 +104,8 @@ def _start(
             correlation_id=correlation_id,
             command_id=command_id,
             actor=actor,
+            sla_tier=sla_tier,
+            deadline=deadline,
         )
     except UnknownDefinition as exc:
         raise writes.unknown_definition(exc) from None
@@ -153,6 +158,8 @@ def start_workflow(
         request.priority,
         command_id,
         actor=who.name,
+        sla_tier=request.slaTier,
+        deadline=request.deadline_at(),
     )
     return _plain(started)
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from es_sched.api.sla import SlaRequest
 from es_sched.projections.views import Row
 
 JSON = dict[str, Any]
@@ -19,7 +20,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SubmitRequest(Strict):
+class SubmitRequest(Strict, SlaRequest):
     name: str = Field(min_length=1, max_length=256)
     version: int | None = Field(default=None, ge=1, description="None: the latest version")
     input: JSON = Field(default_factory=dict)

@@ -60,6 +60,8 @@ def submit(body: SubmitRequest, svc: Services = SVC, who: Principal = OPERATOR) 
             command_id=body.idempotencyKey,
             correlation_id=body.correlationId,
             actor=who.name,
+            sla_tier=body.slaTier,
+            deadline=body.deadline_at(),
         )
     except UnknownDefinition as exc:
         raise writes.unknown_definition(exc) from None

@@ -2,14 +2,18 @@
 
 ``DispatchCore.dispatch(now, tokens)`` returns the next assignments: it takes the task type whose
 next task goes first (``order.first``, ADR 69: the most urgent level, then the task nearest its
-workflow's end) and that type's best ready task (priority, aging, tenant share (``fairshare``,
-ADR 68), oldest workflow first), checks its concurrency, its type, rate-limit key and tenant
-rates and its tenant's quota (``limits``), places it on a fitting
-worker, reserves the resources and grants a lease. A task of priority <= 1 that fits nowhere
-may preempt a long-running task of priority >= 5 on a worker where it would then fit: the
-victim is handed back to the head of its queue (its attempt not counted as a failure) and the
-urgent task takes its place. Everything is in memory and deterministic for a given input order
-and ``now`` (and, for ``learned``, the stats it answers with).
+workflow's end) and that type's best ready task (priority or SLA tier and slack (``urgency``,
+ADR 67), aging, tenant share (``fairshare``, ADR 68), oldest workflow first), checks its
+concurrency, its type, rate-limit key and tenant rates and its tenant's quota (``limits``),
+places it on a fitting worker, reserves the resources and grants a lease. A task that fits
+nowhere may preempt a long-running task on a worker where it would then fit, as
+``domain.sla.may_preempt`` allows (tierless: priority <= 1 over priority >= 5; tiered: two
+tiers apart, ADR 67): the victim is handed back to the head of its queue (its attempt not
+counted as a failure) and the urgent task takes its place. A task of a tier takes a pool slot
+only if what is left covers the share the more urgent tiers reserve and its type's learned
+failure rate is under its tier's breaker (``tiers``, ADR 67). Everything is in memory and
+deterministic for a given input order and ``now`` (and, for ``learned``, the stats it answers
+with).
 
 A task whose resources are a cost model's estimate is placed by the estimate corrected by what
 its type and size class measured (``learned``, a lookup of the analytics role's proposals;
@@ -36,6 +40,7 @@ from es_sched.dispatch.core.limits import Limits
 from es_sched.dispatch.core.order import Head, first
 from es_sched.dispatch.core.placement import Fleet, Need, Placement, Policy
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
+from es_sched.domain import sla
 from es_sched.domain.learned import RunStats, size_class
 from es_sched.domain.learned_cost import ESTIMATE_KEY, correct
 
@@ -99,6 +104,9 @@ class DispatchCore:
     pools: dict[str, str] = field(default_factory=dict)  # task type -> pool (default "default")
     policies: dict[str, Policy] = field(default_factory=dict)  # pool -> spread | binpack
     preempt_after_s: float = 60.0
+    tiers: sla.TierPolicy = sla.NO_RESERVE  # slots each tier reserves in every pool
+    # A task type's learned (failure rate, outcomes), for the tiers' breakers (ADR 67).
+    failures: Callable[[str], tuple[float, int] | None] = field(default=lambda _type: None)
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
     fair: FairShare = field(default_factory=FairShare)  # tenants' weights and tags (ADR 68)
     downstream_first: bool = True  # ADR 69; False: one task per type per round
@@ -118,6 +126,7 @@ class DispatchCore:
     def dispatch(
         self, now: datetime, token: Callable[[], str], limit: int = 1000
     ) -> list[Assignment | Preemption]:
+        self.queues.escalate(now)  # SLA slack first: it may move a task to a lower level
         if self.downstream_first:
             return self._by_rank(now, token, limit)
         out: list[Assignment | Preemption] = []
@@ -227,12 +236,17 @@ class DispatchCore:
         resources = self.placed_by(task)
         need = Need.of(resources)
         policy = self.policies.get(pool, "binpack")
+        if not self._reserve_allows(task, pool, now) or self._breaker_holds(task):
+            return None
         placement = self.fleet.place(pool, task_type, need, now, policy, task.task_id)
         victim = None
         if placement is None:
-            if task.priority > 1:
+            band = sla.band_level(task.priority, task.sla_tier)
+            if not sla.may_preempt_someone(task.sla_tier, band):
                 return None
-            victim = self._find_victim(pool, task_type, need, now, task.task_id)
+            victim = self._find_victim(
+                pool, task_type, need, now, task.task_id, task.sla_tier, band
+            )
             if victim is None:
                 return None
         if (
@@ -258,7 +272,13 @@ class DispatchCore:
         assert placement is not None
         self.fleet.reserve(placement, need)
         lease = self.leases.grant(
-            task.task_id, task.attempt, placement.worker_id, token(), now, task.priority
+            task.task_id,
+            task.attempt,
+            placement.worker_id,
+            token(),
+            now,
+            task.priority,
+            task.sla_tier,
         )
         self.in_flight[task.task_id] = _InFlight(task, need, placement)
         corrected = None if resources is task.resources else resources
@@ -275,11 +295,37 @@ class DispatchCore:
         corrected = correct(task.resources, self.learned(task.task_type, subject))
         return task.resources if corrected is None else corrected.resources
 
+    def _reserve_allows(self, task: ReadyTask, pool: str, now: datetime) -> bool:
+        """Whether the task's tier may take one of the pool's free slots (ADR 67)."""
+        if task.sla_tier is None or not self.tiers.reserve:
+            return True
+        free, total = self.fleet.pool_slots(pool, now)
+        return total == 0 or self.tiers.may_take(task.sla_tier, free, total)
+
+    def _breaker_holds(self, task: ReadyTask) -> bool:
+        """Whether the task's tier waits out its type's failures (ADR 67)."""
+        if task.sla_tier is None or not self.tiers.breaker:
+            return False
+        learned = self.failures(task.task_type)
+        return learned is not None and self.tiers.breaker_open(task.sla_tier, *learned)
+
     def _find_victim(
-        self, pool: str, task_type: str, need: Need, now: datetime, task_id: str
+        self,
+        pool: str,
+        task_type: str,
+        need: Need,
+        now: datetime,
+        task_id: str,
+        tier: str | None = None,
+        level: int = 0,
     ) -> Lease | None:
-        """A long-running low-priority lease whose release makes room; nothing is changed."""
-        for lease in self.leases.preemptible(now, min_running_s=self.preempt_after_s):
+        """A long-running lease the urgent task may preempt (``domain.sla.may_preempt``) whose
+        release makes room; nothing is changed."""
+        running = self.leases.preemptible(now, min_priority=0, min_running_s=self.preempt_after_s)
+        for lease in running:
+            victim_level = sla.band_level(lease.priority, lease.tier)
+            if not sla.may_preempt(tier, level, lease.tier, victim_level):
+                continue
             flight = self.in_flight.get(lease.task_id)
             worker = self.fleet.workers.get(lease.worker_id)
             if flight is None or worker is None or worker.pool != pool:

@@ -74,6 +74,23 @@ class Level:
         self.size -= 1
         return entry
 
+    def remove(self, task: object) -> Entry | None:
+        """Take ``task``'s entry out wherever it sits in its tenant's order (an SLA escalation
+        moves it to a lower level, ``queues.TypeQueue.escalate``); None: not here."""
+        tenant = getattr(task, "tenant", None)
+        heap = self.heaps.get(tenant)
+        at = None if heap is None else next((i for i, e in enumerate(heap) if e[3] is task), None)
+        if heap is None or at is None:
+            return None
+        entry = heap[at]
+        heap[at] = heap[-1]
+        heap.pop()
+        heapq.heapify(heap)
+        if not heap:
+            del self.heaps[tenant]
+        self.size -= 1
+        return entry
+
     def entries(self) -> Iterator[Entry]:
         for heap in self.heaps.values():
             yield from heap

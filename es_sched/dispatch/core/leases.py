@@ -25,6 +25,7 @@ class Lease:
     expires_at: datetime
     started_at: datetime
     priority: int = 4
+    tier: str | None = None  # the workflow's SLA tier (ADR 67): who may preempt it
 
 
 @dataclass
@@ -50,10 +51,13 @@ class LeaseTable:
         token: str,
         now: datetime,
         priority: int = 4,
+        tier: str | None = None,
     ) -> Lease:
         epoch = self.epochs.get(task_id, 0) + 1
         self.epochs[task_id] = epoch
-        lease = Lease(task_id, attempt, worker_id, epoch, token, now + self.ttl, now, priority)
+        lease = Lease(
+            task_id, attempt, worker_id, epoch, token, now + self.ttl, now, priority, tier
+        )
         self.leases[task_id] = lease
         return lease
 

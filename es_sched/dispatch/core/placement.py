@@ -258,6 +258,18 @@ class Fleet:
                 return Placement(w.worker_id, None if gpu < 0 else gpu)
         return None
 
+    def pool_slots(self, pool: str, now: datetime) -> tuple[int, int]:
+        """Free and total task slots of the pool's live workers with a bounded concurrency:
+        what a tier's reserved share is a share of (ADR 67)."""
+        free = total = 0
+        for _, worker_id in self.index.get(pool, []):
+            w = self.workers[worker_id]
+            if w.slots is None or self.status(w, now) != "alive" or not self.heartbeating(w, now):
+                continue
+            total += w.slots
+            free += max(0, w.slots - w.reserved_slots - w.foreign_slots)
+        return free, total
+
     def reserve(self, placement: Placement, need: Need) -> None:
         self._adjust(placement, need, +1)
 
