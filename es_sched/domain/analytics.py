@@ -16,7 +16,7 @@ Run times and queue waits are kept as a *bottom-k sample*: the ``sample_size`` o
 hash of ``task id/attempt`` is smallest. The hash is independent of the value, so the sample
 is uniform; it is deterministic (no randomness in the core, the same input gives the same
 figures on every replica and replay); it is exact while a window has at most ``sample_size``
-runs; and a repeated outcome lands on the same slot instead of a new one.
+runs; and an outcome delivered again is counted once, by its hash (``add``).
 
 Percentiles are nearest-rank: the smallest sampled value with at least q of the sample at or
 below it (``percentile([1..20], 0.95) == 19``).
@@ -286,12 +286,21 @@ def empty() -> JSON:
         "wait": [],
         "ratio": [],
         "mem": [],
+        "seen": [],
     }
 
 
 def add(acc: Mapping[str, Any] | None, kind: Kind, outcome: Outcome, sample_size: int) -> JSON:
-    """One window's accumulator for one stats key with ``outcome`` counted in it."""
+    """One window's accumulator for one stats key with ``outcome`` counted in it, once: an
+    outcome delivered again (the role is at least once, ADR 64: a restart may hand the windows
+    agent an outcome it already folded) is recognised by its hash among the window's kept
+    ones, exactly up to ``sample_size`` outcomes a window and for the bottom-k beyond."""
     base = dict(acc) if acc else empty()
+    h = sample_hash(outcome.task_id, outcome.attempt)
+    seen = [[x, 0.0] for x in base.get("seen", [])]
+    if any(int(entry[0]) == h for entry in seen):
+        return base
+    base["seen"] = [entry[0] for entry in _keep(seen, h, 0.0, sample_size)]
     base["outcomes"] = int(base["outcomes"]) + 1
     if not outcome.ok:
         base["failures"] = int(base["failures"]) + 1
@@ -304,7 +313,6 @@ def add(acc: Mapping[str, Any] | None, kind: Kind, outcome: Outcome, sample_size
         )
         reasons[reason] = int(reasons.get(reason, 0)) + 1
         base["reasons"] = reasons
-    h = sample_hash(outcome.task_id, outcome.attempt)
     if outcome.run_s is not None:
         base["run"] = _keep(list(base["run"]), h, outcome.run_s, sample_size)
     if outcome.wait_s is not None:

@@ -5,9 +5,15 @@ The events are produced as the decider writes them (encoded by ``serialization.c
 by workflow id, on the private prefix's events topic): 20 tasks of one type that ran 1 s to
 20 s after queue waits of 0.5 s to 10 s, and 2 that failed, all with occurrence times inside
 one window. A worker's liveness record (as ``es-sched worker`` publishes it) gives the role
-the worker's host and version. The role is stopped after 11 ends and started again for the
-rest; the test waits, through a ``StatsView`` as the deciders read it, for the proposals that
-count all 22 ends.
+the worker's host and version. The test waits, through a ``StatsView`` as the deciders read
+it, for the proposals that count all 22 ends, exactly.
+
+Then the role is stopped while 5 more tasks are dispatched and not ended, and started again
+before they end: counting them at all needs the ``tasks`` table back from its changelog, and
+counting more than them needs the window back. Across a restart faust is at least once and
+not exact (ADR 64: in a few runs one outcome was lost or counted twice, though the role's
+offsets and the tasks changelog were at their ends before the stop), so after the restart
+the test asks for the restored state, not for an exact count.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from es_sched.domain.events import (
 )
 from es_sched.domain.learned import FailureRate, stats_key
 from es_sched.kafka import roster
-from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.clients import consumer, producer, read_partitions
 from es_sched.kafka.stats import StatsView
 from es_sched.metrics import Registry
 from es_sched.serialization import encode_event
@@ -92,15 +98,34 @@ def _task(i: int, base: datetime, run_s: float | None) -> list[Event]:
 
 
 def _committed_to_end(env: Env) -> bool:
-    """Whether the role's consumer group has committed every event produced so far."""
-    c = consumer(env.settings.kafka.bootstrap_servers, analytics.app_id(env.prefix))
+    """Whether the role's consumer group has committed every event produced so far, and every
+    outcome its tasks agent passed to its windows agent: stopped before the second, the role
+    would count an outcome again after the restart (at least once, ADR 64)."""
+    group = analytics.app_id(env.prefix)
+    c = consumer(env.settings.kafka.bootstrap_servers, group)
     try:
-        parts = [TopicPartition(env.topics.events, p) for p in range(env.partitions)]
+        parts = [
+            TopicPartition(topic, p)
+            for topic in (env.topics.events, f"{group}-outcomes")
+            for p in range(env.partitions)
+        ]
         committed = c.committed(parts, timeout=10)
         ends = [c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts]
-        return all(tp.offset == end for tp, end in zip(committed, ends, strict=True))
+        # a partition nothing was written to has no committed offset (OFFSET_INVALID)
+        return all(end in (0, tp.offset) for tp, end in zip(committed, ends, strict=True))
     finally:
         c.close()
+
+
+def _tasks_kept(env: Env) -> int:
+    """How many tasks the role's ``tasks`` table holds as its changelog says: what a restart
+    restores. Stopped before the changelog holds a task's dispatch, the role would count
+    nothing when that task ends after the restart."""
+    topic = f"{analytics.app_id(env.prefix)}-tasks-changelog"
+    folded: dict[bytes | None, bytes | None] = {}
+    for msg in read_partitions(env.settings.kafka.bootstrap_servers, topic, range(env.partitions)):
+        folded[msg.key()] = msg.value()
+    return sum(value is not None for value in folded.values())
 
 
 def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: Env) -> None:
@@ -121,8 +146,9 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
     tasks = [_task(i, base, float(i + 1)) for i in range(20)] + [
         _task(i, base, None) for i in (20, 21)
     ]
-    before = [e for t in tasks for e in t[:2]] + [t[2] for t in tasks[:11]]
-    after = [t[2] for t in tasks[11:]]
+    later = [_task(i, base, 1.0) for i in range(22, 27)]  # end after the restart
+    before = [e for t in tasks for e in t] + [e for t in later for e in t[:2]]
+    after = [t[2] for t in later]
     p = producer(settings.kafka.bootstrap_servers)
 
     def send(events: list[Event]) -> None:
@@ -143,10 +169,6 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
     try:
         with roles(env, "analytics", **fast):
             send(before)
-            wait_until(counted(11), 60, lambda: f"11 outcomes in the proposal; {have()}")
-            wait_until(lambda: _committed_to_end(env), 30, "the role's offsets at the end")
-        with roles(env, "analytics", **fast):
-            send(after)
             wait_until(counted(22), 60, lambda: f"22 outcomes in the proposal; {have()}")
             stats = view.runtime(TYPE, "any")
             assert stats is not None
@@ -167,6 +189,19 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
                 rate = view.get(stats_key(kind, TYPE, subject))  # type: ignore[arg-type]
                 assert isinstance(rate, FailureRate), (kind, view.all())
                 assert (rate.outcomes, rate.failures) == (22, 2)
+            wait_until(lambda: _committed_to_end(env), 30, "the role's offsets at the end")
+            wait_until(lambda: _tasks_kept(env) == 5, 30, "the 5 open tasks in the changelog")
+        with roles(env, "analytics", **fast):
+            send(after)
+
+            def restored() -> bool:
+                stats = view.runtime(TYPE, "any")
+                return stats is not None and stats.samples + stats.failures >= 22 + 3
+
+            # more than the 22 from before the restart (the window came back) and at least 3
+            # of the 5 ends sent since (their dispatches came back with the tasks table; the
+            # rest of the 5, and a little more, is what a restart may lose or repeat)
+            wait_until(restored, 60, lambda: f"the tables restored; {have()}")
         # what an operator reads: the same proposal, through the command line
         shown = env.cli("stats", "--type", TYPE, "--json")
         by_key = {doc["key"]: doc for doc in map(json.loads, shown.splitlines())}

@@ -81,7 +81,7 @@ PORT, CONTROLLER_PORT = 19120, 19121
 STOPPED_S = 30.0
 # Per fault: a batch of workflows, the fault fired once this many more tasks completed, with at
 # least IN_FLIGHT workflows running at that moment.
-WORKFLOWS = pick(ci=400, full=1200)
+WORKFLOWS = pick(ci=250, full=1200)  # the faults fire after 100 of 1,500 tasks (ci)
 FIRE_AFTER_TASKS = pick(ci=100, full=200)
 IN_FLIGHT = pick(ci=300, full=1000)
 PROBE_TIMEOUT_MS = 10_000  # well inside the stop

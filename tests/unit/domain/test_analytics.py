@@ -276,3 +276,12 @@ def test_no_cost_block_or_a_nonsense_one_learns_no_cost() -> None:
     stats = fold.figures(fold.add(None, "runtime", out, 512), "runtime", "t", "any", T0)
     assert isinstance(stats, RunStats)
     assert (stats.cost_ratio, stats.memory_p95_mb) == (None, None)
+
+
+def test_an_outcome_delivered_again_is_counted_once_in_every_kind() -> None:
+    ok, bad = outcome(1, 2.0), outcome(2, None, reason="boom")
+    for kind in ("runtime", "version"):
+        acc: dict[str, Any] | None = None
+        for o in (ok, bad, ok, bad):
+            acc = fold.add(acc, kind, o, 512)
+        assert acc is not None and (acc["outcomes"], acc["failures"]) == (2, 1), kind
