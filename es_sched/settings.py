@@ -530,6 +530,39 @@ class SlaSettings(BaseSettings):
         description="Share of each pool's task slots that P3 tasks leave free for P2.",
     )
 
+    retries_p0: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Retries of each failed worker task of a P0 workflow, instead of its "
+        "TaskDef's retryCount (recorded in workflow.started when the workflow is submitted"
+        ", an urgent tier may retry more); unset: the TaskDef's.",
+    )
+    retries_p1: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Retries of each failed worker task of a P1 workflow, instead of its "
+        "TaskDef's retryCount (recorded in workflow.started when the workflow is submitted"
+        "); unset: the TaskDef's.",
+    )
+    retries_p2: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Retries of each failed worker task of a P2 workflow, instead of its "
+        "TaskDef's retryCount (recorded in workflow.started when the workflow is submitted"
+        "); unset: the TaskDef's.",
+    )
+    retries_p3: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Retries of each failed worker task of a P3 workflow, instead of its "
+        "TaskDef's retryCount (recorded in workflow.started when the workflow is submitted"
+        ", bulk may retry less, so a failing type does not flood the workers with retries); "
+        "unset: the TaskDef's.",
+    )
     breaker_p0: float = Field(
         default=0.0,
         ge=0,
@@ -568,6 +601,15 @@ class SlaSettings(BaseSettings):
     @property
     def reserves(self) -> dict[str, float]:
         return {"P0": self.reserve_p0, "P1": self.reserve_p1, "P2": self.reserve_p2}
+
+    @property
+    def retries(self) -> dict[str, int | None]:
+        return {
+            "P0": self.retries_p0,
+            "P1": self.retries_p1,
+            "P2": self.retries_p2,
+            "P3": self.retries_p3,
+        }
 
     @property
     def breakers(self) -> dict[str, float]:

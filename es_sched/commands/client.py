@@ -173,6 +173,7 @@ class CommandClient:
                 actor=actor,
                 sla_tier=tier,
                 deadline=deadline,
+                sla_retries=None if tier is None else self.settings.sla.retries[tier],
             )
             try:
                 records.append((workflow_id, self._prepare(cmd)))

@@ -56,6 +56,9 @@ class StartWorkflow(Command):
     parent_task_id: str | None = None
     sla_tier: str | None = None  # P0..P3 (domain.sla); None: no tier, today's rules
     deadline: datetime | None = None  # when the workflow should have ended (domain.sla)
+    # retries of each worker task instead of its TaskDef's retryCount: the tier's, set by the
+    # client from ES_SCHED_SLA_RETRIES_P<n> (ADR 67); None: the TaskDefs'
+    sla_retries: int | None = None
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,7 @@ def _start(inp: c.StartWorkflow) -> WorkflowStarted:
         subworkflow_definitions=list(inp.subworkflow_definitions),
         sla_tier=inp.sla_tier,
         deadline=inp.deadline,
+        sla_retries=inp.sla_retries,
     )
 
 

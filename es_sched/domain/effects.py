@@ -157,6 +157,7 @@ class StartChild:
     # workflow is on its own.
     sla_tier: str | None = None
     deadline: datetime | None = None
+    sla_retries: int | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,7 @@ def child_input(fx: StartChild, lookup: Lookup) -> c.Input | None:
         parent_task_id=fx.parent_task_id,
         sla_tier=fx.sla_tier,
         deadline=fx.deadline,
+        sla_retries=fx.sla_retries,
     )
 
 
@@ -353,6 +355,7 @@ def _start_child(st: WorkflowState, p: WorkflowStartRequested) -> StartChild:
         subworkflow_definitions=tuple(pinned.pins) if pinned else (),
         sla_tier=st.sla_tier if p.task_id is not None else None,
         deadline=st.deadline if p.task_id is not None else None,
+        sla_retries=st.sla_retries if p.task_id is not None else None,
     )
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
-from es_sched.domain import retry, review
+from es_sched.domain import retry, review, sla
 from es_sched.domain.context import Context, lookup_for, settings
 from es_sched.domain.definitions import WorkflowTask
 from es_sched.domain.events import (
@@ -164,7 +164,7 @@ class Walker:
             and explicit
             and inst.status in (T_FAILED, T_TIMED_OUT)
             and (inst.status != T_TIMED_OUT or s.timeout_policy == "RETRY")
-            and inst.attempt <= int(s.retry_count)
+            and inst.attempt <= sla.retries(self.st.sla_retries, int(s.retry_count))
         )
         if not may:
             return False

@@ -39,6 +39,7 @@ class WorkflowStarted(Payload):
     subworkflow_definitions: list[JSON] = field(default_factory=list)
     sla_tier: str | None = None  # domain.sla; absent: no tier
     deadline: datetime | None = None
+    sla_retries: int | None = None  # each worker task's retries, the tier's (ADR 67)
 
 
 @dataclass(frozen=True)

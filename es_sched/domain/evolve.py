@@ -114,6 +114,7 @@ def _started(event: Event, p: WorkflowStarted) -> s.WorkflowState:
         recent_inputs=(event.causation_id,),
         sla_tier=p.sla_tier,
         deadline=p.deadline,
+        sla_retries=p.sla_retries,
     )
 
 

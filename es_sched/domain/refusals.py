@@ -46,7 +46,9 @@ def refusal(inp: c.Input, now: datetime) -> Event | None:
         return _event(
             inp, now, f"no definition for workflow {which}: none embedded and none registered"
         )
-    sla_problem = sla.refusal(inp.sla_tier, inp.deadline, now)
+    sla_problem = sla.refusal(inp.sla_tier, inp.deadline, now) or sla.retries_refusal(
+        inp.sla_retries
+    )
     if sla_problem is not None:
         return _event(inp, now, f"cannot start workflow {which}: {sla_problem}", [sla_problem])
     problems = validate_workflow_cached(inp.definition, inp.taskdefs)

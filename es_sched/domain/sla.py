@@ -46,6 +46,7 @@ MAX_DEADLINE_S = 366 * 24 * 3600.0  # a year: beyond it, a typo rather than an S
 PREEMPT_OLD_URGENT, PREEMPT_OLD_VICTIM = 1, 5  # the tierless rule (priority levels)
 PREEMPT_TIER_GAP = 2
 BREAKER_MIN_OUTCOMES = 10
+MAX_RETRIES = 100  # Conductor's TaskDef allows any count; past this it is a typo, not a policy
 
 
 def rank(tier: str | None) -> int | None:
@@ -70,6 +71,23 @@ def refusal(
     if left > MAX_DEADLINE_S:
         return f"deadline {deadline.isoformat()} is more than a year away"
     return None
+
+
+def retries_refusal(retries: int | None) -> str | None:
+    """Why a start's per-tier retry count is refused (None: acceptable or absent)."""
+    if retries is None:
+        return None
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        return f"SLA retries must be an integer from 0 to {MAX_RETRIES}, got {retries!r}"
+    return None
+
+
+def retries(tier_retries: int | None, retry_count: int) -> int:
+    """How many times a failed worker task of the workflow is retried: its tier's count where
+    the start recorded one (seed 004 gives each tier its own retries: an urgent tier retries
+    more, bulk less, so a failing bulk type does not flood the workers with retries), else its
+    TaskDef's ``retryCount``."""
+    return retry_count if tier_retries is None else tier_retries
 
 
 def at_risk_at(started: datetime, deadline: datetime) -> datetime:

@@ -111,6 +111,7 @@ class WorkflowState:
     recent_inputs: tuple[str, ...] = ()
     sla_tier: str | None = None  # domain.sla
     deadline: datetime | None = None
+    sla_retries: int | None = None  # replaces retryCount for its worker tasks (ADR 67)
     # Derived, never serialised: the dynamic forks' branch index, kept by evolve and rebuilt
     # for a state built otherwise (``fanout.rebuild``: a restored snapshot).
     fans: Mapping[str, Fan] = field(default_factory=dict, compare=False, repr=False)

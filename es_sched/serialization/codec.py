@@ -54,8 +54,8 @@ SPARSE: dict[type, tuple[str, ...]] = {
     TaskScheduled: ("timeout",),  # ADR 65: only a task with a dynamic timeout policy has one
     ReportCompleted: ("logs",),
     ReportFailed: ("logs", "traceback"),
-    WorkflowStarted: ("sla_tier", "deadline"),  # ADR 67
-    StartWorkflow: ("sla_tier", "deadline"),
+    WorkflowStarted: ("sla_tier", "deadline", "sla_retries"),  # ADR 67
+    StartWorkflow: ("sla_tier", "deadline", "sla_retries"),
 }
 
 

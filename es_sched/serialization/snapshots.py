@@ -224,6 +224,8 @@ def _sla(st: WorkflowState) -> dict[str, Any]:
         out["sla_tier"] = st.sla_tier
     if st.deadline is not None:
         out["deadline"] = st.deadline
+    if st.sla_retries is not None:
+        out["sla_retries"] = st.sla_retries
     return out
 
 

@@ -38,7 +38,8 @@ def _submit(env: Env, command_id: str, tier: str, deadline_s: float | None = Non
 
 
 def test_a_p0_goes_before_a_p3_backlog_and_a_late_p3_is_breached() -> None:
-    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+    # P0 tasks get 2 retries whatever their TaskDef says (none here); P3 keeps the TaskDef's
+    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1", "ES_SCHED_SLA_RETRIES_P0": "2"})
     env.create()
     env.push(ONE, [{"name": "slow.step", "retryCount": 0}])
     run = Role(env, "sla", ["run", "--role", "decider", "--role", "timers", "--role", "dispatcher"])
@@ -79,6 +80,10 @@ def test_a_p0_goes_before_a_p3_backlog_and_a_late_p3_is_breached() -> None:
         assert types.index("workflow.sla_at_risk") < types.index("workflow.sla_breached")
         assert types.index("workflow.sla_breached") < types.index("workflow.completed")
         assert "workflow.sla_breached" not in [e.type for e in found[urgent]]
+        # the tier's retries, from the submitting client's settings, recorded at the start
+        started = {wf: found[wf][0].payload for wf in (urgent, late)}
+        assert started[urgent].sla_retries == 2  # type: ignore[attr-defined]
+        assert started[late].sla_retries is None  # type: ignore[attr-defined]
         assert all("workflow.sla_at_risk" not in [e.type for e in found[wf]] for wf in bulk)
     finally:
         worker.stop()

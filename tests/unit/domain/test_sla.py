@@ -200,6 +200,39 @@ def test_a_workflow_that_ends_in_time_clears_its_timers_and_breaches_nothing() -
     assert check(recorded(d), idle=False, scripts=SCRIPTS).violations == []
 
 
+# -- retries per tier ------------------------------------------------------------------------
+ENC = {"name": "enc", "retryCount": 3, "retryDelaySeconds": 0}
+
+
+def started_with(retries: int | None) -> Recording:
+    class Tiered(Recording):
+        def send(self, inp: c.Input) -> list[Event]:
+            if isinstance(inp, c.StartWorkflow):
+                inp = dataclasses.replace(inp, sla_tier="P3", sla_retries=retries)
+            return super().send(inp)
+
+    return Tiered(TWO, taskdefs=[ENC])
+
+
+@pytest.mark.parametrize(("retries", "attempts"), [(None, 4), (0, 1), (1, 2), (5, 6)])
+def test_a_tiers_retries_replace_the_taskdefs_retry_count(
+    retries: int | None, attempts: int
+) -> None:
+    d = started_with(retries)
+    assert d.events[0].payload.sla_retries == retries  # type: ignore[attr-defined]
+    for _ in range(attempts):
+        d.report("a", "FAILED", reason="boom")
+    assert d.st.status == "FAILED"  # the last allowed attempt failed: the workflow with it
+    assert d.latest("a").attempt == attempts
+    assert check(recorded(d), idle=False, scripts=SCRIPTS).violations == []  # I5 replays it
+
+
+@pytest.mark.parametrize("retries", [-1, 101, True])
+def test_a_bad_tier_retry_count_is_refused_with_its_reason(retries: int) -> None:
+    refused = refusal(start(sla_tier="P3", sla_retries=retries), T0)
+    assert refused is not None and "SLA retries" in refused.payload.reason  # type: ignore[attr-defined]
+
+
 def test_a_sub_workflow_runs_under_its_parents_sla_and_a_started_one_does_not() -> None:
     parent = workflow(
         task(
@@ -212,7 +245,13 @@ def test_a_sub_workflow_runs_under_its_parents_sla_and_a_started_one_does_not() 
     )
     deadline = T0 + timedelta(seconds=30)
     inp = c.StartWorkflow(
-        "s1", "wf-p", name="parent", definition=parent, sla_tier="P0", deadline=deadline
+        "s1",
+        "wf-p",
+        name="parent",
+        definition=parent,
+        sla_tier="P0",
+        deadline=deadline,
+        sla_retries=1,
     )
     events = decide(None, inp, T0, counter_ids("t"), SCRIPTS)
     st = fold(events)
@@ -226,5 +265,5 @@ def test_a_sub_workflow_runs_under_its_parents_sla_and_a_started_one_does_not() 
     by_kind = {fx.parent_task_id is not None: child_input(fx, lookup) for fx in starts}
     linked, free = by_kind[True], by_kind[False]
     assert isinstance(linked, c.StartWorkflow) and isinstance(free, c.StartWorkflow)
-    assert (linked.sla_tier, linked.deadline) == ("P0", deadline)
-    assert (free.sla_tier, free.deadline) == (None, None)
+    assert (linked.sla_tier, linked.deadline, linked.sla_retries) == ("P0", deadline, 1)
+    assert (free.sla_tier, free.deadline, free.sla_retries) == (None, None, None)
