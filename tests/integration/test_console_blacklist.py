@@ -75,7 +75,7 @@ def test_a_blacklisted_worker_and_why_then_lifted_from_the_console(
         page.goto(f"{stack.url}/ui/workers")
         page.locator(f"#blacklist-{WORKER_ID}").get_by_role("button", name="Lift").click()
         expect(page.locator(f"#blacklist-{WORKER_ID}")).to_have_count(0)
-        expect(page.locator("table.grid tbody")).not_to_contain_text("blacklisted")
+        expect(page.locator("table#workers tbody")).not_to_contain_text("blacklisted")
         ended(env, waiting, "COMPLETED")  # the waiting task ran on the lifted worker
         page.goto(f"{stack.url}/ui/workers")
         page.screenshot(path=str(ARTIFACTS / "workers-lifted.png"), full_page=True)
