@@ -25,6 +25,7 @@ from es_sched.settings import (
     RuntimeSettings,
     SearchSettings,
     Settings,
+    SlaSettings,
     StackSettings,
     SystemSettings,
 )
@@ -40,6 +41,7 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "api": ApiSettings,
     "system": SystemSettings,
     "analytics": AnalyticsSettings,
+    "sla": SlaSettings,
 }
 BOOTSTRAP = KafkaSettings().bootstrap_servers
 HANDED_OUT: set[str] = set()  # every name unique_name gave this process (topic cleanup)
