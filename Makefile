@@ -58,7 +58,7 @@ lint: $(STAMP)
 # slowest tests; `make test-full` runs the loads the tests were written with.
 # The integration tests mostly wait on the system they load, so make test runs modules side
 # by side in TEST_WORKERS processes (a module to a process: its shared fixtures stay whole).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 unit: $(STAMP) $(CORE_BUILD)

@@ -9,7 +9,12 @@ from testkit import ROOT, fault_report
 TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
 # The longest modules (minutes each, mostly waiting on the system they load) go first, so that
 # under ``pytest -n`` (``make test``) the rest of the suite runs beside them rather than after.
-FIRST = ("test_role_faults.py", "test_api_schema.py", "test_broker_faults.py")
+FIRST = (
+    "test_role_faults.py",
+    "test_broker_faults.py",
+    "test_cluster.py",
+    "test_api_schema.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

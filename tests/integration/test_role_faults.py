@@ -50,7 +50,7 @@ from tests.integration.fault_harness import ROLES, System, system
 from tests.integration.faulty_role import MODULE
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
-AT_LEAST = pick(ci=300, full=1000)
+AT_LEAST = pick(ci=200, full=1000)
 # How a decider's log says a transaction ended without committing: aborted (its offsets refused
 # for a group generation it lost, KIP-447), or its producer given up as lost and re-created,
 # whose init_transactions bumps the epoch and so aborts (fences) the open transaction.
