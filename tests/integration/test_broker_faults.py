@@ -81,9 +81,9 @@ PORT, CONTROLLER_PORT = 19120, 19121
 STOPPED_S = 30.0
 # Per fault: a batch of workflows, the fault fired once this many more tasks completed, with at
 # least IN_FLIGHT workflows running at that moment.
-WORKFLOWS = pick(ci=250, full=1200)  # the faults fire after 100 of 1,500 tasks (ci)
+WORKFLOWS = pick(ci=200, full=1200)  # the faults fire after 100 of 1,200 tasks (ci)
 FIRE_AFTER_TASKS = pick(ci=100, full=200)
-IN_FLIGHT = pick(ci=200, full=1000)
+IN_FLIGHT = pick(ci=150, full=1000)
 PROBE_TIMEOUT_MS = 10_000  # well inside the stop
 TYPES = "media.probe,media.transcode,media.thumbnail,media.package,media.write_asset,media.callback"
 ROLES = ["run", *(a for r in ("decider", "timers", "retry", "dispatcher") for a in ("--role", r))]
