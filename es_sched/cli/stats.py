@@ -38,17 +38,37 @@ def _s(value: float) -> str:
 
 def runtime_table(found: Mapping[str, Stats]) -> Table:
     table = Table(
-        "type", "size class", "runs", "P50 s", "P95 s", "P99 s", "wait P50 s", "wait P95 s",
-        "failed", "rate", "reasons", "window end", title="run times",
-    )  # fmt: skip
+        "type",
+        "size class",
+        "runs",
+        "P50 s",
+        "P95 s",
+        "P99 s",
+        "wait P50 s",
+        "wait P95 s",
+        "failed",
+        "rate",
+        "reasons",
+        "window end",
+        title="run times",
+    )
     for _, s in sorted(found.items()):
         if isinstance(s, RunStats):
             reasons = ", ".join(f"{r} {n}" for r, n in sorted(s.failures_by_reason.items()))
             table.add_row(
-                s.task_type, s.size_class, str(s.samples), _s(s.run_p50_s), _s(s.run_p95_s),
-                _s(s.run_p99_s), _s(s.wait_p50_s), _s(s.wait_p95_s), str(s.failures),
-                f"{s.failure_rate:.1%}", reasons, s.window_end,
-            )  # fmt: skip
+                s.task_type,
+                s.size_class,
+                str(s.samples),
+                _s(s.run_p50_s),
+                _s(s.run_p95_s),
+                _s(s.run_p99_s),
+                _s(s.wait_p50_s),
+                _s(s.wait_p95_s),
+                str(s.failures),
+                f"{s.failure_rate:.1%}",
+                reasons,
+                s.window_end,
+            )
     return table
 
 
@@ -59,9 +79,14 @@ def failure_table(found: Mapping[str, Stats]) -> Table:
     for _, s in sorted(found.items()):
         if isinstance(s, FailureRate):
             table.add_row(
-                s.kind, s.task_type, s.subject, str(s.outcomes), str(s.failures),
-                f"{s.failure_rate:.1%}", s.window_end,
-            )  # fmt: skip
+                s.kind,
+                s.task_type,
+                s.subject,
+                str(s.outcomes),
+                str(s.failures),
+                f"{s.failure_rate:.1%}",
+                s.window_end,
+            )
     return table
 
 

@@ -248,9 +248,20 @@ def test_a_cost_estimate_is_placed_by_the_ratio_learned_for_its_size_class() -> 
     inputs = {"model": "media-cost/1", "cpu_seconds": 60.0, "cpu_max": 2.0, "accel": "cpu"}
     inputs |= {"codec": "h264", "height": 720, "duration_s": 30.0}
     stats = RunStats(
-        "enc", "h720-d60-h264", "2026-12-07T14:00:00Z", 10, 30.0, 60.0, 70.0, 0.1, 0.5, 0, 0.0,
-        cost_ratio=2.0, memory_p95_mb=300.0,
-    )  # fmt: skip
+        "enc",
+        "h720-d60-h264",
+        "2026-12-07T14:00:00Z",
+        10,
+        30.0,
+        60.0,
+        70.0,
+        0.1,
+        0.5,
+        0,
+        0.0,
+        cost_ratio=2.0,
+        memory_p95_mb=300.0,
+    )
     with (
         bench() as b,
         FakeWorker(b, "a-small", cpu=1) as small,

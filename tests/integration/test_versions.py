@@ -68,9 +68,12 @@ def workers_fixture(env: Env) -> Iterator[list[Worker]]:
     stop, started = threading.Event(), []
     for worker_id, version in (OLD, NEW):
         w = Worker(
-            version=version, worker_id=worker_id, concurrency=4, settings=env.settings,
+            version=version,
+            worker_id=worker_id,
+            concurrency=4,
+            settings=env.settings,
             heartbeat_s=0.5,
-        )  # fmt: skip
+        )
         w.task(TYPE)(handle)
         thread = threading.Thread(target=w.run, args=(stop,), daemon=True)
         thread.start()

@@ -37,9 +37,20 @@ def transcode_ready(task_id: str) -> bytes:
 
 def learned(ratio: float) -> RunStats:
     return RunStats(
-        TRANSCODE, "h720-d60-h264", "2026-12-07T13:59:00Z", 12, 20.0, 30.0, 31.0, 0.1, 0.3, 0, 0.0,
-        cost_ratio=ratio, memory_p95_mb=300.0,
-    )  # fmt: skip
+        TRANSCODE,
+        "h720-d60-h264",
+        "2026-12-07T13:59:00Z",
+        12,
+        20.0,
+        30.0,
+        31.0,
+        0.1,
+        0.3,
+        0,
+        0.0,
+        cost_ratio=ratio,
+        memory_p95_mb=300.0,
+    )
 
 
 def with_transcoder() -> OnFakes:

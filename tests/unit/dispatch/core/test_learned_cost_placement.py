@@ -25,9 +25,20 @@ def token() -> str:
 
 def stats(ratio: float | None, memory: float | None = None) -> RunStats:
     return RunStats(
-        TRANSCODE, "h720-d60-h264", "2026-12-07T13:59:00Z", 20, 30.0, 60.0, 70.0, 0.1, 0.5, 0, 0.0,
-        cost_ratio=ratio, memory_p95_mb=memory,
-    )  # fmt: skip
+        TRANSCODE,
+        "h720-d60-h264",
+        "2026-12-07T13:59:00Z",
+        20,
+        30.0,
+        60.0,
+        70.0,
+        0.1,
+        0.5,
+        0,
+        0.0,
+        cost_ratio=ratio,
+        memory_p95_mb=memory,
+    )
 
 
 class Lookups:
