@@ -42,7 +42,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
 from es_sched.domain.events import Event, TaskScheduled, WorkflowStarted, WorkflowStartRequested
 from es_sched.domain.ids import IdSource
-from es_sched.domain.learned import RunStats
+from es_sched.domain.learned import CUT_BY_TIMEOUT, RunStats
 from es_sched.domain.refusals import is_refusal
 from es_sched.domain.retention import answer_ended, marker
 from es_sched.domain.scripts import ScriptEngine
@@ -84,7 +84,8 @@ def recorded_ids(events: list[Event]) -> IdSource:
 def recorded_learned(events: list[Event]) -> Learned:
     """The learned lookup as the run saw it: per (task type, size class), the figures its
     ``task.scheduled`` events recorded, in order. A ``static`` record had too few samples, or
-    (with enough) a figure it could not use, given back as NaN: either way the same choice."""
+    (with enough) a figure it could not use, given back as NaN: either way the same choice;
+    or too many runs cut by their timeout, given back as that count (``timeouts.censored``)."""
     seen: dict[tuple[str, str], deque[RunStats | None]] = defaultdict(deque)
     for e in events:
         p = e.payload
@@ -105,6 +106,7 @@ def recorded_learned(events: list[Event]) -> Learned:
             wait_p95_s=0.0,
             failures=0,
             failure_rate=0.0,
+            failures_by_reason={CUT_BY_TIMEOUT: int(t.get("censored") or 0)},
         )
         seen[(p.task_type, stats.size_class)].append(stats if samples else None)
 

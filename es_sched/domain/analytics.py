@@ -43,7 +43,14 @@ from es_sched.domain.events import (
     TaskStarted,
     TaskTimedOut,
 )
-from es_sched.domain.learned import FailureRate, Kind, RunStats, size_class
+from es_sched.domain.learned import (
+    CUT_BY_TIMEOUT,
+    FailureRate,
+    Kind,
+    RunStats,
+    size_class,
+    timed_out_reason,
+)
 from es_sched.domain.pickling import frozen_by_constructor
 
 UNKNOWN = "unknown"  # a worker whose host or version the role has not read (yet)
@@ -201,7 +208,7 @@ def track(
         out = _outcome(facts, p, at, ok=False, reason=reason, input_fault=p.terminal)
         return None, out
     if isinstance(p, TaskTimedOut):
-        return None, _outcome(facts, p, at, ok=False, reason=f"timed_out_{p.kind}")
+        return None, _outcome(facts, p, at, ok=False, reason=timed_out_reason(p.kind))
     if isinstance(p, LeaseExpired):
         # The attempt goes on elsewhere (the task is requeued): the worker that lost the lease
         # failed it, the task waits again from now.
@@ -308,9 +315,9 @@ def add(acc: Mapping[str, Any] | None, kind: Kind, outcome: Outcome, sample_size
         return base
     if not outcome.ok:
         reasons = dict(base["reasons"])
-        reason = (
-            outcome.reason if outcome.reason in reasons or len(reasons) < MAX_REASONS else "other"
-        )
+        # time-outs always keep their own count: the timeouts' censoring rule reads it
+        kept = outcome.reason in reasons or outcome.reason == CUT_BY_TIMEOUT
+        reason = outcome.reason if kept or len(reasons) < MAX_REASONS else "other"
         reasons[reason] = int(reasons.get(reason, 0)) + 1
         base["reasons"] = reasons
     if outcome.run_s is not None:

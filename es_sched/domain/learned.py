@@ -29,6 +29,17 @@ ANY = "any"
 Kind = Literal["runtime", "worker", "host", "version"]
 
 
+def timed_out_reason(kind: str) -> str:
+    """The failure reason a time-out of ``kind`` (total, response) counts under."""
+    return f"timed_out_{kind}"
+
+
+# A run cut by its total timeout: how long it would have run is unknown, only that it ran at
+# least that long (a censored sample). ``RunStats.failures_by_reason`` counts them under this
+# reason, and ``timeouts.chosen`` will not read a percentile that they may hide.
+CUT_BY_TIMEOUT = timed_out_reason("total")
+
+
 def _height_class(height: Any) -> int | None:
     if isinstance(height, bool) or not isinstance(height, int | float) or height <= 0:
         return None

@@ -10,7 +10,9 @@ through the decision's ``Learned`` input and returns what the attempt will use, 
   "percentile", "run_s", "factor", "samples", "size_class", "window_end"}`` once the window
   has ``minSamples`` measured runs and a usable figure;
 - ``{"source": "static", "timeout_seconds": <timeoutSeconds>, "samples", "size_class"}``
-  before that (``samples`` 0: nothing learned for it yet).
+  before that (``samples`` 0: nothing learned for it yet), and with ``"censored": <runs cut>,
+  "window_end"`` when too many of the window's runs were cut by their timeout for the
+  percentile to be known (``censored``: a type that slowed down past its learned timeout).
 
 A task without a policy records nothing (``{}``): its timeouts are its settings', as before.
 Everything after the schedule reads the recorded figure, never the lookup again
@@ -27,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from es_sched.domain.definitions import TaskSettings
-from es_sched.domain.learned import RunStats, size_class
+from es_sched.domain.learned import CUT_BY_TIMEOUT, RunStats, size_class
 from es_sched.domain.state import TaskState
 
 JSON = dict[str, Any]
@@ -46,6 +48,22 @@ def percentile_s(stats: RunStats, percentile: int) -> float:
     if percentile == 50:
         return stats.run_p50_s
     return stats.run_p99_s if percentile == 99 else stats.run_p95_s
+
+
+def censored(stats: RunStats, percentile: int) -> int:
+    """The window's runs cut by a total timeout when there are too many of them for its
+    ``percentile`` to be known (0 otherwise).
+
+    A run that timed out ran at least its timeout, how much longer is unknown (a censored
+    sample), and the percentile of the completed runs alone then understates the type. Up to
+    ``100 - percentile`` % of the window's runs may be cut without reaching the percentile's
+    rank (a stuck task now and then, which is what the timeout is for); past that share the
+    true percentile is at least the timeout that cut them, and an attempt falls back to its
+    static timeout until a window's completed runs show the new figure. Without this a type
+    that slows down past its learned timeout would be cut short forever, learning nothing."""
+    cut = int(stats.failures_by_reason.get(CUT_BY_TIMEOUT, 0))
+    runs = stats.samples + cut
+    return cut if cut * 100 > (100 - percentile) * runs else 0
 
 
 def _usable(value: Any) -> bool:
@@ -67,15 +85,20 @@ def chosen(
     cls = size_class(task_input, resources)
     stats = learned(task_type, cls)
     samples = stats.samples if stats is not None else 0
-    run_s = percentile_s(stats, policy.percentile) if stats is not None else math.nan
-    if stats is None or samples < policy.min_samples or not _usable(run_s):
-        # an unusable figure (advice from outside) falls back like too few samples
-        return {
-            "source": "static",
-            "timeout_seconds": s.timeout_seconds,
-            "samples": samples,
-            "size_class": cls,
-        }
+    static: JSON = {
+        "source": "static",
+        "timeout_seconds": s.timeout_seconds,
+        "samples": samples,
+        "size_class": cls,
+    }
+    if stats is None or samples < policy.min_samples:
+        return static
+    cut = censored(stats, policy.percentile)
+    if cut:
+        return {**static, "censored": cut, "window_end": stats.window_end}
+    run_s = percentile_s(stats, policy.percentile)
+    if not _usable(run_s):
+        return static  # an unusable figure (advice from outside) falls back like too few
     value = min(max(run_s * policy.factor, policy.floor_s), policy.ceiling_s)
     return {
         "source": "learned",

@@ -15,7 +15,7 @@ from es_sched.audit.log import Log, Report
 from es_sched.domain import commands as c
 from es_sched.domain import retry, task_inputs
 from es_sched.domain.events import TaskCompleted, TaskScheduled, WorkflowRejected
-from es_sched.domain.learned import RunStats
+from es_sched.domain.learned import CUT_BY_TIMEOUT, RunStats
 from es_sched.domain.refusals import refusal
 from es_sched.domain.retention import answer_ended, marker
 from testkit.core import rerun_with_python_core
@@ -214,6 +214,22 @@ def test_learned_timeouts_replay_from_the_recorded_figures() -> None:
     assert report.ok, [v.line() for v in report.violations]
 
 
+def forge_timeout(log: Log, change: dict[str, Any], which: int = 0) -> Any:
+    """Change the recorded ``timeout`` of the ``which``-th task.scheduled that has one; the
+    position of the forged record in the log."""
+    at = [
+        i
+        for i, le in enumerate(log.events)
+        if isinstance(le.event.payload, TaskScheduled) and le.event.payload.timeout
+    ][which]
+    le = log.events[at]
+    payload = le.event.payload
+    assert isinstance(payload, TaskScheduled)
+    forged = dataclasses.replace(payload, timeout={**payload.timeout, **change})
+    log.events[at] = dataclasses.replace(le, event=dataclasses.replace(le.event, payload=forged))
+    return le.at
+
+
 @pytest.mark.parametrize(
     ("change", "shown"),
     [
@@ -223,18 +239,34 @@ def test_learned_timeouts_replay_from_the_recorded_figures() -> None:
 )
 def test_a_tampered_learned_timeout_fails_replay(change: dict[str, Any], shown: str) -> None:
     d, log = learned_log()
-    at = next(
-        i
-        for i, le in enumerate(log.events)
-        if isinstance(le.event.payload, TaskScheduled) and le.event.payload.timeout
-    )
-    le = log.events[at]
-    payload = le.event.payload
-    assert isinstance(payload, TaskScheduled)
-    forged = dataclasses.replace(payload, timeout={**payload.timeout, **change})
-    log.events[at] = dataclasses.replace(le, event=dataclasses.replace(le.event, payload=forged))
+    at = forge_timeout(log, change)
     found = i5(run(log))
-    assert found and found[0].startswith(f"I5 {d.workflow_id} {le.at}") and shown in found[0], found
+    assert found and found[0].startswith(f"I5 {d.workflow_id} {at}") and shown in found[0], found
+
+
+def test_a_timeout_fallen_back_for_runs_cut_replays_and_its_count_is_checked() -> None:
+    """The retry of a run cut at its learned 2.4 s is scheduled while the window shows 3 of
+    10 runs cut (``timeouts.censored``): the static hour, recorded with the count."""
+    cut = dataclasses.replace(_proposal(2.0, samples=7), failures_by_reason={CUT_BY_TIMEOUT: 3})
+    figures: list[RunStats | None] = [_proposal(2.0)]
+    d = Recording(TWO_TASKS, taskdefs=[LEARNED_DEF], learned=lambda *_: figures[-1])
+    d.report("a", "STARTED")
+    d.advance(2.4)
+    figures.append(cut)
+    d.fire("total_timeout", "a")
+    d.report("a")
+    d.report("b")
+    chosen = [e.payload.timeout for e in d.events if isinstance(e.payload, TaskScheduled)]
+    assert [(t.get("source"), t.get("censored")) for t in chosen[:2]] == [
+        ("learned", None),
+        ("static", 3),
+    ]
+    log = recorded(d)
+    assert run(log).ok
+    # a cut-short timeout recorded beside the count that forbids it
+    forge_timeout(log, {"timeout_seconds": 5.0}, which=-1)
+    found = i5(run(log))
+    assert found and "payload.timeout." in found[0], found
 
 
 def reviewed_log() -> Log:

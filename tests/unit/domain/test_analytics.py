@@ -22,7 +22,7 @@ from es_sched.domain.events import (
     TaskTimedOut,
     WorkflowPaused,
 )
-from es_sched.domain.learned import FailureRate, RunStats
+from es_sched.domain.learned import CUT_BY_TIMEOUT, FailureRate, RunStats
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
@@ -231,6 +231,9 @@ def test_distinct_failure_reasons_are_capped() -> None:
     assert acc is not None
     assert len(acc["reasons"]) == fold.MAX_REASONS + 1
     assert acc["reasons"]["other"] == 5
+    # a run cut by its total timeout keeps its own count past the cap (timeouts.censored)
+    acc = fold.add(acc, "runtime", outcome(99, None, reason=CUT_BY_TIMEOUT), 8)
+    assert (acc["reasons"][CUT_BY_TIMEOUT], acc["reasons"]["other"]) == (1, 5)
 
 
 def test_windows_are_aligned_tumbling() -> None:

@@ -6,6 +6,7 @@ record; bad policies are refused with a reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import timedelta
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from es_sched.domain import commands as c
 from es_sched.domain.effects import SetTimer, effects
 from es_sched.domain.events import TaskScheduled, TaskTimedOut
-from es_sched.domain.learned import RunStats
+from es_sched.domain.learned import CUT_BY_TIMEOUT, RunStats
 from es_sched.domain.timeouts import Learned
 from es_sched.domain.validation import validate_workflow
 from es_sched.serialization import decode_event, encode_event
@@ -140,6 +141,34 @@ def test_the_static_timeout_applies_until_enough_is_learned(
     assert d.fire("total_timeout", "r") == []
     d.advance(1)
     assert [e.type for e in d.fire("total_timeout", "r")][:1] == ["task.timed_out"]
+
+
+@pytest.mark.parametrize(
+    ("completed", "cut", "fallen_back"),
+    [
+        pytest.param(19, 1, False, id="1-of-20-cut-a-stuck-task-is-what-p95-allows"),
+        pytest.param(18, 2, True, id="2-of-20-cut-the-p95-is-unknown"),
+        pytest.param(6, 6, True, id="a-type-that-slowed-down-past-its-timeout"),
+    ],
+)
+def test_runs_cut_by_their_timeout_hide_the_percentile(
+    completed: int, cut: int, fallen_back: bool
+) -> None:
+    figures = dataclasses.replace(
+        stats(0.5, samples=completed), failures_by_reason={CUT_BY_TIMEOUT: cut, "boom": 5}
+    )
+    recorded = scheduled(run(Lookup(figures))).timeout
+    if not fallen_back:
+        assert (recorded["source"], recorded["timeout_seconds"]) == ("learned", 1.0)
+        return
+    assert recorded == {
+        "source": "static",
+        "timeout_seconds": 3600,
+        "samples": completed,
+        "size_class": "any",
+        "censored": cut,
+        "window_end": "2026-03-01T11:55:00Z",
+    }
 
 
 def test_a_task_without_a_policy_records_nothing_and_writes_no_field() -> None:
