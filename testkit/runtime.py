@@ -47,7 +47,7 @@ from testkit import ROOT, role_logs
 from testkit.cli import es_sched
 from testkit.kafka import read_to_end
 from testkit.procs import stacks
-from testkit.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from testkit.settings import BOOTSTRAP, kafka_connection, private_vars, settings_with, unique_name
 from testkit.wait import wait_for_log, wait_until
 
 MEDIA = (ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_taskdefs.json")
@@ -91,7 +91,7 @@ class Env:
         return topics_for(self.settings)
 
     def create(self) -> None:
-        ensure_topics(self.bootstrap, self.topics)
+        ensure_topics(kafka_connection(self.bootstrap), self.topics)
 
     @contextmanager
     def client(self) -> Iterator[CommandClient]:
@@ -134,7 +134,7 @@ class Env:
 
     def send(self, inputs: Sequence[c.Input], topic: str) -> None:
         """Produce inputs that are not a user's commands (a worker's report, say) to ``topic``."""
-        p = producer(self.bootstrap)
+        p = producer(kafka_connection(self.bootstrap))
         for inp in inputs:
             p.produce(topic, key=inp.workflow_id.encode(), value=encode_input(inp))
             p.poll(0)
@@ -239,12 +239,12 @@ class Worker:
     def _run(self) -> None:
         # At-least-once like a real worker; auto-commit is enough for a test double.
         cons = consumer(
-            self.env.bootstrap,
+            kafka_connection(self.env.bootstrap),
             f"{self.env.prefix}-worker",
             **{"enable.auto.commit": True, "enable.auto.offset.store": True},
         )
         cons.subscribe([self.env.topics.ready])
-        prod = producer(self.env.bootstrap)
+        prod = producer(kafka_connection(self.env.bootstrap))
         try:
             while not self.stop.is_set():
                 for msg in cons.consume(500, 0.2):

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from es_sched import bootstrap
 from es_sched.kafka.clients import read_partition
+from es_sched.kafka.connection import connection
 from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries as pg_queries
@@ -192,7 +193,7 @@ def history(wf_id: str, as_json: bool) -> None:
     part = partition_for(key, settings.kafka.partitions)
     events = [
         decode_logged_event(msg.value() or b"")
-        for msg in read_partition(settings.kafka.bootstrap_servers, topic, part)
+        for msg in read_partition(connection(settings.kafka), topic, part)
         if msg.key() == key
     ]
     if not events:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from es_sched.errors import StackError
+from es_sched.kafka.connection import connection
 from es_sched.settings import Settings
 from es_sched.stack import probes, process
 from es_sched.stack.base import (
@@ -185,4 +187,7 @@ class LocalKafka(LocalService):
 
     def probe(self) -> Probe:
         """This node answers, and its metadata lists every node of the cluster."""
-        return probes.kafka(str(self.endpoint), brokers=self.nodes)
+        admin = connection(self.settings.kafka, "admin")
+        return probes.kafka(
+            replace(admin, bootstrap_servers=str(self.endpoint)), brokers=self.nodes
+        )

@@ -42,6 +42,7 @@ from es_sched.domain.learned import RunStats
 from es_sched.kafka.stats import Stats, publisher
 from es_sched.workers import TaskContext
 from testkit.runtime import Env, final_status, read_events, roles
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 from tests.integration.worker_harness import Running, make_worker
 
@@ -173,7 +174,7 @@ def system() -> Iterator[System]:
 
     with roles(env, "decider", "dispatcher", "timers", **FAST), Running(worker):
         try:
-            yield System(env, publisher(env.bootstrap, env.topics.stats), release)
+            yield System(env, publisher(kafka_connection(env.bootstrap), env.topics.stats), release)
         finally:
             release.set()
 
