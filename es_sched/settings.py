@@ -141,6 +141,14 @@ class KafkaSettings(BaseSettings):
                 if not sep or not user:
                     raise ConfigError(f"{path}: expected one line 'username:password'")
                 return user, password
+        if not self.sasl_username:
+            where = f"no file {self.principal!r} in {self.credentials_dir}, and " * bool(
+                self.credentials_dir and self.principal
+            )
+            raise ConfigError(
+                f"no SASL user for principal {self.principal or '(none)'}: {where}"
+                "ES_SCHED_KAFKA_SASL_USERNAME is empty"
+            )
         if self.sasl_password_file is not None:
             return self.sasl_username, _read_secret(self.sasl_password_file)
         return self.sasl_username, self.sasl_password.get_secret_value()

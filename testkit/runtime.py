@@ -21,7 +21,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Self, cast
@@ -38,6 +38,7 @@ from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import is_refusal
 from es_sched.domain.state import WORKFLOW_TERMINAL
 from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.projections.replay import projected
 from es_sched.serialization import decode_event, encode_input
@@ -90,13 +91,22 @@ class Env:
     def topics(self) -> Topics:
         return topics_for(self.settings)
 
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The test's own way in to this env's broker: its settings' security, as admin."""
+        return connection(self.settings.kafka, "admin")
+
     def create(self) -> None:
-        ensure_topics(kafka_connection(self.bootstrap), self.topics)
+        ensure_topics(self.kafka, self.topics)
 
     @contextmanager
     def client(self) -> Iterator[CommandClient]:
-        """A user's command client for these topics (one per call, as one CLI invocation)."""
-        with CommandClient(self.settings) as client:
+        """A user's command client for these topics (one per call, as one CLI invocation), as
+        the admin principal on a secured broker (definitions are an operator's to push)."""
+        admin = replace(
+            self.settings, kafka=self.settings.kafka.model_copy(update={"principal": "admin"})
+        )
+        with CommandClient(admin) as client:
             yield client
 
     def push_files(self, *paths: Path) -> None:
