@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-full test-cluster lint unit stack-up stack-down stack-status clean bench core
+.PHONY: demo test test-full test-cluster test-secured lint unit stack-up stack-down stack-status clean bench core
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ test-full: stack-up lint
 # runs it too.
 test-cluster: $(STAMP)
 	$(BIN)/pytest -m cluster tests/integration/test_cluster.py
+
+# The secured Kafka's ACL matrix and a role set over SASL_SSL alone (its own private broker,
+# ADR 73); `make test` runs it too.
+test-secured: $(STAMP)
+	$(BIN)/pytest -m secured tests/integration/test_secured_kafka.py
 
 clean: stack-down
 	rm -rf .state $(VENV) es_sched/domain/_compiled

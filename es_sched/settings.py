@@ -295,6 +295,18 @@ class StackSettings(BaseSettings):
     # ('{"num.io.threads": "2"}'): a default of the stack's is replaced, a new key appended;
     # what makes the nodes one cluster is refused by es_sched.stack.kafka (ADR 49).
     kafka_properties: dict[str, str] = Field(default_factory=dict)
+    kafka_security: Literal["plaintext", "sasl_ssl"] = Field(
+        default="plaintext",
+        description="How the local Kafka takes clients (ADR 73): sasl_ssl is SCRAM-SHA-512 "
+        "over TLS with a throwaway CA (<state>/kafka-tls/ca.pem), one SCRAM user per principal "
+        "(passwords in <state>/kafka-credentials/) and the ACLs of es_sched/stack/resources/"
+        "acls.yaml for ES_SCHED_KAFKA_TOPIC_PREFIX; chosen when the state folder is first "
+        "formatted.",
+    )
+    kafka_pools: list[str] = Field(
+        default_factory=lambda: ["default"],
+        description="Worker pools the secured local Kafka makes a worker-<pool> user for.",
+    )
     search_heap: str = "768m"
     ready_timeout_s: float = Field(default=180.0, gt=0)
     compose_file: Path = Path("docker-compose.yml")
