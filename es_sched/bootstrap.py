@@ -197,7 +197,16 @@ def api_pg_store(settings: Settings) -> PgStore:
     from es_sched.projections.postgres.store import PgStore  # noqa: PLC0415
 
     a = settings.api
-    return PgStore(settings, pool_size=a.pg_pool_size, max_overflow=a.pg_max_overflow)
+    reading = reader(settings)
+    return PgStore(reading, pool_size=a.pg_pool_size, max_overflow=a.pg_max_overflow)
+
+
+def reader(settings: Settings) -> Settings:
+    """``settings`` whose read model connections use the read-only role (ADR 73): what the
+    API's and the CLI's queries run as; projectors and migrations keep the writer."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(settings, postgres=settings.postgres.for_reading())
 
 
 def key_store(settings: Settings) -> PgKeys:

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Literal, TypeVar
 from urllib.parse import urlencode, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from es_sched.blacklist import Policy as BlacklistPolicy
@@ -182,10 +189,18 @@ class PostgresSettings(BaseSettings):
     )
     sslcert: Path | None = Field(default=None, description="PEM client certificate, if asked.")
     sslkey: Path | None = Field(default=None, description="PEM private key of sslcert.")
+    read_url: str = Field(
+        default="",
+        description="The read-only role's URL (ADR 73): the API's and the CLI's read-model "
+        "queries connect with it, projectors and migrations with url; `es-sched stack up` "
+        "creates the role. Empty: url for everything.",
+    )
 
-    @field_validator("url")
+    @field_validator("url", "read_url")
     @classmethod
-    def _postgres_url(cls, value: str) -> str:
+    def _postgres_url(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "read_url" and not value:
+            return value
         parts = urlsplit(value)
         if not parts.scheme.startswith("postgresql"):
             raise ValueError(f"expected a postgresql+psycopg:// URL, got scheme {parts.scheme!r}")
@@ -212,6 +227,10 @@ class PostgresSettings(BaseSettings):
     @property
     def database(self) -> str:
         return urlsplit(self.url).path.strip("/")
+
+    def for_reading(self) -> PostgresSettings:
+        """These settings as the API and CLI queries use them: the read-only role's URL."""
+        return self.model_copy(update={"url": self.read_url}) if self.read_url else self
 
     @property
     def engine_url(self) -> str:

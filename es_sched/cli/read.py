@@ -58,7 +58,7 @@ WAIT = click.option("--wait-s", type=float, default=30.0, show_default=True)
 def status(wf_id: str, after: str | None, wait_s: float, as_json: bool) -> None:
     """The workflow WF_ID and its tasks, from the PostgreSQL projection."""
     settings = load_settings()
-    store = bootstrap.pg_store(settings)
+    store = bootstrap.pg_store(bootstrap.reader(settings))
     try:
         _fresh(settings, store, after, wait_s)
         wf, tasks = pg_queries.workflow(store.engine, wf_id)
@@ -127,7 +127,7 @@ def query_workflows(
 ) -> None:
     """Workflows by status, definition, tenant and start time (newest first)."""
     settings = load_settings()
-    store = bootstrap.pg_store(settings)
+    store = bootstrap.pg_store(bootstrap.reader(settings))
     if since is not None and since.tzinfo is None:
         since = since.astimezone()
     try:

@@ -163,3 +163,14 @@ def test_search_credentials_in_the_form_each_flavour_takes() -> None:
     assert SECRET not in repr(basic)
     with pytest.raises(ValidationError, match="not both"):
         SearchSettings(username="es", api_key=SecretStr("k"))
+
+
+def test_the_read_only_role_is_what_api_and_cli_queries_use() -> None:
+    writer = "postgresql+psycopg://w:wp@db/es"
+    pg = PostgresSettings(url=writer, read_url="postgresql+psycopg://r:rp@db/es")
+    assert (pg.for_reading().user, pg.for_reading().password) == ("r", "rp")
+    assert PostgresSettings(url=writer).for_reading().user == "w"  # none set: the writer
+    reading = bootstrap.reader(settings_with({"ES_SCHED_PG_READ_URL": pg.read_url}))
+    assert reading.postgres.user == "r"
+    with pytest.raises(ValidationError, match="postgresql"):
+        PostgresSettings(read_url="mysql://r@db/es")
