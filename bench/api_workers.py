@@ -50,6 +50,7 @@ from es_sched.workers import Capacity, TaskContext, Worker  # noqa: E402
 from testkit.api import Api, api  # noqa: E402
 from testkit.kafka import partitions_of  # noqa: E402
 from testkit.runtime import Env, final_status, roles  # noqa: E402
+from testkit.settings import kafka_connection  # noqa: E402
 
 FAST = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "20"}
 JSON = dict[str, Any]
@@ -93,7 +94,9 @@ class EventTail:
 
     def __init__(self, env: Env) -> None:
         topic = env.topics.events
-        self.reader = consumer(env.bootstrap, None, **{"isolation.level": "read_committed"})
+        self.reader = consumer(
+            kafka_connection(env.bootstrap), None, **{"isolation.level": "read_committed"}
+        )
         parts = partitions_of(self.reader, topic)
         self.reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         self.by_wf: dict[str, list[Event]] = defaultdict(list)

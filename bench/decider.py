@@ -41,6 +41,7 @@ from es_sched.kafka.clients import consumer, producer
 from es_sched.kafka.topics import Topics, ensure_topics
 from es_sched.serialization import encode_input
 from es_sched.serialization.definitions import encode_definition, key_of
+from testkit.settings import kafka_connection
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOT = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
@@ -143,7 +144,7 @@ def tail_events(
     topics: Topics, partitions: int, want: int, kind: str, progress: Progress, label: str
 ) -> dict[str, float]:
     """wf id -> local arrival time of its first event of type ``kind``; also broker timestamps."""
-    cons = consumer(BOOT, None)
+    cons = consumer(kafka_connection(BOOT), None)
     cons.assign([TopicPartition(topics.events, p, 0) for p in range(partitions)])
     seen: dict[str, float] = {}
     stamps: list[int] = []
@@ -178,8 +179,8 @@ def main() -> None:
     opts = parser.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, opts.partitions)
-    ensure_topics(BOOT, topics)
-    p = producer(BOOT)
+    ensure_topics(kafka_connection(BOOT), topics)
+    p = producer(kafka_connection(BOOT))
     for kind, doc in [("workflow", ONE_TASK), ("taskdef", {"name": "unit", "retryCount": 0})]:
         p.produce(topics.definitions, key=key_of(kind, doc), value=encode_definition(doc))
     starts = []
@@ -333,7 +334,7 @@ def main() -> None:
 
 
 def read_ready(topics: Topics, partitions: int, want: int) -> dict[str, str]:
-    cons = consumer(BOOT, None)
+    cons = consumer(kafka_connection(BOOT), None)
     cons.assign([TopicPartition(topics.ready, p, 0) for p in range(partitions)])
     out: dict[str, str] = {}
     deadline = time.monotonic() + 300

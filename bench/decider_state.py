@@ -54,6 +54,8 @@ from es_sched.serialization.definitions import encode_definition, key_of
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_png import Series, line_charts
 
+from testkit.settings import kafka_connection
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "current"
 BOOT = os.environ.get("ES_SCHED_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
@@ -141,9 +143,13 @@ class Worker(threading.Thread):
         self.topics, self.halt = topics, threading.Event()
 
     def run(self) -> None:
-        cons = consumer(BOOT, f"{self.topics.prefix}-bench-worker", **{"enable.auto.commit": True})
+        cons = consumer(
+            kafka_connection(BOOT),
+            f"{self.topics.prefix}-bench-worker",
+            **{"enable.auto.commit": True},
+        )
         cons.subscribe([self.topics.ready])
-        prod = producer(BOOT)
+        prod = producer(kafka_connection(BOOT))
         while not self.halt.is_set():
             for msg in cons.consume(1000, 0.2):
                 if msg.error() is not None:
@@ -177,7 +183,7 @@ class Completions(threading.Thread):
         self.topics, self.halt, self.count = topics, threading.Event(), 0
 
     def run(self) -> None:
-        cons = consumer(BOOT, None, **{"isolation.level": "read_committed"})
+        cons = consumer(kafka_connection(BOOT), None, **{"isolation.level": "read_committed"})
         cons.assign(
             [TopicPartition(self.topics.events, p, 0) for p in range(self.topics.partitions)]
         )
@@ -190,7 +196,9 @@ class Completions(threading.Thread):
 
 def changelog_size(topics: Topics) -> dict[str, int]:
     cons = consumer(
-        BOOT, None, **{"isolation.level": "read_committed", "enable.partition.eof": True}
+        kafka_connection(BOOT),
+        None,
+        **{"isolation.level": "read_committed", "enable.partition.eof": True},
     )
     cons.assign([TopicPartition(topics.changelog, p, 0) for p in range(topics.partitions)])
     latest: dict[bytes, int] = {}
@@ -218,7 +226,7 @@ def changelog_size(topics: Topics) -> dict[str, int]:
 
 
 def start(topics: Topics, name: str, first: int, count: int) -> None:
-    p = producer(BOOT)
+    p = producer(kafka_connection(BOOT))
     for i in range(first, first + count):
         cid = f"{topics.prefix}-{name}-{i}"
         inp = c.StartWorkflow(cid, workflow_id_for_command(cid), name=name, input={"i": i})
@@ -233,8 +241,8 @@ def run_mode(
     retain = 2.0 if mode == "retired" else 10**9
     prefix = f"bstate{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, partitions)
-    ensure_topics(BOOT, topics)
-    p = producer(BOOT)
+    ensure_topics(kafka_connection(BOOT), topics)
+    p = producer(kafka_connection(BOOT))
     docs: list[tuple[str, dict[str, Any]]] = [
         ("workflow", TINY),
         ("workflow", HOLD),

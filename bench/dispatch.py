@@ -47,7 +47,10 @@ from es_sched.kafka.topics import assignment_topic  # noqa: E402
 from es_sched.serialization import wire  # noqa: E402
 from es_sched.serialization.records import encode_ready  # noqa: E402
 from testkit.runtime import Env  # noqa: E402
-from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import (  # noqa: E402
+    BOOTSTRAP,
+    kafka_connection,
+)
 from testkit.wait import wait_for_log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "current"
@@ -72,7 +75,7 @@ def spawn(env: Env, args: list[str], log: Path, code: Path) -> Any:
 
 def records_of(topic: str, partitions: list[int], want: int, timeout_s: float) -> list[Any]:
     """Read ``topic``'s records until ``want`` arrived; (record time s, value) of each."""
-    cons = consumer(BOOTSTRAP, None)
+    cons = consumer(kafka_connection(BOOTSTRAP), None)
     cons.assign([TopicPartition(topic, p, 0) for p in partitions])
     out: list[Any] = []
     deadline = time.monotonic() + timeout_s
@@ -85,7 +88,7 @@ def records_of(topic: str, partitions: list[int], want: int, timeout_s: float) -
 
 
 def drop_topics(env: Env) -> None:
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = AdminClient(kafka_connection(BOOTSTRAP).config())
     mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(env.prefix + ".")]
     for future in admin.delete_topics(mine, operation_timeout=30).values():
         future.result()
@@ -166,7 +169,7 @@ class Profile:
 
 def dispatcher_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
     env = new_env()
-    out = producer(BOOTSTRAP)
+    out = producer(kafka_connection(BOOTSTRAP))
     log = RESULTS / "dispatch-bench-dispatcher.log"
     proc = spawn(env, ["run", "--role", "dispatcher"], log, code)
     try:
@@ -222,7 +225,7 @@ def dispatcher_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
 
 def stamp(topic: str, partitions: int, sink: dict[str, float], stop: threading.Event) -> None:
     """Each record's task id -> when ``poll`` handed it over (as bench/e2e.py's tails)."""
-    cons = consumer(BOOTSTRAP, None, **{"fetch.wait.max.ms": 5})
+    cons = consumer(kafka_connection(BOOTSTRAP), None, **{"fetch.wait.max.ms": 5})
     cons.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     while not stop.is_set():
         msg = cons.poll(0.1)
@@ -237,7 +240,7 @@ def latency_run(rate: float, seconds: float, code: Path) -> dict[str, Any]:
     """The dispatcher alone under a steady offered load: ready records produced at ``rate``/s;
     latency = assignment read - ready record read (both here, one clock)."""
     env = new_env()
-    out = producer(BOOTSTRAP)
+    out = producer(kafka_connection(BOOTSTRAP))
     log = RESULTS / "dispatch-bench-latency.log"
     proc = spawn(env, ["run", "--role", "dispatcher"], log, code)
     stop_tails = threading.Event()
@@ -349,7 +352,7 @@ def worker_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
         # "started" is logged once its partition is open (it reads from the end): produce
         # every assignment at once; its reports arrive while we produce.
         part = partition_for(b"bench-w", ASSIGNMENT_PARTITIONS)
-        out = producer(BOOTSTRAP)
+        out = producer(kafka_connection(BOOTSTRAP))
         expires = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
         for i in range(n):
             a = wire.Assignment(

@@ -47,7 +47,10 @@ from es_sched.kafka.clients import consumer, producer  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
 from es_sched.settings import KafkaSettings  # noqa: E402
 from testkit.runtime import MEDIA, Env  # noqa: E402
-from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import (  # noqa: E402
+    BOOTSTRAP,
+    kafka_connection,
+)
 from testkit.wait import wait_for_log  # noqa: E402
 
 # The product's default, so the end-to-end benches measure what `es-sched stack up` users run
@@ -137,7 +140,7 @@ def stop_processes(env: Env, procs: list[subprocess.Popen[bytes]]) -> None:
         p.terminate()
     for p in procs:
         p.wait(60)
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = AdminClient(kafka_connection(BOOTSTRAP).config())
     mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(env.prefix + ".")]
     for future in admin.delete_topics(mine, operation_timeout=30).values():
         future.result()
@@ -155,7 +158,7 @@ def tail(
     difference of two such stamps was noise of +-100 ms (a per-run p50 of -14.7 ms).
     ``fetch.wait.max.ms`` is low so no fetch long-poll sits between visibility and reading.
     """
-    cons = consumer(BOOTSTRAP, None, **{"fetch.wait.max.ms": 5})
+    cons = consumer(kafka_connection(BOOTSTRAP), None, **{"fetch.wait.max.ms": 5})
     cons.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     events = topic.endswith(".events")
     while not stop.is_set():
@@ -225,7 +228,7 @@ def one_run(opts: argparse.Namespace, progress: Progress, code: Path = ROOT) -> 
             c.StartWorkflow(cid, workflow_id_for_command(cid), name="media_pipeline", input=inp)
             for cid, inp in zip(ids, second, strict=True)
         ]
-        out = producer(BOOTSTRAP)
+        out = producer(kafka_connection(BOOTSTRAP))
         bar = progress.add_task(f"phase 2: {rate:.0f} workflows/s", total=len(commands))
         t0 = time.time()
         for n, cmd in enumerate(commands):

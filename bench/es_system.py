@@ -32,7 +32,7 @@ from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
 from es_sched.serialization import encode_input
 from testkit.runtime import MEDIA, Env
-from testkit.settings import BOOTSTRAP
+from testkit.settings import BOOTSTRAP, kafka_connection
 
 PARTITIONS = e2e.PARTITIONS
 COMPLETED = b'"workflow.completed"'
@@ -75,7 +75,7 @@ class EsSched:
             code=self.code,
             dispatcher_apart=self.dispatcher_apart,
         )
-        self.out = producer(BOOTSTRAP)
+        self.out = producer(kafka_connection(BOOTSTRAP))
         self.tail = threading.Thread(target=self._tail, daemon=True)
         self.tail.start()
         self.submit("warm-up")  # as the Celery worker: warm before anything is measured
@@ -89,7 +89,7 @@ class EsSched:
         self.done.clear()
 
     def _tail(self) -> None:
-        cons = consumer(BOOTSTRAP, None)
+        cons = consumer(kafka_connection(BOOTSTRAP), None)
         topic = self.env.topics.events
         cons.assign([TopicPartition(topic, p, 0) for p in range(self.env.partitions)])
         while not self.stop_flag.is_set():
@@ -133,7 +133,7 @@ class EsSched:
 
     def _read_new(self, topic: str) -> list[tuple[bytes, float]]:
         """Records of ``topic`` since the last call, with their CreateTime in seconds."""
-        cons = consumer(BOOTSTRAP, None)
+        cons = consumer(kafka_connection(BOOTSTRAP), None)
         parts = cons.list_topics(topic, timeout=30).topics[topic].partitions
         start = self.offsets.setdefault(topic, dict.fromkeys(parts, 0))
         ends = {p: cons.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in parts}

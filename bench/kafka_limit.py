@@ -47,7 +47,10 @@ sys.path.insert(0, str(ROOT))
 from es_sched.domain import commands as c  # noqa: E402
 from es_sched.kafka.clients import producer, producer_config  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
-from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import (  # noqa: E402
+    BOOTSTRAP,
+    kafka_connection,
+)
 
 BATCHES = (500, 2000)
 PARTITIONS = 12
@@ -111,7 +114,7 @@ def one_loop(
     tag = uuid.uuid4().hex[:8]
     cons = Consumer(
         {
-            "bootstrap.servers": BOOTSTRAP,
+            **kafka_connection(BOOTSTRAP).config(),
             "group.id": f"limit-{tag}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
@@ -119,7 +122,7 @@ def one_loop(
         }
     )
     tuned = {} if backoff_ms is None else {"retry.backoff.ms": backoff_ms}
-    prod = producer(BOOTSTRAP, f"limit-{tag}", **tuned)
+    prod = producer(kafka_connection(BOOTSTRAP), f"limit-{tag}", **tuned)
     prod.init_transactions(30)
     cons.subscribe([topic_in])
     step: Callable[[bytes], bytes] = _reencode if decode else _same
@@ -149,13 +152,13 @@ def measure(records: int, runs: int, log: Callable[[str], None] = print) -> dict
     """records/s per (batch, decode), each run's figure and the median."""
     prefix = f"limit-{uuid.uuid4().hex[:8]}"
     topic_in, topic_out = f"{prefix}.in", f"{prefix}.out"
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = AdminClient(kafka_connection(BOOTSTRAP).config())
     for f in admin.create_topics(
         [NewTopic(t, PARTITIONS, 1) for t in (topic_in, topic_out)], operation_timeout=30
     ).values():
         f.result()
     try:
-        fill = producer(BOOTSTRAP)
+        fill = producer(kafka_connection(BOOTSTRAP))
         for key, value in media_records(records):
             while True:
                 try:
@@ -167,7 +170,9 @@ def measure(records: int, runs: int, log: Callable[[str], None] = print) -> dict
         assert fill.flush(60) == 0
         size = sum(len(v) for _, v in media_records(1000)) / 1000
         shown = ("acks", "linger.ms", "compression.type")
-        config = {k: v for k, v in producer_config(BOOTSTRAP).items() if k in shown}
+        config = {
+            k: v for k, v in producer_config(kafka_connection(BOOTSTRAP)).items() if k in shown
+        }
         figures: dict[str, Any] = {
             "records": records,
             "mean_record_bytes": round(size),

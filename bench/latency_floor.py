@@ -64,7 +64,10 @@ import timeline  # noqa: E402
 from es_system import EsSched  # noqa: E402
 
 from es_sched.kafka.clients import consumer, producer  # noqa: E402
-from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import (  # noqa: E402
+    BOOTSTRAP,
+    kafka_connection,
+)
 
 TOPICS = ("inputs", "ready", "assignments", "events", "changelog", "timers", "done")
 STEPS, WIDE_STEP, WIDTH = 6, 2, 4
@@ -92,9 +95,9 @@ def _batch(c: Consumer) -> list[Any]:
 def decider(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
     """One transaction a batch; the output of each input as module docstring says."""
     t = {k: f"{prefix}-{k}" for k in TOPICS}
-    c = consumer(BOOTSTRAP, f"{prefix}-decider")
+    c = consumer(kafka_connection(BOOTSTRAP), f"{prefix}-decider")
     c.subscribe([t["inputs"]])
-    p = producer(BOOTSTRAP, f"{prefix}-decider", **tuned)
+    p = producer(kafka_connection(BOOTSTRAP), f"{prefix}-decider", **tuned)
     p.init_transactions(30)
     joins: dict[str, int] = {}
     hops: dict[str, list[float]] = {}
@@ -133,9 +136,9 @@ def decider(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
 
 def dispatcher(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
     t = {k: f"{prefix}-{k}" for k in TOPICS}
-    c = consumer(BOOTSTRAP, f"{prefix}-dispatcher", **{"fetch.wait.max.ms": 5})
+    c = consumer(kafka_connection(BOOTSTRAP), f"{prefix}-dispatcher", **{"fetch.wait.max.ms": 5})
     c.subscribe([t["ready"]])
-    p = producer(BOOTSTRAP, None, **{"linger.ms": 1, **tuned})
+    p = producer(kafka_connection(BOOTSTRAP), None, **{"linger.ms": 1, **tuned})
     while not stop.is_set():
         batch = _batch(c)
         if not batch:
@@ -155,9 +158,9 @@ def dispatcher(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
 
 def worker(prefix: str, stop: Any, tuned: dict[str, Any]) -> None:
     t = {k: f"{prefix}-{k}" for k in TOPICS}
-    c = consumer(BOOTSTRAP, f"{prefix}-worker")
+    c = consumer(kafka_connection(BOOTSTRAP), f"{prefix}-worker")
     c.subscribe([t["assignments"]])
-    p = producer(BOOTSTRAP, None, **{"linger.ms": 1, **tuned})
+    p = producer(kafka_connection(BOOTSTRAP), None, **{"linger.ms": 1, **tuned})
     while not stop.is_set():
         for m in _batch(c):
             doc = orjson.loads(m.value())
@@ -185,7 +188,7 @@ class Floor:
         return f"{self.prefix}-{name}"
 
     def start(self) -> None:
-        admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+        admin = AdminClient(kafka_connection(BOOTSTRAP).config())
         new = [NewTopic(self.topic(k), 1, 1) for k in TOPICS]
         for f in admin.create_topics(new).values():
             f.result(30)
@@ -193,12 +196,14 @@ class Floor:
             proc = self.ctx.Process(target=role, args=(self.prefix, self.stop, self.tuned))
             proc.start()
             self.procs.append(proc)
-        self.sink = consumer(BOOTSTRAP, None, **{"fetch.wait.max.ms": 5})
+        self.sink = consumer(kafka_connection(BOOTSTRAP), None, **{"fetch.wait.max.ms": 5})
         self.sink.assign([_tp(self.topic("done"))])
-        self.taps = {k: consumer(BOOTSTRAP, None) for k in ("assignments", "inputs")}
+        self.taps = {
+            k: consumer(kafka_connection(BOOTSTRAP), None) for k in ("assignments", "inputs")
+        }
         for k, c in self.taps.items():
             c.assign([_tp(self.topic(k))])
-        self.source = producer(BOOTSTRAP, None, **{"linger.ms": 1})
+        self.source = producer(kafka_connection(BOOTSTRAP), None, **{"linger.ms": 1})
         self._run(1.0, 10.0, "warm")  # the relays' groups join and their first fetches settle
 
     def window(self, rate: float, seconds: float, tag: str) -> dict[str, Any]:
@@ -260,7 +265,7 @@ class Floor:
             proc.join(30)
         for c in (self.sink, *self.taps.values()):
             c.close()
-        admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+        admin = AdminClient(kafka_connection(BOOTSTRAP).config())
         for f in admin.delete_topics([self.topic(k) for k in TOPICS]).values():
             f.result(30)
 

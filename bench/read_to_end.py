@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testkit.settings import kafka_connection
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE = Path(os.environ.get("BENCH_CODE", ROOT))  # --before: a child on another checkout
 sys.path.insert(0, str(CODE))
@@ -47,7 +49,7 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
     settings = Env(prefix=prefix, partitions=12).settings
     topics, bootstrap = topics_for(settings), settings.kafka.bootstrap_servers
     if kind == "tail":
-        tail = Tail(bootstrap, topics.worker_status, 0)
+        tail = Tail(kafka_connection(bootstrap), topics.worker_status, 0)
         try:
             records = len(tail.catch_up())
             calls = []
@@ -60,7 +62,7 @@ def measure(kind: str, prefix: str) -> dict[str, Any]:
         return {"kind": kind, "records": records, "ms": round(statistics.median(calls) * 1e3, 2)}
     topic, parts = (topics.changelog, [0, 1]) if kind == "restore" else (topics.events, range(12))
     started = time.monotonic()
-    records = sum(1 for _ in read_partitions(bootstrap, topic, parts))
+    records = sum(1 for _ in read_partitions(kafka_connection(bootstrap), topic, parts))
     return {"kind": kind, "records": records, "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -71,7 +73,7 @@ def status_records(prefix: str, count: int = 50) -> None:
     from testkit.runtime import Env  # noqa: PLC0415
 
     settings = Env(prefix=prefix, partitions=12).settings
-    p = producer(settings.kafka.bootstrap_servers)
+    p = producer(kafka_connection(settings.kafka.bootstrap_servers))
     for i in range(count):
         p.produce(topics_for(settings).worker_status, key=f"bench-worker-{i}", value=b"{}")
     p.flush(30)

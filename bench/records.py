@@ -38,12 +38,15 @@ import side_by_side as sbs  # noqa: E402
 from es_system import EsSched  # noqa: E402
 
 from es_sched.kafka.clients import consumer  # noqa: E402
-from testkit.settings import BOOTSTRAP  # noqa: E402
+from testkit.settings import (  # noqa: E402
+    BOOTSTRAP,
+    kafka_connection,
+)
 
 
 def _read_topic(topic: str, parts: list[int]) -> tuple[int, int, int, collections.Counter[str]]:
     """(offsets, committed records, partitions written, timers by kind) of one topic."""
-    cons = consumer(BOOTSTRAP, None)
+    cons = consumer(kafka_connection(BOOTSTRAP), None)
     tps = [TopicPartition(topic, p, 0) for p in parts]
     ends = {tp.partition: cons.get_watermark_offsets(tp, timeout=10) for tp in tps}
     offsets = sum(hi - lo for lo, hi in ends.values())
@@ -76,7 +79,7 @@ def count(code: Path, rate: float, seconds: float) -> dict[str, Any]:
         n = system.open_loop(rate, seconds, "r", wait_s=180) + 1  # and the warm-up
         if system.done_count() + 1 < n:
             raise RuntimeError(f"{system.done_count() + 1} of {n} workflows completed")
-        cons = consumer(BOOTSTRAP, None)
+        cons = consumer(kafka_connection(BOOTSTRAP), None)
         meta = cons.list_topics(timeout=10).topics
         cons.close()
         prefix = system.env.prefix + "."

@@ -18,6 +18,7 @@ from es_sched.domain.ids import workflow_id_for_command
 from es_sched.kafka.clients import consumer, producer
 from es_sched.serialization import encode_input
 from testkit.runtime import Env, Role
+from testkit.settings import kafka_connection
 
 FLOW = {
     "name": "recovery_flow",
@@ -53,7 +54,7 @@ class Tail:
 
     def _run(self) -> None:
         bootstrap, topic, parts, decode = self.args
-        cons = consumer(bootstrap, None)
+        cons = consumer(kafka_connection(bootstrap), None)
         cons.assign([TopicPartition(topic, p, 0) for p in range(parts)])
         while not self.stop.is_set():
             for msg in cons.consume(1000, 0.1):
@@ -69,7 +70,7 @@ class Tail:
 
 def feed(env: Env, rate: float, stop: threading.Event, sent: list[str]) -> None:
     """StartWorkflow commands at ``rate`` per second until ``stop``."""
-    out = producer(env.bootstrap)
+    out = producer(kafka_connection(env.bootstrap))
     t0, n = time.time(), 0
     while not stop.is_set():
         while time.time() < t0 + n / rate:

@@ -36,6 +36,7 @@ from es_sched.kafka import clients  # noqa: E402
 from es_sched.kafka.topics import Topics  # noqa: E402
 from es_sched.serialization.changelog import Changelog  # noqa: E402
 from es_sched.tuning import collector_paused  # noqa: E402
+from testkit.settings import kafka_connection  # noqa: E402
 
 BOOT = "127.0.0.1:9092"
 MODES = ("decoded_1mib", "decoded", "resting_1mib", "resting")
@@ -55,7 +56,7 @@ def _restore(topic: str, partitions: int, headers: bool) -> dict[str, float]:
     with collector_paused():
         t0, c0 = time.monotonic(), time.process_time()
         found = {n: Changelog() for n in range(partitions)}
-        for msg in clients.read_partitions(BOOT, topic, set(range(partitions))):
+        for msg in clients.read_partitions(kafka_connection(BOOT), topic, set(range(partitions))):
             key, value = msg.key() or b"", msg.value()
             found[msg.partition() or 0].feed(
                 key.decode(),

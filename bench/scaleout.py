@@ -49,6 +49,7 @@ from es_sched.kafka.clients import producer  # noqa: E402
 from es_sched.kafka.topics import Topics, ensure_topics  # noqa: E402
 from es_sched.serialization import encode_input  # noqa: E402
 from es_sched.serialization.definitions import encode_definition, key_of  # noqa: E402
+from testkit.settings import kafka_connection  # noqa: E402
 from testkit.wait import wait_until  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "current"
@@ -56,7 +57,7 @@ RESULTS = ROOT / "bench" / "results" / "current"
 
 def owning_members(bootstrap: str, group: str) -> int:
     """Members of a stable ``group`` that own partitions (0 while it rebalances)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer
+    admin = AdminClient(kafka_connection(bootstrap).config())  # kept alive until the answer
     described = admin.describe_consumer_groups([group])
     try:
         desc = described[group].result(30)
@@ -87,7 +88,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def delete_topics(prefix: str) -> None:
-    admin = AdminClient({"bootstrap.servers": BOOT})
+    admin = AdminClient(kafka_connection(BOOT).config())
     mine = [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix + ".")]
     for future in admin.delete_topics(mine, operation_timeout=30).values():
         future.result()
@@ -97,8 +98,8 @@ def decider_run(n: int, inputs: int, partitions: int, progress: Progress) -> flo
     """inputs/s of ``n`` decider processes through a backlog of StartWorkflow commands."""
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     topics = Topics(prefix, partitions)
-    ensure_topics(BOOT, topics)
-    p = producer(BOOT)
+    ensure_topics(kafka_connection(BOOT), topics)
+    p = producer(kafka_connection(BOOT))
     for kind, doc in [("workflow", ONE_TASK), ("taskdef", {"name": "unit", "retryCount": 0})]:
         p.produce(topics.definitions, key=key_of(kind, doc), value=encode_definition(doc))
     p.flush(30)

@@ -52,6 +52,7 @@ from es_sched.domain.events import Event
 from es_sched.domain.learned import FailureRate, Kind, RunStats, stats_key, to_record
 from es_sched.errors import EsSchedError, InfrastructureError
 from es_sched.kafka import roster
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.metrics import Registry
 from es_sched.serialization.codec import decode_event
@@ -67,8 +68,9 @@ def app_id(prefix: str) -> str:
     return f"{prefix}.analytics"
 
 
-def _broker(bootstrap: str) -> list[str]:
-    return [f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip()]
+def _broker(bootstrap: KafkaConnection) -> list[str]:
+    servers = bootstrap.bootstrap_servers.split(",")
+    return [f"kafka://{b.strip()}" for b in servers if b.strip()]
 
 
 def _ended_at(event: EventT[Any] | None) -> float:
@@ -111,8 +113,8 @@ class Analytics:
             shutil.rmtree(self._datadir, ignore_errors=True)
 
     def _run(self, stop: threading.Event) -> None:
-        ensure_topics(self.settings.kafka.bootstrap_servers, self.topics)
-        reader = roster.RosterReader(self.settings.kafka.bootstrap_servers, self.topics.system)
+        ensure_topics(connection(self.settings.kafka), self.topics)
+        reader = roster.RosterReader(connection(self.settings.kafka), self.topics.system)
         try:
             reader.catch_up()
             self._learn_workers(reader)
@@ -150,11 +152,13 @@ class Analytics:
     def _build(self, reader: roster.RosterReader) -> faust.App:
         k, a = self.settings.kafka, self.settings.analytics
         name = app_id(k.topic_prefix)
+        kafka = connection(k)
         app = faust.App(
             name,
             # The memory store keeps nothing on disk, but faust still makes its data directory.
             datadir=self._datadir,
-            broker=_broker(k.bootstrap_servers),
+            broker=_broker(kafka),
+            broker_credentials=kafka.faust_credentials(),
             store="memory://",  # the changelog topics are the tables' durable copy
             processing_guarantee="at_least_once",
             web_enabled=False,

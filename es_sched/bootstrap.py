@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.errors import ConfigError
 from es_sched.kafka.clients import KafkaClients
+from es_sched.kafka.connection import ROLE_PRINCIPALS, connection
 from es_sched.metrics import Registry
 from es_sched.settings import Settings
 
@@ -63,7 +64,18 @@ def script_engine() -> ScriptEngine:
 
 def kafka_clients(settings: Settings) -> KafkaClients:
     """The factory every Kafka role makes its producers and group consumers with."""
-    return KafkaClients(settings.kafka.bootstrap_servers)
+    return KafkaClients(connection(settings.kafka))
+
+
+def as_principal(settings: Settings, role_name: str) -> Settings:
+    """``settings`` whose Kafka clients authenticate as ``role_name``'s principal (ADR 72): each
+    role ``es-sched run`` hosts, in one process or several, uses its own credentials, so the
+    broker's ACLs hold a role to what that role does. Every client a role makes reads its
+    connection from these settings, including the readers it builds deep inside."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    principal = ROLE_PRINCIPALS.get(role_name, role_name)
+    return replace(settings, kafka=settings.kafka.model_copy(update={"principal": principal}))
 
 
 def command_client(settings: Settings) -> CommandClient:
@@ -101,7 +113,7 @@ def stats_view(settings: Settings) -> StatsView:
     from es_sched.kafka.stats import StatsView  # noqa: PLC0415
     from es_sched.kafka.topics import topics_for  # noqa: PLC0415
 
-    return StatsView(settings.kafka.bootstrap_servers, topics_for(settings).stats)
+    return StatsView(connection(settings.kafka), topics_for(settings).stats)
 
 
 def _decider(settings: Settings, registry: Registry, clients: KafkaClients) -> Role:
@@ -185,7 +197,16 @@ def api_pg_store(settings: Settings) -> PgStore:
     from es_sched.projections.postgres.store import PgStore  # noqa: PLC0415
 
     a = settings.api
-    return PgStore(settings, pool_size=a.pg_pool_size, max_overflow=a.pg_max_overflow)
+    reading = reader(settings)
+    return PgStore(reading, pool_size=a.pg_pool_size, max_overflow=a.pg_max_overflow)
+
+
+def reader(settings: Settings) -> Settings:
+    """``settings`` whose read model connections use the read-only role (ADR 73): what the
+    API's and the CLI's queries run as; projectors and migrations keep the writer."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(settings, postgres=settings.postgres.for_reading())
 
 
 def key_store(settings: Settings) -> PgKeys:
@@ -196,7 +217,7 @@ def key_store(settings: Settings) -> PgKeys:
     from es_sched.api.keys import PgKeys  # noqa: PLC0415
 
     engine = create_engine(
-        settings.postgres.url,
+        settings.postgres.engine_url,
         pool_pre_ping=True,
         pool_size=2,
         connect_args={"connect_timeout": 5},
@@ -227,7 +248,7 @@ def api_app() -> FastAPI:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-    settings = load_settings()
+    settings = as_principal(load_settings(), "api")
     svc = api_services(settings)
     announce_api(settings, svc)
     return create_app(svc)
@@ -270,4 +291,5 @@ def role(
     if builder is None:
         known = ", ".join(ROLES + OPTIONAL_ROLES)
         raise ConfigError(f"unknown role {name!r}; choose from {known}")
+    settings = as_principal(settings, name)
     return builder(settings, registry or Registry(), clients or kafka_clients(settings))

@@ -13,9 +13,16 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from es_sched.blacklist import Policy as BlacklistPolicy
@@ -41,6 +48,67 @@ class KafkaSettings(BaseSettings):
     replication_factor: int | None = Field(default=None, ge=1, le=10)
     min_insync_replicas: int | None = Field(default=None, ge=1, le=10)
 
+    # How clients reach the brokers (ADR 72). es_sched.kafka.connection turns these into the
+    # one client configuration every producer, consumer, admin client and faust app gets.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="Kafka's security.protocol: SASL_SSL for a secured cluster (credentials "
+        "over TLS), SSL for TLS (and client certificates) alone.",
+    )
+    sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER"] = Field(
+        default="SCRAM-SHA-512",
+        description="The SASL mechanism with SASL_PLAINTEXT / SASL_SSL. OAUTHBEARER fetches "
+        "tokens by the OIDC client-credentials grant (the oauth_* settings).",
+    )
+    sasl_username: str = Field(
+        default="",
+        max_length=200,
+        description="The SASL user of every role without a file in credentials_dir.",
+    )
+    sasl_password: SecretStr = Field(
+        default=SecretStr(""), description="sasl_username's password (or sasl_password_file)."
+    )
+    sasl_password_file: Path | None = Field(
+        default=None,
+        description="A file holding sasl_username's password (a mounted secret); read when a "
+        "client is made, so a rotated password reaches the next client.",
+    )
+    credentials_dir: Path | None = Field(
+        default=None,
+        description="One principal per role (ADR 72): a folder with a file per principal "
+        "(decider, timers, retry-relay, dispatcher, projector, api, analytics, worker-<pool>, "
+        "upstream, admin) holding 'username:password'; a role with no file there uses "
+        "sasl_username. `es-sched stack up` writes one for the secured local Kafka.",
+    )
+    principal: str = Field(
+        default="",
+        max_length=100,
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="Whose file in credentials_dir this process's clients use; `es-sched run` "
+        "sets it per role and a worker to worker-<pool>, so set it only for an upstream "
+        "service (upstream) or an operator's CLI (admin).",
+    )
+    ssl_ca_location: Path | None = Field(
+        default=None, description="PEM file of the CA that signed the brokers' certificates."
+    )
+    ssl_certificate_location: Path | None = Field(
+        default=None, description="PEM client certificate, for brokers that ask for one (mTLS)."
+    )
+    ssl_key_location: Path | None = Field(
+        default=None, description="PEM private key of ssl_certificate_location."
+    )
+    ssl_key_password: SecretStr = Field(
+        default=SecretStr(""), description="The password of ssl_key_location, if encrypted."
+    )
+    oauth_token_endpoint_url: str = Field(
+        default="", description="OAUTHBEARER: the OIDC provider's token endpoint."
+    )
+    oauth_client_id: str = Field(default="", description="OAUTHBEARER: the OIDC client id.")
+    oauth_client_secret: SecretStr = Field(
+        default=SecretStr(""), description="OAUTHBEARER: the OIDC client secret."
+    )
+    oauth_scope: str = Field(default="", description="OAUTHBEARER: scopes asked for, if any.")
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _host_port_list(cls, value: str) -> str:
@@ -57,9 +125,51 @@ class KafkaSettings(BaseSettings):
             raise ValueError(f"min_insync_replicas={isr} exceeds replication_factor={rf}")
         return self
 
+    @model_validator(mode="after")
+    def _credentials_for_sasl(self) -> KafkaSettings:
+        if not self.security_protocol.startswith("SASL_"):
+            return self
+        if self.sasl_mechanism == "OAUTHBEARER":
+            if not (self.oauth_token_endpoint_url and self.oauth_client_id):
+                raise ValueError("OAUTHBEARER needs oauth_token_endpoint_url and oauth_client_id")
+        elif not (self.sasl_username or self.credentials_dir):
+            raise ValueError(f"{self.security_protocol} needs sasl_username or credentials_dir")
+        return self
+
+    def credentials(self) -> tuple[str, str]:
+        """The SASL user and password of ``principal``: its file in ``credentials_dir`` if there
+        is one, else ``sasl_username`` with ``sasl_password_file`` or ``sasl_password``. Read
+        from the files now, not at start-up: a rotated secret reaches the next client made.
+        Raises ``ConfigError`` naming the file, never showing its content."""
+        if self.credentials_dir is not None and self.principal:
+            path = self.credentials_dir / self.principal
+            if path.exists():
+                user, sep, password = _read_secret(path).partition(":")
+                if not sep or not user:
+                    raise ConfigError(f"{path}: expected one line 'username:password'")
+                return user, password
+        if not self.sasl_username:
+            where = f"no file {self.principal!r} in {self.credentials_dir}, and " * bool(
+                self.credentials_dir and self.principal
+            )
+            raise ConfigError(
+                f"no SASL user for principal {self.principal or '(none)'}: {where}"
+                "ES_SCHED_KAFKA_SASL_USERNAME is empty"
+            )
+        if self.sasl_password_file is not None:
+            return self.sasl_username, _read_secret(self.sasl_password_file)
+        return self.sasl_username, self.sasl_password.get_secret_value()
+
     @property
     def first_port(self) -> int:
         return int(self.bootstrap_servers.split(",")[0].rpartition(":")[2])
+
+
+def _read_secret(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the secret file {path}: {exc.strerror}") from None
 
 
 class PostgresSettings(BaseSettings):
@@ -69,10 +179,28 @@ class PostgresSettings(BaseSettings):
 
     url: str = "postgresql+psycopg://es_sched:es_sched@127.0.0.1:15432/es_sched"
     schema_name: str = Field(default="es_sched", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
+    # TLS to the server (ADR 72): libpq's own parameters, added to every connection's URL
+    # (SQLAlchemy passes URL query parameters through to psycopg, and libpq reads them).
+    sslmode: Literal["", "disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = (
+        Field(default="", description="libpq's sslmode; empty: libpq's default (prefer).")
+    )
+    sslrootcert: Path | None = Field(
+        default=None, description="PEM file of the CA that signed the server's certificate."
+    )
+    sslcert: Path | None = Field(default=None, description="PEM client certificate, if asked.")
+    sslkey: Path | None = Field(default=None, description="PEM private key of sslcert.")
+    read_url: str = Field(
+        default="",
+        description="The read-only role's URL (ADR 73): the API's and the CLI's read-model "
+        "queries connect with it, projectors and migrations with url; `es-sched stack up` "
+        "creates the role. Empty: url for everything.",
+    )
 
-    @field_validator("url")
+    @field_validator("url", "read_url")
     @classmethod
-    def _postgres_url(cls, value: str) -> str:
+    def _postgres_url(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "read_url" and not value:
+            return value
         parts = urlsplit(value)
         if not parts.scheme.startswith("postgresql"):
             raise ValueError(f"expected a postgresql+psycopg:// URL, got scheme {parts.scheme!r}")
@@ -100,11 +228,31 @@ class PostgresSettings(BaseSettings):
     def database(self) -> str:
         return urlsplit(self.url).path.strip("/")
 
+    def for_reading(self) -> PostgresSettings:
+        """These settings as the API and CLI queries use them: the read-only role's URL."""
+        return self.model_copy(update={"url": self.read_url}) if self.read_url else self
+
+    @property
+    def engine_url(self) -> str:
+        """``url`` with the TLS settings as libpq query parameters: what every engine and
+        connection is made with (one rule, so no connection goes out without them)."""
+        tls = {
+            "sslmode": self.sslmode,
+            "sslrootcert": str(self.sslrootcert or ""),
+            "sslcert": str(self.sslcert or ""),
+            "sslkey": str(self.sslkey or ""),
+        }
+        query = urlencode({k: v for k, v in tls.items() if v})
+        if not query:
+            return self.url
+        return f"{self.url}{'&' if urlsplit(self.url).query else '?'}{query}"
+
     @property
     def libpq_dsn(self) -> str:
-        """The same URL without SQLAlchemy's ``+driver`` part, for psycopg.connect."""
-        scheme, rest = self.url.split("://", 1)
-        return "postgresql://" + rest if scheme != "postgresql" else self.url
+        """``engine_url`` without SQLAlchemy's ``+driver`` part, for psycopg.connect."""
+        url = self.engine_url
+        scheme, rest = url.split("://", 1)
+        return "postgresql://" + rest if scheme != "postgresql" else url
 
 
 class SearchSettings(BaseSettings):
@@ -115,6 +263,22 @@ class SearchSettings(BaseSettings):
     url: str = "http://127.0.0.1:9200"
     flavor: Literal["opensearch", "elasticsearch"] = "opensearch"
     index_prefix: str = "es-sched"
+    # Credentials and TLS of a secured cluster (ADR 72; README "A secured search engine").
+    username: str = Field(default="", max_length=200, description="HTTP basic auth user.")
+    password: SecretStr = Field(default=SecretStr(""), description="username's password.")
+    api_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="An API key (Elasticsearch's base64 'id:key' form) instead of basic auth.",
+    )
+    ca_certs: Path | None = Field(
+        default=None, description="PEM file of the CA that signed an https url's certificate."
+    )
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> SearchSettings:
+        if self.username and self.api_key.get_secret_value():
+            raise ValueError("set username/password or api_key, not both")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -150,6 +314,18 @@ class StackSettings(BaseSettings):
     # ('{"num.io.threads": "2"}'): a default of the stack's is replaced, a new key appended;
     # what makes the nodes one cluster is refused by es_sched.stack.kafka (ADR 49).
     kafka_properties: dict[str, str] = Field(default_factory=dict)
+    kafka_security: Literal["plaintext", "sasl_ssl"] = Field(
+        default="plaintext",
+        description="How the local Kafka takes clients (ADR 73): sasl_ssl is SCRAM-SHA-512 "
+        "over TLS with a throwaway CA (<state>/kafka-tls/ca.pem), one SCRAM user per principal "
+        "(passwords in <state>/kafka-credentials/) and the ACLs of es_sched/stack/resources/"
+        "acls.yaml for ES_SCHED_KAFKA_TOPIC_PREFIX; chosen when the state folder is first "
+        "formatted.",
+    )
+    kafka_pools: list[str] = Field(
+        default_factory=lambda: ["default"],
+        description="Worker pools the secured local Kafka makes a worker-<pool> user for.",
+    )
     search_heap: str = "768m"
     ready_timeout_s: float = Field(default=180.0, gt=0)
     compose_file: Path = Path("docker-compose.yml")

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient
 from es_sched.kafka.clients import check_delivery, consumer, producer
 from es_sched.kafka.topics import ensure_topic
 from es_sched.stack import probes
-from testkit.settings import BOOTSTRAP, HANDED_OUT
+from testkit.settings import BOOTSTRAP, HANDED_OUT, kafka_connection
 
 
 def partitions_of(reader: Consumer, topic: str, timeout_s: float = 30) -> list[int]:
@@ -60,7 +60,9 @@ def read_to_end(
     to be at its end at one instant instead may never happen under a steady load.
     """
     reader = consumer(
-        bootstrap, None, **{"isolation.level": isolation, "enable.partition.eof": True}
+        kafka_connection(bootstrap),
+        None,
+        **{"isolation.level": isolation, "enable.partition.eof": True},
     )
     try:
         parts = partitions_of(reader, topic)
@@ -96,7 +98,7 @@ class Reader:
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
-        self.consumer = consumer(BOOTSTRAP, None)
+        self.consumer = consumer(kafka_connection(BOOTSTRAP), None)
         parts = partitions_of(self.consumer, topic)
         self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         self.messages: list[Message] = []
@@ -118,7 +120,7 @@ def _topics(admin: AdminClient) -> set[str]:
 
 @pytest.fixture(autouse=True)
 def delete_new_topics() -> Iterator[None]:
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP, "log_level": 0})
+    admin = AdminClient(kafka_connection(BOOTSTRAP).config(log_level=0))
     try:
         before = _topics(admin)
     except KafkaException:
@@ -135,7 +137,7 @@ def delete_new_topics() -> Iterator[None]:
 
 def require_kafka(bootstrap: str = BOOTSTRAP) -> None:
     """Fail (not skip) the test, saying how to fix it, when the broker does not answer."""
-    probe = probes.kafka(bootstrap)
+    probe = probes.kafka(kafka_connection(bootstrap))
     if not probe.healthy:
         pytest.fail(f"Kafka not healthy at {bootstrap} ({probe.detail}): run `es-sched stack up`")
 
@@ -143,8 +145,8 @@ def require_kafka(bootstrap: str = BOOTSTRAP) -> None:
 def numbered_topic(name: str, partitions: int, records: int, bootstrap: str = BOOTSTRAP) -> str:
     """A new topic whose partition ``p`` holds ``records`` records ``"p-0"``, ``"p-1"``...
     (offsets 0.. in order), all acknowledged."""
-    ensure_topic(bootstrap, name, partitions)
-    p = producer(bootstrap, None)
+    ensure_topic(kafka_connection(bootstrap), name, partitions)
+    p = producer(kafka_connection(bootstrap), None)
     for partition in range(partitions):
         for i in range(records):
             p.produce(

@@ -29,6 +29,7 @@ from es_sched.settings import (
 )
 from es_sched.stack import probes, process
 from es_sched.stack.kafka import LocalKafka
+from testkit.settings import kafka_connection
 
 
 class PrivateKafka:
@@ -61,7 +62,7 @@ class PrivateKafka:
             raise AssertionError(f"{self.bootstrap} is taken: cannot run a private broker there")
         started = time.monotonic()
         self.pid = self.service.start()
-        while not probes.kafka(self.bootstrap).healthy:
+        while not probes.kafka(kafka_connection(self.bootstrap)).healthy:
             if not Path(f"/proc/{self.pid}").exists():
                 raise AssertionError(f"private Kafka exited:\n{process.tail(self.log_file)}")
             if time.monotonic() - started > timeout_s:

@@ -21,7 +21,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Self, cast
@@ -38,6 +38,7 @@ from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import is_refusal
 from es_sched.domain.state import WORKFLOW_TERMINAL
 from es_sched.kafka.clients import consumer, producer
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.projections.replay import projected
 from es_sched.serialization import decode_event, encode_input
@@ -47,7 +48,7 @@ from testkit import ROOT, role_logs
 from testkit.cli import es_sched
 from testkit.kafka import read_to_end
 from testkit.procs import stacks
-from testkit.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from testkit.settings import BOOTSTRAP, kafka_connection, private_vars, settings_with, unique_name
 from testkit.wait import wait_for_log, wait_until
 
 MEDIA = (ROOT / "examples" / "media_pipeline.json", ROOT / "examples" / "media_taskdefs.json")
@@ -90,13 +91,22 @@ class Env:
     def topics(self) -> Topics:
         return topics_for(self.settings)
 
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The test's own way in to this env's broker: its settings' security, as admin."""
+        return connection(self.settings.kafka, "admin")
+
     def create(self) -> None:
-        ensure_topics(self.bootstrap, self.topics)
+        ensure_topics(self.kafka, self.topics)
 
     @contextmanager
     def client(self) -> Iterator[CommandClient]:
-        """A user's command client for these topics (one per call, as one CLI invocation)."""
-        with CommandClient(self.settings) as client:
+        """A user's command client for these topics (one per call, as one CLI invocation), as
+        the admin principal on a secured broker (definitions are an operator's to push)."""
+        admin = replace(
+            self.settings, kafka=self.settings.kafka.model_copy(update={"principal": "admin"})
+        )
+        with CommandClient(admin) as client:
             yield client
 
     def push_files(self, *paths: Path) -> None:
@@ -134,7 +144,7 @@ class Env:
 
     def send(self, inputs: Sequence[c.Input], topic: str) -> None:
         """Produce inputs that are not a user's commands (a worker's report, say) to ``topic``."""
-        p = producer(self.bootstrap)
+        p = producer(kafka_connection(self.bootstrap))
         for inp in inputs:
             p.produce(topic, key=inp.workflow_id.encode(), value=encode_input(inp))
             p.poll(0)
@@ -239,12 +249,12 @@ class Worker:
     def _run(self) -> None:
         # At-least-once like a real worker; auto-commit is enough for a test double.
         cons = consumer(
-            self.env.bootstrap,
+            kafka_connection(self.env.bootstrap),
             f"{self.env.prefix}-worker",
             **{"enable.auto.commit": True, "enable.auto.offset.store": True},
         )
         cons.subscribe([self.env.topics.ready])
-        prod = producer(self.env.bootstrap)
+        prod = producer(kafka_connection(self.env.bootstrap))
         try:
             while not self.stop.is_set():
                 for msg in cons.consume(500, 0.2):

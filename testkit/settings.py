@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic_settings import BaseSettings
 
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.settings import (
     AnalyticsSettings,
     ApiSettings,
@@ -45,6 +46,13 @@ SECTIONS: dict[str, type[BaseSettings]] = {
 }
 BOOTSTRAP = KafkaSettings().bootstrap_servers
 HANDED_OUT: set[str] = set()  # every name unique_name gave this process (topic cleanup)
+
+
+def kafka_connection(bootstrap: str = BOOTSTRAP, principal: str = "admin") -> KafkaConnection:
+    """A test's or benchmark's own Kafka clients to ``bootstrap``, secured as this environment's
+    ``ES_SCHED_KAFKA_*`` settings say (ADR 72), as the admin principal: a test reads and writes
+    every topic it checks, whatever the roles under test may."""
+    return connection(KafkaSettings(bootstrap_servers=bootstrap), principal)
 
 
 def unique_name() -> str:

@@ -13,6 +13,7 @@ FIRST = (
     "test_role_faults.py",
     "test_broker_faults.py",
     "test_cluster.py",
+    "test_secured_kafka.py",
     "test_api_schema.py",
 )
 

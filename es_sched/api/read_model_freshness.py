@@ -47,6 +47,7 @@ from es_sched.api.reflected import reflected, reflected_is_fresh
 from es_sched.api.services import Services
 from es_sched.api.writes import settler
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import topics_for
 from es_sched.projections import read_your_writes
 
@@ -144,7 +145,7 @@ def _log_ends(svc: Services) -> LogEnds:
     def make() -> LogEnds:
         settings = svc.settings
         topic = topics_for(settings).events
-        probe: Consumer = consumer(settings.kafka.bootstrap_servers, None)
+        probe: Consumer = consumer(connection(settings.kafka), None)
 
         def read() -> dict[int, int]:
             meta = probe.list_topics(topic, timeout=5).topics[topic]

@@ -34,6 +34,7 @@ from es_sched.api.services import Services
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import config_client
 from es_sched.kafka.clients import consumer
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.kafka.partition_ends import Ends as PartitionEnds
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import topics_for
@@ -171,7 +172,7 @@ class KafkaEnds:
     """``EndsSource`` on two clients of its own: one asks the ends (``partition_ends.Ends``, a
     client that does nothing else), one reads the last records."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str) -> None:
         self.topic = topic
         self._ends = PartitionEnds(bootstrap)
         self._probe = consumer(bootstrap, None)
@@ -291,7 +292,7 @@ class WorkerBoard:
 def event_ends(svc: Services) -> EventEnds:
     def make() -> EventEnds:
         topic = topics_for(svc.settings).events
-        source = KafkaEnds(svc.settings.kafka.bootstrap_servers, topic)
+        source = KafkaEnds(connection(svc.settings.kafka), topic)
         ends = EventEnds(topic, source, svc.settings.api.ends_refresh_s, close=source.close)
         ends.kept.start()
         return ends
@@ -301,7 +302,7 @@ def event_ends(svc: Services) -> EventEnds:
 
 def worker_board(svc: Services) -> WorkerBoard:
     def make() -> WorkerBoard:
-        topics, bootstrap = topics_for(svc.settings), svc.settings.kafka.bootstrap_servers
+        topics, bootstrap = topics_for(svc.settings), connection(svc.settings.kafka)
         board = WorkerBoard(
             Tail(bootstrap, topics.worker_status, 0),
             Tail(bootstrap, topics.config, 0),

@@ -123,7 +123,7 @@ class Services:
             from es_sched.projections.postgres.aio import AsyncReads  # noqa: PLC0415
 
             return AsyncReads(
-                self.settings.postgres.libpq_dsn,
+                self.settings.postgres.for_reading().libpq_dsn,
                 self.pg.get().schema,
                 self.settings.api.pg_async_pool_size,
             )

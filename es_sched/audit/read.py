@@ -16,6 +16,7 @@ from es_sched.audit.log import At, Log, LoggedBlacklisting, LoggedEvent, LoggedI
 from es_sched.blacklist import Blacklisting, of_record
 from es_sched.errors import EsSchedError, SchemaError
 from es_sched.kafka.clients import consumer, read_partition
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.kafka.topics import topics_for
 from es_sched.serialization import config as dc
 from es_sched.serialization import decode_input, decode_logged_event
@@ -28,7 +29,7 @@ BLACKLIST = "blacklist:"
 
 def read_log(settings: Settings, progress: Progress | None = None) -> Log:
     topics, log, read = topics_for(settings), Log(), 0
-    bootstrap = settings.kafka.bootstrap_servers
+    bootstrap = connection(settings.kafka)
     for topic in (topics.events, topics.commands, topics.task_results):
         for part in _partitions(bootstrap, topic):
             for msg in read_partition(bootstrap, topic, part):
@@ -51,7 +52,7 @@ def read_log(settings: Settings, progress: Progress | None = None) -> Log:
     return log
 
 
-def _blacklistings(bootstrap: str, topic: str) -> list[LoggedBlacklisting]:
+def _blacklistings(bootstrap: KafkaConnection, topic: str) -> list[LoggedBlacklisting]:
     """Every ``blacklist:<worker>`` decision the config topic still holds (compaction keeps a
     worker's latest record; a lift replaces its decision). A record that does not decode is the
     dispatcher's to dead-letter, not a broken log: it is skipped."""
@@ -84,7 +85,7 @@ def _input(data: bytes, key: bytes | str, at: At) -> LoggedInput:
         return LoggedInput(None, at, text)
 
 
-def _partitions(bootstrap: str, topic: str) -> list[int]:
+def _partitions(bootstrap: KafkaConnection, topic: str) -> list[int]:
     c = consumer(bootstrap, None)
     try:
         meta = c.list_topics(topic, timeout=30)

@@ -44,7 +44,7 @@ def api(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    settings = load_settings()
+    settings = bootstrap.as_principal(load_settings(), "api")
     if host is not None:
         settings = bootstrap.with_api_host(settings, host)
     workers = settings.api.workers if workers is None else workers

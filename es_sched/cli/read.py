@@ -20,6 +20,7 @@ from rich.table import Table
 
 from es_sched import bootstrap
 from es_sched.kafka.clients import read_partition
+from es_sched.kafka.connection import connection
 from es_sched.kafka.partitioner import partition_for
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries as pg_queries
@@ -57,7 +58,7 @@ WAIT = click.option("--wait-s", type=float, default=30.0, show_default=True)
 def status(wf_id: str, after: str | None, wait_s: float, as_json: bool) -> None:
     """The workflow WF_ID and its tasks, from the PostgreSQL projection."""
     settings = load_settings()
-    store = bootstrap.pg_store(settings)
+    store = bootstrap.pg_store(bootstrap.reader(settings))
     try:
         _fresh(settings, store, after, wait_s)
         wf, tasks = pg_queries.workflow(store.engine, wf_id)
@@ -126,7 +127,7 @@ def query_workflows(
 ) -> None:
     """Workflows by status, definition, tenant and start time (newest first)."""
     settings = load_settings()
-    store = bootstrap.pg_store(settings)
+    store = bootstrap.pg_store(bootstrap.reader(settings))
     if since is not None and since.tzinfo is None:
         since = since.astimezone()
     try:
@@ -192,7 +193,7 @@ def history(wf_id: str, as_json: bool) -> None:
     part = partition_for(key, settings.kafka.partitions)
     events = [
         decode_logged_event(msg.value() or b"")
-        for msg in read_partition(settings.kafka.bootstrap_servers, topic, part)
+        for msg in read_partition(connection(settings.kafka), topic, part)
         if msg.key() == key
     ]
     if not events:

@@ -143,14 +143,17 @@ def run(
     failures: list[BaseException] = []
     names = role or ROLES
     keys = [(name, instance_of(name, settings.runtime.instance)) for name in names]
-    reader = roster.claim(settings, keys, replace)
+    # The process's liveness records go out through one producer: as its first role's
+    # principal (every role may write the system topic, ADR 73).
+    own = bootstrap.as_principal(settings, names[0])
+    reader = roster.claim(own, keys, replace)
 
     def lost(reason: str) -> None:
         logging.getLogger("es_sched").error("%s: stopping", reason)
         failures.append(EsSchedError(reason))
         stop.set()
 
-    beacon = roster.Beacon(settings, keys, registry, reader, lost).start()
+    beacon = roster.Beacon(own, keys, registry, reader, lost).start()
     try:
         _run_roles(names, settings, registry, port, stop, failures)
     finally:

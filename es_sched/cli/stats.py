@@ -17,6 +17,7 @@ from rich.table import Table
 
 from es_sched.cli.config import _settings
 from es_sched.domain.learned import FailureRate, RunStats, to_record
+from es_sched.kafka.connection import connection
 from es_sched.kafka.stats import StatsView
 from es_sched.kafka.topics import topics_for
 from es_sched.settings import Settings
@@ -25,7 +26,7 @@ Stats = RunStats | FailureRate
 
 
 def latest(settings: Settings) -> dict[str, Stats]:
-    view = StatsView(settings.kafka.bootstrap_servers, topics_for(settings).stats)
+    view = StatsView(connection(settings.kafka), topics_for(settings).stats)
     try:
         return view.all()
     finally:

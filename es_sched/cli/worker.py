@@ -21,8 +21,10 @@ from typing import Any
 
 import click
 
+from es_sched import bootstrap
 from es_sched.cli import stacks
 from es_sched.kafka import roster
+from es_sched.kafka.connection import worker_principal
 from es_sched.metrics import serve
 from es_sched.settings import load_settings
 from es_sched.workers import TaskContext, Worker
@@ -140,6 +142,8 @@ def worker(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = load_settings()
+    if not settings.kafka.principal:  # the pool's principal for all its clients (ADR 72)
+        settings = bootstrap.as_principal(settings, worker_principal(pool))
     w = Worker(
         pool=pool,
         version=worker_version,

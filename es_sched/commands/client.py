@@ -50,6 +50,7 @@ from es_sched.domain.definitions import DefinitionError
 from es_sched.domain.ids import workflow_id_for_command
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
+from es_sched.kafka.connection import connection
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.topics import Topics, ensure_topics, topics_for
 from es_sched.serialization import SchemaCatalog
@@ -81,7 +82,7 @@ class CommandClient:
         self.settings = settings
         self.topics: Topics = topics_for(settings)
         self.flush_timeout_s = flush_timeout_s
-        self._bootstrap = settings.kafka.bootstrap_servers
+        self._bootstrap = connection(settings.kafka)
         self._catalog = SchemaCatalog()
         self._producer: KafkaProducer | None = None
         self._registry: DefinitionRegistry | None = None

@@ -28,13 +28,14 @@ from es_sched.commands.prepare import Outcome, awaited_final, caused_by, termina
 from es_sched.domain.events import Event
 from es_sched.errors import InfrastructureError
 from es_sched.kafka import clients
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.serialization import SchemaCatalog, decode_event
 
 Seen = Callable[[Message], bool]
 AtEnd = Callable[[int], bool]
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def end_offsets(bootstrap: KafkaConnection, topic: str) -> dict[int, int]:
     """The end of every partition of ``topic`` now (its high watermarks)."""
     reader = clients.consumer(bootstrap, None)
     try:
@@ -47,7 +48,7 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def watch(
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     topic: str,
     start: Mapping[int, int] | None,
     timeout_s: float,
@@ -90,7 +91,7 @@ def partitions(reader: Consumer, topic: str) -> list[int]:
 
 
 def final_statuses(
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     topic: str,
     catalog: SchemaCatalog,
     workflow_ids: Iterable[str],
@@ -118,7 +119,7 @@ def final_statuses(
 
 
 def outcome_of(
-    bootstrap: str,
+    bootstrap: KafkaConnection,
     topic: str,
     catalog: SchemaCatalog,
     command_id: str,

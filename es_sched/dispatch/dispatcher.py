@@ -107,6 +107,7 @@ from es_sched.domain.learned_cost import LEARNED_KEY
 from es_sched.domain.sla import TierPolicy
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
+from es_sched.kafka.connection import connection
 from es_sched.kafka.failures import assign_at_committed, wait
 from es_sched.kafka.stats import StatsView
 from es_sched.kafka.tail import Tail
@@ -148,12 +149,12 @@ class Dispatcher:
         clients: KafkaClients | None = None,
     ) -> None:
         self.settings, self.clock, self.token = settings, clock, token
-        self.clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
+        self.clients = clients or KafkaClients(connection(settings.kafka))
         self._stop = threading.Event()
         d = self.dispatch_settings = settings.dispatch
         self.topics = topics_for(settings)
         self.prefix = settings.kafka.topic_prefix
-        self.bootstrap = settings.kafka.bootstrap_servers
+        self.bootstrap = connection(settings.kafka)
         self.group = f"{self.prefix}-dispatcher"
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each

@@ -42,13 +42,14 @@ from es_sched.dispatch.core.queues import ReadyTask
 from es_sched.dispatch.output import Output
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import read_partition
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.serialization.records import LeaseRecord, decode_lease, encode_lease
 
 log = logging.getLogger("es_sched.dispatcher")
 
 
 class LeaseJournal:
-    def __init__(self, bootstrap: str, topic: str, output: Output) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str, output: Output) -> None:
         self.bootstrap, self.topic, self.output = bootstrap, topic, output
         # Every task this dispatcher holds (queued or in flight): its ready partition and task.
         self.tasks: dict[str, tuple[int, ReadyTask]] = {}

@@ -11,7 +11,9 @@
   decider's changelog restore: ADR 21).
 - static group membership (KIP-345, ADR 21) and its fencing rule live in
   ``kafka/static_membership.py``.
-- ``KafkaClients``: the two factories above bound to one cluster. The composition root builds
+- every client starts from a ``KafkaConnection`` (``kafka/connection.py``, ADR 72): the servers
+  and the security configuration of one principal; none is made from a bare address.
+- ``KafkaClients``: the two factories above bound to one connection. The composition root builds
   it and hands it to the roles; it is the seam where a test passes clients that misbehave on
   purpose (a producer that pauses inside an open transaction or raises a chosen
   ``KafkaError``) without a test hook in production code.
@@ -28,6 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from es_sched.errors import InfrastructureError
+from es_sched.kafka.connection import KafkaConnection
 
 log = logging.getLogger("es_sched.kafka")
 
@@ -37,10 +40,10 @@ PRODUCE_MAX_BYTES = 8 * 1024 * 1024  # one record, uncompressed (the broker chec
 
 
 def producer_config(
-    bootstrap: str, transactional_id: str | None = None, **extra: Any
+    bootstrap: KafkaConnection, transactional_id: str | None = None, **extra: Any
 ) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+        **bootstrap.config(),
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",
@@ -66,13 +69,15 @@ def producer_config(
     return config
 
 
-def producer(bootstrap: str, transactional_id: str | None = None, **extra: Any) -> Producer:
+def producer(
+    bootstrap: KafkaConnection, transactional_id: str | None = None, **extra: Any
+) -> Producer:
     return Producer(producer_config(bootstrap, transactional_id, **extra))
 
 
-def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
+def consumer(bootstrap: KafkaConnection, group: str | None, **extra: Any) -> Consumer:
     config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+        **bootstrap.config(),
         "group.id": group or "es-sched-reader",
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
@@ -86,15 +91,15 @@ def consumer(bootstrap: str, group: str | None, **extra: Any) -> Consumer:
 
 @dataclass(frozen=True)
 class KafkaClients:
-    """Producers and group consumers for one cluster, configured as above."""
+    """Producers and group consumers for one cluster and principal, configured as above."""
 
-    bootstrap_servers: str
+    connection: KafkaConnection
 
     def producer(self, transactional_id: str | None = None, **extra: Any) -> Producer:
-        return producer(self.bootstrap_servers, transactional_id, **extra)
+        return producer(self.connection, transactional_id, **extra)
 
     def consumer(self, group: str | None, **extra: Any) -> Consumer:
-        return consumer(self.bootstrap_servers, group, **extra)
+        return consumer(self.connection, group, **extra)
 
 
 _FRESH_TOPIC = frozenset(
@@ -128,7 +133,7 @@ PROBE_ATTEMPT_S = 5.0
 
 
 def _bounds(
-    bootstrap: str, topic: str, wanted: list[TopicPartition], timeout_s: float
+    bootstrap: KafkaConnection, topic: str, wanted: list[TopicPartition], timeout_s: float
 ) -> dict[int, tuple[int, int]]:
     """The low and high watermarks of ``wanted``, asked of a new probe client every
     ``PROBE_ATTEMPT_S`` until ``timeout_s``; ``InfrastructureError`` after that (the callers
@@ -161,7 +166,7 @@ def _bounds(
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int, timeout_s: float = 60.0
+    bootstrap: KafkaConnection, topic: str, partition: int, timeout_s: float = 60.0
 ) -> Iterator[Message]:
     """Every committed record of one partition, from its start to its end when reading began."""
     return read_partitions(bootstrap, topic, [partition], timeout_s)
@@ -181,7 +186,7 @@ WHOLE_READ: dict[str, Any] = {
 
 
 def read_partitions(
-    bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 60.0
+    bootstrap: KafkaConnection, topic: str, partitions: Iterable[int], timeout_s: float = 60.0
 ) -> Iterator[Message]:
     """Every committed record of these partitions of ``topic``, each from its start to its end
     when reading began; partitions interleave, each one's records stay in offset order.

@@ -14,6 +14,7 @@ from confluent_kafka import Message
 
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka.clients import producer, read_partition
+from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.serialization import config as dc
 from es_sched.settings import Settings
@@ -24,8 +25,8 @@ def publish(settings: Settings, key: str, value: dict[str, Any] | None) -> None:
     raw = dc.encode(value)
     dc.parse(key, raw)  # the dispatcher's own check: a bad record never reaches the topic
     topics = topics_for(settings)
-    ensure_topics(settings.kafka.bootstrap_servers, topics)
-    p = producer(settings.kafka.bootstrap_servers)
+    ensure_topics(connection(settings.kafka), topics)
+    p = producer(connection(settings.kafka))
     p.produce(topics.config, key=key.encode(), value=raw)
     if p.flush(30):
         raise InfrastructureError(f"config record {key!r} was not delivered")
@@ -35,7 +36,7 @@ def current(settings: Settings) -> dict[str, dict[str, Any]]:
     """The config topic folded by key: the settings in force (tombstoned keys left out)."""
     topics = topics_for(settings)
     out: dict[str, dict[str, Any]] = {}
-    fold(read_partition(settings.kafka.bootstrap_servers, topics.config, 0), out)
+    fold(read_partition(connection(settings.kafka), topics.config, 0), out)
     return out
 
 

@@ -24,12 +24,13 @@ import time
 from confluent_kafka import KafkaException, TopicPartition
 
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.connection import KafkaConnection
 
 RENEW_S = 3.0  # the least time between two replacements of the client
 
 
 class Ends:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: KafkaConnection) -> None:
         self._bootstrap = bootstrap
         self._client = consumer(bootstrap, None)
         self._renew_at = 0.0

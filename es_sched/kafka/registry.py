@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from es_sched.domain.pins import taskdefs_used
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import consumer
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.partition_ends import Ends
 from es_sched.serialization.definitions import decode_definition
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class DefinitionRegistry:
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str) -> None:
         self.workflows: dict[tuple[str, int], dict[str, Any]] = {}
         self.taskdefs: dict[str, dict[str, Any]] = {}
         self._taskdefs_cache: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}

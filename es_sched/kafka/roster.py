@@ -35,6 +35,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message
 from es_sched import __version__, roster
 from es_sched.errors import ConfigError, SchemaError
 from es_sched.kafka.clients import producer
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import ensure_topic, topics_for
 from es_sched.metrics import Registry
@@ -75,7 +76,7 @@ def pid_running(pid: int) -> bool:
 class RosterReader:
     """``<prefix>.system`` from its beginning: the newest record of each key."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str) -> None:
         self.tail = Tail(bootstrap, topic, OFFSET_BEGINNING)
         self.roster = Roster()
         self.unreadable = 0
@@ -117,7 +118,7 @@ def system_topic(settings: Settings) -> str:
     topics = topics_for(settings)
     t = next(t for t in topics.all() if t.name == topics.system)
     rf = topics.replication_factor
-    ensure_topic(settings.kafka.bootstrap_servers, t.name, t.partitions, t.config, 30.0, rf)
+    ensure_topic(connection(settings.kafka), t.name, t.partitions, t.config, 30.0, rf)
     return t.name
 
 
@@ -127,7 +128,7 @@ def claim(settings: Settings, keys: Iterable[tuple[str, str]], replace: bool) ->
     Raises ``ForeignDeployment`` when a live process of another deployment uses the topic
     prefix (``--replace`` does not override that: it is never on purpose), ``InstanceHeld`` when
     a claimed role's instance is held by a live process. Logs each takeover and its reason."""
-    reader = RosterReader(settings.kafka.bootstrap_servers, system_topic(settings))
+    reader = RosterReader(connection(settings.kafka), system_topic(settings))
     try:
         reader.catch_up()
         sys = settings.system
@@ -185,7 +186,7 @@ class Beacon:
             )
             for r, i in keys
         }
-        self._producer = producer(settings.kafka.bootstrap_servers)
+        self._producer = producer(connection(settings.kafka))
         self._stop = threading.Event()
         self._lost: set[str] = set()
         self._next = 0.0  # monotonic time of the next renewal

@@ -18,6 +18,7 @@ from confluent_kafka import Message
 from es_sched.domain.learned import FailureRate, RunStats, parse, stats_key, to_record
 from es_sched.errors import EsSchedError
 from es_sched.kafka.clients import producer
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.tail import Tail
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ Stats = RunStats | FailureRate
 class StatsView:
     """The latest proposal per key on the stats topic."""
 
-    def __init__(self, bootstrap: str, topic: str, refresh_s: float = 0.5) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str, refresh_s: float = 0.5) -> None:
         self.topic = topic
         self._latest: dict[str, Stats] = {}
         self._lock = threading.Lock()
@@ -80,7 +81,7 @@ class StatsView:
                     self._latest[key] = parsed
 
 
-def publisher(bootstrap: str, topic: str) -> Callable[[Stats], None]:
+def publisher(bootstrap: KafkaConnection, topic: str) -> Callable[[Stats], None]:
     """Produce proposals (the analytics role's output, and tests that stand in for it)."""
     p = producer(bootstrap)
 

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.partition_ends import Ends
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ ENDS_S = 15.0  # one partition's end asked of the broker, at most
 class Tail:
     """A group-less reader of every partition of a topic, from its beginning or its end."""
 
-    def __init__(self, bootstrap: str, topic: str, start: int) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str, start: int) -> None:
         self.topic = topic
         # The broker may hold an idle fetch until a record comes (librdkafka's
         # fetch.wait.max.ms), so an idle tail does not fetch again and again; catch_up

@@ -31,6 +31,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from es_sched.errors import ConfigError, InfrastructureError
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.settings import Settings
 
 COMPACT = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
@@ -193,9 +194,11 @@ def topics_for(settings: Settings) -> Topics:
     )
 
 
-def ensure_topics(bootstrap_servers: str, topics: Topics, timeout_s: float = 30.0) -> list[str]:
+def ensure_topics(
+    bootstrap_servers: KafkaConnection, topics: Topics, timeout_s: float = 30.0
+) -> list[str]:
     """Create every missing topic; existing ones are left as they are. Returns those created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(bootstrap_servers.config())
     existing = set(_list_topics(admin, bootstrap_servers, timeout_s))
     wanted = [t for t in topics.all() if t.name not in existing]
     rf = topics.replication_factor
@@ -323,7 +326,7 @@ def _create(
 
 
 def ensure_topic(
-    bootstrap_servers: str,
+    bootstrap_servers: KafkaConnection,
     name: str,
     partitions: int,
     config: dict[str, str] | None = None,
@@ -331,7 +334,7 @@ def ensure_topic(
     replication_factor: int | None = None,
 ) -> bool:
     """Create one topic if it is missing (e.g. a pool's assignments topic); True if created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(bootstrap_servers.config())
     if name in _list_topics(admin, bootstrap_servers, timeout_s):
         return False
     rf = -1 if replication_factor is None else replication_factor
@@ -346,14 +349,18 @@ def ensure_topic(
     return True
 
 
-def existing_partitions(bootstrap_servers: str, name: str, timeout_s: float = 30.0) -> int | None:
+def existing_partitions(
+    bootstrap_servers: KafkaConnection, name: str, timeout_s: float = 30.0
+) -> int | None:
     """The partition count of topic ``name``, None if it does not exist."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(bootstrap_servers.config())
     meta = _list_topics(admin, bootstrap_servers, timeout_s).get(name)
     return None if meta is None or meta.error is not None else len(meta.partitions)
 
 
-def _list_topics(admin: AdminClient, bootstrap_servers: str, timeout_s: float) -> dict[str, Any]:
+def _list_topics(
+    admin: AdminClient, bootstrap_servers: KafkaConnection, timeout_s: float
+) -> dict[str, Any]:
     """The cluster's topics by name (their metadata), or the reason the broker could not say."""
     try:
         return dict(admin.list_topics(timeout=timeout_s).topics)

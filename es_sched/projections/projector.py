@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from es_sched.domain.events import Event, WorkflowStarted
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients, watermarks
+from es_sched.kafka.connection import connection
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import Stopped, committed_offsets
 from es_sched.kafka.stall import FetchStall
@@ -80,10 +81,10 @@ class Projector:
         self.settings, self.store = settings, store
         tune_gc(settings.runtime.gc_young_threshold)  # a process that projects: es_sched.tuning
         tune_switch(settings.runtime.switch_interval_us)  # its writer thread: es_sched.tuning
-        self.clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
+        self.clients = clients or KafkaClients(connection(settings.kafka))
         self.topics = topics_for(settings)
         self.topic = self.topics.events
-        self.bootstrap = settings.kafka.bootstrap_servers
+        self.bootstrap = connection(settings.kafka)
         self.group = group or f"{settings.kafka.topic_prefix}-projector-{store.name}"
         self.cache: OrderedDict[str, views.Rows] = OrderedDict()
         self.partition_of: dict[str, int] = {}

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from es_sched.errors import EsSchedError
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.store import Store
 from es_sched.settings import Settings
@@ -66,7 +67,7 @@ class DeciderProbe:
         # the broker would hold the fetch open, and the next committed-offset or watermark
         # request on that connection would wait behind it.
         self._consumer = consumer(
-            settings.kafka.bootstrap_servers, group, **{"fetch.wait.max.ms": FETCH_WAIT_MS}
+            connection(settings.kafka), group, **{"fetch.wait.max.ms": FETCH_WAIT_MS}
         )
         self._lock = threading.Lock()
 

@@ -38,6 +38,7 @@ from es_sched.domain.retention import Ended
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError, EsSchedError
 from es_sched.kafka.clients import consumer, read_partitions, watermarks
+from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries as pg_queries
 from es_sched.projections.postgres.store import PgStore
@@ -90,7 +91,7 @@ class Mismatch:
 
 
 def partitions(settings: Settings) -> list[int]:
-    c = consumer(settings.kafka.bootstrap_servers, None)
+    c = consumer(connection(settings.kafka), None)
     try:
         meta = c.list_topics(topics_for(settings).events, timeout=30)
         return sorted(meta.topics[topics_for(settings).events].partitions)
@@ -154,7 +155,7 @@ def _replay(
     # One reader for every partition (a client per partition pays its start-up each time,
     # which dominated a replay: ADR 21); each partition's order is kept, and a
     # workflow lives on one partition, so every history is folded in order.
-    for msg in read_partitions(settings.kafka.bootstrap_servers, topic, parts):
+    for msg in read_partitions(connection(settings.kafka), topic, parts):
         read += 1
         if progress is not None and read % 5000 == 0:
             progress(read)
@@ -257,7 +258,7 @@ def read_changelog(settings: Settings, parts: list[int] | None = None) -> Snapsh
     its events, both keyed by its id), each key's last record: the topic is compacted, but not
     at once. Needs no fold, so ``replay --verify`` reads it while the events are folded."""
     out, logs = Snapshots(), dict[int, Changelog]()  # each partition's records, in order
-    topic, bootstrap = topics_for(settings).changelog, settings.kafka.bootstrap_servers
+    topic, bootstrap = topics_for(settings).changelog, connection(settings.kafka)
     for msg in read_partitions(bootstrap, topic, parts or partitions(settings)):
         changelog = logs.setdefault(msg.partition() or 0, Changelog())
         key, value = msg.key(), msg.value()
@@ -350,7 +351,7 @@ def comparable_ids(replayed: Replayed, until: datetime | None) -> list[str]:
 
 def events_total(settings: Settings) -> int:
     """Records in the events topic (for progress bars)."""
-    topic, c = topics_for(settings).events, consumer(settings.kafka.bootstrap_servers, None)
+    topic, c = topics_for(settings).events, consumer(connection(settings.kafka), None)
     try:
         total = 0
         for part in partitions(settings):

@@ -63,6 +63,7 @@ from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import EsSchedError, InfrastructureError
 from es_sched.kafka.clients import KafkaClients, read_partitions
+from es_sched.kafka.connection import connection
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import assign_at_committed, seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
@@ -105,7 +106,7 @@ class Decider:
         self.stats_view: StatsView | None = None
         self.run_settings = settings.runtime
         self.topics = topics_for(settings)
-        self.bootstrap = settings.kafka.bootstrap_servers
+        self.bootstrap = connection(settings.kafka)
         self.clients = clients or KafkaClients(self.bootstrap)
         self.group = f"{settings.kafka.topic_prefix}-decider"
         self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"

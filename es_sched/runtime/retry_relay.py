@@ -36,6 +36,7 @@ from es_sched.domain.commands import FireTimer
 from es_sched.domain.timers import retry_input
 from es_sched.errors import SchemaError
 from es_sched.kafka.clients import KafkaClients
+from es_sched.kafka.connection import connection
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.failures import assign_at_committed
 from es_sched.kafka.static_membership import StaticMember, rejoining
@@ -177,7 +178,7 @@ class RetryRelay:
         registry: Registry | None = None,
         clients: KafkaClients | None = None,
     ) -> None:
-        self._clients = clients or KafkaClients(settings.kafka.bootstrap_servers)
+        self._clients = clients or KafkaClients(connection(settings.kafka))
         self._topics = topics_for(settings)
         self._tiers = [self._topics.retry(t) for t in self._topics.retry_tiers]
         prefix = settings.kafka.topic_prefix

@@ -49,6 +49,7 @@ from es_sched.domain.timers import Timer, timer_input
 from es_sched.errors import InfrastructureError, SchemaError
 from es_sched.kafka import clients
 from es_sched.kafka.clients import KafkaClients
+from es_sched.kafka.connection import connection
 from es_sched.kafka.dead_letters import header_map, headers_for
 from es_sched.kafka.failures import wait
 from es_sched.kafka.static_membership import StaticMember, rejoining
@@ -178,7 +179,7 @@ class TimerService:
         registry: Registry | None = None,
         clients: KafkaClients | None = None,
     ) -> None:
-        self._bootstrap = settings.kafka.bootstrap_servers
+        self._bootstrap = connection(settings.kafka)
         self._clients = clients or KafkaClients(self._bootstrap)
         self._topics = topics_for(settings)
         prefix = settings.kafka.topic_prefix

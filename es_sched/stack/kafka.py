@@ -16,9 +16,11 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from es_sched.errors import StackError
+from es_sched.kafka.connection import KafkaConnection, connection
 from es_sched.settings import Settings
 from es_sched.stack import probes, process
 from es_sched.stack.base import (
@@ -28,6 +30,7 @@ from es_sched.stack.base import (
     maven_copy_dependencies,
     resource_text,
 )
+from es_sched.stack.kafka_security import LocalSecurity
 from es_sched.stack.probes import Probe
 
 # The lines below that make the local nodes one cluster: not the operator's to replace.
@@ -53,9 +56,11 @@ def server_properties(
     node: int = 1,
     nodes: int = 1,
     extra: Mapping[str, str] | None = None,
+    secured: Mapping[str, str] | None = None,
 ) -> str:
     """Node ``node`` of ``nodes``; ``port`` and ``controller_port`` are node 1's. ``extra``
-    (``ES_SCHED_STACK_KAFKA_PROPERTIES``) replaces a default below or is appended."""
+    (``ES_SCHED_STACK_KAFKA_PROPERTIES``) replaces a default below or is appended; ``secured``
+    (``LocalSecurity.broker_lines``, ADR 73) replaces the plaintext listeners."""
     me, ctl = port + 2 * (node - 1), controller_port + 2 * (node - 1)
     voters = ",".join(f"{i}@127.0.0.1:{controller_port + 2 * (i - 1)}" for i in range(1, nodes + 1))
     rf, isr = min(3, nodes), 2 if nodes >= 3 else 1
@@ -85,7 +90,7 @@ def server_properties(
         f"share.coordinator.state.topic.min.isr={isr}",
         "group.initial.rebalance.delay.ms=0",
     ]
-    more = dict(extra or {})
+    more = {**(secured or {}), **(extra or {})}
     for i, line in enumerate(lines):
         key = line.split("=", 1)[0]
         if key in more:
@@ -113,6 +118,8 @@ class LocalKafka(LocalService):
         self.node, self.nodes = node, nodes
         self.name = "kafka" if node == 1 else f"kafka-{node}"
         super().__init__(settings)
+        secured = settings.stack.kafka_security == "sasl_ssl"
+        self.security = LocalSecurity(settings) if secured else None
 
     @property
     def endpoint(self) -> Endpoint:
@@ -143,6 +150,11 @@ class LocalKafka(LocalService):
         props = self.home / "server.properties"
         first_port = self.endpoint.port - 2 * (self.node - 1)
         controller = self.settings.stack.kafka_controller_port
+        secured = None
+        if self.security is not None:
+            self.security.prepare()
+            ctl = controller + 2 * (self.node - 1)
+            secured = self.security.broker_lines(self.endpoint.port, ctl)
         text = server_properties(
             first_port,
             controller,
@@ -150,7 +162,9 @@ class LocalKafka(LocalService):
             self.node,
             self.nodes,
             self.settings.stack.kafka_properties,
+            secured,
         )
+        props.touch(0o600)  # the secured broker's file holds the admin's password
         props.write_text(text)
         log4j = self.home / "log4j2.properties"
         log4j.write_text(resource_text("kafka-log4j2.properties"))
@@ -168,6 +182,7 @@ class LocalKafka(LocalService):
                 "-c",
                 str(props),
                 "--ignore-formatted",
+                *(self.security.format_args() if self.security is not None else []),
             )
             fmt.insert(1, jvm_log)
             process.run(fmt, what="formatting Kafka KRaft storage", timeout_s=120)
@@ -183,6 +198,30 @@ class LocalKafka(LocalService):
             self.cluster_id_file.write_text(new_cluster_id() + "\n")
         return self.cluster_id_file.read_text().strip()
 
-    def probe(self) -> Probe:
+    @property
+    def admin(self) -> KafkaConnection:
+        """The stack's own way in: the admin principal of a secured broker (from the state
+        folder's files, whatever the clients' settings say), else plaintext."""
+        if self.security is not None:
+            return self.security.admin(str(self.endpoint))
+        return replace(
+            connection(self.settings.kafka, "admin"), bootstrap_servers=str(self.endpoint)
+        )
+
+    def server_probe(self) -> Probe:
         """This node answers, and its metadata lists every node of the cluster."""
-        return probes.kafka(str(self.endpoint), brokers=self.nodes)
+        return probes.kafka(self.admin, brokers=self.nodes)
+
+    def probe(self) -> Probe:
+        """The server, and on a secured broker its users and the topic prefix's ACLs (what
+        ``after_ready`` makes): until then no role could get in."""
+        server = self.server_probe()
+        if not server.healthy or self.security is None:
+            return server
+        missing = self.security.missing(self.admin)
+        return Probe(False, missing) if missing else server
+
+    def after_ready(self) -> None:
+        """The secured broker's users and ACLs (node 1 makes them for the cluster)."""
+        if self.security is not None and self.node == 1:
+            self.security.after_ready(self.admin)

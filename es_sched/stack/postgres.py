@@ -168,13 +168,7 @@ class LocalPostgres(LocalService):
         pg = self.settings.postgres
         try:
             with self._superuser() as conn:
-                role = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (pg.user,))
-                verb = "ALTER" if role.fetchone() else "CREATE"
-                conn.execute(
-                    sql.SQL("{} ROLE {} LOGIN PASSWORD {}").format(
-                        sql.SQL(verb), sql.Identifier(pg.user), sql.Literal(pg.password)
-                    )
-                )
+                _login_role(conn, pg.user, pg.password)
                 db = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (pg.database,))
                 if db.fetchone() is None:
                     conn.execute(
@@ -184,10 +178,73 @@ class LocalPostgres(LocalService):
                     )
         except psycopg.Error as exc:
             raise StackError(f"creating the es-sched role and database failed: {exc}") from exc
+        if pg.read_url:
+            self._reader()
+
+    def _reader(self) -> None:
+        """The read-only role of ``ES_SCHED_PG_READ_URL`` (ADR 73): it may read every table
+        the writer has made or will make (default privileges: the projector makes each test's
+        and each rebuild's schema at run time), and write nothing."""
+        pg, read = self.settings.postgres, self.settings.postgres.for_reading()
+        writer, reader = sql.Identifier(pg.user), sql.Identifier(read.user)
+        try:
+            with self._superuser() as conn:
+                _login_role(conn, read.user, read.password)
+                conn.execute(
+                    sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+                        sql.Identifier(pg.database), reader
+                    )
+                )
+            with psycopg.connect(
+                host=str(self.socket_dir),
+                port=self.endpoint.port,
+                user="postgres",
+                dbname=pg.database,
+                autocommit=True,
+                connect_timeout=3,
+            ) as conn:
+                for on in ("USAGE ON SCHEMAS", "SELECT ON TABLES"):
+                    conn.execute(
+                        sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} GRANT {} TO {}").format(
+                            writer, sql.SQL(on), reader
+                        )
+                    )
+                owned = conn.execute(
+                    "SELECT nspname FROM pg_namespace WHERE nspowner = "
+                    "(SELECT oid FROM pg_roles WHERE rolname = %s)",
+                    (pg.user,),
+                )
+                for (schema,) in owned.fetchall():
+                    name = sql.Identifier(str(schema))
+                    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(name, reader))
+                    conn.execute(
+                        sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                            name, reader
+                        )
+                    )
+        except psycopg.Error as exc:
+            raise StackError(f"creating the read-only role failed: {exc}") from exc
 
     def probe(self) -> Probe:
-        return probes.postgres(self.settings.postgres.libpq_dsn)
+        """The writer logs in, and the read-only role too when one is set (until
+        ``after_ready`` made it, clients fail)."""
+        writer = probes.postgres(self.settings.postgres.libpq_dsn)
+        if not writer.healthy or not self.settings.postgres.read_url:
+            return writer
+        read = probes.postgres(self.settings.postgres.for_reading().libpq_dsn)
+        return writer if read.healthy else Probe(False, f"read-only role: {read.detail}")
 
     def stop(self) -> int | None:
         # SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, then exit cleanly.
         return self.owned.stop(signal.SIGINT)
+
+
+def _login_role(conn: psycopg.Connection[tuple[object, ...]], user: str, password: str) -> None:
+    """``user`` may log in with ``password``: created, or its password set again."""
+    found = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,))
+    verb = "ALTER" if found.fetchone() else "CREATE"
+    conn.execute(
+        sql.SQL("{} ROLE {} LOGIN PASSWORD {}").format(
+            sql.SQL(verb), sql.Identifier(user), sql.Literal(password)
+        )
+    )

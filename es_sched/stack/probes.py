@@ -18,6 +18,8 @@ import psycopg
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from es_sched.kafka.connection import KafkaConnection
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -25,15 +27,17 @@ class Probe:
     detail: str
 
 
-def kafka(bootstrap_servers: str, timeout_s: float = 3.0, brokers: int = 1) -> Probe:
+def kafka(bootstrap_servers: KafkaConnection, timeout_s: float = 3.0, brokers: int = 1) -> Probe:
     """Healthy when the metadata lists at least ``brokers`` brokers (a cluster's every node)."""
     admin = AdminClient(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
-            # Refused connections while the broker boots are expected; keep librdkafka quiet.
-            "log_level": 0,
-        }
+        bootstrap_servers.config(
+            **{
+                "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+                # Refused connections while the broker boots are expected; keep librdkafka
+                # quiet.
+                "log_level": 0,
+            }
+        )
     )
     try:
         meta = admin.list_topics(timeout=timeout_s)

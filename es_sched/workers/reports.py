@@ -25,6 +25,7 @@ from es_sched.domain import commands as c
 from es_sched.domain.ids import NAMESPACE
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import producer
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.dead_letters import headers_for
 from es_sched.kafka.topics import Topics
 from es_sched.serialization import encode_input, wire
@@ -142,7 +143,7 @@ class Delivery:
 
 
 class Reporter:
-    def __init__(self, bootstrap: str, topics: Topics, **extra: Any) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topics: Topics, **extra: Any) -> None:
         self.topics = topics
         self.delivery_failures = 0
         self._producer = producer(bootstrap, **{"linger.ms": REPORT_LINGER_MS, **extra})

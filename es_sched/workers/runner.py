@@ -30,6 +30,7 @@ from confluent_kafka import (
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.partition_ends import Ends
 from es_sched.kafka.partitioner import partition_for
 from es_sched.serialization import wire
@@ -52,7 +53,7 @@ _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not
 
 # -- consuming ------------------------------------------------------------------------------
 class AssignmentReader:
-    def __init__(self, bootstrap: str, topic: str, worker_id: str, group: str) -> None:
+    def __init__(self, bootstrap: KafkaConnection, topic: str, worker_id: str, group: str) -> None:
         self.topic, self.worker_id, self.group = topic, worker_id, group
         self.partition = -1
         self.paused = False

@@ -55,6 +55,7 @@ from confluent_kafka import Message
 
 from es_sched.domain import commands as c
 from es_sched.errors import SchemaError
+from es_sched.kafka.connection import connection, worker_principal
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
 from es_sched.roster import same_deployment
@@ -154,9 +155,11 @@ class Worker:
         if self.capacity is None:
             self.capacity = discover()
             self._refresh_gpus = bool(self.capacity.gpus)
-        self._reporter = reports.Reporter(kafka.bootstrap_servers, topics_for(self.settings))
+        # A worker is its pool's principal (ADR 72) unless the process names another.
+        own = connection(kafka, kafka.principal or worker_principal(self.pool))
+        self._reporter = reports.Reporter(own, topics_for(self.settings))
         reader = runner.AssignmentReader(
-            kafka.bootstrap_servers,
+            own,
             assignment_topic(prefix, self.pool),
             self.worker_id,
             f"{prefix}-worker-{self.worker_id}",

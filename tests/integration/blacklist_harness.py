@@ -16,6 +16,7 @@ from es_sched.kafka.topics import assignment_topic, ensure_topic
 from es_sched.workers import HostFault, TaskContext, TaskFailure, Worker
 from testkit.api import Api, api
 from testkit.runtime import Env, final_status, read_events
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 TYPE, WORKER_ID, POOL = "media.transcode", "media-1", "media"
@@ -99,7 +100,7 @@ def env_fixture() -> Env:
     config_client.publish(e.settings, f"pool:{TYPE}", {"pool": POOL})
     # the pool's assignments topic, which the dispatcher would make only once it runs
     partitions = e.settings.dispatch.assignment_partitions
-    ensure_topic(e.bootstrap, assignment_topic(e.prefix, POOL), partitions)
+    ensure_topic(kafka_connection(e.bootstrap), assignment_topic(e.prefix, POOL), partitions)
     return e
 
 

@@ -10,7 +10,7 @@ from es_sched.stack import probes
 from testkit import role_logs
 from testkit.browser import ARGS, chromium_path
 from testkit.kafka import delete_new_topics  # noqa: F401 - autouse fixture
-from testkit.settings import unique_name
+from testkit.settings import kafka_connection, unique_name
 from tests.integration.backends import NO_DOCKER, Backend, engine_available, local, testcontainers
 from tests.integration.worker_harness import Dispatcher
 
@@ -35,7 +35,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         down = [
             name
             for name, probe in (
-                ("kafka", probes.kafka(b.kafka_bootstrap)),
+                ("kafka", probes.kafka(kafka_connection(b.kafka_bootstrap))),
                 ("search", probes.search(b.search_url)),
             )
             if not probe.healthy

@@ -22,7 +22,7 @@ from es_sched.metrics import serve
 from es_sched.serialization import decode_input, encode_event, wire
 from es_sched.serialization.records import encode_ready
 from testkit.kafka import Reader
-from testkit.settings import BOOTSTRAP, private_vars, settings_with, unique_name
+from testkit.settings import BOOTSTRAP, kafka_connection, private_vars, settings_with, unique_name
 from testkit.wait import wait_until
 
 DISPATCH = {"heartbeat_s": 0.5, "lease_k": 3, "suspect_after_s": 2.0, "dead_after_s": 10.0}
@@ -38,7 +38,7 @@ class Bench:
         }
         self.settings = settings_with({**private_vars(self.prefix, 2, 2), **tuned})
         self.topics = topics_for(self.settings)
-        self.producer = producer(BOOTSTRAP)
+        self.producer = producer(kafka_connection(BOOTSTRAP))
         self.dispatcher = Dispatcher(self.settings)
         self.metrics = serve(self.dispatcher.registry, metrics_port)
         self.stop = threading.Event()
@@ -161,7 +161,7 @@ class FakeWorker:
         return [a.task_id for a in self.assignments]
 
     def _run(self) -> None:
-        p, seen, last = producer(BOOTSTRAP), 0, 0.0
+        p, seen, last = producer(kafka_connection(BOOTSTRAP)), 0, 0.0
         while not self.stop.is_set():
             messages = self.reader.read()
             for msg in messages[seen:]:

@@ -40,6 +40,7 @@ from testkit.net import free_port
 from testkit.proxy import Proxy
 from testkit.runtime import Env, Role
 from testkit.scale import pick
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
 
@@ -89,7 +90,7 @@ class _Tail:
         self.thread.start()
 
     def _run(self) -> None:
-        cons = consumer(self.env.bootstrap, None)
+        cons = consumer(kafka_connection(self.env.bootstrap), None)
         cons.assign([TopicPartition(self.topic, p, 0) for p in range(PARTITIONS)])
         try:
             while not self.stop.is_set():
@@ -302,7 +303,7 @@ class System:
         return time.time() if end > base else None
 
     def _assignment_end(self) -> int:
-        cons = consumer(self.env.bootstrap, None)
+        cons = consumer(kafka_connection(self.env.bootstrap), None)
         try:
             topic = assignment_topic(self.env.prefix, "default")
             parts = int(self.env.vars["ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS"])

@@ -36,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from es_sched import bootstrap
 from es_sched.kafka.clients import KafkaClients, producer_config
+from es_sched.kafka.connection import ROLE_PRINCIPALS, connection
 from es_sched.metrics import Registry, serve
 from es_sched.settings import load_settings
 from testkit.runtime import Env, Role
@@ -146,7 +147,7 @@ class FaultyClients(KafkaClients):
     faults: Faults = field(default_factory=Faults)
 
     def producer(self, transactional_id: str | None = None, **extra: Any) -> Producer:
-        config = producer_config(self.bootstrap_servers, transactional_id, **extra)
+        config = producer_config(self.connection, transactional_id, **extra)
         if transactional_id is None:
             return Producer(config)
         return FaultyProducer(config, self.faults)
@@ -169,7 +170,7 @@ def main() -> None:
     settings = load_settings()
     corrupt = {suffix: int(nth) for suffix, nth in (c.split(":") for c in args.corrupt)}
     faults = Faults(args.pause_after_txns, args.pause_s, args.fail, corrupt)
-    clients = FaultyClients(settings.kafka.bootstrap_servers, faults)
+    clients = FaultyClients(connection(settings.kafka, ROLE_PRINCIPALS[args.role]), faults)
     registry = Registry()
     serve(registry, settings.runtime.metrics_port)  # ES_SCHED_RUN_METRICS_PORT, as es-sched run
     role = bootstrap.role(args.role, settings, registry, clients=clients)

@@ -45,6 +45,7 @@ from es_sched.kafka.stats import StatsView
 from es_sched.metrics import Registry
 from es_sched.serialization import encode_event
 from testkit.runtime import Env, roles
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -102,7 +103,7 @@ def _committed_to_end(env: Env) -> bool:
     outcome its tasks agent passed to its windows agent: stopped before the second, the role
     would count an outcome again after the restart (at least once, ADR 64)."""
     group = analytics.app_id(env.prefix)
-    c = consumer(env.settings.kafka.bootstrap_servers, group)
+    c = consumer(kafka_connection(env.settings.kafka.bootstrap_servers), group)
     try:
         parts = [
             TopicPartition(topic, p)
@@ -123,7 +124,9 @@ def _tasks_kept(env: Env) -> int:
     nothing when that task ends after the restart."""
     topic = f"{analytics.app_id(env.prefix)}-tasks-changelog"
     folded: dict[bytes | None, bytes | None] = {}
-    for msg in read_partitions(env.settings.kafka.bootstrap_servers, topic, range(env.partitions)):
+    for msg in read_partitions(
+        kafka_connection(env.settings.kafka.bootstrap_servers), topic, range(env.partitions)
+    ):
         folded[msg.key()] = msg.value()
     return sum(value is not None for value in folded.values())
 
@@ -137,7 +140,7 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
     reader = roster.claim(settings, keys, replace=False)
     beacon = roster.Beacon(settings, keys, Registry(), reader, lambda _r: None, version=VERSION)
     beacon.start()
-    view = StatsView(settings.kafka.bootstrap_servers, env.topics.stats)
+    view = StatsView(kafka_connection(settings.kafka.bootstrap_servers), env.topics.stats)
     fast = {
         "ES_SCHED_ANALYTICS_WINDOW_S": str(WINDOW_S),
         "ES_SCHED_ANALYTICS_PUBLISH_INTERVAL_S": "0.5",
@@ -149,7 +152,7 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
     later = [_task(i, base, 1.0) for i in range(22, 27)]  # end after the restart
     before = [e for t in tasks for e in t] + [e for t in later for e in t[:2]]
     after = [t[2] for t in later]
-    p = producer(settings.kafka.bootstrap_servers)
+    p = producer(kafka_connection(settings.kafka.bootstrap_servers))
 
     def send(events: list[Event]) -> None:
         for e in events:

@@ -25,6 +25,7 @@ from es_sched.kafka.clients import consumer, read_partition, watermarks
 from testkit.api import Api, api
 from testkit.runtime import Env, Role, roles
 from testkit.scale import pick
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -72,13 +73,16 @@ def record_ends(env: Env) -> dict[int, int]:
     """Per partition, the offset after the last record the log holds (markers left out)."""
     out = {}
     for p in range(env.partitions):
-        offsets = [m.offset() or 0 for m in read_partition(env.bootstrap, env.topics.events, p)]
+        offsets = [
+            m.offset() or 0
+            for m in read_partition(kafka_connection(env.bootstrap), env.topics.events, p)
+        ]
         out[p] = max(offsets) + 1 if offsets else 0
     return out
 
 
 def highs(env: Env) -> dict[int, int]:
-    probe = consumer(env.bootstrap, None)
+    probe = consumer(kafka_connection(env.bootstrap), None)
     try:
         return {
             p: watermarks(probe, TopicPartition(env.topics.events, p))[1]

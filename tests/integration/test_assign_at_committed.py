@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from es_sched.kafka.clients import consumer
 from es_sched.kafka.failures import assign_at_committed
 from testkit.kafka import numbered_topic
-from testkit.settings import BOOTSTRAP, unique_name
+from testkit.settings import BOOTSTRAP, kafka_connection, unique_name
 
 pytestmark = pytest.mark.integration
 RECORDS = 6
@@ -28,7 +28,9 @@ RECORDS = 6
 def test_a_new_member_starts_at_the_committed_offsets_or_the_beginning() -> None:
     topic = numbered_topic(f"{unique_name()}.assign", 2, RECORDS)
     group = unique_name()
-    first = consumer(BOOTSTRAP, group)  # commits offset 4 of partition 0 only, as the group
+    first = consumer(
+        kafka_connection(BOOTSTRAP), group
+    )  # commits offset 4 of partition 0 only, as the group
     first.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
     first.close()
 
@@ -38,7 +40,7 @@ def test_a_new_member_starts_at_the_committed_offsets_or_the_beginning() -> None
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
         assigned.append(assign_at_committed(c, partitions, stop))
 
-    member = consumer(BOOTSTRAP, group)
+    member = consumer(kafka_connection(BOOTSTRAP), group)
     member.subscribe([topic], on_assign=on_assign)
     firsts: dict[int, int] = {}
     deadline = time.monotonic() + 60

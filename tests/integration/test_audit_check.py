@@ -34,6 +34,7 @@ from testkit.runtime import (
     read_models_caught_up,
     roles,
 )
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
 
@@ -90,7 +91,7 @@ def test_a_clean_run_passes_and_planted_corruptions_fail() -> None:
 
     by_wf = read_events(env)
     (dup_wf, dup_events), (lease_wf, lease_events) = sorted(by_wf.items())[:2]
-    raw = producer(env.bootstrap)
+    raw = producer(kafka_connection(env.bootstrap))
     # 1. An event written twice (I2).
     twice = dup_events[3]
     raw.produce(env.topics.events, key=dup_wf.encode(), value=encode_event(twice))

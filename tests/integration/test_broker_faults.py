@@ -73,6 +73,7 @@ from testkit.runtime import (
     read_models_caught_up,
 )
 from testkit.scale import pick
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas
 
@@ -141,9 +142,9 @@ def reports(msg: Any) -> bool:
 def probe_producer(bootstrap: str, topic: str) -> Producer:
     """A producer connected to the broker with a delivered record, whose next record gives up
     after ``PROBE_TIMEOUT_MS`` (the default would wait out the stop)."""
-    ensure_topic(bootstrap, topic, 1)
+    ensure_topic(kafka_connection(bootstrap), topic, 1)
     limits = {"message.timeout.ms": PROBE_TIMEOUT_MS, "request.timeout.ms": PROBE_TIMEOUT_MS}
-    probe = producer(bootstrap, None, **limits)
+    probe = producer(kafka_connection(bootstrap), None, **limits)
     probe.produce(topic, b"before the stop", on_delivery=check_delivery)
     assert probe.flush(30) == 0, "the probe's first record was not delivered"
     return probe
@@ -276,9 +277,9 @@ def row(env: Env, fired: Fired, workflows: int) -> Row:
 def test_a_paused_broker_is_trouble_for_a_static_member_and_an_answering_one_is_not(
     kafka: PrivateKafka,
 ) -> None:
-    ensure_topic(kafka.bootstrap, "paused", 1)
+    ensure_topic(kafka_connection(kafka.bootstrap), "paused", 1)
     member = StaticMember("paused-group", "paused-decider-0", enabled=True)
-    cons = consumer(kafka.bootstrap, member.group, **member.config())
+    cons = consumer(kafka_connection(kafka.bootstrap), member.group, **member.config())
     assigned = threading.Event()
 
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:

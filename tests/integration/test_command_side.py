@@ -28,6 +28,7 @@ from es_sched.domain.events import Event, WorkflowCompleted, WorkflowEnded, Work
 from es_sched.domain.ids import event_id, workflow_id_for_command
 from es_sched.errors import SchemaError
 from es_sched.kafka import clients
+from es_sched.kafka.connection import connection
 from es_sched.serialization import decode_input, encode_event
 from es_sched.settings import Settings
 from testkit import ROOT
@@ -243,7 +244,7 @@ def test_wait_reports_final_statuses_from_the_events_topic(
 ) -> None:
     done, failed, paused, silent = (f"wf-{n}-{uuid.uuid4().hex[:6]}" for n in range(4))
     old = _event(done, 1, WorkflowEnded("FAILED", "an earlier life"))
-    producer = clients.producer(settings.kafka.bootstrap_servers)
+    producer = clients.producer(connection(settings.kafka))
     client.ensure_topics()
     producer.produce(client.topics.events, encode_event(old), done.encode())
     producer.flush(10)
@@ -326,7 +327,7 @@ def test_cli_submit_wait_prints_the_final_statuses(settings: Settings, tmp_path:
             return len(_committed_if_exists(settings, commands)) >= 2
 
         wait_until(arrived, 60, "the two commands on the commands topic")
-        producer = clients.producer(settings.kafka.bootstrap_servers)
+        producer = clients.producer(connection(settings.kafka))
         for wf, payload in [(ok, WorkflowCompleted({})), (bad, WorkflowEnded("FAILED", "no"))]:
             value = encode_event(_event(wf, 1, payload))
             producer.produce(f"{settings.kafka.topic_prefix}.events", value, wf.encode())
@@ -338,5 +339,5 @@ def test_cli_submit_wait_prints_the_final_statuses(settings: Settings, tmp_path:
 
 
 def _committed_if_exists(settings: Settings, topic: str) -> list[Record]:
-    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    admin = AdminClient(connection(settings.kafka).config())
     return read_all(settings, topic) if topic in admin.list_topics(timeout=10).topics else []

@@ -27,7 +27,7 @@ from testkit.runtime import (
     roles,
 )
 from testkit.scale import pick
-from testkit.settings import BOOTSTRAP
+from testkit.settings import BOOTSTRAP, kafka_connection
 from testkit.wait import wait_until
 from tests.integration.faulty_role import faulty
 
@@ -130,7 +130,7 @@ def test_poison_records_go_to_dead_letters_with_their_origin() -> None:
             "schema_version",
         ),
     ]
-    p = producer(BOOTSTRAP)
+    p = producer(kafka_connection(BOOTSTRAP))
     for raw, _ in poison:
         p.produce(env.topics.commands, key=b"w", value=raw)
     p.flush(30)

@@ -20,7 +20,7 @@ from es_sched.serialization.records import decode_alert, encode_ready
 from testkit.kafka import Reader
 from testkit.net import free_port, scrape
 from testkit.runtime import Env, Role
-from testkit.settings import BOOTSTRAP
+from testkit.settings import BOOTSTRAP, kafka_connection
 from testkit.wait import wait_until
 from tests.integration.dispatch_harness import FakeWorker, bench, task_results
 
@@ -267,7 +267,7 @@ def test_a_cost_estimate_is_placed_by_the_ratio_learned_for_its_size_class() -> 
         FakeWorker(b, "a-small", cpu=1) as small,
         FakeWorker(b, "b-large", cpu=2) as large,
     ):
-        publisher(BOOTSTRAP, b.topics.stats)(stats)
+        publisher(kafka_connection(BOOTSTRAP), b.topics.stats)(stats)
         view = b.dispatcher.stats
         assert view is not None  # on by default
         wait_until(lambda: view.runtime("enc", "h720-d60-h264") is not None, 15, "the stats")

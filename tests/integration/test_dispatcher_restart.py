@@ -35,6 +35,7 @@ from testkit.runtime import (
     final_status,
     read_events,
 )
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -77,7 +78,7 @@ def _worker(env: Env, worker_id: str, seconds: float) -> Role:
 def _ready_committed(env: Env) -> bool:
     """The dispatcher group committed its ready offsets past every ready record: a new
     dispatcher process gets nothing re-delivered."""
-    group = consumer(env.bootstrap, f"{env.prefix}-dispatcher")
+    group = consumer(kafka_connection(env.bootstrap), f"{env.prefix}-dispatcher")
     try:
         parts = [TopicPartition(env.topics.ready, p) for p in range(env.partitions)]
         done = sum(max(tp.offset, 0) for tp in group.committed(parts, timeout=10))
@@ -89,7 +90,7 @@ def _ready_committed(env: Env) -> bool:
 def _members(env: Env) -> tuple[bool, dict[str, int]]:
     """Whether the dispatcher group is stable, and its members' ids with how many ready
     partitions each was assigned."""
-    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    admin = AdminClient(kafka_connection(env.bootstrap).config())
     [future] = admin.describe_consumer_groups([f"{env.prefix}-dispatcher"]).values()
     group = future.result(timeout=10)
     members = {m.member_id: len(m.assignment.topic_partitions) for m in group.members}

@@ -29,7 +29,7 @@ from testkit.runtime import (
     read_events,
     roles,
 )
-from testkit.settings import BOOTSTRAP, unique_name
+from testkit.settings import BOOTSTRAP, kafka_connection, unique_name
 from testkit.wait import wait_until
 from tests.integration.faulty_role import MODULE, Faults, FaultyClients, faulty
 
@@ -197,17 +197,17 @@ def test_a_transaction_outliving_its_timeout_is_aborted_by_the_coordinator_and_t
     the input."""
     name = unique_name()
     src, out = f"{name}.in", f"{name}.out"
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = AdminClient(kafka_connection(BOOTSTRAP).config())
     for f in admin.create_topics([NewTopic(t, 1, 1) for t in (src, out)]).values():
         f.result(30)
-    p = FaultyClients(BOOTSTRAP).producer()
+    p = FaultyClients(kafka_connection(BOOTSTRAP)).producer()
     p.produce(src, b"input", b"k")
     assert p.flush(30) == 0
     stop = threading.Event()
-    cons = consumer(BOOTSTRAP, f"{name}.g", **{"enable.auto.commit": False})
+    cons = consumer(kafka_connection(BOOTSTRAP), f"{name}.g", **{"enable.auto.commit": False})
     cons.subscribe([src])
     role = Copier(stop, cons, out)
-    clients = FaultyClients(BOOTSTRAP, Faults(pause_after_txns=1, pause_s=15))
+    clients = FaultyClients(kafka_connection(BOOTSTRAP), Faults(pause_after_txns=1, pause_s=15))
     loop = TransactionalLoop(clients, f"{name}-copier", "copier", 2000, 10.0, 60.0)
     caplog.set_level("INFO")
     try:
@@ -218,6 +218,6 @@ def test_a_transaction_outliving_its_timeout_is_aborted_by_the_coordinator_and_t
     assert "fault: transaction open with records flushed" in caplog.text
     assert "_FENCED" in caplog.text and "the coordinator's abort" in caplog.text, caplog.text
     assert role.rewinds == [True]
-    copies = read_partition(BOOTSTRAP, out, 0)
+    copies = read_partition(kafka_connection(BOOTSTRAP), out, 0)
     assert [(m.key(), m.value()) for m in copies] == [(b"k", b"input")]
     assert [tp.offset for tp in committed] == [1]

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from es_sched.kafka.clients import consumer
 from es_sched.kafka.stall import FetchStall
 from testkit.kafka import numbered_topic
-from testkit.settings import BOOTSTRAP, unique_name
+from testkit.settings import BOOTSTRAP, kafka_connection, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 RECORDS = 6
@@ -38,7 +38,7 @@ def test_a_member_that_stood_still_with_records_readable_goes_on_from_its_positi
         c.assign(partitions)
         watch.assigned(partitions)
 
-    member = consumer(BOOTSTRAP, group)
+    member = consumer(kafka_connection(BOOTSTRAP), group)
     member.subscribe([topic], on_assign=on_assign)
     read: list[tuple[int, int]] = []
     deadline = time.monotonic() + 60

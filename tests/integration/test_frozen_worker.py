@@ -36,6 +36,7 @@ from testkit.runtime import (
     read_events,
     roles,
 )
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -71,7 +72,7 @@ def _caught_up(env: Env, worker_id: str) -> bool:
     started or dropped, everything the dispatcher wrote for it."""
     topic = env.topics.assignments
     tp = TopicPartition(topic, partition_for(worker_id.encode(), env.partitions))
-    probe = consumer(env.bootstrap, f"{env.prefix}-worker-{worker_id}")
+    probe = consumer(kafka_connection(env.bootstrap), f"{env.prefix}-worker-{worker_id}")
     try:
         end = watermarks(probe, tp)[1]
         return bool(probe.committed([tp], timeout=10)[0].offset >= end)

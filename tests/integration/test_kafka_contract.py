@@ -14,11 +14,12 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from testkit.settings import kafka_connection
 from tests.integration.backends import Backend
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_connection(bootstrap).config())
     futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     futures[topic].result(timeout=30)
 
@@ -26,7 +27,7 @@ def _create_topic(bootstrap: str, topic: str) -> None:
 def _read_all(bootstrap: str, topic: str, isolation: str, expect_at_least: int) -> list[bytes]:
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_connection(bootstrap).config(),
             "group.id": f"{topic}-{isolation}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -61,7 +62,7 @@ def test_aborted_transaction_is_invisible_and_committed_one_is_seen(
     topic = f"contract-{unique}"
     _create_topic(backend.kafka_bootstrap, topic)
     producer = Producer(
-        {"bootstrap.servers": backend.kafka_bootstrap, "transactional.id": f"tx-{unique}"}
+        kafka_connection(backend.kafka_bootstrap).config(**{"transactional.id": f"tx-{unique}"})
     )
     producer.init_transactions(30)
 

@@ -35,6 +35,7 @@ from testkit.runtime import (
     final_status,
     read_events,
 )
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -113,7 +114,7 @@ def types_on_every_partition(partitions: int, stem: str) -> list[str]:
 def group_spread(env: Env, members: int) -> bool:
     """The dispatchers' group is stable with ``members`` members each owning ready partitions."""
     group = f"{env.prefix}-dispatcher"
-    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    admin = AdminClient(kafka_connection(env.bootstrap).config())
     described = admin.describe_consumer_groups([group])[group].result(10)
     owning = [m for m in described.members if m.assignment.topic_partitions]
     return str(described.state).endswith("STABLE") and len(owning) == members

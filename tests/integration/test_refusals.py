@@ -36,6 +36,7 @@ from es_sched.serialization import encode_input
 from testkit.cli import es_sched
 from testkit.kafka import read_to_end
 from testkit.runtime import Env, assert_log_invariants, read_events, roles
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 from tests.integration.projection_harness import dropped_schemas, projected
 
@@ -96,7 +97,7 @@ def test_starts_that_cannot_start_are_answered_by_workflow_rejected_not_dead_let
         unknown = upstream_start(env, f"ingest-{uuid.uuid4().hex}", "refuse_nobody_pushed", None)
         invalid = upstream_start(env, f"ingest-{uuid.uuid4().hex}", "refuse_broken", BROKEN)
         # Sentinels after each, on its partition: an undecodable record and a wrong key.
-        p = producer(env.bootstrap)
+        p = producer(kafka_connection(env.bootstrap))
         p.produce(env.topics.commands, key=unknown.workflow_id.encode(), value=b"\xff sentinel")
         wrong_key = c.CancelWorkflow("sentinel-cancel", "some-other-workflow")
         p.produce(

@@ -26,6 +26,7 @@ from testkit.runtime import (
     completed,
     media_inputs,
 )
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -38,7 +39,7 @@ def owners(env: Env) -> dict[str, list[int]]:
     """Decider group members by slot instance -> the ``commands`` partitions they own, when
     the group is stable (else empty)."""
     group = f"{env.prefix}-decider"
-    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    admin = AdminClient(kafka_connection(env.bootstrap).config())
     described = admin.describe_consumer_groups([group])[group].result(10)
     if not str(described.state).endswith("STABLE"):
         return {}

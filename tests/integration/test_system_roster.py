@@ -36,6 +36,7 @@ from testkit import ROOT
 from testkit.api import Api, api
 from testkit.kafka import read_to_end
 from testkit.runtime import Env, Role, final_status, read_events
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -235,7 +236,7 @@ def test_a_worker_of_another_deployment_never_runs_this_deployments_task(system:
             None,
             deployment=deployment,
         )
-        p = producer(env.bootstrap)
+        p = producer(kafka_connection(env.bootstrap))
         p.produce(env.topics.assignments, wire.encode(stray), b"wb")
         assert p.flush(30) == 0
         wait_until(

@@ -44,7 +44,7 @@ from testkit.runtime import (
     read_events,
     roles,
 )
-from testkit.settings import BOOTSTRAP, private_settings
+from testkit.settings import BOOTSTRAP, kafka_connection, private_settings
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def private(**env: str) -> tuple[Settings, Topics]:
     require_kafka()
     settings = private_settings(partitions=2, assignment_partitions=2, **env)
     topics = topics_for(settings)
-    ensure_topics(BOOTSTRAP, topics)
+    ensure_topics(kafka_connection(BOOTSTRAP), topics)
     return settings, topics
 
 
@@ -133,7 +133,7 @@ def has_passed(at: datetime) -> bool:
 def test_timers_fire_once_at_their_time_and_survive_a_restart() -> None:
     settings, topics = private()
     t0 = datetime.now(UTC)
-    p = clients.producer(BOOTSTRAP)
+    p = clients.producer(kafka_connection(BOOTSTRAP))
 
     def write(name: str, kind: str, task_id: str | None, due_s: float) -> tuple[str, datetime]:
         due = t0 + timedelta(seconds=due_s)
@@ -202,7 +202,7 @@ def test_retry_relay_releases_due_retries_once_at_the_capped_rate() -> None:
     try:
         with running(RetryRelay(settings)):
             due = datetime.now(UTC) + timedelta(seconds=1)
-            p = clients.producer(BOOTSTRAP)
+            p = clients.producer(kafka_connection(BOOTSTRAP))
             p.produce(
                 tier, key="wf-0", value=b"\x00garbage", on_delivery=lambda e, m: garbage.append(m)
             )

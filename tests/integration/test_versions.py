@@ -32,6 +32,7 @@ from es_sched.workers import TaskContext, Worker
 from testkit.api import api
 from testkit.net import free_port
 from testkit.runtime import Env, Role, final_status, read_events
+from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -59,7 +60,7 @@ def env_fixture() -> Env:
     e.create()
     e.push(DEFINITION, TASKDEFS)
     partitions = e.settings.dispatch.assignment_partitions
-    ensure_topic(e.bootstrap, assignment_topic(e.prefix, "default"), partitions)
+    ensure_topic(kafka_connection(e.bootstrap), assignment_topic(e.prefix, "default"), partitions)
     return e
 
 
@@ -107,7 +108,10 @@ def run(env: Env, n: int) -> dict[str, str]:
 def rates(env: Env, candidate: tuple[int, int], current: tuple[int, int]) -> None:
     """Publish the two versions' failure rates as the analytics role would (a window that
     ends now): (outcomes, failures) of each."""
-    publish, end = publisher(env.bootstrap, env.topics.stats), datetime.now(UTC).isoformat()
+    publish, end = (
+        publisher(kafka_connection(env.bootstrap), env.topics.stats),
+        datetime.now(UTC).isoformat(),
+    )
     for version, (outcomes, failures) in ((NEW[1], candidate), (OLD[1], current)):
         publish(FailureRate("version", TYPE, version, end, outcomes, failures, failures / outcomes))
 
@@ -117,7 +121,7 @@ def state(env: Env) -> str:
 
 
 def rollout_records(env: Env) -> list[dict[str, Any]]:
-    msgs = read_partition(env.bootstrap, env.topics.config, 0)
+    msgs = read_partition(kafka_connection(env.bootstrap), env.topics.config, 0)
     values = [m.value() for m in msgs if m.key() == KEY.encode()]
     return [json.loads(v) for v in values if v is not None]
 

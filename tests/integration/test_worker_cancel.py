@@ -33,7 +33,7 @@ from es_sched.workers.media import register_media
 from es_sched.workers.media.files import uri_of
 from testkit.procs import children
 from testkit.runtime import Env, Role
-from testkit.settings import BOOTSTRAP, private_vars, settings_with
+from testkit.settings import BOOTSTRAP, kafka_connection, private_vars, settings_with
 from testkit.wait import wait_until
 from tests.integration.test_media_handlers import make_clip
 from tests.integration.worker_harness import Dispatcher, Running, echoes_lease, make_worker
@@ -137,7 +137,7 @@ def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None
 @pytest.fixture
 def settings(unique: str) -> Settings:
     s = settings_with({**private_vars(unique), "ES_SCHED_MEDIA_CALLBACK_SECRET": "test-secret"})
-    ensure_topics(BOOTSTRAP, topics_for(s))
+    ensure_topics(kafka_connection(BOOTSTRAP), topics_for(s))
     return s
 
 

@@ -27,7 +27,7 @@ from es_sched.serialization import wire
 from es_sched.settings import Settings
 from es_sched.workers import TaskContext, discover
 from es_sched.workers.sdk import HANDED_BACK
-from testkit.settings import BOOTSTRAP, vars_of
+from testkit.settings import BOOTSTRAP, kafka_connection, vars_of
 from testkit.wait import wait_until
 from tests.integration.worker_harness import (
     Dispatcher,
@@ -98,11 +98,11 @@ def test_a_restarted_worker_resumes_after_its_committed_position(
 
 def test_murmur2_matches_where_the_producer_puts_keys(unique: str) -> None:
     topic, partitions = f"{unique}.murmur2", 7
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = AdminClient(kafka_connection(BOOTSTRAP).config())
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])[
         topic
     ].result(30)
-    p = producer(BOOTSTRAP)
+    p = producer(kafka_connection(BOOTSTRAP))
     keys = [f"worker-{i}-{uuid.uuid4().hex[:6]}".encode() for i in range(60)] + [b"21", b"x"]
     landed: dict[bytes, int] = {}
 

@@ -24,7 +24,7 @@ from es_sched.settings import Settings
 from es_sched.workers import TaskContext
 from testkit.kafka import read_to_end
 from testkit.runtime import Env, Role, assert_log_invariants, read_events
-from testkit.settings import BOOTSTRAP, private_settings
+from testkit.settings import BOOTSTRAP, kafka_connection, private_settings
 from testkit.wait import wait_until
 from tests.integration.test_limits import completed, running
 from tests.integration.worker_harness import Dispatcher, Running, echoes_lease, make_worker
@@ -36,7 +36,7 @@ JSON = dict[str, Any]
 @pytest.fixture
 def settings(unique: str) -> Settings:
     s = private_settings(unique, 2, 2)
-    ensure_topics(BOOTSTRAP, topics_for(s))
+    ensure_topics(kafka_connection(BOOTSTRAP), topics_for(s))
     return s
 
 

@@ -15,7 +15,7 @@ from es_sched.serialization import decode_input, encode_input, wire
 from es_sched.settings import Settings
 from es_sched.workers import Capacity, Worker
 from testkit.kafka import Reader
-from testkit.settings import BOOTSTRAP, private_settings
+from testkit.settings import BOOTSTRAP, kafka_connection, private_settings
 from testkit.wait import wait_until
 
 JSON = dict[str, Any]
@@ -28,7 +28,7 @@ class Dispatcher:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topics = topics_for(settings)
-        self.producer = producer(BOOTSTRAP)
+        self.producer = producer(kafka_connection(BOOTSTRAP))
         self.results = Reader(self.topics.task_results)
         self.status = Reader(self.topics.worker_status)
 
@@ -123,7 +123,7 @@ class Running:
 def worker_settings(unique: str, partitions: int = 4) -> Settings:
     """Private topics for one worker test (``unique``: the test's prefix)."""
     s = private_settings(unique, partitions, partitions)
-    ensure_topics(BOOTSTRAP, topics_for(s))
+    ensure_topics(kafka_connection(BOOTSTRAP), topics_for(s))
     return s
 
 

@@ -28,6 +28,7 @@ from es_sched.domain.refusals import is_refusal
 from es_sched.domain.state import WorkflowState
 from es_sched.errors import DomainError
 from es_sched.kafka.clients import consumer
+from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import topics_for
 from es_sched.projections.postgres import queries
 from es_sched.projections.replay import Replayed, verify_store
@@ -97,7 +98,7 @@ def logged_events(svc: Services, workflow_id: str, where: list[tuple[int, int]])
     partition = where[0][0]
     first, last = min(o for _, o in where), max(o for _, o in where)
     topic = topics_for(svc.settings).events
-    reader = consumer(svc.settings.kafka.bootstrap_servers, None)
+    reader = consumer(connection(svc.settings.kafka), None)
     key, out = workflow_id.encode(), []
     deadline = time.monotonic() + READ_S
     try:

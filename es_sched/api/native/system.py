@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends
 from es_sched.api.auth import Principal, require
 from es_sched.api.native.models import RoleProcess, System
 from es_sched.api.services import Services, services
+from es_sched.kafka.connection import connection
 from es_sched.kafka.roster import RosterReader, system_topic
 from es_sched.kafka.topics import topics_for
 from es_sched.roster import Presence, health
@@ -65,7 +66,7 @@ class SystemBoard:
 def system_board(svc: Services) -> SystemBoard:
     def make() -> SystemBoard:
         topic = system_topic(svc.settings)
-        return SystemBoard(RosterReader(svc.settings.kafka.bootstrap_servers, topic))
+        return SystemBoard(RosterReader(connection(svc.settings.kafka), topic))
 
     return svc.system_board.get(make)
 

@@ -23,6 +23,7 @@ from es_sched import bootstrap
 from es_sched.cli.demo import pipeline as demo
 from es_sched.domain import events as e
 from es_sched.kafka.clients import consumer, watermarks
+from es_sched.kafka.connection import connection
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import existing_partitions, topics_for
 from es_sched.serialization import decode_logged_event
@@ -120,7 +121,7 @@ def demo_command(videos: int, keep: bool, timeout_s: float) -> None:
     if not all(s.healthy for s in statuses):
         raise click.ClickException("the stack is not healthy: `es-sched stack status`")
     kept = kept_partitions(
-        settings, existing_partitions(settings.kafka.bootstrap_servers, topics_for(settings).events)
+        settings, existing_partitions(connection(settings.kafka), topics_for(settings).events)
     )
     if kept is not None:
         env["ES_SCHED_KAFKA_PARTITIONS"] = os.environ["ES_SCHED_KAFKA_PARTITIONS"] = str(kept)
@@ -202,12 +203,10 @@ def _drive(
     timeout_s: float,
 ) -> dict[str, Any]:
     topics = topics_for(settings)
-    tail = Tail(settings.kafka.bootstrap_servers, topics.events, OFFSET_END)
+    tail = Tail(connection(settings.kafka), topics.events, OFFSET_END)
     # Pin the start to each partition's log end now (OFFSET_END resolves lazily, at the first
     # fetch, and could skip the first events of the workflows submitted next).
-    probe = consumer(
-        settings.kafka.bootstrap_servers, None, **{"isolation.level": "read_uncommitted"}
-    )
+    probe = consumer(connection(settings.kafka), None, **{"isolation.level": "read_uncommitted"})
     ends = [
         TopicPartition(topics.events, p, watermarks(probe, TopicPartition(topics.events, p))[1])
         for p in tail.partitions

@@ -60,7 +60,7 @@ def engine_for(
     is returned, so a pool too small makes most requests pay a PostgreSQL connect."""
     schema = schema or settings.postgres.schema_name
     return create_engine(
-        settings.postgres.url,
+        settings.postgres.engine_url,
         pool_pre_ping=True,
         pool_recycle=1800,  # a connection older than this is replaced, not reused for ever
         pool_size=pool_size,

@@ -153,10 +153,10 @@ class OpenSearchClient(_Adapter):
 
     _driver_errors = (opensearchpy.exceptions.OpenSearchException,)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, **access: Any) -> None:
         self.url = url
         self._os = opensearchpy.OpenSearch(
-            hosts=[url], timeout=TIMEOUT_S, serializer=_OrjsonSerializer()
+            hosts=[url], timeout=TIMEOUT_S, serializer=_OrjsonSerializer(), **access
         )
 
     def _status_and_kind(self, exc: Exception) -> tuple[int | None, str]:
@@ -215,9 +215,9 @@ class ElasticsearchClient(_Adapter):
 
     _driver_errors = (elasticsearch.ApiError, elastic_transport.TransportError)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, **access: Any) -> None:
         self.url = url
-        self._es = elasticsearch.Elasticsearch(url, request_timeout=TIMEOUT_S)
+        self._es = elasticsearch.Elasticsearch(url, request_timeout=TIMEOUT_S, **access)
 
     def _status_and_kind(self, exc: Exception) -> tuple[int | None, str]:
         if isinstance(exc, elasticsearch.ApiError):
@@ -268,5 +268,26 @@ class ElasticsearchClient(_Adapter):
 def client_for(settings: SearchSettings) -> SearchClient:
     """The adapter for ``settings.flavor`` (nothing connects until the first request)."""
     if settings.flavor == "opensearch":
-        return OpenSearchClient(settings.url)
-    return ElasticsearchClient(settings.url)
+        return OpenSearchClient(settings.url, **access(settings))
+    return ElasticsearchClient(settings.url, **access(settings))
+
+
+def access(settings: SearchSettings) -> dict[str, Any]:
+    """The credentials and CA of ``settings`` as the flavour's client takes them (ADR 72).
+    opensearch-py has no api_key argument: an OpenSearch behind a proxy or a plugin that takes
+    Elasticsearch-style keys gets the same ``Authorization: ApiKey`` header by hand."""
+    out: dict[str, Any] = {}
+    key, password = settings.api_key.get_secret_value(), settings.password.get_secret_value()
+    os_flavor = settings.flavor == "opensearch"
+    if settings.username:
+        out["http_auth" if os_flavor else "basic_auth"] = (settings.username, password)
+    elif key:
+        if os_flavor:
+            out["headers"] = {"Authorization": f"ApiKey {key}"}
+        else:
+            out["api_key"] = key
+    if settings.ca_certs is not None:
+        out["ca_certs"] = str(settings.ca_certs)
+        if os_flavor:
+            out["verify_certs"] = True
+    return out

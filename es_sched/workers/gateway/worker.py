@@ -36,6 +36,7 @@ from typing import IO
 from confluent_kafka import Message
 
 from es_sched.errors import SchemaError
+from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.roster import same_deployment
 from es_sched.serialization import wire
@@ -104,7 +105,7 @@ class Gateway:
         # (bench/api_workers.py); concurrent updates still share a request while one is in
         # flight.
         self.reporter = reports.Reporter(
-            settings.kafka.bootstrap_servers, topics_for(settings), **{"linger.ms": 0}
+            connection(settings.kafka), topics_for(settings), **{"linger.ms": 0}
         )
         self.ready = threading.Event()
         self._lock = threading.Lock()
@@ -231,7 +232,7 @@ class Gateway:
         kafka = self.settings.kafka
         prefix = kafka.topic_prefix
         reader = runner.AssignmentReader(
-            kafka.bootstrap_servers,
+            connection(kafka),
             assignment_topic(prefix, self.pool),
             self.worker_id,
             f"{prefix}-worker-{self.worker_id}",

@@ -14,6 +14,7 @@ from es_sched.dispatch.readers.config import ConfigReader
 from es_sched.dispatch.readers.worker_status import StatusReader
 from es_sched.errors import InfrastructureError
 from es_sched.kafka import partition_ends
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.tail import Tail
 from testkit.settings import private_vars, settings_with
 from tests.unit.dispatch.fakes import T0, FakeOutput
@@ -68,7 +69,12 @@ def test_a_tail_translates_a_driver_timeout_into_infrastructure_trouble(
 ) -> None:
     monkeypatch.setattr(partition_ends, "consumer", lambda *_a, **_k: TimingOut())
     tail = Tail.__new__(Tail)
-    tail.topic, tail.partitions, tail._bootstrap, tail._ends = "t.config", [0], "unused", None
+    tail.topic, tail.partitions, tail._bootstrap, tail._ends = (
+        "t.config",
+        [0],
+        KafkaConnection.plaintext("unused"),
+        None,
+    )
     tail.consumer = TimingOut()  # type: ignore[assignment]
     with pytest.raises(InfrastructureError, match=r"catching up with t\.config"):
         tail.catch_up()

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from es_sched.kafka import partition_ends
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.partition_ends import RENEW_S, Ends
 from es_sched.kafka.tail import Tail
 
@@ -78,7 +79,7 @@ def test_a_failed_question_replaces_the_client_at_most_every_renew_s(
     first, second, third = clients(monkeypatch, Asking(fail=True), Asking(fail=True), Asking(7))
     now = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    ends, tp = Ends("bootstrap"), TopicPartition("t", 0)
+    ends, tp = Ends(KafkaConnection.plaintext("bootstrap")), TopicPartition("t", 0)
     with pytest.raises(KafkaException):
         ends.high(tp, 0.1)
     assert first.closed and second.asked == 0  # replaced, not asked yet
@@ -95,7 +96,12 @@ def test_a_failed_question_replaces_the_client_at_most_every_renew_s(
 def test_a_tail_reads_to_the_ends_its_own_client_gave(monkeypatch: pytest.MonkeyPatch) -> None:
     [asking] = clients(monkeypatch, Asking(high=3))
     tail = Tail.__new__(Tail)
-    tail.topic, tail.partitions, tail._bootstrap, tail._ends = "t.status", [0], "unused", None
+    tail.topic, tail.partitions, tail._bootstrap, tail._ends = (
+        "t.status",
+        [0],
+        KafkaConnection.plaintext("unused"),
+        None,
+    )
     tail.consumer = Reading([0, 1, 2])  # type: ignore[assignment]
     assert [m.offset() for m in tail.catch_up(1.0)] == [0, 1, 2]
     assert asking.asked == 1

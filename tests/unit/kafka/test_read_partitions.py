@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from es_sched.errors import InfrastructureError
 from es_sched.kafka import clients
+from es_sched.kafka.connection import KafkaConnection
 
 
 class Unreachable:
@@ -34,7 +35,11 @@ def test_the_ends_query_failing_is_an_infrastructure_error_and_closes_the_probe(
 
     monkeypatch.setattr(clients, "consumer", consumer)
     with pytest.raises(InfrastructureError, match=r"reading the ends of t.leases: .*Unknown"):
-        list(clients.read_partitions("b:1", "t.leases", [0, 1], timeout_s=0.3))
+        list(
+            clients.read_partitions(
+                KafkaConnection.plaintext("b:1"), "t.leases", [0, 1], timeout_s=0.3
+            )
+        )
     assert probe.closed
 
 
@@ -56,6 +61,13 @@ def test_a_client_stuck_on_unknown_partition_is_replaced_by_a_new_one(
 
     monkeypatch.setattr(clients, "PROBE_ATTEMPT_S", 0.1)
     monkeypatch.setattr(clients, "consumer", consumer)
-    assert list(clients.read_partitions("b:1", "t.changelog", [0, 1], timeout_s=30)) == []
+    assert (
+        list(
+            clients.read_partitions(
+                KafkaConnection.plaintext("b:1"), "t.changelog", [0, 1], timeout_s=30
+            )
+        )
+        == []
+    )
     assert [type(c).__name__ for c in made] == ["Unreachable", "Unreachable", "Answers"]
     assert all(c.closed for c in made)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.registry import DefinitionRegistry
 from tests.unit.domain.test_pins import TD_INLINE, TD_OUTER, TD_UNUSED, WITH_INLINE
 
@@ -16,7 +17,7 @@ from tests.unit.domain.test_pins import TD_INLINE, TD_OUTER, TD_UNUSED, WITH_INL
 @pytest.fixture
 def registry() -> Iterator[DefinitionRegistry]:
     # Never read: nothing listens there (its client only logs a refused connection).
-    reg = DefinitionRegistry("127.0.0.1:1", "unused-definitions")
+    reg = DefinitionRegistry(KafkaConnection.plaintext("127.0.0.1:1"), "unused-definitions")
     yield reg
     reg.close()
 

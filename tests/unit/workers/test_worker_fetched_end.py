@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
 from es_sched.kafka import partition_ends
+from es_sched.kafka.connection import KafkaConnection
 from es_sched.workers import runner
 from es_sched.workers.runner import FETCHED_END_FRESH_S, AssignmentReader
 
@@ -75,7 +76,7 @@ def reader(
     ends = Client([], cached_end, end=4)
     monkeypatch.setattr(runner, "consumer", lambda *_a, **_k: reading)
     monkeypatch.setattr(partition_ends, "consumer", lambda *_a, **_k: ends)
-    r = AssignmentReader("bootstrap", "assignments", "w1", "group")
+    r = AssignmentReader(KafkaConnection.plaintext("bootstrap"), "assignments", "w1", "group")
     r.partition = 0
     assert r.poll(0.05) is not None  # the head, offset 0
     return r, reading, ends
