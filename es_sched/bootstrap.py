@@ -21,7 +21,7 @@ from es_sched.domain.scripts import ScriptEngine
 from es_sched.errors import ConfigError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.metrics import Registry
-from es_sched.settings import Settings
+from es_sched.settings import ScriptSettings, Settings, load_script_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -54,11 +54,13 @@ class Role(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
 
-def script_engine() -> ScriptEngine:
-    """QuickJS for INLINE tasks and javascript SWITCH evaluators (time and memory limits)."""
-    from es_sched.scripting.quickjs import QuickJsEngine  # noqa: PLC0415
+def script_engine(settings: ScriptSettings | None = None) -> ScriptEngine:
+    """QuickJS for INLINE tasks and javascript SWITCH evaluators, in a killable child process
+    with time and memory limits (ADR 76); the environment's settings when none are given."""
+    from es_sched.scripting.sandbox import ProcessSandbox  # noqa: PLC0415
 
-    return QuickJsEngine()
+    s = settings or load_script_settings()
+    return ProcessSandbox(s.time_limit_ms, s.memory_limit_bytes, s.max_result_bytes, s.grace_s)
 
 
 def kafka_clients(settings: Settings) -> KafkaClients:
@@ -109,7 +111,7 @@ def _decider(settings: Settings, registry: Registry, clients: KafkaClients) -> R
 
     return Decider(
         settings,
-        script_engine(),
+        script_engine(settings.script),
         registry=registry,
         clients=clients,
         stats=lambda: stats_view(settings),  # learned run times: dynamic timeouts (ADR 65)
@@ -165,7 +167,7 @@ def api_services(settings: Settings) -> ApiServices:
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
         auth=Authenticator(settings.api, keys),
-        scripts=Lazy(script_engine),
+        scripts=Lazy(lambda: script_engine(settings.script)),
     )
 
 

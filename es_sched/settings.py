@@ -487,6 +487,41 @@ class AnalyticsSettings(BaseSettings):
     keep_windows: int = Field(default=2, ge=1, le=100)
 
 
+class ScriptSettings(BaseSettings):
+    """``ES_SCHED_SCRIPT_*``: JavaScript of INLINE tasks and javascript SWITCH/DO_WHILE
+    conditions, run in a killable QuickJS child process (``scripting.sandbox``, ADR 76). A
+    script past a limit fails its task (or its workflow's SWITCH) with the breach as reason."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_SCRIPT_", frozen=True)
+
+    time_limit_ms: int = Field(
+        default=100,
+        ge=1,
+        le=60_000,
+        description="CPU time one evaluation may use (QuickJS's interrupt, in the child).",
+    )
+    memory_limit_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=1024 * 1024 * 1024,
+        description="JavaScript heap of one evaluation, bindings included.",
+    )
+    max_result_bytes: int = Field(
+        default=256 * 1024,
+        ge=1,
+        le=16 * 1024 * 1024,
+        description="Largest result, as UTF-8 JSON (it is stored in the task's output).",
+    )
+    grace_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="Wall time past the time limit before the child is killed: the interrupt "
+        "misses some runaways (a backtracking regular expression), and a busy host delays "
+        "an honest one.",
+    )
+
+
 class SlaSettings(BaseSettings):
     """``ES_SCHED_SLA_*``: SLA tiers and deadlines (ADR 67, rules in ``domain.sla``)."""
 
@@ -635,6 +670,7 @@ class Settings:
     system: SystemSettings = field(default_factory=SystemSettings)
     analytics: AnalyticsSettings = field(default_factory=AnalyticsSettings)
     sla: SlaSettings = field(default_factory=SlaSettings)
+    script: ScriptSettings = field(default_factory=ScriptSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -652,6 +688,11 @@ def _load(cls: type[_S]) -> _S:
         raise ConfigError(f"invalid setting {problems}") from None
 
 
+def load_script_settings() -> ScriptSettings:
+    """The script limits alone (a script engine built outside a full ``load_settings``)."""
+    return _load(ScriptSettings)
+
+
 def load_settings() -> Settings:
     """Read and validate every setting; raise ``ConfigError`` naming the bad variable."""
     return Settings(
@@ -667,4 +708,5 @@ def load_settings() -> Settings:
         system=_load(SystemSettings),
         analytics=_load(AnalyticsSettings),
         sla=_load(SlaSettings),
+        script=_load(ScriptSettings),
     )
