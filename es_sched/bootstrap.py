@@ -159,14 +159,19 @@ def api_services(settings: Settings) -> ApiServices:
     """What the HTTP API's routes use (ADR 23); each client is built on first use."""
     from es_sched.api.auth import Authenticator  # noqa: PLC0415
     from es_sched.api.services import Lazy, Services  # noqa: PLC0415
+    from es_sched.api.throttle import LoginThrottle, PgFailures  # noqa: PLC0415
 
-    keys: Lazy[Keys] = Lazy(lambda: key_store(settings))
+    pg_keys = Lazy(lambda: key_store(settings))
+    keys: Lazy[Keys] = Lazy(pg_keys.get)
+    # counted in PostgreSQL beside the keys, so every API process counts the same failures
+    failures = Lazy(lambda: PgFailures(pg_keys.get()))
+    throttle = LoginThrottle(settings.api, failures.get)
     return Services(
         settings=settings,
         pg=Lazy(lambda: api_pg_store(settings)),
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
-        auth=Authenticator(settings.api, keys),
+        auth=Authenticator(settings.api, keys, throttle=throttle),
         scripts=Lazy(lambda: script_engine(settings.script)),
     )
 

@@ -411,6 +411,13 @@ class ApiSettings(BaseSettings):
     console_count_max: int = Field(default=1_000, ge=1, le=100_000_000)
     # ``es-sched api`` processes (uvicorn workers) sharing the port; one per core.
     workers: int = Field(default=1, ge=1, le=64)
+    # Log-in throttling (``api.throttle``): failed ``POST /api/token`` and console log-ins
+    # counted, in PostgreSQL for every API process, per key id at one address and per
+    # address, in a window from the first failure; past either limit an attempt is answered
+    # 429 with Retry-After until that window ends. A success clears its key-at-address count.
+    login_key_failures: int = Field(default=5, ge=1, le=10_000)
+    login_address_failures: int = Field(default=20, ge=1, le=100_000)
+    login_window_s: float = Field(default=300.0, gt=0, le=86_400)
 
     @field_validator("jwt_secret")
     @classmethod
