@@ -15,7 +15,8 @@ Protocol: one line of JSON ``[expression, bindings]`` in, one line ``{"ok", "val
 decider evaluates on one thread per partition set, and an evaluation costs a pipe round trip.
 
 The child also drops what it never needs before reading its first script, so a flaw in QuickJS
-that let a script reach native code would still find no way out: no new files or sockets
+that let a script reach native code would still find no way out: an environment of only what
+locates Python and es_sched (no credentials), no new files or sockets
 (``RLIMIT_NOFILE`` at the descriptors it holds), no file writes (``RLIMIT_FSIZE`` 0), no
 processes (``RLIMIT_NPROC`` 0), no core dumps.
 """
@@ -41,6 +42,11 @@ _READ_CHUNK: Final = 1 << 16
 _ENDED: Final = b"\x00ended"  # not a line the child writes (its lines are JSON)
 _SILENT: Final = b"\x00silent"
 _READY: Final = b"ready"
+# All the child's environment: where Python finds es_sched and which core it loads. Nothing
+# else (credentials in ES_SCHED_* or PG* variables) is in its memory for a script to find.
+_CHILD_ENV: Final = frozenset(
+    {"PATH", "PYTHONPATH", "PYTHONHASHSEED", "LANG", "LC_ALL", "LC_CTYPE", "ES_SCHED_CORE"}
+)
 _START_S: Final = 30.0
 
 
@@ -108,7 +114,11 @@ class ProcessSandbox:
 
     def _start(self) -> subprocess.Popen[bytes]:
         child = subprocess.Popen(
-            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
+            self._argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            env={k: v for k, v in os.environ.items() if k in _CHILD_ENV},
         )
         self._pending = b""
         # Starting Python is not the script's time: wait for the child's word before any.

@@ -197,6 +197,27 @@ def test_the_child_holds_no_way_to_files_or_processes(sandbox: ProcessSandbox) -
     assert int(rows["Max open files"][0]) <= open_now + 1
 
 
+def test_the_childs_environment_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ES_SCHED_PG_URL", "postgresql://u:hunter2@db/es")
+    monkeypatch.setenv("PGPASSWORD", "hunter2")
+    sandbox = ProcessSandbox()
+    still_answers(sandbox)
+    assert sandbox._child is not None
+    environ = Path(f"/proc/{sandbox._child.pid}/environ").read_bytes()
+    sandbox.close()
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ.split(b"\0") if entry}
+    assert b"hunter2" not in environ
+    assert names <= {
+        "PATH",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "ES_SCHED_CORE",
+    }
+
+
 def test_a_thrown_message_cannot_pass_for_a_breach(sandbox: ProcessSandbox) -> None:
     fake = breach(TIME, "1", {})
     result = sandbox.evaluate(f"throw new Error({fake!r})", {})
