@@ -30,11 +30,12 @@ import select
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 
 from es_sched.domain.scripts import ScriptResult, breach, fingerprint
-from es_sched.errors import InfrastructureError
+from es_sched.errors import ScriptSandboxUnavailable
 from es_sched.scripting.quickjs import QuickJsEngine, positive
 
 log = logging.getLogger(__name__)
@@ -48,10 +49,6 @@ _CHILD_ENV: Final = frozenset(
     {"PATH", "PYTHONPATH", "PYTHONHASHSEED", "LANG", "LC_ALL", "LC_CTYPE", "ES_SCHED_CORE"}
 )
 _START_S: Final = 30.0
-
-
-class ScriptSandboxUnavailable(InfrastructureError):
-    """The sandbox process could not be started: the host's fault, never a script's."""
 
 
 class ProcessSandbox:
@@ -130,6 +127,7 @@ class ProcessSandbox:
                 f"(exit status {child.returncode})"
             )
         self._child = child
+        weakref.finalize(self, self._stop, child)  # an engine dropped unclosed ends its child
         return child
 
     def _read_line(self, child: subprocess.Popen[bytes], deadline_s: float) -> bytes:

@@ -5,6 +5,7 @@ package's own module); no service is involved."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from es_sched.domain.scripts import ScriptResult, breach, recorded_breach
+from es_sched.errors import ScriptSandboxUnavailable
 from es_sched.scripting.sandbox import ProcessSandbox
 from testkit.wait import wait_until
 
@@ -230,3 +232,10 @@ def test_bindings_that_are_not_json_are_the_callers_error(sandbox: ProcessSandbo
     with pytest.raises(TypeError):
         sandbox.evaluate("$", {"x": object()})
     still_answers(sandbox)
+
+
+def test_a_child_that_cannot_start_is_the_hosts_fault() -> None:
+    sandbox = ProcessSandbox()
+    sandbox._argv = [sys.executable, "-c", "raise SystemExit(3)"]  # stands for a fork that fails
+    with pytest.raises(ScriptSandboxUnavailable, match="exit status 3"):
+        sandbox.evaluate("1", {})
