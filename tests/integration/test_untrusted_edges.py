@@ -27,6 +27,8 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -151,12 +153,12 @@ def system() -> Iterator[System]:
             "ES_SCHED_API_LOGIN_WINDOW_S": "600",
         }
         worker = register_media(make_worker(env.settings), env.settings)
-        with (
-            roles(env, "decider", "dispatcher") as (decider, _),
-            api(env, **limits) as server,
-            Running(worker),
-        ):
-            yield System(env, decider, server, worker.worker_id)
+        with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
+            # the API's processes start while the roles do (each waits for its own)
+            server = pool.submit(stack.enter_context, api(env, **limits))
+            decider, _ = stack.enter_context(roles(env, "decider", "dispatcher"))
+            stack.enter_context(Running(worker))
+            yield System(env, decider, server.result(), worker.worker_id)
 
 
 def ended(env: Env, ids: list[str]) -> dict[str, list[Event]]:
