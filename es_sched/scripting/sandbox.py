@@ -23,6 +23,7 @@ processes (``RLIMIT_NPROC`` 0), no core dumps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -90,13 +91,12 @@ class ProcessSandbox:
         line = json.dumps([expression, dict(bindings)], allow_nan=False).encode() + b"\n"
         with self._lock:
             child = self._child if self._child and self._child.poll() is None else self._start()
-            assert child.stdin is not None
-            try:
-                child.stdin.write(line)
-                child.stdin.flush()
-                answer = self._read_line(child, self._deadline_s)
-            except BrokenPipeError:
-                answer = _ENDED
+            if not self._send(child, line):  # it ended before this script reached it
+                self._stop(child)
+                child = self._start()
+                if not self._send(child, line):
+                    raise ScriptSandboxUnavailable("a fresh script sandbox process ended at once")
+            answer = self._read_line(child, self._deadline_s)
             if answer in (_ENDED, _SILENT):
                 reason = self._lost(child, answer is _SILENT, expression, bindings)
                 return ScriptResult(ok=False, error=reason)
@@ -129,6 +129,16 @@ class ProcessSandbox:
         self._child = child
         weakref.finalize(self, self._stop, child)  # an engine dropped unclosed ends its child
         return child
+
+    @staticmethod
+    def _send(child: subprocess.Popen[bytes], line: bytes) -> bool:
+        assert child.stdin is not None
+        try:
+            child.stdin.write(line)
+            child.stdin.flush()
+        except BrokenPipeError:
+            return False
+        return True
 
     def _read_line(self, child: subprocess.Popen[bytes], deadline_s: float) -> bytes:
         """The child's next line, ``_ENDED`` (its end of the pipe closed) or ``_SILENT`` (no
@@ -173,7 +183,8 @@ class ProcessSandbox:
         child.wait()
         for stream in (child.stdin, child.stdout):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # a line it never read: gone with it
+                    stream.close()
 
 
 def _drop_privileges() -> None:

@@ -239,3 +239,16 @@ def test_a_child_that_cannot_start_is_the_hosts_fault() -> None:
     sandbox._argv = [sys.executable, "-c", "raise SystemExit(3)"]  # stands for a fork that fails
     with pytest.raises(ScriptSandboxUnavailable, match="exit status 3"):
         sandbox.evaluate("1", {})
+
+
+def test_a_child_that_died_idle_costs_no_script_anything(
+    sandbox: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    still_answers(sandbox)
+    child = sandbox._child
+    assert child is not None
+    child.kill()  # between two scripts,
+    child.wait()
+    monkeypatch.setattr(child, "poll", lambda: None)  # and not seen yet when the next is sent
+    assert sandbox.evaluate("$.n * 2", {"n": 21}) == ScriptResult(ok=True, value=42)
+    assert sandbox._child is not child
