@@ -2,8 +2,9 @@
 (``scripting.sandbox.ProcessSandbox``) against one in the calling process
 (``scripting.quickjs.QuickJsEngine``), and how long a runaway holds the caller.
 
-Per engine and round, ``--evaluations`` distinct small scripts (``$.a + i``: distinct, so the
-engine's memo answers none), interleaved by round; ``--runs`` rounds (default 3), medians
+Per engine and round, ``--evaluations`` distinct small scripts (``$.a + i``: distinct, so no
+memo answers them), then as many repeats of one (``*_repeat_us``: the memo's answers),
+interleaved by round; ``--runs`` rounds (default 3), medians
 reported. Then, once each: an infinite loop (QuickJS's interrupt stops it in the child) and a
 backtracking regular expression (the sandbox's wall-time deadline kills the child), as the
 wall time the caller waited. No services needed.
@@ -16,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from es_sched.domain.scripts import ScriptEngine
@@ -27,10 +31,12 @@ from es_sched.scripting.sandbox import ProcessSandbox
 OUT = Path(__file__).parent / "results" / "current" / "script_sandbox.json"
 
 
-def per_evaluation_us(engine: ScriptEngine, evaluations: int, round_: int) -> float:
+def per_evaluation_us(
+    engine: ScriptEngine, evaluations: int, round_: int, repeat: bool = False
+) -> float:
     started = time.perf_counter()
     for i in range(evaluations):
-        result = engine.evaluate(f"$.a + {i}", {"a": round_})
+        result = engine.evaluate(f"$.a + {0 if repeat else i}", {"a": round_})
         assert result.ok, result
     return (time.perf_counter() - started) / evaluations * 1e6
 
@@ -46,16 +52,26 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--evaluations", type=int, default=2000)
     args = parser.parse_args()
+    started = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     inline, sandbox = QuickJsEngine(), ProcessSandbox()
     sandbox.evaluate("1", {})  # the child's start is not an evaluation's cost
-    rounds: dict[str, list[float]] = {"in_process_us": [], "sandbox_us": []}
+    rounds: dict[str, list[float]] = {
+        "in_process_us": [],
+        "sandbox_us": [],
+        "in_process_repeat_us": [],
+        "sandbox_repeat_us": [],
+    }
     for r in range(args.runs):
         rounds["in_process_us"].append(per_evaluation_us(inline, args.evaluations, r))
         rounds["sandbox_us"].append(per_evaluation_us(sandbox, args.evaluations, r))
+        for name, engine in (("in_process_repeat_us", inline), ("sandbox_repeat_us", sandbox)):
+            rounds[name].append(per_evaluation_us(engine, args.evaluations, r, repeat=True))
     loop_s, loop_reason = waited_s(sandbox, "while (true) {}")
     redos_s, redos_reason = waited_s(sandbox, "/(a+)+$/.test('a'.repeat(40) + 'b')")
     sandbox.close()
     result = {
+        "started": started,
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
         "evaluations_per_round": args.evaluations,
         "runs": args.runs,
         "median_us": {name: round(statistics.median(v), 1) for name, v in rounds.items()},

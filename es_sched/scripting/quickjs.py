@@ -99,6 +99,27 @@ _INTERRUPTED: Final = "InternalError: interrupted"
 _OUT_OF_MEMORY: Final = "InternalError: out of memory"
 
 
+class Memo:
+    """The answers of small successful evaluations by payload (the module's "Memo"); plain
+    dict operations, safe across threads (GIL)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, payload: str) -> str | None:
+        return self._kept.get(payload)
+
+    def keep(self, payload: str, answer: str) -> None:
+        """Keep a successful evaluation's answer, if both are small; empty when full."""
+        if len(payload) <= MEMO_PAYLOAD_CHARS and len(answer) <= MEMO_PAYLOAD_CHARS:
+            if len(self._kept) >= MEMO_ENTRIES:
+                self._kept.clear()
+            self._kept[payload] = answer
+
+
 def positive(**limits: float) -> None:
     """Refuse a limit that is not above zero, naming it."""
     for name, limit in limits.items():
@@ -123,8 +144,7 @@ class QuickJsEngine:
         self._time_limit_ms = time_limit_ms
         self._memory_limit_bytes = memory_limit_bytes
         self._max_result_bytes = max_result_bytes
-        # payload -> the runner's answer; plain dict operations, safe across threads (GIL)
-        self._memo: dict[str, str] = {}
+        self._memo = Memo()  # payload -> the runner's answer
 
     def evaluate(self, expression: str, bindings: Mapping[str, Any]) -> ScriptResult:
         """Evaluate ``expression`` with ``$`` bound to ``bindings``; see the module docstring."""
@@ -147,10 +167,8 @@ class QuickJsEngine:
         if not isinstance(outcome, str):
             raise RuntimeError(f"the QuickJS runner returned {type(outcome).__name__}, not str")
         result = self._decode(outcome)
-        if result.ok and len(payload) <= MEMO_PAYLOAD_CHARS and len(outcome) <= MEMO_PAYLOAD_CHARS:
-            if len(self._memo) >= MEMO_ENTRIES:
-                self._memo.clear()
-            self._memo[payload] = outcome
+        if result.ok:
+            self._memo.keep(payload, outcome)
         return result
 
     def _decode(self, outcome: str) -> ScriptResult:

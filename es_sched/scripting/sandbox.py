@@ -11,8 +11,9 @@ child that has not answered by then is killed and replaced, and the evaluation f
 time limit's breach reason (``domain.scripts.breach``: replay answers it from the record).
 
 Protocol: one line of JSON ``[expression, bindings]`` in, one line ``{"ok", "value",
-"error"}`` out, in order. One child per engine, one evaluation at a time (a lock): the
-decider evaluates on one thread per partition set, and an evaluation costs a pipe round trip.
+"error"}`` out, in order. Successful small evaluations are also kept here (``quickjs.Memo``,
+the same rule as the engine's), so a repeated one is answered without crossing the pipe. One
+child per engine, one evaluation at a time (a lock): a decider decides on one thread.
 
 The child also drops what it never needs before reading its first script, so a flaw in QuickJS
 that let a script reach native code would still find no way out: an environment of only what
@@ -37,7 +38,7 @@ from typing import Any, Final
 
 from es_sched.domain.scripts import ScriptResult, breach, fingerprint
 from es_sched.errors import ScriptSandboxUnavailable
-from es_sched.scripting.quickjs import QuickJsEngine, positive
+from es_sched.scripting.quickjs import Memo, QuickJsEngine, positive
 
 log = logging.getLogger(__name__)
 _READ_CHUNK: Final = 1 << 16
@@ -82,13 +83,18 @@ class ProcessSandbox:
         self._child: subprocess.Popen[bytes] | None = None
         self._pending = b""
         self._lock = threading.Lock()
+        self._memo = Memo()  # the child's memo too, but a repeat here costs no round trip
         self.kills = 0  # children killed at the wall-time deadline (tests and metrics read it)
 
     def evaluate(self, expression: str, bindings: Mapping[str, Any]) -> ScriptResult:
         if not isinstance(expression, str):
             raise TypeError(f"expression must be a str, got {type(expression).__name__}")
         # ASCII-only JSON, one line: the caller's error (bindings that are not JSON) raises here.
-        line = json.dumps([expression, dict(bindings)], allow_nan=False).encode() + b"\n"
+        payload = json.dumps([expression, dict(bindings)], allow_nan=False)
+        known = self._memo.get(payload)
+        if known is not None:  # a repeat never crosses the pipe; decoded afresh
+            return _result(known)
+        line = payload.encode() + b"\n"
         with self._lock:
             child = self._child if self._child and self._child.poll() is None else self._start()
             if not self._send(child, line):  # it ended before this script reached it
@@ -100,8 +106,10 @@ class ProcessSandbox:
             if answer in (_ENDED, _SILENT):
                 reason = self._lost(child, answer is _SILENT, expression, bindings)
                 return ScriptResult(ok=False, error=reason)
-        found = json.loads(answer)
-        return ScriptResult(ok=bool(found["ok"]), value=found["value"], error=found["error"])
+        result = _result(text := answer.decode())
+        if result.ok:
+            self._memo.keep(payload, text)
+        return result
 
     def close(self) -> None:
         with self._lock:
@@ -185,6 +193,11 @@ class ProcessSandbox:
             if stream is not None:
                 with contextlib.suppress(OSError):  # a line it never read: gone with it
                     stream.close()
+
+
+def _result(answer: str) -> ScriptResult:
+    found = json.loads(answer)
+    return ScriptResult(ok=bool(found["ok"]), value=found["value"], error=found["error"])
 
 
 def _drop_privileges() -> None:

@@ -252,3 +252,17 @@ def test_a_child_that_died_idle_costs_no_script_anything(
     monkeypatch.setattr(child, "poll", lambda: None)  # and not seen yet when the next is sent
     assert sandbox.evaluate("$.n * 2", {"n": 21}) == ScriptResult(ok=True, value=42)
     assert sandbox._child is not child
+
+
+def test_a_repeat_is_answered_without_the_child(sandbox: ProcessSandbox) -> None:
+    first = sandbox.evaluate("({n: $.n})", {"n": 7})
+    child = sandbox._child
+    assert child is not None
+    child.kill()  # a repeat must not need it
+    child.wait()
+    again = sandbox.evaluate("({n: $.n})", {"n": 7})
+    assert again == first == ScriptResult(ok=True, value={"n": 7})
+    assert again.value is not first.value  # decoded afresh: a caller may mutate what it gets
+    assert sandbox._child is child  # no round trip, so no new child either
+    failed = sandbox.evaluate("throw 1", {})  # failures are never kept: the next try may pass
+    assert not failed.ok and sandbox._child is not child
