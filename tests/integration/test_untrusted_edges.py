@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -142,9 +144,10 @@ def system() -> Iterator[System]:
         env.extra["ES_SCHED_MEDIA_CALLBACK_SECRET"] = CALLBACK_SECRET
         env.extra["ES_SCHED_DISPATCH_HEARTBEAT_S"] = "0.5"
         env.create()
-        env.push(CALC, [])
-        env.push(ROUTE, [])
-        env.push(CALLBACK, [CALLBACK_TASKDEF])
+        with tempfile.TemporaryDirectory() as folder:  # one client pushes all three
+            path = Path(folder) / "edges.json"
+            path.write_text(json.dumps([CALC, ROUTE, CALLBACK, CALLBACK_TASKDEF]))
+            env.push_files(path)
         limits = {
             "ES_SCHED_API_AUTH": "on",
             "ES_SCHED_API_WORKERS": "2",
