@@ -197,6 +197,9 @@ SOURCES: dict[str, Source] = {
     "scaleout.json": Source(
         f"{PY} bench/scaleout.py --runs 3 --inputs 10000 --workflows 300", _key("runs", " runs")
     ),
+    "script_sandbox.json": Source(
+        f"{PY} bench/script_sandbox.py --runs 3 --evaluations 2000", _key("runs", " rounds")
+    ),
     "side_by_side.json": Source(
         f"{PY} bench/side_by_side.py --runs 3 --burst 600 --seconds 20",
         _key("runs", " rounds"),

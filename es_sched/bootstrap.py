@@ -22,7 +22,7 @@ from es_sched.errors import ConfigError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.connection import ROLE_PRINCIPALS, connection
 from es_sched.metrics import Registry
-from es_sched.settings import Settings
+from es_sched.settings import ScriptSettings, Settings, load_script_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -55,11 +55,13 @@ class Role(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
 
-def script_engine() -> ScriptEngine:
-    """QuickJS for INLINE tasks and javascript SWITCH evaluators (time and memory limits)."""
-    from es_sched.scripting.quickjs import QuickJsEngine  # noqa: PLC0415
+def script_engine(settings: ScriptSettings | None = None) -> ScriptEngine:
+    """QuickJS for INLINE tasks and javascript SWITCH evaluators, in a killable child process
+    with time and memory limits (ADR 76); the environment's settings when none are given."""
+    from es_sched.scripting.sandbox import ProcessSandbox  # noqa: PLC0415
 
-    return QuickJsEngine()
+    s = settings or load_script_settings()
+    return ProcessSandbox(s.time_limit_ms, s.memory_limit_bytes, s.max_result_bytes, s.grace_s)
 
 
 def kafka_clients(settings: Settings) -> KafkaClients:
@@ -121,7 +123,7 @@ def _decider(settings: Settings, registry: Registry, clients: KafkaClients) -> R
 
     return Decider(
         settings,
-        script_engine(),
+        script_engine(settings.script),
         registry=registry,
         clients=clients,
         stats=lambda: stats_view(settings),  # learned run times: dynamic timeouts (ADR 65)
@@ -169,15 +171,20 @@ def api_services(settings: Settings) -> ApiServices:
     """What the HTTP API's routes use (ADR 23); each client is built on first use."""
     from es_sched.api.auth import Authenticator  # noqa: PLC0415
     from es_sched.api.services import Lazy, Services  # noqa: PLC0415
+    from es_sched.api.throttle import LoginThrottle, PgFailures  # noqa: PLC0415
 
-    keys: Lazy[Keys] = Lazy(lambda: key_store(settings))
+    pg_keys = Lazy(lambda: key_store(settings))
+    keys: Lazy[Keys] = Lazy(pg_keys.get)
+    # counted in PostgreSQL beside the keys, so every API process counts the same failures
+    failures = Lazy(lambda: PgFailures(pg_keys.get()))
+    throttle = LoginThrottle(settings.api, failures.get)
     return Services(
         settings=settings,
         pg=Lazy(lambda: api_pg_store(settings)),
         search=Lazy(lambda: search_store(settings)),
         commands=Lazy(lambda: command_client(settings)),
-        auth=Authenticator(settings.api, keys),
-        scripts=Lazy(script_engine),
+        auth=Authenticator(settings.api, keys, throttle=throttle),
+        scripts=Lazy(lambda: script_engine(settings.script)),
     )
 
 

@@ -42,3 +42,8 @@ class InfrastructureError(EsSchedError):
 
 class StackError(InfrastructureError):
     """The local service stack could not be installed, started, checked or stopped."""
+
+
+class ScriptSandboxUnavailable(InfrastructureError):
+    """The script sandbox process could not be started (ADR 76): the host's fault, never the
+    script's or the input's, so the decider lets it end the batch instead of dead-lettering."""

@@ -587,6 +587,13 @@ class ApiSettings(BaseSettings):
     console_count_max: int = Field(default=1_000, ge=1, le=100_000_000)
     # ``es-sched api`` processes (uvicorn workers) sharing the port; one per core.
     workers: int = Field(default=1, ge=1, le=64)
+    # Log-in throttling (``api.throttle``): failed ``POST /api/token`` and console log-ins
+    # counted, in PostgreSQL for every API process, per key id at one address and per
+    # address, in a window from the first failure; past either limit an attempt is answered
+    # 429 with Retry-After until that window ends. A success clears its key-at-address count.
+    login_key_failures: int = Field(default=5, ge=1, le=10_000)
+    login_address_failures: int = Field(default=20, ge=1, le=100_000)
+    login_window_s: float = Field(default=300.0, gt=0, le=86_400)
 
     @field_validator("jwt_secret")
     @classmethod
@@ -661,6 +668,41 @@ class AnalyticsSettings(BaseSettings):
     # Windows kept (and their changelog) for this many window lengths after they close, so a
     # late event still lands in its own window.
     keep_windows: int = Field(default=2, ge=1, le=100)
+
+
+class ScriptSettings(BaseSettings):
+    """``ES_SCHED_SCRIPT_*``: JavaScript of INLINE tasks and javascript SWITCH/DO_WHILE
+    conditions, run in a killable QuickJS child process (``scripting.sandbox``, ADR 76). A
+    script past a limit fails its task (or its workflow's SWITCH) with the breach as reason."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_SCHED_SCRIPT_", frozen=True)
+
+    time_limit_ms: int = Field(
+        default=100,
+        ge=1,
+        le=60_000,
+        description="CPU time one evaluation may use (QuickJS's interrupt, in the child).",
+    )
+    memory_limit_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=1024 * 1024 * 1024,
+        description="JavaScript heap of one evaluation, bindings included.",
+    )
+    max_result_bytes: int = Field(
+        default=256 * 1024,
+        ge=1,
+        le=16 * 1024 * 1024,
+        description="Largest result, as UTF-8 JSON (it is stored in the task's output).",
+    )
+    grace_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="Wall time past the time limit before the child is killed: the interrupt "
+        "misses some runaways (a backtracking regular expression), and a busy host delays "
+        "an honest one.",
+    )
 
 
 class SlaSettings(BaseSettings):
@@ -811,6 +853,7 @@ class Settings:
     system: SystemSettings = field(default_factory=SystemSettings)
     analytics: AnalyticsSettings = field(default_factory=AnalyticsSettings)
     sla: SlaSettings = field(default_factory=SlaSettings)
+    script: ScriptSettings = field(default_factory=ScriptSettings)
 
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -828,6 +871,11 @@ def _load(cls: type[_S]) -> _S:
         raise ConfigError(f"invalid setting {problems}") from None
 
 
+def load_script_settings() -> ScriptSettings:
+    """The script limits alone (a script engine built outside a full ``load_settings``)."""
+    return _load(ScriptSettings)
+
+
 def load_settings() -> Settings:
     """Read and validate every setting; raise ``ConfigError`` naming the bad variable."""
     return Settings(
@@ -843,4 +891,5 @@ def load_settings() -> Settings:
         system=_load(SystemSettings),
         analytics=_load(AnalyticsSettings),
         sla=_load(SlaSettings),
+        script=_load(ScriptSettings),
     )

@@ -35,6 +35,7 @@ from es_sched.api.errors import ApiError
 from es_sched.api.keys import Keys, StoredKey, secret_matches
 from es_sched.api.roles import ROLES, grants
 from es_sched.api.services import Lazy, Services, services
+from es_sched.api.throttle import LoginThrottle
 from es_sched.settings import ApiSettings
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Unauthenticated",
     "admitted",
     "authenticated",
+    "peer",
     "require",
 ]
 
@@ -72,7 +74,11 @@ class Authenticator:
     """Issues and checks tokens for the keys in ``keys`` (one per API process)."""
 
     def __init__(
-        self, settings: ApiSettings, keys: Lazy[Keys], clock: Callable[[], float] = time.time
+        self,
+        settings: ApiSettings,
+        keys: Lazy[Keys],
+        clock: Callable[[], float] = time.time,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         # No secret configured: a random one, so tokens die with the process (one process).
         self._secret = settings.jwt_secret.encode() or secrets.token_bytes(32)
@@ -82,6 +88,22 @@ class Authenticator:
         self._clock = clock
         self._seen: dict[str, tuple[float, StoredKey | None]] = {}
         self._lock = threading.Lock()
+        self._throttle = throttle
+
+    def log_in(self, key_id: str, key_secret: str, address: str) -> str:
+        """``issue`` for a caller at ``address`` (``POST /api/token``, the console's log-in),
+        throttled when a throttle is given: 429 ``TooManyAttempts`` before the secret is
+        checked, once this key at this address or this address failed too often."""
+        if self._throttle is None:
+            return self.issue(key_id, key_secret)
+        self._throttle.check(key_id, address)
+        try:
+            token = self.issue(key_id, key_secret)
+        except Unauthenticated:
+            self._throttle.failed(key_id, address)
+            raise
+        self._throttle.succeeded(key_id, address)
+        return token
 
     def issue(self, key_id: str, key_secret: str) -> str:
         """A token for a live key whose secret matches; 401 ``INVALID_CREDENTIALS`` otherwise
@@ -157,6 +179,12 @@ class Authenticator:
 
 def _utc(seconds: int) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def peer(request: Request) -> str:
+    """The address a log-in is counted against: the TCP peer (``api.throttle`` says why no
+    forwarded header)."""
+    return request.client.host if request.client else "unknown"
 
 
 def token_of(request: Request) -> str | None:

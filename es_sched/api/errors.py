@@ -52,6 +52,7 @@ class ApiError(EsSchedError):
         validation: list[dict[str, Any]] | None = None,
         error: str | None = None,
         token: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -61,6 +62,7 @@ class ApiError(EsSchedError):
         # A write's read-your-writes token (ADR 56): in the body and ``X-Es-Sched-Token``, so a
         # client told "not visible yet" can wait for it with ``?after=``.
         self.token = token
+        self.headers = headers or {}  # e.g. a 429's Retry-After
 
 
 def body(status: int, message: str, validation: list[dict[str, Any]] | None = None) -> JSON:
@@ -102,21 +104,27 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(kind, handler)
 
 
+def _api_error(exc: ApiError) -> JSONResponse:
+    if exc.error is not None:
+        extra = {"error": exc.error}
+        return JSONResponse({**body(exc.status, exc.message), **extra}, exc.status)
+    if exc.token is not None:
+        return JSONResponse(
+            {**body(exc.status, exc.message, exc.validation), "token": exc.token},
+            exc.status,
+            headers={TOKEN_HEADER: exc.token},
+        )
+    return _answer(exc.status, exc.message, exc.validation)
+
+
 def answer(request: Request, exc: Exception) -> JSONResponse:
     """The response to ``exc`` raised while serving ``request``: the one place that maps a
     failure to its status and body (the handlers ``install`` registers, and the lean worker
     routes of ``es_sched.api.conductor.lean``, which run outside FastAPI's handlers)."""
     if isinstance(exc, ApiError):
-        if exc.error is not None:
-            extra = {"error": exc.error}
-            return JSONResponse({**body(exc.status, exc.message), **extra}, exc.status)
-        if exc.token is not None:
-            return JSONResponse(
-                {**body(exc.status, exc.message, exc.validation), "token": exc.token},
-                exc.status,
-                headers={TOKEN_HEADER: exc.token},
-            )
-        return _answer(exc.status, exc.message, exc.validation)
+        response = _api_error(exc)
+        response.headers.update(exc.headers)
+        return response
     if isinstance(exc, StarletteHTTPException):
         response = _answer(exc.status_code, str(exc.detail))
         for name, value in (exc.headers or {}).items():

@@ -6,7 +6,8 @@ survive it. The schema and its one table are created on first use with ``CREATE 
 EXISTS`` under a transaction-scoped advisory lock, so two API processes (or the CLI and an API
 process) starting together do not race on the catalog. A secret is shown once, when the key is
 created; only its hash is stored, so a leaked database dump yields no usable key. Revocation
-stamps ``revoked_at`` (the row stays, for the audit trail of who held it).
+stamps ``revoked_at`` (the row stays, for the audit trail of who held it). The schema also
+holds the log-in failure counts every API process shares (``api.throttle``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import secrets
 import threading
 import uuid
 import zlib
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from es_sched.api.roles import ROLES
 from es_sched.errors import InfrastructureError
@@ -123,7 +125,23 @@ class PgKeys:
                     "last_used_at timestamptz)"
                 )
             )
+            # failed log-ins per key at an address and per address (``api.throttle``)
+            conn.execute(
+                text(
+                    f"CREATE TABLE IF NOT EXISTS {self.schema}.login_failures ("
+                    "bucket text PRIMARY KEY, failures integer NOT NULL, "
+                    "window_start timestamptz NOT NULL)"
+                )
+            )
             self._ready = True
+
+    @contextmanager
+    def connect(self, what: str, write: bool = False) -> Iterator[Connection]:
+        """A connection to the auth schema (a transaction when ``write``), its tables made,
+        driver errors raised as ``KeyStoreUnavailable`` naming ``what``."""
+        self._ensure()
+        with self._available(what), self.engine.begin() if write else self.engine.connect() as c:
+            yield c
 
     def _available(self, what: str) -> AbstractContextManager[None]:
         return available(f"API keys {what}", KeyStoreUnavailable)

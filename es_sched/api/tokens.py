@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from es_sched.api.auth import Principal, authenticated, authenticator, require
+from es_sched.api.auth import Principal, authenticated, authenticator, peer, require
 from es_sched.api.errors import ApiError
 from es_sched.api.keys import utcnow
 from es_sched.api.services import Services, services
@@ -43,6 +43,7 @@ class Token(BaseModel):
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"description": "Wrong credentials: `{error: INVALID_CREDENTIALS, message}`"},
     404: {"description": "Authentication is off on this server"},
+    429: {"description": "Too many failed attempts from this address; see `Retry-After`"},
 }
 CALLER: dict[int | str, dict[str, Any]] = {
     401: {"description": "No valid token: `{error: INVALID_TOKEN|EXPIRED_TOKEN, message}`"}
@@ -52,12 +53,15 @@ CALLER: dict[int | str, dict[str, Any]] = {
 @router.post("/token", response_model=Token, responses=UNAUTHORIZED)
 def generate_token(
     request: GenerateTokenRequest,
+    http: Request,
     svc: Services = Depends(services),  # noqa: B008
 ) -> Token:
-    """A JWT for an API key, to send as ``X-Authorization`` (or ``Authorization: Bearer``)."""
+    """A JWT for an API key, to send as ``X-Authorization`` (or ``Authorization: Bearer``);
+    throttled per key and per address (``api.throttle``)."""
     if svc.settings.api.auth == "off":
         raise ApiError(404, "authentication is off on this server; no token is needed")
-    return Token(token=authenticator(svc).issue(request.keyId, request.keySecret))
+    token = authenticator(svc).log_in(request.keyId, request.keySecret, peer(http))
+    return Token(token=token)
 
 
 class Role(BaseModel):

@@ -15,6 +15,10 @@ from the record, never from today's world:
   ``task.scheduled`` of the run recorded in its ``timeout``, handed back per task type and
   size class in order (``recorded_learned``), never the stats topic; a tampered figure or
   timeout then decides differently and shows;
+- a script that breached a limit depending on the machine (CPU time, its sandbox process
+  ended, ADR 76): the breach its ``task.failed`` recorded, matched by the evaluation's
+  fingerprint (``domain.scripts.RecordedBreaches``); it is not run again. Every other
+  evaluation runs again in the caller's engine.
 - a StartWorkflow's definitions, which the shell resolves from the registry and pins (ADR 12):
   those the recorded ``workflow.started`` carries. A refusal of a start that embedded no
   definition is compared on its id, seq and type only (the registry's answer then is unknown).
@@ -40,12 +44,18 @@ from typing import Any
 from es_sched.audit.log import LoggedEvent, LoggedInput, Violation
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
-from es_sched.domain.events import Event, TaskScheduled, WorkflowStarted, WorkflowStartRequested
+from es_sched.domain.events import (
+    Event,
+    TaskFailed,
+    TaskScheduled,
+    WorkflowStarted,
+    WorkflowStartRequested,
+)
 from es_sched.domain.ids import IdSource
 from es_sched.domain.learned import CUT_BY_TIMEOUT, RunStats
 from es_sched.domain.refusals import is_refusal
 from es_sched.domain.retention import answer_ended, marker
-from es_sched.domain.scripts import ScriptEngine
+from es_sched.domain.scripts import RecordedBreaches, ScriptEngine
 from es_sched.domain.state import WORKFLOW_TERMINAL, WorkflowState
 from es_sched.domain.timeouts import Learned
 from es_sched.errors import EsSchedError
@@ -79,6 +89,12 @@ def recorded_ids(events: list[Event]) -> IdSource:
             drawn.append(e.payload.child_workflow_id)
     given, extra = iter(drawn), itertools.count(1)
     return lambda: next(given, None) or f"unrecorded-id-{next(extra)}"
+
+
+def recorded_scripts(events: list[Event], scripts: ScriptEngine) -> ScriptEngine:
+    """``scripts``, but answering from the record the evaluations the run saw breach a limit."""
+    reasons = [e.payload.reason for e in events if isinstance(e.payload, TaskFailed)]
+    return RecordedBreaches(scripts, reasons) if reasons else scripts
 
 
 def recorded_learned(events: list[Event]) -> Learned:
@@ -181,7 +197,7 @@ def replay_run(
                 inp,
                 first.occurred_at,
                 recorded_ids(recorded),
-                scripts,
+                recorded_scripts(recorded, scripts),
                 recorded_learned(recorded),
             )
     except EsSchedError as exc:

@@ -61,7 +61,7 @@ from es_sched.domain.pins import complete_start
 from es_sched.domain.retention import answer_ended
 from es_sched.domain.scripts import ScriptEngine
 from es_sched.domain.state import WorkflowState
-from es_sched.errors import EsSchedError, InfrastructureError
+from es_sched.errors import EsSchedError, InfrastructureError, ScriptSandboxUnavailable
 from es_sched.kafka.clients import KafkaClients, read_partitions
 from es_sched.kafka.connection import connection
 from es_sched.kafka.dead_letters import headers_for
@@ -390,6 +390,8 @@ class Decider:
             events, new = decide_with_state(
                 st, inp, self.clock(), self.new_id, self.scripts, learned
             )
+        except ScriptSandboxUnavailable:
+            raise  # the host's fault, not the input's: the batch is not committed (ADR 76)
         except EsSchedError as exc:
             return [self._dead(msg, str(exc), type(exc).__name__)]
         self.stats["inputs"] += 1

@@ -34,6 +34,8 @@ Guarantees:
   (bench/results/archive/profiles/roles-saturated-gil.txt,
   bench/results/archive/cpu_split_script_memo.json). Failures are never kept: a time or memory
   limit depends on the machine's load, and the next try may pass.
+* Breaches. A time or memory limit's reason comes from ``domain.scripts.breach`` (it ends with
+  the evaluation's fingerprint), so replay answers it from the record (ADR 76).
 * Failures. ``evaluate()`` never raises for a script's own failure; it returns ``ok=False`` with a
   stable one-line reason. It raises only for caller errors: bindings that are not JSON
   (``TypeError``/``ValueError`` from ``json.dumps``) or a non-string expression.
@@ -47,7 +49,7 @@ from typing import Any, Final
 
 import quickjs
 
-from es_sched.domain.scripts import ScriptResult
+from es_sched.domain.scripts import ScriptResult, breach
 
 _MAX_STACK_BYTES: Final = 256 * 1024
 MEMO_PAYLOAD_CHARS: Final = 4096
@@ -97,6 +99,34 @@ _INTERRUPTED: Final = "InternalError: interrupted"
 _OUT_OF_MEMORY: Final = "InternalError: out of memory"
 
 
+class Memo:
+    """The answers of small successful evaluations by payload (the module's "Memo"); plain
+    dict operations, safe across threads (GIL)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, payload: str) -> str | None:
+        return self._kept.get(payload)
+
+    def keep(self, payload: str, answer: str) -> None:
+        """Keep a successful evaluation's answer, if both are small; empty when full."""
+        if len(payload) <= MEMO_PAYLOAD_CHARS and len(answer) <= MEMO_PAYLOAD_CHARS:
+            if len(self._kept) >= MEMO_ENTRIES:
+                self._kept.clear()
+            self._kept[payload] = answer
+
+
+def positive(**limits: float) -> None:
+    """Refuse a limit that is not above zero, naming it."""
+    for name, limit in limits.items():
+        if limit <= 0:
+            raise ValueError(f"{name} must be positive, got {limit}")
+
+
 class QuickJsEngine:
     """A ``ScriptEngine`` that evaluates each script in a fresh, limited QuickJS context."""
 
@@ -106,18 +136,15 @@ class QuickJsEngine:
         memory_limit_bytes: int = 32 * 1024 * 1024,
         max_result_bytes: int = 256 * 1024,
     ) -> None:
-        for name, limit in (
-            ("time_limit_ms", time_limit_ms),
-            ("memory_limit_bytes", memory_limit_bytes),
-            ("max_result_bytes", max_result_bytes),
-        ):
-            if limit <= 0:
-                raise ValueError(f"{name} must be positive, got {limit}")
+        positive(
+            time_limit_ms=time_limit_ms,
+            memory_limit_bytes=memory_limit_bytes,
+            max_result_bytes=max_result_bytes,
+        )
         self._time_limit_ms = time_limit_ms
         self._memory_limit_bytes = memory_limit_bytes
         self._max_result_bytes = max_result_bytes
-        # payload -> the runner's answer; plain dict operations, safe across threads (GIL)
-        self._memo: dict[str, str] = {}
+        self._memo = Memo()  # payload -> the runner's answer
 
     def evaluate(self, expression: str, bindings: Mapping[str, Any]) -> ScriptResult:
         """Evaluate ``expression`` with ``$`` bound to ``bindings``; see the module docstring."""
@@ -136,14 +163,12 @@ class QuickJsEngine:
             context.set(_INPUT_GLOBAL, payload)
             outcome = context.eval(_RUNNER)
         except quickjs.JSException as exc:
-            return ScriptResult(ok=False, error=self._reason(exc))
+            return ScriptResult(ok=False, error=self._reason(exc, expression, bindings))
         if not isinstance(outcome, str):
             raise RuntimeError(f"the QuickJS runner returned {type(outcome).__name__}, not str")
         result = self._decode(outcome)
-        if result.ok and len(payload) <= MEMO_PAYLOAD_CHARS and len(outcome) <= MEMO_PAYLOAD_CHARS:
-            if len(self._memo) >= MEMO_ENTRIES:
-                self._memo.clear()
-            self._memo[payload] = outcome
+        if result.ok:
+            self._memo.keep(payload, outcome)
         return result
 
     def _decode(self, outcome: str) -> ScriptResult:
@@ -161,12 +186,15 @@ class QuickJsEngine:
             )
         return ScriptResult(ok=True, value=json.loads(body))
 
-    def _reason(self, exc: quickjs.JSException) -> str:
+    def _reason(
+        self, exc: quickjs.JSException, expression: str, bindings: Mapping[str, Any]
+    ) -> str:
         lines = str(exc).splitlines()
         first = lines[0].strip() if lines else ""
         if first == _INTERRUPTED:
-            return f"script exceeded its time limit of {self._time_limit_ms} ms"
+            limit = f"exceeded its time limit of {self._time_limit_ms} ms"
+            return breach(limit, expression, bindings)
         if first == _OUT_OF_MEMORY:
             mib = self._memory_limit_bytes / (1024 * 1024)
-            return f"script exceeded its memory limit of {mib:g} MiB"
+            return breach(f"exceeded its memory limit of {mib:g} MiB", expression, bindings)
         return f"script error: {first or 'an exception without a message'}"

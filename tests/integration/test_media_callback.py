@@ -69,9 +69,11 @@ def test_callback_body_is_signed_and_a_500_is_retried(
     assert len(seen) == 2 and seen[0]["body"] == seen[1]["body"]
     sent = seen[1]["body"]
     assert json.loads(sent) == body and sent == canonical_json(body)
-    expected = "sha256=" + hmac.new(SECRET.encode(), sent, hashlib.sha256).hexdigest()
-    assert seen[1]["headers"]["X-Es-Sched-Signature"] == expected
-    assert seen[1]["headers"]["X-Es-Sched-Delivery"] == ctx.task_id
+    headers = seen[1]["headers"]
+    signed = f"{headers['X-Es-Sched-Timestamp']}.{ctx.task_id}.".encode() + sent
+    expected = "sha256=" + hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+    assert headers["X-Es-Sched-Signature"] == expected
+    assert headers["X-Es-Sched-Delivery"] == ctx.task_id
     assert out["body_sha256"] == hashlib.sha256(sent).hexdigest()
 
 

@@ -10,8 +10,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from es_sched.api.auth import COOKIE, Unauthenticated, authenticator
+from es_sched.api.auth import COOKIE, Unauthenticated, authenticator, peer
 from es_sched.api.services import Services, services
+from es_sched.api.throttle import TooManyAttempts
 from es_sched.api.ui.render import templates
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -40,10 +41,12 @@ def login(
     if svc.settings.api.auth == "off":
         return RedirectResponse(target, status_code=303)
     try:
-        token = authenticator(svc).issue(key_id, key_secret)
-    except Unauthenticated as exc:
+        token = authenticator(svc).log_in(key_id, key_secret, peer(request))
+    except (Unauthenticated, TooManyAttempts) as exc:
         context = {"next": target, "error": f"Not logged in: {exc.message}."}
-        return templates.TemplateResponse(request, "login.html", context, status_code=401)
+        page = templates.TemplateResponse(request, "login.html", context, exc.status)
+        page.headers.update(exc.headers)
+        return page
     answer = RedirectResponse(target, status_code=303)
     answer.set_cookie(
         COOKIE,

@@ -12,7 +12,6 @@ it runs again cleanly; ``--keep`` leaves the roles and workers running afterward
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 import random
@@ -30,9 +29,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from es_sched.errors import ConfigError
+from es_sched.workers.media.callback import received, verify
 
 LADDER = ((854, 480), (1280, 720), (1920, 1080))
-SIGNATURE_HEADER = "X-Es-Sched-Signature"
+MAX_AGE_S = 300  # the README receiver's bound on a callback's age (ADR 77)
 
 
 @dataclass
@@ -112,8 +112,8 @@ class Callbacks:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                expected = "sha256=" + hmac.new(callbacks.secret, body, "sha256").hexdigest()
-                signed = hmac.compare_digest(self.headers.get(SIGNATURE_HEADER, ""), expected)
+                got = received(self.headers)
+                signed = verify(body, callbacks.secret.decode(), got, time.time(), MAX_AGE_S)
                 try:
                     doc = json.loads(body)
                 except ValueError:

@@ -14,12 +14,15 @@ from es_sched.audit.determinism import recorded_ids
 from es_sched.audit.log import Log, Report
 from es_sched.domain import commands as c
 from es_sched.domain import retry, task_inputs
-from es_sched.domain.events import TaskCompleted, TaskScheduled, WorkflowRejected
+from es_sched.domain.events import TaskCompleted, TaskFailed, TaskScheduled, WorkflowRejected
 from es_sched.domain.learned import CUT_BY_TIMEOUT, RunStats
 from es_sched.domain.refusals import refusal
 from es_sched.domain.retention import answer_ended, marker
+from es_sched.domain.scripts import recorded_breach
+from es_sched.scripting.quickjs import QuickJsEngine
 from testkit.core import rerun_with_python_core
 from tests.unit.audit.recorded import COMMANDS, EVENTS, TWO_TASKS, Recording, layout, recorded
+from tests.unit.domain import harness
 from tests.unit.domain.harness import SCRIPTS, task, workflow
 
 RETRIED = {
@@ -305,3 +308,43 @@ def test_a_changed_input_change_rule_fails_replay(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(retry, "input_for_attempt", lambda inputs, changes, attempt: dict(inputs))
     found = i5(run(log))
     assert found and "task.scheduled: payload.input" in found[0], found
+
+
+# A finite script that runs well past 1 ms of CPU time and well within 10 s.
+BUSY = "let s = 0; for (let i = 0; i < 3e6; i++) { s += i % 7; } s"
+BUSY_INPUTS = {"evaluatorType": "javascript", "expression": BUSY}
+BUSY_WORKFLOW = workflow(
+    task("calc", type_="INLINE", inputParameters=BUSY_INPUTS), task("b", "pack"), name="busy"
+)
+
+
+def breached_log(monkeypatch: pytest.MonkeyPatch) -> Log:
+    """ADR 76: ``calc`` breaches its CPU time limit on a slow (1 ms) live decider."""
+    monkeypatch.setattr(harness, "SCRIPTS", QuickJsEngine(time_limit_ms=1))
+    d = Recording(BUSY_WORKFLOW, "start-busy")
+    monkeypatch.setattr(harness, "SCRIPTS", SCRIPTS)
+    failed = [e.payload for e in d.events if isinstance(e.payload, TaskFailed)]
+    assert [recorded_breach(f.reason) is not None for f in failed] == [True], failed
+    assert d.st.status == "FAILED"
+    return recorded(d)
+
+
+def test_a_time_limit_breach_replays_from_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = breached_log(monkeypatch)
+    roomy = QuickJsEngine(time_limit_ms=10_000)  # this replay's machine finishes the script
+    assert roomy.evaluate(BUSY, BUSY_INPUTS).ok
+    report = check(log, idle=False, scripts=roomy)
+    assert report.ok, [v.line() for v in report.violations]
+
+
+def test_a_breach_the_record_does_not_name_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = breached_log(monkeypatch)
+    at = next(i for i, le in enumerate(log.events) if isinstance(le.event.payload, TaskFailed))
+    le = log.events[at]
+    payload = le.event.payload
+    assert isinstance(payload, TaskFailed)
+    other = payload.reason[:-17] + "0" * 16 + "]"  # a fingerprint of no evaluation in the run
+    forged = dataclasses.replace(payload, reason=other)
+    log.events[at] = dataclasses.replace(le, event=dataclasses.replace(le.event, payload=forged))
+    found = i5(check(log, idle=False, scripts=QuickJsEngine(time_limit_ms=10_000)))
+    assert found and found[0].startswith(f"I5 {le.event.workflow_id}"), found

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from es_sched.domain.scripts import ScriptEngine, ScriptResult
+from es_sched.domain.scripts import ScriptEngine, ScriptResult, breach
 from es_sched.scripting.quickjs import QuickJsEngine
 
 DETERMINISM = "is not available: workflow scripts must be deterministic"
@@ -73,28 +73,31 @@ def test_undefined_and_null_become_none(engine: ScriptEngine) -> None:
 def test_infinite_loop_hits_the_time_limit_and_the_engine_recovers() -> None:
     engine = QuickJsEngine(time_limit_ms=50)
     result = engine.evaluate("while (true) {}", {})
-    assert result == ScriptResult(ok=False, error="script exceeded its time limit of 50 ms")
+    limit = "exceeded its time limit of 50 ms"
+    assert result == ScriptResult(ok=False, error=breach(limit, "while (true) {}", {}))
     # the interrupt cannot be caught by the script either
-    caught = engine.evaluate("try { while (true) {} } catch (e) { 'caught' }", {})
-    assert caught.error == "script exceeded its time limit of 50 ms"
+    script = "try { while (true) {} } catch (e) { 'caught' }"
+    assert engine.evaluate(script, {}).error == breach(limit, script, {})
     assert engine.evaluate("$.n + 1", {"n": 1}) == ok(2)
 
 
 def test_allocation_bomb_hits_the_memory_limit() -> None:
     engine = QuickJsEngine(time_limit_ms=5_000, memory_limit_bytes=8 * 1024 * 1024)
-    reason = "script exceeded its memory limit of 8 MiB"
+    limit = "exceeded its memory limit of 8 MiB"
     for bomb in (
         "let s = 'x'; while (true) { s += s; }",
         "const a = []; while (true) { a.push(new Array(100000).fill(1)); }",
     ):
-        assert engine.evaluate(bomb, {}) == ScriptResult(ok=False, error=reason)
+        assert engine.evaluate(bomb, {}) == ScriptResult(ok=False, error=breach(limit, bomb, {}))
     assert engine.evaluate("'still fine'", {}) == ok("still fine")
 
 
 def test_bindings_larger_than_the_memory_limit_are_refused() -> None:
     engine = QuickJsEngine(memory_limit_bytes=1024 * 1024)
-    result = engine.evaluate("$.blob.length", {"blob": "x" * (4 * 1024 * 1024)})
-    assert result == ScriptResult(ok=False, error="script exceeded its memory limit of 1 MiB")
+    bindings = {"blob": "x" * (4 * 1024 * 1024)}
+    result = engine.evaluate("$.blob.length", bindings)
+    reason = breach("exceeded its memory limit of 1 MiB", "$.blob.length", bindings)
+    assert result == ScriptResult(ok=False, error=reason)
 
 
 def test_syntax_error_reason(engine: ScriptEngine) -> None:

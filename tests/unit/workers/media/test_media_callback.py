@@ -2,23 +2,48 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import itertools
 import threading
 
 import pytest
 
-from es_sched.workers.media.callback import deliver, sign, verify
+from es_sched.workers.media.callback import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    deliver,
+    received,
+    sign,
+    signed_headers,
+    verify,
+)
 from es_sched.workers.media.files import canonical_json
 from es_sched.workers.sdk import TaskCancelled, TaskFailure
 
 
-def test_signature_is_hmac_sha256_of_the_body() -> None:
-    # RFC 4231, test case 2
-    expected = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-    assert sign(b"what do ya want for nothing?", "Jefe") == f"sha256={expected}"
-    assert verify(b"what do ya want for nothing?", "Jefe", f"sha256={expected}")
-    assert not verify(b"what do ya want for nothing!", "Jefe", f"sha256={expected}")
-    assert not verify(b"what do ya want for nothing?", "other", f"sha256={expected}")
-    assert not verify(b"x", "Jefe", None)
+def test_the_signature_covers_the_timestamp_the_delivery_id_and_the_body() -> None:
+    signed = b"1700000000.task-1." + b'{"a":1}'
+    expected = "sha256=" + hmac.new(b"Jefe", signed, hashlib.sha256).hexdigest()
+    assert sign(b'{"a":1}', "Jefe", "1700000000", "task-1") == expected
+    headers = signed_headers(b'{"a":1}', "Jefe", "task-1", 1700000000.9)
+    assert (headers[TIMESTAMP_HEADER], headers[DELIVERY_HEADER]) == ("1700000000", "task-1")
+    assert headers[SIGNATURE_HEADER] == expected
+
+
+def test_verify_refuses_a_changed_part_a_wrong_secret_and_an_old_or_future_timestamp() -> None:
+    body, now = b'{"a":1}', 1700000000.0
+    headers = signed_headers(body, "Jefe", "task-1", now)
+    got = received(headers)
+    assert verify(body, "Jefe", got, now + 299, max_age_s=300)
+    assert not verify(b'{"a":2}', "Jefe", got, now, max_age_s=300)
+    assert not verify(body, "other", got, now, max_age_s=300)
+    for name, value in ((TIMESTAMP_HEADER, "1700000100"), (DELIVERY_HEADER, "task-2")):
+        assert not verify(body, "Jefe", received({**headers, name: value}), now, max_age_s=300)
+    assert not verify(body, "Jefe", got, now + 301, max_age_s=300)  # a replay, later
+    assert not verify(body, "Jefe", got, now - 301, max_age_s=300)  # a clock far behind
+    assert not verify(body, "Jefe", received({}), now, max_age_s=300)
 
 
 def test_the_signed_body_is_canonical_json() -> None:
@@ -50,7 +75,25 @@ class Server:
 
 
 def run(server: Server, attempts: int = 4, cancel: Waits | None = None) -> tuple[int, int]:
-    return deliver("http://cb/x", b"{}", {}, attempts, 0.5, 1.0, cancel or Waits(), server)
+    return deliver("http://cb/x", b"{}", dict, attempts, 0.5, 1.0, cancel or Waits(), server)
+
+
+def test_each_post_is_signed_when_it_is_sent() -> None:
+    clock = itertools.count(1700000000, 10)
+    server = Server(503, 503, 200)
+    sent: list[dict[str, str]] = []
+
+    def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
+        sent.append(headers)
+        return server(url, body, headers, timeout)
+
+    def headers() -> dict[str, str]:
+        return signed_headers(b"{}", "s", "task-1", next(clock))
+
+    assert deliver("http://cb/x", b"{}", headers, 3, 0.5, 1.0, Waits(), post) == (200, 3)
+    stamps = [h[TIMESTAMP_HEADER] for h in sent]
+    assert stamps == ["1700000000", "1700000010", "1700000020"]
+    assert {h[DELIVERY_HEADER] for h in sent} == {"task-1"}
 
 
 def test_5xx_and_connection_errors_are_retried_with_doubling_backoff() -> None:
