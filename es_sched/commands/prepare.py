@@ -32,6 +32,7 @@ from es_sched.domain.events import (
     WorkflowEnded,
     WorkflowRejected,
 )
+from es_sched.domain.intake import record_refusal
 from es_sched.domain.pins import pin
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import DomainError, SchemaError
@@ -69,10 +70,9 @@ def prepare(cmd: Input, catalog: SchemaCatalog, cap: int) -> bytes:
         raw = encode_input(cmd)
     except TypeError as exc:  # a value JSON cannot hold (a set, a datetime in the input...)
         raise SchemaError(f"{cmd.TYPE}: cannot encode as JSON: {exc}") from None
-    if len(raw) > cap:
-        raise SchemaError(
-            f"{cmd.TYPE}: command is {len(raw)} bytes, over the cap of {cap} bytes ({CAP_VARIABLE})"
-        )
+    too_big = record_refusal(len(raw), cap)  # the decider's rule: refused here, not there
+    if too_big is not None:
+        raise SchemaError(f"{cmd.TYPE}: {too_big} ({CAP_VARIABLE})")
     return raw
 
 

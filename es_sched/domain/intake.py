@@ -1,0 +1,53 @@
+"""What the decider accepts as an input: the one rule the decider applies before deciding and
+the audit checker applies when it asks which inputs had to be answered (ADR 75).
+
+A record on the commands or task-results topic is refused, before any ``decide``, when
+
+- it is empty, or larger than the command cap (``ES_SCHED_RUN_COMMAND_MAX_BYTES``): judged on
+  its size alone, so an oversize record is never decoded (``record_refusal``);
+- it does not decode (the serialization boundary says so: not this module's rule);
+- it sits under a key that is not its workflow id: its workflow's partition would not hold it
+  in order with the rest of that workflow's inputs (``input_refusal``);
+- it is a StartWorkflow whose workflow id is neither uuid5 of its command id
+  (``ids.workflow_id_for_command``: one command, one workflow) nor a child's
+  start (``effects.child_start_id``).
+
+A refused record goes to the dead letters with the reason and its origin; it belongs to no
+workflow, so no invariant expects ``workflow.started`` or ``workflow.rejected`` for it. Every
+other input is accepted and is answered inside a history or by a refusal event (ADR 11).
+Both sides read the cap from the same setting, so a checker run with the deployment's settings
+judges a record as its decider did.
+"""
+
+from __future__ import annotations
+
+from es_sched.domain import commands as c
+from es_sched.domain.effects import child_start_id
+from es_sched.domain.ids import workflow_id_for_command
+
+
+def record_refusal(size: int, cap: int) -> str | None:
+    """Why a record of ``size`` bytes is refused before it is decoded, or None."""
+    if size == 0:
+        return "empty record"
+    if size > cap:
+        return f"record is {size} bytes, over the cap of {cap} bytes"
+    return None
+
+
+def input_refusal(key: str, inp: c.Input) -> str | None:
+    """Why a decoded input under record key ``key`` is refused before it is decided, or None."""
+    if key != inp.workflow_id:
+        return f"record key {key!r} is not its workflow_id {inp.workflow_id!r}"
+    if isinstance(inp, c.StartWorkflow) and not start_id_accepted(inp):
+        return (
+            "a StartWorkflow's workflow_id must be uuid5 of its command_id "
+            "(es_sched.domain.ids.workflow_id_for_command): one command, one workflow"
+        )
+    return None
+
+
+def start_id_accepted(inp: c.StartWorkflow) -> bool:
+    """A start's workflow id follows from its command id, or it is a child's start."""
+    wf = inp.workflow_id
+    return wf == workflow_id_for_command(inp.input_id) or inp.input_id == child_start_id(wf)
