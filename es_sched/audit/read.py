@@ -79,10 +79,10 @@ def _blacklistings(bootstrap: str, topic: str) -> list[LoggedBlacklisting]:
 
 
 def _input(data: bytes, key: bytes | str, at: At, cap: int) -> LoggedInput:
-    """The input as the decider reads it: a record ``intake`` refuses by its size is not
+    """The input as the decider reads it: a record ``intake`` refuses by its bytes is not
     decoded (the decider never decodes it either), nor is one that is not an input."""
     text = key.decode(errors="replace") if isinstance(key, bytes) else key
-    if record_refusal(len(data), cap) is not None:
+    if record_refusal(data, cap) is not None:
         return LoggedInput(None, at, text)
     try:
         return LoggedInput(decode_input(data), at, text)

@@ -70,9 +70,10 @@ def prepare(cmd: Input, catalog: SchemaCatalog, cap: int) -> bytes:
         raw = encode_input(cmd)
     except TypeError as exc:  # a value JSON cannot hold (a set, a datetime in the input...)
         raise SchemaError(f"{cmd.TYPE}: cannot encode as JSON: {exc}") from None
-    too_big = record_refusal(len(raw), cap)  # the decider's rule: refused here, not there
-    if too_big is not None:
-        raise SchemaError(f"{cmd.TYPE}: {too_big} ({CAP_VARIABLE})")
+    refused = record_refusal(raw, cap)  # the decider's rule: refused here, not there
+    if refused is not None:
+        setting = f" ({CAP_VARIABLE})" if len(raw) > cap else ""
+        raise SchemaError(f"{cmd.TYPE}: {refused}{setting}")
     return raw
 
 

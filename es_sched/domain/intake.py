@@ -5,6 +5,9 @@ A record on the commands or task-results topic is refused, before any ``decide``
 
 - it is empty, or larger than the command cap (``ES_SCHED_RUN_COMMAND_MAX_BYTES``): judged on
   its size alone, so an oversize record is never decoded (``record_refusal``);
+- a string in it holds a NUL character: PostgreSQL stores none, in text or jsonb, so one such
+  id or value refused outside any history stopped the PostgreSQL projector at its event
+  (found by the hostile input campaign); judged on the bytes, without decoding;
 - it does not decode (the serialization boundary says so: not this module's rule);
 - it sits under a key that is not its workflow id: its workflow's partition would not hold it
   in order with the rest of that workflow's inputs (``input_refusal``);
@@ -26,13 +29,37 @@ from es_sched.domain.effects import child_start_id
 from es_sched.domain.ids import workflow_id_for_command
 
 
-def record_refusal(size: int, cap: int) -> str | None:
-    """Why a record of ``size`` bytes is refused before it is decoded, or None."""
-    if size == 0:
+def record_refusal(data: bytes, cap: int) -> str | None:
+    """Why the record ``data`` is refused before it is decoded, or None."""
+    if not data:
         return "empty record"
-    if size > cap:
-        return f"record is {size} bytes, over the cap of {cap} bytes"
+    if len(data) > cap:
+        return f"record is {len(data)} bytes, over the cap of {cap} bytes"
+    if _holds_nul(data):
+        return NUL_REASON
     return None
+
+
+NUL_REASON = (
+    "a string holds a NUL character (\\u0000), which no read model can store "
+    "(PostgreSQL text and jsonb refuse it)"
+)
+_NUL = b"\\u0000"  # JSON spells NUL only so: a control character must be escaped in a string
+_BACKSLASH = 0x5C
+
+
+def _holds_nul(data: bytes) -> bool:
+    """Whether the JSON text ``data`` has a NUL in a string: an escape ``\\u0000`` not itself
+    escaped (an odd run of backslashes ends at its own), without decoding the record."""
+    at = data.find(_NUL)
+    while at != -1:
+        start = at
+        while start > 0 and data[start - 1] == _BACKSLASH:
+            start -= 1
+        if (at - start) % 2 == 0:
+            return True
+        at = data.find(_NUL, at + 1)
+    return False
 
 
 def input_refusal(key: str, inp: c.Input) -> str | None:

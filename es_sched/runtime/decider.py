@@ -367,9 +367,9 @@ class Decider:
     ) -> list[Record]:
         raw = msg.value()
         data = raw if isinstance(raw, bytes) else (raw or "").encode()
-        too_big = record_refusal(len(data), self.run_settings.command_max_bytes)
-        if too_big is not None:  # judged on its size: an oversize record is never decoded
-            return [self._dead(msg, too_big, "SchemaError")]
+        refused_bytes = record_refusal(data, self.run_settings.command_max_bytes)
+        if refused_bytes is not None:  # judged on its bytes: an oversize record is not decoded
+            return [self._dead(msg, refused_bytes, "SchemaError")]
         try:
             inp = decode_input(data)
             key = msg.key()

@@ -53,12 +53,14 @@ def records() -> dict[str, tuple[str, bytes]]:
     forged = start("forged", "a-workflow-id-of-my-choosing")
     child = start(child_start_id("child-wf"), "child-wf")
     cancel = c.CancelWorkflow("cancel-1", ok.workflow_id)
+    nul = c.CancelWorkflow("cancel-2", "nobody\x00")
     return {
         "valid start": (ok.workflow_id, encode_input(ok)),
         "300 KB start": (big.workflow_id, encode_input(big)),
         "child start": ("child-wf", encode_input(child)),
         "forged workflow id": (forged.workflow_id, encode_input(forged)),
         "foreign key": ("someone-else", encode_input(cancel)),
+        "NUL in an id": (nul.workflow_id, encode_input(nul)),
         "empty": (ok.workflow_id, b""),
         "undecodable": (ok.workflow_id, b"\xff\xfe not json"),
         "unknown type": (ok.workflow_id, b'{"type":"workflow.nuke","v":1}'),

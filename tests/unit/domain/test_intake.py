@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from es_sched.domain import commands as c
 from es_sched.domain.effects import child_start_id
 from es_sched.domain.ids import workflow_id_for_command
-from es_sched.domain.intake import input_refusal, record_refusal
+from es_sched.domain.intake import NUL_REASON, input_refusal, record_refusal
 
 pytestmark = pytest.mark.unit
 
@@ -20,10 +22,28 @@ def start(command_id: str, workflow_id: str | None = None) -> c.StartWorkflow:
 
 
 def test_the_cap_is_inclusive_and_an_empty_record_is_refused() -> None:
-    assert record_refusal(CAP, CAP) is None
-    assert record_refusal(1, CAP) is None
-    assert record_refusal(CAP + 1, CAP) == f"record is {CAP + 1} bytes, over the cap of {CAP} bytes"
-    assert record_refusal(0, CAP) == "empty record"
+    assert record_refusal(b"x" * CAP, CAP) is None
+    assert record_refusal(b"{}", CAP) is None
+    over = f"record is {CAP + 1} bytes, over the cap of {CAP} bytes"
+    assert record_refusal(b"x" * (CAP + 1), CAP) == over
+    assert record_refusal(b"", CAP) == "empty record"
+
+
+@pytest.mark.parametrize(
+    ("text", "holds"),
+    [
+        ({"id": "a\x00b"}, True),
+        ({"a": {"b": ["\x00"]}}, True),
+        ({"\x00key": 1}, True),
+        ({"id": "\\u0000"}, False),  # a backslash, then the letters u0000: no NUL
+        ({"id": "\\\x00"}, True),  # a backslash, then a NUL
+        ({"id": "u0000 \\"}, False),
+    ],
+)
+def test_a_nul_in_any_string_is_refused_and_only_a_nul(text: object, holds: bool) -> None:
+    data = json.dumps(text).encode()
+    assert json.loads(data) == text
+    assert (record_refusal(data, CAP) == NUL_REASON) is holds
 
 
 def test_a_start_is_accepted_under_its_own_key_with_the_id_its_command_gives() -> None:
