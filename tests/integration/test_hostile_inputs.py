@@ -47,6 +47,7 @@ pytestmark = pytest.mark.integration
 KAFKA_INPUTS = pick(ci=300, full=9000)
 HTTP_INPUTS = pick(ci=100, full=1000)
 LEGIT, VICTIMS = pick(ci=20, full=200), 4
+PATIENCE_S = pick(ci=60, full=900)  # for every input's answer and the legitimate work
 LEGIT_NAME = "fuzz_legit"
 LEGIT_DEF = {
     "name": LEGIT_NAME,
@@ -92,11 +93,13 @@ def test_hostile_inputs_are_refused_with_a_reason_and_change_no_workflow() -> No
 
         wait_until(
             lambda: len(outcomes(env, placed).refused) == len(hostile),
-            60,
+            PATIENCE_S,
             lambda: f"every hostile input answered: {outcomes(env, placed).unanswered(hostile)}",
         )
         legit_ids = {s.workflow_id for s in legit}
-        wait_until(lambda: completed(env, legit_ids), 60, "the legitimate workflows completed")
+        wait_until(
+            lambda: completed(env, legit_ids), PATIENCE_S, "the legitimate workflows completed"
+        )
         found = outcomes(env, placed)
 
     print(json.dumps({"kafka": found.counts(hostile), "http": http_counts(answered)}, indent=1))
