@@ -9,7 +9,13 @@ import pytest
 from es_sched.domain import commands as c
 from es_sched.domain.effects import child_start_id
 from es_sched.domain.ids import workflow_id_for_command
-from es_sched.domain.intake import NUL_REASON, input_refusal, record_refusal
+from es_sched.domain.intake import (
+    MAX_DEPTH,
+    NUL_REASON,
+    input_refusal,
+    nesting,
+    record_refusal,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -69,3 +75,17 @@ def test_the_key_rule_holds_for_every_input_not_only_starts() -> None:
     )
     assert input_refusal("wf-1", report) is None
     assert input_refusal("wf-2", report) is not None
+
+
+def test_nesting_over_the_limit_is_refused_by_the_bytes_alone() -> None:
+    def nested(depth: int) -> bytes:
+        return b'{"d":' * depth + b"1" + b"}" * depth
+
+    assert record_refusal(nested(MAX_DEPTH), CAP) is None
+    too_deep = f"record is nested {MAX_DEPTH + 1} levels deep, over the limit of {MAX_DEPTH}"
+    assert record_refusal(nested(MAX_DEPTH + 1), CAP) == too_deep
+    # Brackets inside strings (escaped quotes too) are text, not nesting.
+    text = json.dumps({"s": '\\"{[' * 500, "a": [[[1]]]}).encode()
+    assert nesting(text) == 4 and record_refusal(text, CAP) is None  # the object, 3 arrays
+    wide = json.dumps({"items": [{"k": [i]} for i in range(300)]}).encode()
+    assert nesting(wide) == 4
