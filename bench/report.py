@@ -152,6 +152,10 @@ SOURCES: dict[str, Source] = {
     ),
     "e2e.json": Source(f"{PY} bench/e2e.py --runs 3 --workflows 1000", _key("runs", " runs")),
     "sla.json": Source(f"{PY} bench/sla.py --runs 3", lambda d: f"{len(d['runs'])} rounds"),
+    "fuzz.json": Source(
+        f"{PY} bench/fuzz.py --rounds 3 --workflows 10000 --every 1,10",
+        lambda d: f"{len(d['rounds']) // (1 + len(d['ratio_to_clean']))} rounds",
+    ),
     "fanout.json": Source(
         f"{PY} bench/fanout.py --rounds 3 --before TREE", lambda d: f"{d['after']['rounds']} rounds"
     ),

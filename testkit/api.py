@@ -46,8 +46,8 @@ def keyed_env() -> Iterator[Env]:
     engine.dispose()
 
 
-@contextmanager
-def api(env: Env, **extra_env: str) -> Iterator[Api]:
+def launch(env: Env, **extra_env: str) -> tuple[Role, str]:
+    """``es-sched api`` started, not yet waited for (a test starting other roles meanwhile)."""
     port = free_port()
     role = Role(
         env,
@@ -55,7 +55,19 @@ def api(env: Env, **extra_env: str) -> Iterator[Api]:
         argv=["api", "--port", str(port)],
         **{"ES_SCHED_API_AUTH": "off", **extra_env},
     )
-    url = f"http://127.0.0.1:{port}"
+    return role, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def api(env: Env, **extra_env: str) -> Iterator[Api]:
+    with serving(launch(env, **extra_env)) as served:
+        yield served
+
+
+@contextmanager
+def serving(launched: tuple[Role, str]) -> Iterator[Api]:
+    """The API ``launch`` started, once it answers; stopped after."""
+    role, url = launched
     try:
         wait_until(lambda: _answers(url) or role.proc.poll() is not None, 60, f"the API on {url}")
         assert role.proc.poll() is None, f"es-sched api exited:\n{role.text()}"

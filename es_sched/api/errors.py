@@ -11,6 +11,7 @@ request and answered 500 with the error's class name.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import psycopg
@@ -159,7 +160,13 @@ def answer(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _printable(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
+    """The refused value as the answer shows it: bounded, and text UTF-8 can encode (a lone
+    surrogate escape in a JSON body decodes to a ``str`` no response can hold, NaN to a float
+    no JSON can: found by the hostile input campaign, ADR 75, as 500s where a 400 was due)."""
+    if value is None or isinstance(value, int | bool):
         return value
-    text = repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return value  # NaN and 1e400 (infinity) decode from a body, but JSON holds neither
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("utf-8", "backslashreplace").decode()
     return text if len(text) <= 200 else text[:197] + "..."

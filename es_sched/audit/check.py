@@ -43,7 +43,8 @@ def check(
     flight), so a workflow without a terminal event is lost work, not work in progress."""
     engine = scripts or NoScripts()
     causes: dict[tuple[str, str], LoggedInput] = {}
-    for li in log.accepted():
+    accepted_inputs = log.accepted()
+    for li in accepted_inputs:
         assert li.inp is not None
         causes.setdefault((li.inp.workflow_id, li.inp.input_id), li)
     report = Report(violations=contiguous(log))
@@ -65,6 +66,7 @@ def check(
     report.counts = {
         "events": len(log.events),
         "inputs": len(log.inputs),
+        "refused_inputs": len(log.inputs) - len(accepted_inputs),  # dead-lettered (intake)
         "workflows": len(final),
         "refusals": sum(is_refusal(le.event) for le in log.events),
         "blacklistings": len(log.blacklistings),

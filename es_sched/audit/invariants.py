@@ -3,8 +3,8 @@ outcome per attempt, from the live lease) as a check of each event against the s
 
 Pure: no I/O, no clock. Every rule reads only recorded facts:
 
-- I1: an accepted StartWorkflow (decoded, under its workflow id, with the id the decider
-  accepts: ``ids.workflow_id_for_command`` or a child's ``start-child:``) is answered by
+- I1: an accepted StartWorkflow (``domain.intake``: within the command cap, decoded, under its
+  workflow id, with the id the decider accepts) is answered by
   ``workflow.started`` (its ``command_id``) or by ``workflow.rejected`` (its ``causation_id``,
   ADR 11); no ``workflow.started`` lacks its command; and, when the caller declares the system
   idle, every started workflow has ended (otherwise an open workflow is information).
@@ -30,7 +30,7 @@ from es_sched.audit.log import At, Log, LoggedEvent, LoggedInput, Violation
 from es_sched.blacklist import HOST_FAULT, LEASE_EXPIRED
 from es_sched.domain import commands as c
 from es_sched.domain.events import LeaseExpired, TaskCompleted, TaskFailed, WorkflowStarted
-from es_sched.domain.ids import refusal_event_id, workflow_id_for_command
+from es_sched.domain.ids import refusal_event_id
 from es_sched.domain.refusals import REFUSAL_SEQ, is_refusal
 from es_sched.domain.state import WorkflowState
 
@@ -104,12 +104,6 @@ def contiguous(log: Log) -> list[Violation]:
     return found
 
 
-def _start_accepted(inp: c.StartWorkflow) -> bool:
-    """The decider dead-letters a start whose workflow id its command id does not give."""
-    wf = inp.workflow_id
-    return wf == workflow_id_for_command(inp.input_id) or inp.input_id == f"start-child:{wf}"
-
-
 def no_lost_work(
     log: Log, final: dict[str, WorkflowState], idle: bool
 ) -> tuple[list[Violation], list[Violation]]:
@@ -132,7 +126,7 @@ def no_lost_work(
     commanded: set[tuple[str, str]] = set()
     for li in log.accepted():
         inp = li.inp
-        if not isinstance(inp, c.StartWorkflow) or not _start_accepted(inp):
+        if not isinstance(inp, c.StartWorkflow):
             continue
         commanded.add((inp.workflow_id, inp.input_id))
         if (inp.workflow_id, inp.input_id) not in answered:

@@ -15,6 +15,7 @@ from typing import Any
 from es_sched.blacklist import Blacklisting
 from es_sched.domain import commands as c
 from es_sched.domain.events import Event
+from es_sched.domain.intake import input_refusal
 from es_sched.domain.state import WorkflowState
 
 
@@ -38,13 +39,18 @@ class LoggedEvent:
 
 @dataclass(frozen=True)
 class LoggedInput:
-    """An input the decider read. ``inp`` is None for a record it dead-letters (it does not
-    decode, or its key is not its workflow id): never accepted, so no invariant expects an
-    answer to it."""
+    """An input the decider read. ``inp`` is None for a record refused before it decodes
+    (empty, over the command cap, not an input). Whether a decoded one is accepted is
+    ``domain.intake``'s rule, the decider's own: a refused input is dead-lettered, never
+    answered by an event, so no invariant expects an answer to it."""
 
     inp: c.Input | None
     at: At
     key: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.inp is not None and input_refusal(self.key, self.inp) is None
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,8 @@ class Log:
     blacklistings: list[LoggedBlacklisting] = field(default_factory=list)
 
     def accepted(self) -> list[LoggedInput]:
-        """The inputs the decider applies: decoded and under their workflow id's key."""
-        return [i for i in self.inputs if i.inp is not None and i.key == i.inp.workflow_id]
+        """The inputs the decider decides (``domain.intake``); the rest it dead-letters."""
+        return [i for i in self.inputs if i.accepted]
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ and the blacklistings of the config topic.
 Every partition is read from its start to the end it had when reading began, committed records
 only (``read_committed``, as the decider reads its inputs and the projectors the events). An
 event that does not decode stops the check (only the decider writes events: it is a broken
-log, not a record to skip); an input that does not decode, or sits under a key that is not its
-workflow id, is kept as one the decider dead-letters (``LoggedInput.inp`` None).
+log, not a record to skip); an input the decider refuses (``domain.intake``, with the cap of
+``ES_SCHED_RUN_COMMAND_MAX_BYTES`` as the decider reads it) is kept as one it dead-letters.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from es_sched.audit.log import At, Log, LoggedBlacklisting, LoggedEvent, LoggedInput
 from es_sched.blacklist import Blacklisting, of_record
+from es_sched.domain.intake import record_refusal
 from es_sched.errors import EsSchedError, SchemaError
 from es_sched.kafka.clients import consumer, read_partition
 from es_sched.kafka.connection import KafkaConnection, connection
@@ -30,6 +31,7 @@ BLACKLIST = "blacklist:"
 def read_log(settings: Settings, progress: Progress | None = None) -> Log:
     topics, log, read = topics_for(settings), Log(), 0
     bootstrap = connection(settings.kafka)
+    cap = settings.runtime.command_max_bytes  # the decider's cap (``domain.intake``)
     for topic in (topics.events, topics.commands, topics.task_results):
         for part in _partitions(bootstrap, topic):
             for msg in read_partition(bootstrap, topic, part):
@@ -42,7 +44,7 @@ def read_log(settings: Settings, progress: Progress | None = None) -> Log:
                     except SchemaError as exc:
                         raise EsSchedError(f"{at}: not an event: {exc}") from exc
                 else:
-                    log.inputs.append(_input(data, key, at))
+                    log.inputs.append(_input(data, key, at, cap))
                 read += 1
                 if progress is not None and read % EVERY == 0:
                     progress(read)
@@ -77,8 +79,12 @@ def _blacklistings(bootstrap: KafkaConnection, topic: str) -> list[LoggedBlackli
     return found
 
 
-def _input(data: bytes, key: bytes | str, at: At) -> LoggedInput:
+def _input(data: bytes, key: bytes | str, at: At, cap: int) -> LoggedInput:
+    """The input as the decider reads it: a record ``intake`` refuses by its bytes is not
+    decoded (the decider never decodes it either), nor is one that is not an input."""
     text = key.decode(errors="replace") if isinstance(key, bytes) else key
+    if record_refusal(data, cap) is not None:
+        return LoggedInput(None, at, text)
     try:
         return LoggedInput(decode_input(data), at, text)
     except SchemaError:

@@ -32,6 +32,7 @@ from es_sched.domain.events import (
     WorkflowEnded,
     WorkflowRejected,
 )
+from es_sched.domain.intake import record_refusal
 from es_sched.domain.pins import pin
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import DomainError, SchemaError
@@ -69,10 +70,10 @@ def prepare(cmd: Input, catalog: SchemaCatalog, cap: int) -> bytes:
         raw = encode_input(cmd)
     except TypeError as exc:  # a value JSON cannot hold (a set, a datetime in the input...)
         raise SchemaError(f"{cmd.TYPE}: cannot encode as JSON: {exc}") from None
-    if len(raw) > cap:
-        raise SchemaError(
-            f"{cmd.TYPE}: command is {len(raw)} bytes, over the cap of {cap} bytes ({CAP_VARIABLE})"
-        )
+    refused = record_refusal(raw, cap)  # the decider's rule: refused here, not there
+    if refused is not None:
+        setting = f" ({CAP_VARIABLE})" if len(raw) > cap else ""
+        raise SchemaError(f"{cmd.TYPE}: {refused}{setting}")
     return raw
 
 

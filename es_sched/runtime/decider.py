@@ -19,7 +19,8 @@ commit succeeds, so memory never runs ahead of the log:
   ``InfrastructureError`` naming the transactional id.
 
 Refusals: a record that does not decode, is over the size cap or sits under a key that is not
-its workflow id goes to ``dead-letters`` with its origin; a decoded input that cannot be applied
+its workflow id (``domain.intake``, the rule the audit checks by too) goes to ``dead-letters``
+with its origin; a decoded input that cannot be applied
 is answered by an event (``command.rejected`` in a history, or ``workflow.rejected`` outside
 any history for a workflow id that has none: ADR 11), never a dead letter.
 
@@ -56,7 +57,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from es_sched.domain import commands as c
 from es_sched.domain.decide import decide_with_state
 from es_sched.domain.events import TaskRequeued, WorkflowSlaAtRisk, WorkflowSlaBreached
-from es_sched.domain.ids import workflow_id_for_command
+from es_sched.domain.intake import input_refusal, record_refusal
 from es_sched.domain.pins import complete_start
 from es_sched.domain.retention import answer_ended
 from es_sched.domain.scripts import ScriptEngine
@@ -367,18 +368,16 @@ class Decider:
     ) -> list[Record]:
         raw = msg.value()
         data = raw if isinstance(raw, bytes) else (raw or "").encode()
-        if not data:
-            return [self._dead(msg, "empty record", "SchemaError")]
-        if len(data) > self.run_settings.command_max_bytes:
-            return [self._dead(msg, f"record is {len(data)} bytes, over the cap", "SchemaError")]
+        refused_bytes = record_refusal(data, self.run_settings.command_max_bytes)
+        if refused_bytes is not None:  # judged on its bytes: an oversize record is not decoded
+            return [self._dead(msg, refused_bytes, "SchemaError")]
         try:
             inp = decode_input(data)
             key = msg.key()
             key_text = key.decode() if isinstance(key, bytes) else (key or "")
-            if key_text != inp.workflow_id:
-                raise EsSchedError(
-                    f"record key {key_text!r} is not its workflow_id {inp.workflow_id!r}"
-                )
+            refused_here = input_refusal(key_text, inp)  # the rule the audit checks by too
+            if refused_here is not None:
+                raise EsSchedError(refused_here)
             inp = self._complete_start(inp)
             st = staged.get(inp.workflow_id) or self.states.get(inp.workflow_id)
             gone = self.retirement.ended.get(inp.workflow_id) if st is None else None
@@ -414,14 +413,6 @@ class Decider:
     def _complete_start(self, inp: c.Input) -> c.Input:
         if not isinstance(inp, c.StartWorkflow):
             return inp
-        if (
-            inp.workflow_id != workflow_id_for_command(inp.input_id)
-            and inp.input_id != f"start-child:{inp.workflow_id}"
-        ):
-            raise EsSchedError(
-                "a StartWorkflow's workflow_id must be uuid5 of its command_id "
-                "(es_sched.domain.ids.workflow_id_for_command): one command, one workflow"
-            )
         found = complete_start(inp, self.resolve)  # pins its children's versions (ADR 12)
         if found is None:
             return inp  # the core refuses it with workflow.rejected (a duplicate: nothing)

@@ -105,7 +105,10 @@ def _claim(
     gw: Gateway, u: Update, lease: HeldLease | None, attempt: int, sent: list[reports.Delivery]
 ) -> str:
     """The caller's claim, sent for the decider to refuse and record."""
-    epoch = lease.lease_epoch if lease is not None else 0
+    # No lease held: epoch 1 and no token. Epochs count from 1 (the schema refuses 0, so such a
+    # claim was dead-lettered, not recorded), and no live lease has an empty token, so the
+    # decider records it as ``task.completion_rejected`` (found by the hostile input campaign).
+    epoch = lease.lease_epoch if lease is not None else 1
     claimer = u.worker_id or "http-worker"
     a = wire.Assignment(claimer, u.workflow_id, u.task_id, "", attempt, epoch, "", "", {})
     report = _outcome(a, claimer, u)

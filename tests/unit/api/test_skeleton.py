@@ -75,3 +75,33 @@ def test_a_value_the_database_refuses_is_the_requests_fault() -> None:
     answer = client.get("/probe-async")
     assert answer.status_code == 400, answer.text
     assert answer.json()["message"] == "a value in the request cannot be used: bigint out of range"
+
+
+def test_a_lone_surrogate_in_a_refused_body_is_a_400_not_a_500() -> None:
+    # Found by the hostile input campaign (ADR 75): the refused value was echoed as it was
+    # decoded, a str no response can encode.
+    app = FastAPI()
+    errors.install(app)
+
+    @app.post("/probe")
+    def probe(body: dict[str, int]) -> None:
+        return None
+
+    client = TestClient(app, raise_server_exceptions=False)
+    response = client.post(
+        "/probe",
+        content=b'{"n": "\\ud800' + b"x" * 500 + b'"}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    [problem] = response.json()["validationErrors"]
+    assert problem["invalidValue"].startswith("\\ud800x") and len(problem["invalidValue"]) == 200
+    for number in (b"NaN", b"1e400", b"-Infinity"):
+        response = client.post(
+            "/probe",
+            content=b'{"n": ' + number + b"}",
+            headers={"Content-Type": "application/json"},
+        )
+        assert response.status_code == 400, response.text
+        [problem] = response.json()["validationErrors"]
+        assert problem["invalidValue"] in ("nan", "inf", "-inf")

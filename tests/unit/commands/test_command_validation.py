@@ -114,7 +114,7 @@ def test_the_size_cap_is_inclusive_and_names_the_setting() -> None:
     with pytest.raises(SchemaError) as caught:
         prepare(over, CATALOG, CAP)
     assert str(caught.value) == (
-        f"workflow.start: command is {CAP + 1} bytes, over the cap of {CAP} bytes "
+        f"workflow.start: record is {CAP + 1} bytes, over the cap of {CAP} bytes "
         "(ES_SCHED_RUN_COMMAND_MAX_BYTES)"
     )
 
