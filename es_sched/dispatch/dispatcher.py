@@ -12,8 +12,15 @@ Inputs:
 - ``worker-status`` (whole topic from the beginning, no group): a ``WorkerStatus`` updates the
   fleet and is the worker's heartbeat for all its leases; a leased task missing from its
   ``running`` list for over a heartbeat is released; a tombstone removes the worker, and so
-  does a report of another deployment (ADR 63; each assignment carries ours); a
-  ``Progress`` extends the worker's leases.
+  does a report of another deployment (ADR 63; each assignment carries ours), or one without
+  a lease key unless ``ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS`` (ADR 74); a ``Progress``
+  extends the worker's leases.
+
+Lease tokens (ADR 74): each assignment's token is sealed to the ``lease_key`` of the worker's
+latest report (``es_sched.serialization.sealed``), so only that worker process can echo it;
+the other workers reading the same assignment partition cannot forge its reports. A key that
+changes is a new process of the worker: the leases it does not list as running were sealed to
+the old key, which nothing can open any more, and are taken back at once.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools, policies, blacklistings and tenants' shares and quotas, changeable at run time.
 - ``stats`` (compacted, from the beginning; ``es_sched.kafka.stats.StatsView``, unless
@@ -75,6 +82,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import assert_never
 
@@ -114,7 +122,7 @@ from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics,
 from es_sched.liveness import heard_at
 from es_sched.metrics import LagGauge, Registry
 from es_sched.roster import same_deployment
-from es_sched.serialization import encode_input, wire
+from es_sched.serialization import encode_input, sealed, wire
 from es_sched.serialization.config import ConfigChange
 from es_sched.serialization.partial import LEASE_ENDED, TaskEnd
 from es_sched.serialization.records import worker_dead_alert
@@ -157,6 +165,9 @@ class Dispatcher:
         self.group = f"{self.prefix}-dispatcher"
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
+        self._keyless: set[str] = set()  # workers without a lease key, logged once each
+        # worker id -> (the key its tokens are sealed to, as published); None: clear tokens
+        self.lease_keys: dict[str, sealed.Published | None] = {}
         # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
         # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
         self.stats: StatsView | None = None
@@ -214,6 +225,11 @@ class Dispatcher:
         self.m_rollout_share = r.gauge(
             "es_sched_rollout_share",
             "The share of a task type's tasks a rolled-out worker version receives now.",
+        )
+        self.m_clear_tokens = r.counter(
+            "es_sched_clear_lease_tokens_total",
+            "Assignments sent with their lease token in clear, to workers without a lease key "
+            "(ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS, ADR 74): any worker of the pool can read it.",
         )
         self.m_learned = r.counter(
             "es_sched_learned_cost_placements_total",
@@ -412,6 +428,7 @@ class Dispatcher:
         match record:
             case WorkerLeft():  # its leases expire unless it comes back
                 self.core.fleet.remove(record.worker_id)
+                self.lease_keys.pop(record.worker_id, None)
             case wire.Progress():
                 self.core.leases.heartbeat(record.worker_id, now)
             case Report():
@@ -432,6 +449,13 @@ class Dispatcher:
                 )
             self.core.fleet.remove(status.worker_id)
             return
+        known, key = status.worker_id in self.lease_keys, self._lease_key(status)
+        if key is None and not d.clear_lease_tokens:
+            self.core.fleet.remove(status.worker_id)
+            self.lease_keys.pop(status.worker_id, None)
+            return
+        previous = self.lease_keys.get(status.worker_id)
+        self.lease_keys[status.worker_id] = key
         view = dispatch_records.worker_view(status, heard_at(report.sent_at, now, d.dead_after_s))
         self._pool_topic(view.pool)
         self.core.fleet.upsert(view)
@@ -440,9 +464,41 @@ class Dispatcher:
             return  # a stale report read at start-up is no heartbeat
         self.core.leases.heartbeat(status.worker_id, now)
         running, grace = set(status.running), d.heartbeat_s
+        if known and _published(previous) != _published(key):
+            self._rekeyed(status.worker_id, running, now)
         for lease in self.core.leases.held_by(status.worker_id):
             if lease.task_id not in running and (now - lease.started_at).total_seconds() >= grace:
                 self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
+
+    def _lease_key(self, status: wire.WorkerStatus) -> sealed.Published | None:
+        """The key to seal the worker's tokens to; None for a worker without one (logged once:
+        it gets no task unless clear tokens are allowed)."""
+        if status.lease_key:
+            try:
+                return sealed.public_key(status.lease_key)
+            except sealed.SealError as exc:
+                why = str(exc)
+        else:
+            why = "it publishes no lease key (a release before ADR 74)"
+        if status.worker_id not in self._keyless:
+            self._keyless.add(status.worker_id)
+            allowed = self.dispatch_settings.clear_lease_tokens
+            log.warning(
+                "worker %s: %s; %s",
+                status.worker_id,
+                why,
+                "its lease tokens go in clear (ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS)"
+                if allowed
+                else "left out of the fleet",
+            )
+        return None
+
+    def _rekeyed(self, worker_id: str, running: set[str], now: datetime) -> None:
+        """The worker published another key: a new process, which cannot open the tokens of
+        leases granted before (sealed to the old key). Those it does not run (it could hold
+        one only by other means: a gateway's store) are taken back now (``core.rekeyed``)."""
+        for lease in self.core.rekeyed(worker_id, running):
+            self._take_back(lease, "worker restarted with a new lease key", now)
 
     def _on_event(self, end: TaskEnd) -> None:
         task_id, kind, epoch = end.task_id, end.type, end.lease_epoch
@@ -626,6 +682,11 @@ class Dispatcher:
     def _assign(self, a: Assignment, now: datetime) -> None:
         # its DispatchTask was delivered already
         record, _ = dispatch_records.assignment(a, self.deployment)
+        key = self.lease_keys.get(record.worker_id)
+        if key is not None:
+            record = replace(record, lease_token=sealed.seal(record.lease_token, key))
+        else:
+            self.m_clear_tokens.inc()
         pool = self.core.pools.get(a.task.task_type, "default")
         self.output.produce(
             assignment_topic(self.prefix, pool), record.worker_id, wire.encode(record), now
@@ -767,3 +828,7 @@ class Dispatcher:
             if found is not None:
                 rows.append(({"task_type": task_type, "pool": pool, "reason": found[0]}, 1.0))
         self.m_unplaceable.replace(rows)
+
+
+def _published(key: sealed.Published | None) -> str:
+    return "" if key is None else key.text

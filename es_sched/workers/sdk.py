@@ -58,7 +58,7 @@ from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
 from es_sched.roster import same_deployment
-from es_sched.serialization import wire
+from es_sched.serialization import sealed, wire
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import admits, use_of
@@ -114,6 +114,9 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.settings = settings or load_settings()
         self.deployment = self.settings.system.deployment_id  # ADR 63
+        # This process's key: its lease tokens come sealed to it (ADR 74); a restart makes a
+        # new one, and the dispatcher takes back what was sealed to the old.
+        self.lease_key = sealed.LeaseKey()
         # The dispatcher's heartbeat: it releases a lease missing from our status that long.
         self.heartbeat_s = heartbeat_s or self.settings.dispatch.heartbeat_s
         self.labels, self.grace_s = dict(labels or {}), grace_s
@@ -251,6 +254,7 @@ class Worker:
             used=use_of(held).report(),
             sent_at=reports.now_iso(),
             deployment=self.deployment,
+            lease_key=self.lease_key.public,
         )
         self._reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -273,6 +277,11 @@ class Worker:
             return
         if getattr(record, "worker_id", None) != self.worker_id:
             return  # another worker whose id hashes to this partition
+        if isinstance(record, wire.Assignment):
+            opened = runner.unseal(record, self.lease_key, msg, self._reporter)
+            if opened is None:
+                return
+            record = opened
         match record:
             case wire.Assignment() if not same_deployment(record.deployment, self.deployment):
                 self._foreign(msg, record)

@@ -38,7 +38,7 @@ from confluent_kafka import Message
 from es_sched.errors import SchemaError
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.roster import same_deployment
-from es_sched.serialization import wire
+from es_sched.serialization import sealed, wire
 from es_sched.settings import Settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import use_of
@@ -114,6 +114,9 @@ class Gateway:
         self._wakers: dict[Callable[[], None], str] = {}  # long polls waiting -> their type
         self._poll_written: dict[tuple[str, str, str], float] = {}
         self._stale = StaleLeases(self.heartbeat_s)
+        # This process's key (ADR 74): the tokens it opens stay in the API's gateway store and
+        # in the reports it writes for HTTP workers, never in what a poll answers.
+        self.lease_key = sealed.LeaseKey()
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="es-sched-gateway", daemon=True)
@@ -347,6 +350,7 @@ class Gateway:
             used=use_of(held).report(),
             sent_at=reports.now_iso(),
             deployment=self.settings.system.deployment_id,
+            lease_key=self.lease_key.public,
         )
         self.reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -361,6 +365,11 @@ class Gateway:
             return
         if getattr(record, "worker_id", None) != self.worker_id:
             return
+        if isinstance(record, wire.Assignment):
+            opened = runner.unseal(record, self.lease_key, msg, self.reporter)
+            if opened is None:
+                return
+            record = opened
         ours = self.settings.system.deployment_id
         match record:
             case wire.Assignment() if not same_deployment(record.deployment, ours):

@@ -1,0 +1,119 @@
+"""Lease tokens sealed to the worker's key (ADR 74), on a dispatcher without a broker: each
+assignment's token opens only with the key of the worker it names; a worker without a key gets
+nothing unless clear tokens are allowed; a worker that comes back with a new key has the
+leases it does not run taken back at once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from es_sched.domain import commands as c
+from es_sched.kafka.topics import assignment_topic
+from es_sched.serialization import decode_input, sealed, wire
+from tests.unit.dispatch.fakes import (
+    LEASE_KEY,
+    T0,
+    OnFakes,
+    msg,
+    on_fakes,
+    ready_raw,
+    w1_status,
+)
+
+
+def dispatcher(env: dict[str, str] | None = None) -> OnFakes:
+    f = on_fakes(env=env)
+    f.d.pool_topics.add(assignment_topic("p", "default"))  # known: a status creates no topic
+    return f
+
+
+def to_workers(f: OnFakes) -> list[wire.Record]:
+    return [wire.decode(v) for t, v in f.out.values if t == "p.assignments"]
+
+
+def to_decider(f: OnFakes) -> list[c.Input]:
+    return [decode_input(v or b"") for t, v in f.out.values if t == f.d.topics.task_results]
+
+
+def leased(f: OnFakes, task_id: str = "a", offset: int = 7) -> wire.Assignment:
+    f.ready.records.append(msg(f.d.topics.ready, ready_raw(task_id), offset=offset))
+    f.d.step(0)
+    found = [r for r in to_workers(f) if isinstance(r, wire.Assignment) and r.task_id == task_id]
+    return found[-1]
+
+
+def test_the_token_reaches_only_the_worker_it_names() -> None:
+    f = dispatcher()
+    f.status.records.append(w1_status(f.d, T0))
+    a = leased(f)
+    [granted] = [i for i in to_decider(f) if isinstance(i, c.DispatchTask)]
+    assert granted.lease_token == "tok" and sealed.is_sealed(a.lease_token)
+    assert "tok" not in a.lease_token
+    assert sealed.opened(a, LEASE_KEY).lease_token == granted.lease_token
+    other = sealed.LeaseKey()  # another worker reading the same partition
+    with pytest.raises(sealed.SealError):
+        sealed.opened(a, other)
+    assert f.d.m_clear_tokens.value() == 0
+
+
+def test_a_worker_without_a_key_gets_nothing_by_default() -> None:
+    f = dispatcher()
+    f.status.records.append(w1_status(f.d, T0, lease_key=""))
+    f.ready.records.append(msg(f.d.topics.ready, ready_raw("a"), offset=7))
+    f.d.step(0)
+    assert "w1" not in f.d.core.fleet.workers
+    assert to_workers(f) == [] and f.d.core.leases.leases == {}
+
+
+def test_clear_tokens_when_allowed_are_counted() -> None:
+    f = dispatcher({"ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS": "true"})
+    f.status.records.append(w1_status(f.d, T0, lease_key=""))
+    a = leased(f)
+    assert a.lease_token == "tok" and f.d.m_clear_tokens.value() == 1
+
+
+def test_a_published_key_that_is_no_key_is_a_worker_without_one() -> None:
+    f = dispatcher()
+    f.status.records.append(w1_status(f.d, T0, lease_key="A" * 43 + "="))  # 32 bytes: a key
+    f.d.read_inputs(0)
+    assert "w1" in f.d.core.fleet.workers
+    short = wire.encode(
+        wire.WorkerStatus("w2", "default", "1.0", ["encode"], 1.0, 100, lease_key="A" * 10)
+    )
+    f.status.records.append(msg(f.d.topics.worker_status, short, key="w2"))
+    f.d.read_inputs(0)  # refused by the schema: a dead letter, not a crash
+    assert "w2" not in f.d.core.fleet.workers and f.out.dead_letters
+
+
+def test_a_worker_back_with_a_new_key_has_what_it_does_not_run_taken_back() -> None:
+    f = dispatcher()
+    f.status.records.append(w1_status(f.d, T0))
+    first = leased(f, "a", 7)
+    kept = leased(f, "b", 8)  # listed by the new process (a gateway restores it from its store)
+    restarted = sealed.LeaseKey()
+    f.status.records.append(w1_status(f.d, T0, running=["b"], lease_key=restarted.public))
+    f.d.step(0)
+    cancels = [r for r in to_workers(f) if isinstance(r, wire.Cancel)]
+    assert [(x.task_id, x.lease_epoch) for x in cancels] == [("a", first.lease_epoch)]
+    assert cancels[0].reason == "worker restarted with a new lease key"
+    expired = [i for i in to_decider(f) if isinstance(i, c.ExpireLease)]
+    assert [(i.task_id, i.lease_epoch) for i in expired] == [("a", first.lease_epoch)]
+    # the task went back to its queue and was granted again, sealed to the new key
+    again = [r for r in to_workers(f) if isinstance(r, wire.Assignment) and r.task_id == "a"]
+    assert len(again) == 2 and again[1].lease_epoch == first.lease_epoch + 1
+    assert sealed.opened(again[1], restarted).lease_token == "tok"
+    assert f.d.core.leases.leases["b"].epoch == kept.lease_epoch
+    # not the worker's fault: no lease counted as lost against it
+    assert f.d.core.fleet.workers["w1"].lease_lost_at is None
+
+
+def test_the_same_key_again_takes_nothing_back() -> None:
+    f = dispatcher()
+    f.status.records.append(w1_status(f.d, T0))
+    leased(f)
+    f.status.records.append(w1_status(f.d, T0 + timedelta(seconds=1), running=["a"]))
+    f.d.step(0)
+    assert not [r for r in to_workers(f) if isinstance(r, wire.Cancel)]
+    assert "a" in f.d.core.leases.leases
