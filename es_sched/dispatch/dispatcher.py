@@ -15,12 +15,6 @@ Inputs:
   does a report of another deployment (ADR 63; each assignment carries ours), or one without
   a lease key unless ``ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS`` (ADR 74); a ``Progress``
   extends the worker's leases.
-
-Lease tokens (ADR 74): each assignment's token is sealed to the ``lease_key`` of the worker's
-latest report (``es_sched.serialization.sealed``), so only that worker process can echo it;
-the other workers reading the same assignment partition cannot forge its reports. A key that
-changes is a new process of the worker: the leases it does not list as running were sealed to
-the old key, which nothing can open any more, and are taken back at once.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools, policies, blacklistings and tenants' shares and quotas, changeable at run time.
 - ``stats`` (compacted, from the beginning; ``es_sched.kafka.stats.StatsView``, unless
@@ -34,6 +28,13 @@ the old key, which nothing can open any more, and are taken back at once.
   lease still held (its worker declined it), or of a task let go on its worker's status
   meanwhile (kept for that, ``Dispatcher._let_go``), puts the task back at the head of its
   queue.
+
+Lease tokens (ADR 74): each assignment's token is sealed to the ``lease_key`` of the worker's
+latest report (``es_sched.serialization.sealed``: a box between that key and this process's
+own, made at start), so only that worker process can echo it;
+the other workers reading the same assignment partition cannot forge its reports. A key that
+changes is a new process of the worker: the leases it does not list as running were sealed to
+the old key, which nothing can open any more, and are taken back at once.
 
 Blacklisting (ADR 58): the dispatcher that placed a task counts its end against its worker
 (``es_sched.blacklist.blame``: a lease it let expire or a host fault counts, the input's fault
@@ -168,6 +169,7 @@ class Dispatcher:
         self._keyless: set[str] = set()  # workers without a lease key, logged once each
         # worker id -> (the key its tokens are sealed to, as published); None: clear tokens
         self.lease_keys: dict[str, sealed.Published | None] = {}
+        self.sealer = sealed.Sealer()  # this process's key pair, new each start
         # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
         # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
         self.stats: StatsView | None = None
@@ -428,7 +430,7 @@ class Dispatcher:
         match record:
             case WorkerLeft():  # its leases expire unless it comes back
                 self.core.fleet.remove(record.worker_id)
-                self.lease_keys.pop(record.worker_id, None)
+                self.sealer.forget(self.lease_keys.pop(record.worker_id, None))
             case wire.Progress():
                 self.core.leases.heartbeat(record.worker_id, now)
             case Report():
@@ -452,10 +454,12 @@ class Dispatcher:
         known, key = status.worker_id in self.lease_keys, self._lease_key(status)
         if key is None and not d.clear_lease_tokens:
             self.core.fleet.remove(status.worker_id)
-            self.lease_keys.pop(status.worker_id, None)
+            self.sealer.forget(self.lease_keys.pop(status.worker_id, None))
             return
         previous = self.lease_keys.get(status.worker_id)
         self.lease_keys[status.worker_id] = key
+        if _published(previous) != _published(key):
+            self.sealer.forget(previous)
         view = dispatch_records.worker_view(status, heard_at(report.sent_at, now, d.dead_after_s))
         self._pool_topic(view.pool)
         self.core.fleet.upsert(view)
@@ -684,7 +688,7 @@ class Dispatcher:
         record, _ = dispatch_records.assignment(a, self.deployment)
         key = self.lease_keys.get(record.worker_id)
         if key is not None:
-            record = replace(record, lease_token=sealed.seal(record.lease_token, key))
+            record = replace(record, lease_token=self.sealer.seal(record.lease_token, key))
         else:
             self.m_clear_tokens.inc()
         pool = self.core.pools.get(a.task.task_type, "default")

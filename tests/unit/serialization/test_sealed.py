@@ -19,20 +19,33 @@ def assignment(token: str) -> wire.Assignment:
 
 
 def test_only_the_worker_whose_key_sealed_the_token_opens_it() -> None:
-    victim, thief = sealed.LeaseKey(), sealed.LeaseKey()
-    text = sealed.seal(TOKEN, sealed.public_key(victim.public))
-    assert sealed.is_sealed(text) and TOKEN not in text
+    dispatcher, victim, thief = sealed.Sealer(), sealed.LeaseKey(), sealed.LeaseKey()
+    text = dispatcher.seal(TOKEN, sealed.public_key(victim.public))
+    assert sealed.is_sealed(text) and TOKEN not in text and dispatcher.public in text
     assert victim.open(text) == TOKEN
     with pytest.raises(sealed.SealError, match="sealed to another key") as refused:
         thief.open(text)
     assert isinstance(refused.value, SchemaError)  # a record this process cannot use
-    # each seal has its own ephemeral key: two seals of one token differ
-    assert sealed.seal(TOKEN, sealed.public_key(victim.public)) != text
+    # a nonce per seal: two seals of one token differ, both open
+    again = dispatcher.seal(TOKEN, sealed.public_key(victim.public))
+    assert again != text and victim.open(again) == TOKEN
+    # a restarted dispatcher (a new key) seals to the same worker key; the worker opens both
+    assert victim.open(sealed.Sealer().seal(TOKEN, sealed.public_key(victim.public))) == TOKEN
+
+
+def test_a_thief_cannot_pass_off_its_own_box_as_the_dispatchers() -> None:
+    """A token sealed by a worker's key to the victim is no dispatcher's: the victim opens it
+    (boxes are symmetric), yet the decider still refuses it, as its token is not the lease's.
+    What a thief cannot do is read the dispatcher's: shown above."""
+    victim, thief = sealed.LeaseKey(), sealed.LeaseKey()
+    as_dispatcher = sealed.Sealer(thief._private)
+    assert as_dispatcher.public == thief.public
+    assert victim.open(as_dispatcher.seal("guess", sealed.public_key(victim.public))) == "guess"
 
 
 def test_an_assignment_opened_carries_the_clear_token_and_a_clear_one_passes() -> None:
     key = sealed.LeaseKey()
-    a = assignment(sealed.seal(TOKEN, sealed.public_key(key.public)))
+    a = assignment(sealed.Sealer().seal(TOKEN, sealed.public_key(key.public)))
     assert sealed.opened(a, key) == dataclasses.replace(a, lease_token=TOKEN)
     clear = assignment(TOKEN)  # ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS: nothing to open
     assert sealed.opened(clear, key) is clear
@@ -44,9 +57,12 @@ def test_an_assignment_opened_carries_the_clear_token_and_a_clear_one_passes() -
     "garbled",
     [
         sealed.SEALED + "not base64!",
-        sealed.SEALED + base64.b64encode(b"x" * 80).decode(),  # the right size, not a box
+        f"{sealed.SEALED}{sealed.Sealer().public}:{base64.b64encode(b'x' * 72).decode()}",
+        f"{sealed.SEALED}{sealed.Sealer().public}:not base64!",
+        f"{sealed.SEALED}short:{base64.b64encode(b'x' * 72).decode()}",
         sealed.SEALED,
     ],
+    ids=["no-sender", "not-a-box", "box-not-base64", "sender-not-a-key", "empty"],
 )
 def test_a_garbled_sealed_token_is_refused(garbled: str) -> None:
     with pytest.raises(sealed.SealError):
@@ -61,8 +77,9 @@ def test_a_published_key_that_is_no_x25519_key_is_refused(text: str) -> None:
         sealed.public_key(text)
 
 
-def test_the_private_half_is_never_shown() -> None:
-    key = sealed.LeaseKey()
+@pytest.mark.parametrize("make", [sealed.LeaseKey, sealed.Sealer])
+def test_the_private_half_is_never_shown(make: type[sealed.LeaseKey | sealed.Sealer]) -> None:
+    key = make()
     private = base64.b64encode(bytes(key._private)).decode()
     assert key.public in repr(key) and private not in repr(key)
     assert private not in str(vars(key))  # what a careless log of the object would print
