@@ -13,7 +13,8 @@ chosen over.
 CPU time (``time.process_time``) per operation, ``--n`` operations a run, ``--runs`` runs
 (default 3); the medians are written. No broker needed:
 `PYTHONPATH=. .venv/bin/python bench/lease_seal.py`. Writes
-bench/results/current/lease_seal.json.
+bench/results/archive/lease_seal.json: the A/B that chose the box for ADR 74 (``--out``
+elsewhere).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from nacl.public import SealedBox  # noqa: E402
 
 from es_sched.serialization import sealed  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "current"
+OUT = ROOT / "bench" / "results" / "archive" / "lease_seal.json"
 TOKEN = "9f86d081884c7d659a2feaa0c55ad015"  # noqa: S105 - made up: 16 random bytes in hex
 
 
@@ -68,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     runs = [one_run(args.n) for _ in range(args.runs)]
     median = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
@@ -80,8 +82,8 @@ def main() -> None:
         "median": median,
         "per_run": [{k: round(v, 1) for k, v in r.items()} for r in runs],
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "lease_seal.json").write_text(json.dumps(out, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(median, indent=1))
 
 
