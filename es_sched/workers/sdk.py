@@ -30,6 +30,9 @@ A type with no handler fails non-terminally (another worker may serve it); a ret
 that is not a JSON object fails terminally. Every ``heartbeat_s`` (default: the dispatcher's
 ``ES_SCHED_DISPATCH_HEARTBEAT_S``) a ``WorkerStatus`` listing running and queued task ids goes
 to ``<prefix>.worker-status``; an unreadable assignments record goes to the dead letters.
+The status carries the public half of a key the worker makes at start (ADR 74): the
+dispatcher seals each lease token to it, the worker opens it on reading, and an assignment
+sealed to another key (its previous process's) is dead-lettered, never run.
 
 Shutdown (``stop`` set): no new assignment starts (queued and newly read ones are handed back
 with a non-terminal failure), running tasks get ``grace_s`` to finish and report; the rest are

@@ -6,7 +6,10 @@ leases are fenced and expire like any worker's. It is built from the worker SDK'
 (``es_sched.workers.runner.AssignmentReader``; ``es_sched.workers.reports``: ``Reporter``, the
 report builders) and its never-start-a-stale-lease rules (``StaleLeases``), not from
 ``Worker``: a ``Worker`` runs handlers in its own threads, here an HTTP request takes the task
-and another request, maybe on another API process, ends it.
+and another request, maybe on another API process, ends it. Like a ``Worker`` it makes a key
+at start and publishes it in its status; the dispatcher seals each lease token to it
+(ADR 74), this process opens it on reading, and the clear token lives only in the gateway
+store and the reports written for HTTP workers, never in a poll's answer.
 
 Demand (ADR 24 a, ADR 34; the rules in ``es_sched.workers.gateway.demand``): the status announces
 only the task types HTTP workers still ask this process for, and room for only as many tasks
