@@ -233,6 +233,11 @@ class Dispatcher:
             "Assignments sent with their lease token in clear, to workers without a lease key "
             "(ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS, ADR 74): any worker of the pool can read it.",
         )
+        self.m_rekeyed = r.counter(
+            "es_sched_lease_key_changes_total",
+            "Workers heard with a new lease key: a restart, or, rising without restarts, "
+            "another process publishing under the same worker id (ADR 74).",
+        )
         self.m_learned = r.counter(
             "es_sched_learned_cost_placements_total",
             "Tasks placed by their cost estimate corrected by what their size class measured.",
@@ -469,7 +474,7 @@ class Dispatcher:
         self.core.leases.heartbeat(status.worker_id, now)
         running, grace = set(status.running), d.heartbeat_s
         if known and _published(previous) != _published(key):
-            self._rekeyed(status.worker_id, running, now)
+            self._rekeyed(status.worker_id, view.pool, running, now)
         for lease in self.core.leases.held_by(status.worker_id):
             if lease.task_id not in running and (now - lease.started_at).total_seconds() >= grace:
                 self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
@@ -497,11 +502,21 @@ class Dispatcher:
             )
         return None
 
-    def _rekeyed(self, worker_id: str, running: set[str], now: datetime) -> None:
+    def _rekeyed(self, worker_id: str, pool: str, running: set[str], now: datetime) -> None:
         """The worker published another key: a new process, which cannot open the tokens of
         leases granted before (sealed to the old key). Those it does not run (it could hold
-        one only by other means: a gateway's store) are taken back now (``core.rekeyed``)."""
-        for lease in self.core.rekeyed(worker_id, running):
+        one only by other means: a gateway's store) are taken back now (``core.rekeyed``).
+        Said and counted: workers of a pool share their credentials, so a key that keeps
+        changing without restarts is another process publishing under this id (ADR 74)."""
+        gone = self.core.rekeyed(worker_id, running)
+        self.m_rekeyed.inc(pool=pool)
+        log.warning(
+            "worker %s published a new lease key (a restart, or another process under its "
+            "id): %d lease(s) sealed to the old key taken back",
+            worker_id,
+            len(gone),
+        )
+        for lease in gone:
             self._take_back(lease, "worker restarted with a new lease key", now)
 
     def _on_event(self, end: TaskEnd) -> None:

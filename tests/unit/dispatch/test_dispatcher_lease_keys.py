@@ -107,6 +107,7 @@ def test_a_worker_back_with_a_new_key_has_what_it_does_not_run_taken_back() -> N
     assert f.d.core.leases.leases["b"].epoch == kept.lease_epoch
     # not the worker's fault: no lease counted as lost against it
     assert f.d.core.fleet.workers["w1"].lease_lost_at is None
+    assert f.d.m_rekeyed.value(pool="default") == 1
 
 
 def test_the_same_key_again_takes_nothing_back() -> None:
@@ -117,3 +118,4 @@ def test_the_same_key_again_takes_nothing_back() -> None:
     f.d.step(0)
     assert not [r for r in to_workers(f) if isinstance(r, wire.Cancel)]
     assert "a" in f.d.core.leases.leases
+    assert f.d.m_rekeyed.value(pool="default") == 0
