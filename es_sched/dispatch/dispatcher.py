@@ -738,6 +738,9 @@ class Dispatcher:
         )
         self.output.produce(self.topics.alerts, death.worker_id, value, now)
         self.m_worker_dead.inc(pool=death.pool)
+        # Its key and box go with it (worker ids may be new with every pod); one that comes
+        # back is heard from anew, its key then no change.
+        self.sealer.forget(self.lease_keys.pop(death.worker_id, None))
 
     def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
         task = self.journal.task(lease.task_id)

@@ -119,3 +119,18 @@ def test_the_same_key_again_takes_nothing_back() -> None:
     assert not [r for r in to_workers(f) if isinstance(r, wire.Cancel)]
     assert "a" in f.d.core.leases.leases
     assert f.d.m_rekeyed.value(pool="default") == 0
+
+
+def test_a_dead_workers_key_is_forgotten_and_its_return_is_no_key_change() -> None:
+    now = [T0]
+    f = on_fakes(clock=lambda: now[0])
+    f.d.pool_topics.add(assignment_topic("p", "default"))
+    f.status.records.append(w1_status(f.d, T0))
+    f.d.step(0)
+    assert "w1" in f.d.lease_keys
+    now[0] = T0 + timedelta(seconds=f.d.dispatch_settings.dead_after_s + 1)
+    f.d.step(0)
+    assert f.d.m_worker_dead.value(pool="default") == 1 and "w1" not in f.d.lease_keys
+    f.status.records.append(w1_status(f.d, now[0], lease_key=sealed.LeaseKey().public))
+    f.d.step(0)
+    assert "w1" in f.d.lease_keys and f.d.m_rekeyed.value(pool="default") == 0
