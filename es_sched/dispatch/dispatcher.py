@@ -33,8 +33,10 @@ Lease tokens (ADR 74): each assignment's token is sealed to the ``lease_key`` of
 latest report (``es_sched.serialization.sealed``: a box between that key and this process's
 own, made at start), so only that worker process can echo it;
 the other workers reading the same assignment partition cannot forge its reports. A key that
-changes is a new process of the worker: the leases it does not list as running were sealed to
-the old key, which nothing can open any more, and are taken back at once.
+changes once the old one has been silent ``KEY_SILENCE_HEARTBEATS`` is a new process of the
+worker: the leases it does not list as running were sealed to the old key, which nothing can
+open any more, and are taken back at once. Another key while the worker's is live is another
+process publishing under its id (the pool shares credentials): ignored, and counted.
 
 Blacklisting (ADR 58): the dispatcher that placed a task counts its end against its worker
 (``es_sched.blacklist.blame``: a lease it let expire or a host fault counts, the input's fault
@@ -138,6 +140,10 @@ GAUGE_EVERY_S = 0.5
 # under every dispatch latency; a flush ignores linger anyway (ADR 31).
 PRODUCER_LINGER_MS = 1
 RESUME_RETRY_S = 1.0
+# A worker's new lease key is believed (a restart) only once its old key has been silent this
+# many heartbeats: a key changing while the old one still heartbeats is another process
+# publishing under the worker's id (ADR 74). Two: one heartbeat's jitter is no silence.
+KEY_SILENCE_HEARTBEATS = 2
 RELEASED_KEPT = 10_000  # tasks let go on a worker's word, kept for a late task.lease_expired
 
 
@@ -170,6 +176,7 @@ class Dispatcher:
         # worker id -> (the key its tokens are sealed to, as published); None: clear tokens
         self.lease_keys: dict[str, sealed.Published | None] = {}
         self.sealer = sealed.Sealer()  # this process's key pair, new each start
+        self._key_heard: dict[str, datetime] = {}  # worker id -> its key last heard
         # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
         # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
         self.stats: StatsView | None = None
@@ -233,10 +240,14 @@ class Dispatcher:
             "Assignments sent with their lease token in clear, to workers without a lease key "
             "(ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS, ADR 74): any worker of the pool can read it.",
         )
+        self.m_contested = r.counter(
+            "es_sched_lease_keys_refused_total",
+            "Worker reports ignored for a lease key other than the worker's live one: a "
+            "second process under its id, or a restart within two heartbeats (ADR 74).",
+        )
         self.m_rekeyed = r.counter(
             "es_sched_lease_key_changes_total",
-            "Workers heard with a new lease key: a restart, or, rising without restarts, "
-            "another process publishing under the same worker id (ADR 74).",
+            "Workers heard with a new lease key once the old one fell silent: restarts (ADR 74).",
         )
         self.m_learned = r.counter(
             "es_sched_learned_cost_placements_total",
@@ -434,8 +445,9 @@ class Dispatcher:
     def _on_status(self, record: StatusRecord, now: datetime) -> None:
         match record:
             case WorkerLeft():  # its leases expire unless it comes back
+                # Its key is kept until it is silent long enough (``_forget_silent_keys``): a
+                # tombstone is no proof the worker left (any worker of the pool can write one).
                 self.core.fleet.remove(record.worker_id)
-                self.sealer.forget(self.lease_keys.pop(record.worker_id, None))
             case wire.Progress():
                 self.core.leases.heartbeat(record.worker_id, now)
             case Report():
@@ -456,16 +468,21 @@ class Dispatcher:
                 )
             self.core.fleet.remove(status.worker_id)
             return
-        known, key = status.worker_id in self.lease_keys, self._lease_key(status)
-        if key is None and not d.clear_lease_tokens:
-            self.core.fleet.remove(status.worker_id)
-            self.sealer.forget(self.lease_keys.pop(status.worker_id, None))
+        wid, heard = status.worker_id, heard_at(report.sent_at, now, d.dead_after_s)
+        known, key = wid in self.lease_keys, self._lease_key(status)
+        previous = self.lease_keys.get(wid)
+        changed = known and _published(previous) != _published(key)
+        if changed and self._key_live(wid, heard):
+            self._contested(status, heard)
             return
-        previous = self.lease_keys.get(status.worker_id)
-        self.lease_keys[status.worker_id] = key
-        if _published(previous) != _published(key):
+        if key is None and not d.clear_lease_tokens:
+            self.core.fleet.remove(wid)
+            self._forget_key(wid)
+            return
+        self.lease_keys[wid], self._key_heard[wid] = key, heard
+        if changed:
             self.sealer.forget(previous)
-        view = dispatch_records.worker_view(status, heard_at(report.sent_at, now, d.dead_after_s))
+        view = dispatch_records.worker_view(status, heard)
         self._pool_topic(view.pool)
         self.core.fleet.upsert(view)
         self.core.observe(status.worker_id, set(status.running), Need.of(status.used))
@@ -473,7 +490,7 @@ class Dispatcher:
             return  # a stale report read at start-up is no heartbeat
         self.core.leases.heartbeat(status.worker_id, now)
         running, grace = set(status.running), d.heartbeat_s
-        if known and _published(previous) != _published(key):
+        if changed:
             self._rekeyed(status.worker_id, view.pool, running, now)
         for lease in self.core.leases.held_by(status.worker_id):
             if lease.task_id not in running and (now - lease.started_at).total_seconds() >= grace:
@@ -502,17 +519,49 @@ class Dispatcher:
             )
         return None
 
+    def _key_live(self, worker_id: str, heard: datetime) -> bool:
+        """The worker's current key was heard within ``KEY_SILENCE_HEARTBEATS`` heartbeats of
+        ``heard``: its process is alive, so a report with another key is not its restart."""
+        last = self._key_heard.get(worker_id)
+        limit = KEY_SILENCE_HEARTBEATS * self.dispatch_settings.heartbeat_s
+        return last is not None and (heard - last).total_seconds() < limit
+
+    def _contested(self, status: wire.WorkerStatus, heard: datetime) -> None:
+        """A report under a worker's id with another key while its key is live: a second
+        process under that id (workers of a pool share their credentials, so one may publish
+        as another, ADR 74). Ignored: the tokens stay sealed to the live key. A real restart
+        is believed once the old key has been silent long enough."""
+        self.m_contested.inc(pool=status.pool or "default")
+        log.warning(
+            "worker %s: a report with another lease key while its key was heard %s: ignored "
+            "(a second process under its id, or a restart within %d heartbeats)",
+            status.worker_id,
+            self._key_heard[status.worker_id].isoformat(),
+            KEY_SILENCE_HEARTBEATS,
+        )
+
+    def _forget_key(self, worker_id: str) -> None:
+        self.sealer.forget(self.lease_keys.pop(worker_id, None))
+        self._key_heard.pop(worker_id, None)
+
+    def _forget_silent_keys(self, now: datetime) -> None:
+        """Keys of workers silent past ``dead_after_s`` (left, or dead and never placed on)
+        are forgotten, so they do not pile up with worker ids."""
+        limit = self.dispatch_settings.dead_after_s
+        for worker_id, heard in list(self._key_heard.items()):
+            if (now - heard).total_seconds() > limit:
+                self._forget_key(worker_id)
+
     def _rekeyed(self, worker_id: str, pool: str, running: set[str], now: datetime) -> None:
         """The worker published another key: a new process, which cannot open the tokens of
         leases granted before (sealed to the old key). Those it does not run (it could hold
         one only by other means: a gateway's store) are taken back now (``core.rekeyed``).
-        Said and counted: workers of a pool share their credentials, so a key that keeps
-        changing without restarts is another process publishing under this id (ADR 74)."""
+        Said and counted (``es_sched_lease_key_changes_total``)."""
         gone = self.core.rekeyed(worker_id, running)
         self.m_rekeyed.inc(pool=pool)
         log.warning(
-            "worker %s published a new lease key (a restart, or another process under its "
-            "id): %d lease(s) sealed to the old key taken back",
+            "worker %s restarted with a new lease key: %d lease(s) sealed to the old key "
+            "taken back",
             worker_id,
             len(gone),
         )
@@ -740,7 +789,7 @@ class Dispatcher:
         self.m_worker_dead.inc(pool=death.pool)
         # Its key and box go with it (worker ids may be new with every pod); one that comes
         # back is heard from anew, its key then no change.
-        self.sealer.forget(self.lease_keys.pop(death.worker_id, None))
+        self._forget_key(death.worker_id)
 
     def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
         task = self.journal.task(lease.task_id)
@@ -812,6 +861,7 @@ class Dispatcher:
                 self.m_limited.inc(new, limit=reason)
                 self._refused_seen[reason] = total
         self._blacklist_gauges(self.clock())
+        self._forget_silent_keys(self.clock())
         self.lag.update(self.ready.consumer, force=True)
 
     def _blacklist_gauges(self, now: datetime) -> None:

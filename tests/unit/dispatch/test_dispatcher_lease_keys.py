@@ -5,10 +5,11 @@ leases it does not run taken back at once."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
+from es_sched.dispatch.dispatcher import KEY_SILENCE_HEARTBEATS
 from es_sched.domain import commands as c
 from es_sched.kafka.topics import assignment_topic
 from es_sched.serialization import decode_input, sealed, wire
@@ -23,10 +24,23 @@ from tests.unit.dispatch.fakes import (
 )
 
 
-def dispatcher(env: dict[str, str] | None = None) -> OnFakes:
-    f = on_fakes(env=env)
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def dispatcher(env: dict[str, str] | None = None, clock: Clock | None = None) -> OnFakes:
+    f = on_fakes(env=env, clock=clock or Clock())
     f.d.pool_topics.add(assignment_topic("p", "default"))  # known: a status creates no topic
     return f
+
+
+def after_silence(f: OnFakes) -> timedelta:
+    """Long enough for a worker's key to be silent before another is believed."""
+    return timedelta(seconds=KEY_SILENCE_HEARTBEATS * f.d.dispatch_settings.heartbeat_s + 1)
 
 
 def to_workers(f: OnFakes) -> list[wire.Record]:
@@ -88,12 +102,14 @@ def test_a_published_key_that_is_no_key_is_a_worker_without_one() -> None:
 
 
 def test_a_worker_back_with_a_new_key_has_what_it_does_not_run_taken_back() -> None:
-    f = dispatcher()
+    clock = Clock()
+    f = dispatcher(clock=clock)
     f.status.records.append(w1_status(f.d, T0))
     first = leased(f, "a", 7)
     kept = leased(f, "b", 8)  # listed by the new process (a gateway restores it from its store)
     restarted = sealed.LeaseKey()
-    f.status.records.append(w1_status(f.d, T0, running=["b"], lease_key=restarted.public))
+    clock.now = T0 + after_silence(f)  # the old process's key silent since: a restart
+    f.status.records.append(w1_status(f.d, clock.now, running=["b"], lease_key=restarted.public))
     f.d.step(0)
     cancels = [r for r in to_workers(f) if isinstance(r, wire.Cancel)]
     assert [(x.task_id, x.lease_epoch) for x in cancels] == [("a", first.lease_epoch)]
@@ -134,3 +150,30 @@ def test_a_dead_workers_key_is_forgotten_and_its_return_is_no_key_change() -> No
     f.status.records.append(w1_status(f.d, now[0], lease_key=sealed.LeaseKey().public))
     f.d.step(0)
     assert "w1" in f.d.lease_keys and f.d.m_rekeyed.value(pool="default") == 0
+
+
+def test_another_key_while_the_workers_key_is_live_is_ignored() -> None:
+    """A worker of the pool publishing under w1's id with its own key, while w1 heartbeats:
+    no take-back, no token sealed to the impostor's key, counted; a tombstone it writes first
+    takes w1 out of placement only until w1's next heartbeat. Once w1's key has been silent
+    long enough, a new key is a restart."""
+    clock = Clock()
+    f = dispatcher(clock=clock)
+    f.status.records.append(w1_status(f.d, T0))
+    a = leased(f, "a", 7)
+    impostor = sealed.LeaseKey()
+    clock.now = T0 + timedelta(seconds=1)
+    f.status.records.append(msg(f.d.topics.worker_status, None, key="w1"))  # a tombstone
+    f.status.records.append(w1_status(f.d, clock.now, lease_key=impostor.public))
+    f.status.records.append(w1_status(f.d, clock.now, running=["a"]))  # w1's own heartbeat
+    b = leased(f, "b", 8)
+    assert not [r for r in to_workers(f) if isinstance(r, wire.Cancel)]
+    assert f.d.m_contested.value(pool="default") == 1 and f.d.m_rekeyed.value() == 0
+    for x in (a, b):
+        assert sealed.opened(x, LEASE_KEY).lease_token == "tok"
+        with pytest.raises(sealed.SealError):
+            sealed.opened(x, impostor)
+    clock.now = T0 + after_silence(f)
+    f.status.records.append(w1_status(f.d, clock.now, lease_key=impostor.public))
+    f.d.step(0)
+    assert f.d.m_rekeyed.value(pool="default") == 1
