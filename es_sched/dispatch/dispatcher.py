@@ -177,6 +177,7 @@ class Dispatcher:
         self.lease_keys: dict[str, sealed.Published | None] = {}
         self.sealer = sealed.Sealer()  # this process's key pair, new each start
         self._key_heard: dict[str, datetime] = {}  # worker id -> its key last heard
+        self._contested_logged: dict[str, str] = {}  # worker id -> the other key last logged
         # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
         # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
         self.stats: StatsView | None = None
@@ -532,6 +533,9 @@ class Dispatcher:
         as another, ADR 74). Ignored: the tokens stay sealed to the live key. A real restart
         is believed once the old key has been silent long enough."""
         self.m_contested.inc(pool=status.pool or "default")
+        if self._contested_logged.get(status.worker_id) == status.lease_key:
+            return  # said once per key: an impostor may send many
+        self._contested_logged[status.worker_id] = status.lease_key
         log.warning(
             "worker %s: a report with another lease key while its key was heard %s: ignored "
             "(a second process under its id, or a restart within %d heartbeats)",
@@ -543,6 +547,7 @@ class Dispatcher:
     def _forget_key(self, worker_id: str) -> None:
         self.sealer.forget(self.lease_keys.pop(worker_id, None))
         self._key_heard.pop(worker_id, None)
+        self._contested_logged.pop(worker_id, None)
 
     def _forget_silent_keys(self, now: datetime) -> None:
         """Keys of workers silent past ``dead_after_s`` (left, or dead and never placed on)
