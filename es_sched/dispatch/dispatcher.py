@@ -97,6 +97,7 @@ from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore, WorkerDeath
 from es_sched.dispatch.core.fairshare import FairShare
+from es_sched.dispatch.core.lease_keys import Heard, LeaseKeys
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
@@ -173,10 +174,9 @@ class Dispatcher:
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
         self._keyless: set[str] = set()  # workers without a lease key, logged once each
-        # worker id -> (the key its tokens are sealed to, as published); None: clear tokens
-        self.lease_keys: dict[str, sealed.Published | None] = {}
+        # The key each worker's tokens are sealed to, and when one may change (ADR 74).
+        self.lease_keys = LeaseKeys(KEY_SILENCE_HEARTBEATS * d.heartbeat_s)
         self.sealer = sealed.Sealer()  # this process's key pair, new each start
-        self._key_heard: dict[str, datetime] = {}  # worker id -> its key last heard
         self._contested_logged: dict[str, str] = {}  # worker id -> the other key last logged
         # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
         # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
@@ -470,17 +470,16 @@ class Dispatcher:
             self.core.fleet.remove(status.worker_id)
             return
         wid, heard = status.worker_id, heard_at(report.sent_at, now, d.dead_after_s)
-        known, key = wid in self.lease_keys, self._lease_key(status)
-        previous = self.lease_keys.get(wid)
-        changed = known and _published(previous) != _published(key)
-        if changed and self._key_live(wid, heard):
-            self._contested(status, heard)
+        key, previous = self._lease_key(status), self.lease_keys.keys.get(wid)
+        verdict = self.lease_keys.hear(wid, key, heard)
+        if verdict is Heard.CONTESTED:
+            self._contested(status)
             return
-        if key is None and not d.clear_lease_tokens:
+        if not key and not d.clear_lease_tokens:
             self.core.fleet.remove(wid)
             self._forget_key(wid)
             return
-        self.lease_keys[wid], self._key_heard[wid] = key, heard
+        changed = verdict is Heard.CHANGED
         if changed:
             self.sealer.forget(previous)
         view = dispatch_records.worker_view(status, heard)
@@ -497,12 +496,12 @@ class Dispatcher:
             if lease.task_id not in running and (now - lease.started_at).total_seconds() >= grace:
                 self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
 
-    def _lease_key(self, status: wire.WorkerStatus) -> sealed.Published | None:
-        """The key to seal the worker's tokens to; None for a worker without one (logged once:
+    def _lease_key(self, status: wire.WorkerStatus) -> str:
+        """The key to seal the worker's tokens to; "" for a worker without one (logged once:
         it gets no task unless clear tokens are allowed)."""
         if status.lease_key:
             try:
-                return sealed.public_key(status.lease_key)
+                return sealed.public_key(status.lease_key).text
             except sealed.SealError as exc:
                 why = str(exc)
         else:
@@ -518,16 +517,9 @@ class Dispatcher:
                 if allowed
                 else "left out of the fleet",
             )
-        return None
+        return ""
 
-    def _key_live(self, worker_id: str, heard: datetime) -> bool:
-        """The worker's current key was heard within ``KEY_SILENCE_HEARTBEATS`` heartbeats of
-        ``heard``: its process is alive, so a report with another key is not its restart."""
-        last = self._key_heard.get(worker_id)
-        limit = KEY_SILENCE_HEARTBEATS * self.dispatch_settings.heartbeat_s
-        return last is not None and (heard - last).total_seconds() < limit
-
-    def _contested(self, status: wire.WorkerStatus, heard: datetime) -> None:
+    def _contested(self, status: wire.WorkerStatus) -> None:
         """A report under a worker's id with another key while its key is live: a second
         process under that id (workers of a pool share their credentials, so one may publish
         as another, ADR 74). Ignored: the tokens stay sealed to the live key. A real restart
@@ -540,22 +532,19 @@ class Dispatcher:
             "worker %s: a report with another lease key while its key was heard %s: ignored "
             "(a second process under its id, or a restart within %d heartbeats)",
             status.worker_id,
-            self._key_heard[status.worker_id].isoformat(),
+            self.lease_keys.heard[status.worker_id].isoformat(),
             KEY_SILENCE_HEARTBEATS,
         )
 
     def _forget_key(self, worker_id: str) -> None:
-        self.sealer.forget(self.lease_keys.pop(worker_id, None))
-        self._key_heard.pop(worker_id, None)
+        self.sealer.forget(self.lease_keys.forget(worker_id))
         self._contested_logged.pop(worker_id, None)
 
     def _forget_silent_keys(self, now: datetime) -> None:
         """Keys of workers silent past ``dead_after_s`` (left, or dead and never placed on)
         are forgotten, so they do not pile up with worker ids."""
-        limit = self.dispatch_settings.dead_after_s
-        for worker_id, heard in list(self._key_heard.items()):
-            if (now - heard).total_seconds() > limit:
-                self._forget_key(worker_id)
+        for worker_id in self.lease_keys.silent(now, self.dispatch_settings.dead_after_s):
+            self._forget_key(worker_id)
 
     def _rekeyed(self, worker_id: str, pool: str, running: set[str], now: datetime) -> None:
         """The worker published another key: a new process, which cannot open the tokens of
@@ -755,8 +744,8 @@ class Dispatcher:
     def _assign(self, a: Assignment, now: datetime) -> None:
         # its DispatchTask was delivered already
         record, _ = dispatch_records.assignment(a, self.deployment)
-        key = self.lease_keys.get(record.worker_id)
-        if key is not None:
+        key = self.lease_keys.keys.get(record.worker_id)
+        if key:
             record = replace(record, lease_token=self.sealer.seal(record.lease_token, key))
         else:
             self.m_clear_tokens.inc()
@@ -905,7 +894,3 @@ class Dispatcher:
             if found is not None:
                 rows.append(({"task_type": task_type, "pool": pool, "reason": found[0]}, 1.0))
         self.m_unplaceable.replace(rows)
-
-
-def _published(key: sealed.Published | None) -> str:
-    return "" if key is None else key.text

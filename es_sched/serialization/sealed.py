@@ -113,16 +113,17 @@ class Sealer:
     def __repr__(self) -> str:
         return f"Sealer(public={self.public})"
 
-    def seal(self, token: str, key: Published) -> str:
-        """``token`` readable only by the holder of ``key``'s private half."""
-        box = self._boxes.get(key.text)
+    def seal(self, token: str, key: str) -> str:
+        """``token`` readable only by the holder of the private half of ``key`` (as published;
+        ``SealError`` if it is no key)."""
+        box = self._boxes.get(key)
         if box is None:
-            box = self._boxes[key.text] = Box(self._private, key.key)
+            box = self._boxes[key] = Box(self._private, public_key(key).key)
         return f"{SEALED}{self.public}:{_b64(bytes(box.encrypt(token.encode())))}"
 
-    def forget(self, key: Published | None) -> None:
-        if key is not None:
-            self._boxes.pop(key.text, None)
+    def forget(self, key: str | None) -> None:
+        if key:
+            self._boxes.pop(key, None)
 
 
 def is_sealed(token: str) -> bool:

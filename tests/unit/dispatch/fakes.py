@@ -240,5 +240,5 @@ def on_fakes(
     d.events = EventReader(events)  # type: ignore[arg-type]
     d.ready = ReadyReader(consumer, d.topics.ready, out, clock)  # type: ignore[arg-type]
     d.core.fleet.upsert(worker("w1", clock(), cpu=cpu))
-    d.lease_keys["w1"] = sealed.public_key(LEASE_KEY.public)  # as its status would (ADR 74)
+    d.lease_keys.hear("w1", LEASE_KEY.public, clock())  # as its status would (ADR 74)
     return OnFakes(d, out, consumer, status, events)

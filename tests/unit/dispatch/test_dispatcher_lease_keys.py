@@ -74,6 +74,7 @@ def test_the_token_reaches_only_the_worker_it_names() -> None:
 
 def test_a_worker_without_a_key_gets_nothing_by_default() -> None:
     f = dispatcher()
+    f.d.lease_keys.forget("w1")  # a worker never heard with a key
     f.status.records.append(w1_status(f.d, T0, lease_key=""))
     f.ready.records.append(msg(f.d.topics.ready, ready_raw("a"), offset=7))
     f.d.step(0)
@@ -83,6 +84,7 @@ def test_a_worker_without_a_key_gets_nothing_by_default() -> None:
 
 def test_clear_tokens_when_allowed_are_counted() -> None:
     f = dispatcher({"ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS": "true"})
+    f.d.lease_keys.forget("w1")  # a worker never heard with a key
     f.status.records.append(w1_status(f.d, T0, lease_key=""))
     a = leased(f)
     assert a.lease_token == "tok" and f.d.m_clear_tokens.value() == 1
@@ -143,13 +145,13 @@ def test_a_dead_workers_key_is_forgotten_and_its_return_is_no_key_change() -> No
     f.d.pool_topics.add(assignment_topic("p", "default"))
     f.status.records.append(w1_status(f.d, T0))
     f.d.step(0)
-    assert "w1" in f.d.lease_keys
+    assert "w1" in f.d.lease_keys.keys
     now[0] = T0 + timedelta(seconds=f.d.dispatch_settings.dead_after_s + 1)
     f.d.step(0)
-    assert f.d.m_worker_dead.value(pool="default") == 1 and "w1" not in f.d.lease_keys
+    assert f.d.m_worker_dead.value(pool="default") == 1 and "w1" not in f.d.lease_keys.keys
     f.status.records.append(w1_status(f.d, now[0], lease_key=sealed.LeaseKey().public))
     f.d.step(0)
-    assert "w1" in f.d.lease_keys and f.d.m_rekeyed.value(pool="default") == 0
+    assert "w1" in f.d.lease_keys.keys and f.d.m_rekeyed.value(pool="default") == 0
 
 
 def test_another_key_while_the_workers_key_is_live_is_ignored() -> None:

@@ -20,17 +20,17 @@ def assignment(token: str) -> wire.Assignment:
 
 def test_only_the_worker_whose_key_sealed_the_token_opens_it() -> None:
     dispatcher, victim, thief = sealed.Sealer(), sealed.LeaseKey(), sealed.LeaseKey()
-    text = dispatcher.seal(TOKEN, sealed.public_key(victim.public))
+    text = dispatcher.seal(TOKEN, victim.public)
     assert sealed.is_sealed(text) and TOKEN not in text and dispatcher.public in text
     assert victim.open(text) == TOKEN
     with pytest.raises(sealed.SealError, match="sealed to another key") as refused:
         thief.open(text)
     assert isinstance(refused.value, SchemaError)  # a record this process cannot use
     # a nonce per seal: two seals of one token differ, both open
-    again = dispatcher.seal(TOKEN, sealed.public_key(victim.public))
+    again = dispatcher.seal(TOKEN, victim.public)
     assert again != text and victim.open(again) == TOKEN
     # a restarted dispatcher (a new key) seals to the same worker key; the worker opens both
-    assert victim.open(sealed.Sealer().seal(TOKEN, sealed.public_key(victim.public))) == TOKEN
+    assert victim.open(sealed.Sealer().seal(TOKEN, victim.public)) == TOKEN
 
 
 def test_a_thief_cannot_pass_off_its_own_box_as_the_dispatchers() -> None:
@@ -40,12 +40,12 @@ def test_a_thief_cannot_pass_off_its_own_box_as_the_dispatchers() -> None:
     victim, thief = sealed.LeaseKey(), sealed.LeaseKey()
     as_dispatcher = sealed.Sealer(thief._private)
     assert as_dispatcher.public == thief.public
-    assert victim.open(as_dispatcher.seal("guess", sealed.public_key(victim.public))) == "guess"
+    assert victim.open(as_dispatcher.seal("guess", victim.public)) == "guess"
 
 
 def test_an_assignment_opened_carries_the_clear_token_and_a_clear_one_passes() -> None:
     key = sealed.LeaseKey()
-    a = assignment(sealed.Sealer().seal(TOKEN, sealed.public_key(key.public)))
+    a = assignment(sealed.Sealer().seal(TOKEN, key.public))
     assert sealed.opened(a, key) == dataclasses.replace(a, lease_token=TOKEN)
     clear = assignment(TOKEN)  # ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS: nothing to open
     assert sealed.opened(clear, key) is clear

@@ -209,12 +209,10 @@ def test_only_assignments_sealed_to_this_process_are_held(settings: Settings) ->
     gw, rec = _gateway(settings)
     gw._heartbeat()
     assert rec.statuses[-1].lease_key == gw.lease_key.public
-    mine = sealed.Sealer().seal("tok-z", sealed.public_key(gw.lease_key.public))
+    mine = sealed.Sealer().seal("tok-z", gw.lease_key.public)
     gw._on_record(_Msg(wire.encode(replace(_assignment("z"), lease_token=mine))))  # type: ignore[arg-type]
     assert gw._waiting["z"].assignment.lease_token == "tok-z"
-    old = sealed.Sealer().seal(
-        "tok-o", sealed.public_key(sealed.LeaseKey().public)
-    )  # a past process's
+    old = sealed.Sealer().seal("tok-o", sealed.LeaseKey().public)  # a past process's
     gw._on_record(_Msg(wire.encode(replace(_assignment("o"), lease_token=old))))  # type: ignore[arg-type]
     assert "o" not in gw._waiting
     [(reason, error_class)] = rec.dead
