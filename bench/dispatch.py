@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from es_sched.kafka.clients import consumer, producer  # noqa: E402
 from es_sched.kafka.partitioner import partition_for  # noqa: E402
 from es_sched.kafka.topics import assignment_topic  # noqa: E402
-from es_sched.serialization import wire  # noqa: E402
+from es_sched.serialization import sealed, wire  # noqa: E402
 from es_sched.serialization.records import encode_ready  # noqa: E402
 from testkit.runtime import Env  # noqa: E402
 from testkit.settings import (  # noqa: E402
@@ -185,6 +185,7 @@ def dispatcher_run(n: int, code: Path, profile: Path | None) -> dict[str, Any]:
             1 << 40,
             concurrency=1 << 30,
             sent_at=datetime.now(UTC).isoformat(),
+            lease_key=sealed.LeaseKey().public,  # every token sealed, as for a real worker
         )
         out.produce(env.topics.worker_status, key=b"bench-w", value=wire.encode(status))
         out.flush(60)
@@ -262,6 +263,7 @@ def latency_run(rate: float, seconds: float, code: Path) -> dict[str, Any]:
             1 << 40,
             concurrency=1 << 30,
             sent_at=datetime.now(UTC).isoformat(),
+            lease_key=sealed.LeaseKey().public,  # every token sealed, as for a real worker
         )
         out.produce(env.topics.worker_status, key=b"bench-w", value=wire.encode(status))
         for t in tails:

@@ -480,6 +480,12 @@ class DispatchSettings(BaseSettings):
         "corrected by what its type and size class measured (the analytics role's cost_ratio "
         "and memory_p95_mb on the stats topic, ADR 66); false places every task as declared.",
     )
+    clear_lease_tokens: bool = Field(
+        default=False,
+        description="Place tasks on workers that publish no lease key (releases before ADR 74) "
+        "and send them their lease tokens in clear, readable by every worker of their pool; "
+        "false leaves such workers out of the fleet. For a rolling upgrade only.",
+    )
 
     @property
     def blacklist_policy(self) -> BlacklistPolicy:

@@ -12,8 +12,9 @@ Inputs:
 - ``worker-status`` (whole topic from the beginning, no group): a ``WorkerStatus`` updates the
   fleet and is the worker's heartbeat for all its leases; a leased task missing from its
   ``running`` list for over a heartbeat is released; a tombstone removes the worker, and so
-  does a report of another deployment (ADR 63; each assignment carries ours); a
-  ``Progress`` extends the worker's leases.
+  does a report of another deployment (ADR 63; each assignment carries ours), or one without
+  a lease key unless ``ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS`` (ADR 74); a ``Progress``
+  extends the worker's leases.
 - ``config`` (compacted, from the beginning; ``es_sched.dispatch.config``): limits,
   bans, pools, policies, blacklistings and tenants' shares and quotas, changeable at run time.
 - ``stats`` (compacted, from the beginning; ``es_sched.kafka.stats.StatsView``, unless
@@ -27,6 +28,15 @@ Inputs:
   lease still held (its worker declined it), or of a task let go on its worker's status
   meanwhile (kept for that, ``Dispatcher._let_go``), puts the task back at the head of its
   queue.
+
+Lease tokens (ADR 74): each assignment's token is sealed to the ``lease_key`` of the worker's
+latest report (``es_sched.serialization.sealed``: a box between that key and this process's
+own, made at start), so only that worker process can echo it;
+the other workers reading the same assignment partition cannot forge its reports. A key that
+changes once the old one has been silent ``KEY_SILENCE_HEARTBEATS`` is a new process of the
+worker: the leases it does not list as running were sealed to the old key, which nothing can
+open any more, and are taken back at once. Another key while the worker's is live is another
+process publishing under its id (the pool shares credentials): ignored, and counted.
 
 Blacklisting (ADR 58): the dispatcher that placed a task counts its end against its worker
 (``es_sched.blacklist.blame``: a lease it let expire or a host fault counts, the input's fault
@@ -75,6 +85,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import assert_never
 
@@ -86,6 +97,7 @@ from es_sched.dispatch import config as dispatch_config
 from es_sched.dispatch import records as dispatch_records
 from es_sched.dispatch.core.engine import Assignment, DispatchCore, WorkerDeath
 from es_sched.dispatch.core.fairshare import FairShare
+from es_sched.dispatch.core.lease_keys import Heard, LeaseKeys
 from es_sched.dispatch.core.leases import Lease, LeaseTable
 from es_sched.dispatch.core.placement import Fleet, Need
 from es_sched.dispatch.core.queues import ReadyQueues, ReadyTask
@@ -115,7 +127,7 @@ from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics,
 from es_sched.liveness import heard_at
 from es_sched.metrics import LagGauge, Registry
 from es_sched.roster import same_deployment
-from es_sched.serialization import encode_input, wire
+from es_sched.serialization import encode_input, sealed, wire
 from es_sched.serialization.config import ConfigChange
 from es_sched.serialization.partial import LEASE_ENDED, TaskEnd
 from es_sched.serialization.records import worker_dead_alert
@@ -130,6 +142,10 @@ GAUGE_EVERY_S = 0.5
 # under every dispatch latency; a flush ignores linger anyway (ADR 31).
 PRODUCER_LINGER_MS = 1
 RESUME_RETRY_S = 1.0
+# A worker's new lease key is believed (a restart) only once its old key has been silent this
+# many heartbeats: a key changing while the old one still heartbeats is another process
+# publishing under the worker's id (ADR 74). Two: one heartbeat's jitter is no silence.
+KEY_SILENCE_HEARTBEATS = 2
 RELEASED_KEPT = 10_000  # tasks let go on a worker's word, kept for a late task.lease_expired
 
 
@@ -158,6 +174,11 @@ class Dispatcher:
         self.group = f"{self.prefix}-dispatcher"
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
+        self._keyless: set[str] = set()  # workers without a lease key, logged once each
+        # The key each worker's tokens are sealed to, and when one may change (ADR 74).
+        self.lease_keys = LeaseKeys(KEY_SILENCE_HEARTBEATS * d.heartbeat_s)
+        self.sealer = sealed.Sealer()  # this process's key pair, new each start
+        self._contested_logged: dict[str, str] = {}  # worker id -> the other key last logged
         # The analytics role's proposals (ADR 64), opened in run(): learned run times for the
         # SLA slack (ADR 67), learned cost (ADR 66), worker versions' failure rates (ADR 70).
         self.stats: StatsView | None = None
@@ -215,6 +236,20 @@ class Dispatcher:
         self.m_rollout_share = r.gauge(
             "es_sched_rollout_share",
             "The share of a task type's tasks a rolled-out worker version receives now.",
+        )
+        self.m_clear_tokens = r.counter(
+            "es_sched_clear_lease_tokens_total",
+            "Assignments sent with their lease token in clear, to workers without a lease key "
+            "(ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS, ADR 74): any worker of the pool can read it.",
+        )
+        self.m_contested = r.counter(
+            "es_sched_lease_keys_refused_total",
+            "Worker reports ignored for a lease key other than the worker's live one: a "
+            "second process under its id, or a restart within two heartbeats (ADR 74).",
+        )
+        self.m_rekeyed = r.counter(
+            "es_sched_lease_key_changes_total",
+            "Workers heard with a new lease key once the old one fell silent: restarts (ADR 74).",
         )
         self.m_learned = r.counter(
             "es_sched_learned_cost_placements_total",
@@ -412,6 +447,8 @@ class Dispatcher:
     def _on_status(self, record: StatusRecord, now: datetime) -> None:
         match record:
             case WorkerLeft():  # its leases expire unless it comes back
+                # Its key is kept until it is silent long enough (``_forget_silent_keys``): a
+                # tombstone is no proof the worker left (any worker of the pool can write one).
                 self.core.fleet.remove(record.worker_id)
             case wire.Progress():
                 self.core.leases.heartbeat(record.worker_id, now)
@@ -433,7 +470,20 @@ class Dispatcher:
                 )
             self.core.fleet.remove(status.worker_id)
             return
-        view = dispatch_records.worker_view(status, heard_at(report.sent_at, now, d.dead_after_s))
+        wid, heard = status.worker_id, heard_at(report.sent_at, now, d.dead_after_s)
+        key, previous = self._lease_key(status), self.lease_keys.keys.get(wid)
+        verdict = self.lease_keys.hear(wid, key, heard)
+        if verdict is Heard.CONTESTED:
+            self._contested(status)
+            return
+        if not key and not d.clear_lease_tokens:
+            self.core.fleet.remove(wid)
+            self._forget_key(wid)
+            return
+        changed = verdict is Heard.CHANGED
+        if changed:
+            self.sealer.forget(previous)
+        view = dispatch_records.worker_view(status, heard)
         self._pool_topic(view.pool)
         self.core.fleet.upsert(view)
         self.core.observe(status.worker_id, set(status.running), Need.of(status.used))
@@ -441,9 +491,77 @@ class Dispatcher:
             return  # a stale report read at start-up is no heartbeat
         self.core.leases.heartbeat(status.worker_id, now)
         running, grace = set(status.running), d.heartbeat_s
+        if changed:
+            self._rekeyed(status.worker_id, view.pool, running, now)
         for lease in self.core.leases.held_by(status.worker_id):
             if lease.task_id not in running and (now - lease.started_at).total_seconds() >= grace:
                 self._let_go(lease.task_id, lease.epoch)  # the worker no longer runs it
+
+    def _lease_key(self, status: wire.WorkerStatus) -> str:
+        """The key to seal the worker's tokens to; "" for a worker without one (logged once:
+        it gets no task unless clear tokens are allowed)."""
+        if status.lease_key:
+            try:
+                return sealed.public_key(status.lease_key).text
+            except sealed.SealError as exc:
+                why = str(exc)
+        else:
+            why = "it publishes no lease key (a release before ADR 74)"
+        if status.worker_id not in self._keyless:
+            self._keyless.add(status.worker_id)
+            allowed = self.dispatch_settings.clear_lease_tokens
+            log.warning(
+                "worker %s: %s; %s",
+                status.worker_id,
+                why,
+                "its lease tokens go in clear (ES_SCHED_DISPATCH_CLEAR_LEASE_TOKENS)"
+                if allowed
+                else "left out of the fleet",
+            )
+        return ""
+
+    def _contested(self, status: wire.WorkerStatus) -> None:
+        """A report under a worker's id with another key while its key is live: a second
+        process under that id (workers of a pool share their credentials, so one may publish
+        as another, ADR 74). Ignored: the tokens stay sealed to the live key. A real restart
+        is believed once the old key has been silent long enough."""
+        self.m_contested.inc(pool=status.pool or "default")
+        if self._contested_logged.get(status.worker_id) == status.lease_key:
+            return  # said once per key: an impostor may send many
+        self._contested_logged[status.worker_id] = status.lease_key
+        log.warning(
+            "worker %s: a report with another lease key while its key was heard %s: ignored "
+            "(a second process under its id, or a restart within %d heartbeats)",
+            status.worker_id,
+            self.lease_keys.heard[status.worker_id].isoformat(),
+            KEY_SILENCE_HEARTBEATS,
+        )
+
+    def _forget_key(self, worker_id: str) -> None:
+        self.sealer.forget(self.lease_keys.forget(worker_id))
+        self._contested_logged.pop(worker_id, None)
+
+    def _forget_silent_keys(self, now: datetime) -> None:
+        """Keys of workers silent past ``dead_after_s`` (left, or dead and never placed on)
+        are forgotten, so they do not pile up with worker ids."""
+        for worker_id in self.lease_keys.silent(now, self.dispatch_settings.dead_after_s):
+            self._forget_key(worker_id)
+
+    def _rekeyed(self, worker_id: str, pool: str, running: set[str], now: datetime) -> None:
+        """The worker published another key: a new process, which cannot open the tokens of
+        leases granted before (sealed to the old key). Those it does not run (it could hold
+        one only by other means: a gateway's store) are taken back now (``core.rekeyed``).
+        Said and counted (``es_sched_lease_key_changes_total``)."""
+        gone = self.core.rekeyed(worker_id, running)
+        self.m_rekeyed.inc(pool=pool)
+        log.warning(
+            "worker %s restarted with a new lease key: %d lease(s) sealed to the old key "
+            "taken back",
+            worker_id,
+            len(gone),
+        )
+        for lease in gone:
+            self._take_back(lease, "worker restarted with a new lease key", now)
 
     def _on_event(self, end: TaskEnd) -> None:
         task_id, kind, epoch = end.task_id, end.type, end.lease_epoch
@@ -627,6 +745,11 @@ class Dispatcher:
     def _assign(self, a: Assignment, now: datetime) -> None:
         # its DispatchTask was delivered already
         record, _ = dispatch_records.assignment(a, self.deployment)
+        key = self.lease_keys.keys.get(record.worker_id)
+        if key:
+            record = replace(record, lease_token=self.sealer.seal(record.lease_token, key))
+        else:
+            self.m_clear_tokens.inc()
         pool = self.core.pools.get(a.task.task_type, "default")
         self.output.produce(
             assignment_topic(self.prefix, pool), record.worker_id, wire.encode(record), now
@@ -659,6 +782,9 @@ class Dispatcher:
         )
         self.output.produce(self.topics.alerts, death.worker_id, value, now)
         self.m_worker_dead.inc(pool=death.pool)
+        # Its key and box go with it (worker ids may be new with every pod); one that comes
+        # back is heard from anew, its key then no change.
+        self._forget_key(death.worker_id)
 
     def _take_back(self, lease: Lease, reason: str, now: datetime) -> None:
         task = self.journal.task(lease.task_id)
@@ -730,6 +856,7 @@ class Dispatcher:
                 self.m_limited.inc(new, limit=reason)
                 self._refused_seen[reason] = total
         self._blacklist_gauges(self.clock())
+        self._forget_silent_keys(self.clock())
         self.lag.update(self.ready.consumer, force=True)
 
     def _blacklist_gauges(self, now: datetime) -> None:

@@ -107,12 +107,20 @@ def not_live(st: WorkflowState, task: TaskState | None, inp: c.WorkerReport) -> 
         # Fencing (Kleppmann): no lease is live before a dispatch, after an expiry or a
         # preemption, so a report then comes from a worker that lost the task.
         reason = "no live lease: the task was never leased, or its lease expired"
-    elif (
-        task.lease_epoch != inp.lease_epoch
-        or task.lease_token != inp.lease_token
-        or task.worker_id != inp.worker_id
-    ):
-        reason = "lease mismatch: wrong worker, epoch or token (the lease was reassigned)"
+    elif task.worker_id != inp.worker_id or task.lease_epoch != inp.lease_epoch:
+        reason = (
+            f"lease mismatch: the live lease is epoch {task.lease_epoch} on {task.worker_id}, "
+            f"the report names epoch {inp.lease_epoch} on {inp.worker_id} (the lease was "
+            "reassigned)"
+        )
+    elif task.lease_token != inp.lease_token:
+        # ADR 74: the token reaches only the lease's worker (sealed to its key), so a report
+        # naming that worker and epoch without it was written by someone else: the report is
+        # refused and said to be forged, and nothing is held against the worker it names.
+        reason = (
+            f"lease mismatch: wrong token for epoch {task.lease_epoch} on {task.worker_id}: "
+            f"not written by the lease's holder (forged), not counted against {task.worker_id}"
+        )
     return reason
 
 

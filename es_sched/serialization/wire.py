@@ -3,6 +3,8 @@
 
 - ``assignment`` (dispatcher -> worker, ``<prefix>.assignments[.<pool>]``, key = worker id):
   the task to run, its lease (epoch, token), the GPU device to pin and the ready record's input.
+  The token is sealed to the worker's ``lease_key`` (``es_sched.serialization.sealed``, ADR 74):
+  the other workers reading the same partition cannot echo it.
   It carries the dispatcher's deployment id (ADR 63): a worker of another deployment
   dead-letters it and never runs it.
 - ``cancel`` (dispatcher -> worker, same topic and key): stop a task (preemption or
@@ -10,7 +12,8 @@
 - ``worker_status`` (worker -> dispatcher, compacted ``<prefix>.worker-status``, key = worker
   id): capacity, use, GPUs, version, labels, the types it serves and the task ids it runs. Sent
   every heartbeat; it is the heartbeat. A tombstone means the worker left. Its deployment id:
-  a dispatcher of another deployment leaves the worker out of its fleet.
+  a dispatcher of another deployment leaves the worker out of its fleet. Its ``lease_key``: the
+  key its tokens are sealed to.
 - ``progress`` (worker -> dispatcher, same topic, key = worker id + "/" + task id, not
   compacted away while running): percent and message of one running task.
 Worker reports that change workflow state (started, completed, failed) go to
@@ -94,6 +97,9 @@ class WorkerStatus:
     used: dict[str, Any] = field(default_factory=dict)  # declared needs of ``running``, summed
     sent_at: str = ""  # ISO 8601
     deployment: str = ""  # the worker's (ADR 63): a dispatcher of another one ignores it
+    # The public half of the key its lease tokens are sealed to (ADR 74), new each process;
+    # empty: a worker that cannot open sealed tokens.
+    lease_key: str = ""
     kind: str = "worker_status"
 
 

@@ -2,7 +2,8 @@
 
 - ``started/progressed/completed/failed/cancelled/declined``: the decider inputs a worker
   sends, echoing task id, attempt, worker id, lease epoch and token; their input ids are
-  uuid5s of those, so a resent report is deduplicated by the decider.
+  uuid5s of those (the token included: only the lease's holder can know them, ADR 74), so a
+  resent report is deduplicated by the decider.
 - ``Reporter``: one idempotent producer for decider inputs (``<prefix>.task-results``, keyed by
   workflow id), worker status, progress and tombstones (``<prefix>.worker-status``) and dead
   letters. Safe to call from handler threads; ``wait`` waits for one caller's own records.
@@ -49,7 +50,11 @@ def now_iso() -> str:
 
 # -- reports --------------------------------------------------------------------------------
 def _report_fields(a: wire.Assignment, worker_id: str, what: str) -> dict[str, Any]:
-    input_id = uuid.uuid5(NAMESPACE, f"worker:{a.task_id}:{a.attempt}:{a.lease_epoch}:{what}")
+    # The token is part of the id (ADR 74): a report's id is known only to the lease's holder,
+    # so no forged report can take it first and have the decider drop the real one as a
+    # duplicate of an input it already refused.
+    key = f"worker:{a.task_id}:{a.attempt}:{a.lease_epoch}:{a.lease_token}:{what}"
+    input_id = uuid.uuid5(NAMESPACE, key)
     return {
         "input_id": str(input_id),
         "workflow_id": a.workflow_id,

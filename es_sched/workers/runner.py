@@ -8,6 +8,8 @@
   end, so a new worker never replays assignments meant for earlier workers. Offsets are
   committed explicitly, up to the first record not yet handled (``commit``).
 - ``Backlog``: assignments read but not started, in arrival order.
+- ``unseal``: an assignment's lease token opened with this process's ``LeaseKey`` (ADR 74);
+  one sealed to another key is dead-lettered, never run.
 
 What a worker writes (the reports and their producer) is ``es_sched.workers.reports``.
 """
@@ -19,6 +21,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import Protocol
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -33,7 +36,7 @@ from es_sched.kafka.clients import consumer, watermarks
 from es_sched.kafka.connection import KafkaConnection
 from es_sched.kafka.partition_ends import Ends
 from es_sched.kafka.partitioner import partition_for
-from es_sched.serialization import wire
+from es_sched.serialization import sealed, wire
 
 log = logging.getLogger(__name__)
 # How old the newest record read may be for the end its fetch brought to stand for "the end
@@ -52,6 +55,29 @@ _NO_LEADER = {  # a topic or group coordinator created a moment ago: leaders not
 
 
 # -- consuming ------------------------------------------------------------------------------
+class DeadLetters(Protocol):
+    def dead_letter(self, msg: Message, reason: str, error_class: str) -> None: ...
+
+
+def unseal(
+    a: wire.Assignment,
+    key: sealed.LeaseKey,
+    msg: Message,
+    dead_letters: DeadLetters,
+) -> wire.Assignment | None:
+    """``a`` with its token opened by ``key``, or None (dead-lettered with the reason) when it
+    was sealed to another key: granted to this worker's previous process, which the dispatcher
+    takes back once it reads the new key (``DispatchCore.rekeyed``), or a record addressed to
+    this id that its dispatcher did not seal for this key."""
+    try:
+        return sealed.opened(a, key)
+    except sealed.SealError as exc:
+        reason = f"assignment of {a.task_id} (epoch {a.lease_epoch}) to {a.worker_id}: {exc}"
+        log.error("%s: not run", reason)
+        dead_letters.dead_letter(msg, reason, type(exc).__name__)
+        return None
+
+
 class AssignmentReader:
     def __init__(self, bootstrap: KafkaConnection, topic: str, worker_id: str, group: str) -> None:
         self.topic, self.worker_id, self.group = topic, worker_id, group

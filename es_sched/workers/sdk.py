@@ -30,6 +30,9 @@ A type with no handler fails non-terminally (another worker may serve it); a ret
 that is not a JSON object fails terminally. Every ``heartbeat_s`` (default: the dispatcher's
 ``ES_SCHED_DISPATCH_HEARTBEAT_S``) a ``WorkerStatus`` listing running and queued task ids goes
 to ``<prefix>.worker-status``; an unreadable assignments record goes to the dead letters.
+The status carries the public half of a key the worker makes at start (ADR 74): the
+dispatcher seals each lease token to it, the worker opens it on reading, and an assignment
+sealed to another key (its previous process's) is dead-lettered, never run.
 
 Shutdown (``stop`` set): no new assignment starts (queued and newly read ones are handed back
 with a non-terminal failure), running tasks get ``grace_s`` to finish and report; the rest are
@@ -59,7 +62,7 @@ from es_sched.kafka.connection import connection, worker_principal
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import Registry
 from es_sched.roster import same_deployment
-from es_sched.serialization import wire
+from es_sched.serialization import sealed, wire
 from es_sched.settings import Settings, load_settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import admits, use_of
@@ -115,6 +118,9 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.settings = settings or load_settings()
         self.deployment = self.settings.system.deployment_id  # ADR 63
+        # This process's key: its lease tokens come sealed to it (ADR 74); a restart makes a
+        # new one, and the dispatcher takes back what was sealed to the old.
+        self.lease_key = sealed.LeaseKey()
         # The dispatcher's heartbeat: it releases a lease missing from our status that long.
         self.heartbeat_s = heartbeat_s or self.settings.dispatch.heartbeat_s
         self.labels, self.grace_s = dict(labels or {}), grace_s
@@ -254,6 +260,7 @@ class Worker:
             used=use_of(held).report(),
             sent_at=reports.now_iso(),
             deployment=self.deployment,
+            lease_key=self.lease_key.public,
         )
         self._reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -276,6 +283,11 @@ class Worker:
             return
         if getattr(record, "worker_id", None) != self.worker_id:
             return  # another worker whose id hashes to this partition
+        if isinstance(record, wire.Assignment):
+            opened = runner.unseal(record, self.lease_key, msg, self._reporter)
+            if opened is None:
+                return
+            record = opened
         match record:
             case wire.Assignment() if not same_deployment(record.deployment, self.deployment):
                 self._foreign(msg, record)

@@ -19,7 +19,7 @@ from es_sched.kafka.clients import producer
 from es_sched.kafka.config_client import publish
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.metrics import serve
-from es_sched.serialization import decode_input, encode_event, wire
+from es_sched.serialization import decode_input, encode_event, sealed, wire
 from es_sched.serialization.records import encode_ready
 from testkit.kafka import Reader
 from testkit.settings import BOOTSTRAP, kafka_connection, private_vars, settings_with, unique_name
@@ -136,6 +136,7 @@ class FakeWorker:
     assignments: list[wire.Assignment] = field(default_factory=list)
     cancels: list[wire.Cancel] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
+    lease_key: sealed.LeaseKey = field(default_factory=sealed.LeaseKey)  # ADR 74
 
     def __post_init__(self) -> None:
         self.stop, self.silent = threading.Event(), threading.Event()
@@ -170,7 +171,7 @@ class FakeWorker:
                 record = wire.decode(msg.value() or b"")
                 with self.lock:
                     if isinstance(record, wire.Assignment):
-                        self.assignments.append(record)
+                        self.assignments.append(sealed.opened(record, self.lease_key))
                         self.running.add(record.task_id)
                     elif isinstance(record, wire.Cancel):
                         self.cancels.append(record)
@@ -190,6 +191,7 @@ class FakeWorker:
                         running=sorted(self.running),
                         concurrency=64,
                         sent_at=datetime.now(UTC).isoformat(),
+                        lease_key=self.lease_key.public,
                     )
                 p.produce(
                     self.bench.topics.worker_status,

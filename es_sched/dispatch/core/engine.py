@@ -426,6 +426,17 @@ class DispatchCore:
         self._requeue(task_id)
         return lease
 
+    def rekeyed(self, worker_id: str, running: set[str]) -> list[Lease]:
+        """The worker came back as a new process with a new lease key (ADR 74): the leases it
+        does not run were sealed to its old key, which no one can open any more; they go back
+        to the head of their queues now rather than when their TTL runs out. Not the worker's
+        fault: no lease is counted as lost."""
+        gone = [lease for lease in self.leases.held_by(worker_id) if lease.task_id not in running]
+        for lease in gone:
+            self.leases.release(lease.task_id)
+            self._requeue(lease.task_id)
+        return gone
+
     def _requeue(self, task_id: str) -> None:
         flight = self.in_flight.pop(task_id, None)
         if flight is not None:

@@ -85,7 +85,10 @@ def _progress(gw: Gateway, a: wire.Assignment, u: Update, sent: list[reports.Del
     # of the update must be the same input.
     what = _digest([u.status, lines, u.output, u.callback_after_s])
     report = c.ReportProgress(
-        input_id=_id("gateway", a.task_id, a.attempt, a.lease_epoch, "progress", what),
+        # The token in the id, as in every worker report (``reports._report_fields``, ADR 74).
+        input_id=_id(
+            "gateway", a.task_id, a.attempt, a.lease_epoch, a.lease_token, "progress", what
+        ),
         workflow_id=a.workflow_id,
         task_id=a.task_id,
         attempt=a.attempt,

@@ -6,7 +6,10 @@ leases are fenced and expire like any worker's. It is built from the worker SDK'
 (``es_sched.workers.runner.AssignmentReader``; ``es_sched.workers.reports``: ``Reporter``, the
 report builders) and its never-start-a-stale-lease rules (``StaleLeases``), not from
 ``Worker``: a ``Worker`` runs handlers in its own threads, here an HTTP request takes the task
-and another request, maybe on another API process, ends it.
+and another request, maybe on another API process, ends it. Like a ``Worker`` it makes a key
+at start and publishes it in its status; the dispatcher seals each lease token to it
+(ADR 74), this process opens it on reading, and the clear token lives only in the gateway
+store and the reports written for HTTP workers, never in a poll's answer.
 
 Demand (ADR 24 a, ADR 34; the rules in ``es_sched.workers.gateway.demand``): the status announces
 only the task types HTTP workers still ask this process for, and room for only as many tasks
@@ -39,7 +42,7 @@ from es_sched.errors import SchemaError
 from es_sched.kafka.connection import connection
 from es_sched.kafka.topics import assignment_topic, topics_for
 from es_sched.roster import same_deployment
-from es_sched.serialization import wire
+from es_sched.serialization import sealed, wire
 from es_sched.settings import Settings
 from es_sched.workers import reports, runner
 from es_sched.workers.admission import use_of
@@ -115,6 +118,9 @@ class Gateway:
         self._wakers: dict[Callable[[], None], str] = {}  # long polls waiting -> their type
         self._poll_written: dict[tuple[str, str, str], float] = {}
         self._stale = StaleLeases(self.heartbeat_s)
+        # This process's key (ADR 74): the tokens it opens stay in the API's gateway store and
+        # in the reports it writes for HTTP workers, never in what a poll answers.
+        self.lease_key = sealed.LeaseKey()
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="es-sched-gateway", daemon=True)
@@ -348,6 +354,7 @@ class Gateway:
             used=use_of(held).report(),
             sent_at=reports.now_iso(),
             deployment=self.settings.system.deployment_id,
+            lease_key=self.lease_key.public,
         )
         self.reporter.status(status, self.worker_id)
         self._stale.beat()
@@ -362,6 +369,11 @@ class Gateway:
             return
         if getattr(record, "worker_id", None) != self.worker_id:
             return
+        if isinstance(record, wire.Assignment):
+            opened = runner.unseal(record, self.lease_key, msg, self.reporter)
+            if opened is None:
+                return
+            record = opened
         ours = self.settings.system.deployment_id
         match record:
             case wire.Assignment() if not same_deployment(record.deployment, ours):

@@ -18,10 +18,12 @@ from es_sched.dispatch.readers.config import ConfigReader
 from es_sched.dispatch.readers.events import EventReader
 from es_sched.dispatch.readers.ready import ReadyReader
 from es_sched.dispatch.readers.worker_status import StatusReader
+from es_sched.serialization import sealed, wire
 from es_sched.serialization.records import encode_ready
 from testkit.settings import private_vars, settings_with
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+LEASE_KEY = sealed.LeaseKey()  # worker w1's (ADR 74)
 PART = 2  # the partition every consumed ``Record`` comes from
 
 
@@ -197,11 +199,37 @@ class OnFakes:
     events: FakeTail
 
 
+def w1_status(d: Dispatcher, now: datetime, running: list[str] | None = None, **kw: Any) -> Any:
+    """A status record of worker ``w1`` (key ``LEASE_KEY`` unless ``lease_key`` says), as read
+    from the worker-status topic."""
+    s = wire.WorkerStatus(
+        "w1",
+        "default",
+        "1.0",
+        ["encode"],
+        100.0,
+        8000,
+        running=running or [],
+        concurrency=8,
+        sent_at=now.isoformat(),
+        **{"lease_key": LEASE_KEY.public, **kw},
+    )
+    return msg(d.topics.worker_status, wire.encode(s), key="w1")
+
+
 def on_fakes(
-    commit_every_ms: int = 200, clock: Callable[[], datetime] = lambda: T0, cpu: float = 100
+    commit_every_ms: int = 200,
+    clock: Callable[[], datetime] = lambda: T0,
+    cpu: float = 100,
+    env: dict[str, str] | None = None,
 ) -> OnFakes:
-    """A dispatcher with its readers on fakes (no broker), and one worker ``w1`` in its fleet."""
-    vars_ = {**private_vars("p"), "ES_SCHED_DISPATCH_COMMIT_EVERY_MS": str(commit_every_ms)}
+    """A dispatcher with its readers on fakes (no broker), and one worker ``w1`` in its fleet;
+    ``env``: more ``ES_SCHED_*`` variables."""
+    vars_ = {
+        **private_vars("p"),
+        "ES_SCHED_DISPATCH_COMMIT_EVERY_MS": str(commit_every_ms),
+        **(env or {}),
+    }
     d = Dispatcher(settings_with(vars_), clock=clock, token=lambda: "tok")
     out, status, events = FakeOutput(), FakeTail(), FakeTail()
     consumer = FakeConsumer(out)
@@ -212,4 +240,5 @@ def on_fakes(
     d.events = EventReader(events)  # type: ignore[arg-type]
     d.ready = ReadyReader(consumer, d.topics.ready, out, clock)  # type: ignore[arg-type]
     d.core.fleet.upsert(worker("w1", clock(), cpu=cpu))
+    d.lease_keys.hear("w1", LEASE_KEY.public, clock())  # as its status would (ADR 74)
     return OnFakes(d, out, consumer, status, events)

@@ -9,7 +9,7 @@ from typing import Any
 
 from es_sched.kafka.topics import assignment_topic
 from es_sched.serialization import wire
-from tests.unit.dispatch.fakes import T0, OnFakes, msg, on_fakes, ready_raw
+from tests.unit.dispatch.fakes import T0, OnFakes, msg, on_fakes, ready_raw, w1_status
 
 
 def dispatcher() -> tuple[OnFakes, list[tuple[str, bytes | None]]]:
@@ -27,18 +27,7 @@ def dispatcher() -> tuple[OnFakes, list[tuple[str, bytes | None]]]:
 
 
 def status(f: OnFakes, deployment: str) -> Any:
-    s = wire.WorkerStatus(
-        "w1",
-        "default",
-        "1.0",
-        ["encode"],
-        100.0,
-        8000,
-        concurrency=8,
-        sent_at=T0.isoformat(),
-        deployment=deployment,
-    )
-    return msg(f.d.topics.worker_status, wire.encode(s), key="w1")
+    return w1_status(f.d, T0, deployment=deployment)
 
 
 def assignments(sent: list[tuple[str, bytes | None]]) -> list[wire.Record]:

@@ -18,8 +18,7 @@ import orjson
 
 from es_sched.dispatch.dispatcher import Dispatcher
 from es_sched.kafka.topics import assignment_topic
-from es_sched.serialization import wire
-from tests.unit.dispatch.fakes import T0, FakeOutput, OnFakes, msg, on_fakes, ready_raw
+from tests.unit.dispatch.fakes import T0, FakeOutput, OnFakes, msg, on_fakes, ready_raw, w1_status
 
 
 class Clock:
@@ -46,10 +45,7 @@ def read(f: OnFakes, ready: Any = None, status: Any = None, event: Any = None) -
 
 
 def status_without_tasks(d: Dispatcher, now: datetime) -> Any:
-    s = wire.WorkerStatus(
-        "w1", "default", "1.0", ["encode"], 100.0, 8000, concurrency=8, sent_at=now.isoformat()
-    )
-    return msg(d.topics.worker_status, wire.encode(s), key="w1")
+    return w1_status(d, now)
 
 
 def lease_ended(d: Dispatcher, task_id: str, epoch: int) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from es_sched.domain import commands as c
-from es_sched.serialization import wire
+from es_sched.serialization import sealed, wire
 from es_sched.settings import Settings
 from es_sched.workers.gateway.leases import HeldLease
 from es_sched.workers.gateway.worker import Gateway, _Held
@@ -21,12 +21,16 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[c.Input] = []
         self.statuses: list[Any] = []
+        self.dead: list[tuple[str, str]] = []
 
     def send(self, inp: c.Input) -> None:
         self.sent.append(inp)
 
     def status(self, record: Any, key: str) -> None:
         self.statuses.append(record)
+
+    def dead_letter(self, msg: Any, reason: str, error_class: str) -> None:
+        self.dead.append((reason, error_class))
 
 
 class Store:
@@ -197,6 +201,22 @@ def test_a_long_poll_waiting_on_a_type_keeps_its_tasks(settings: Settings) -> No
     assert "x" in gw._waiting and rec.sent == []
     gw._on_record(_Msg(wire.encode(_assignment("z"))))  # type: ignore[arg-type]
     assert woken == ["t"]  # only the waiters of the arrived task's type
+
+
+def test_only_assignments_sealed_to_this_process_are_held(settings: Settings) -> None:
+    """ADR 74: its status publishes its key; an assignment sealed to it is held with the token
+    opened (the store and its reports need it), one sealed to another key is dead-lettered."""
+    gw, rec = _gateway(settings)
+    gw._heartbeat()
+    assert rec.statuses[-1].lease_key == gw.lease_key.public
+    mine = sealed.Sealer().seal("tok-z", gw.lease_key.public)
+    gw._on_record(_Msg(wire.encode(replace(_assignment("z"), lease_token=mine))))  # type: ignore[arg-type]
+    assert gw._waiting["z"].assignment.lease_token == "tok-z"
+    old = sealed.Sealer().seal("tok-o", sealed.LeaseKey().public)  # a past process's
+    gw._on_record(_Msg(wire.encode(replace(_assignment("o"), lease_token=old))))  # type: ignore[arg-type]
+    assert "o" not in gw._waiting
+    [(reason, error_class)] = rec.dead
+    assert error_class == "SealError" and "assignment of o (epoch 1) to gw" in reason
 
 
 class _Msg:
