@@ -597,8 +597,11 @@ class ApiSettings(BaseSettings):
     # counted, in PostgreSQL for every API process, per key id at one address and per
     # address, in a window from the first failure; past either limit an attempt is answered
     # 429 with Retry-After until that window ends. A success clears its key-at-address count.
+    # failures of one key at one address before it is answered 429
     login_key_failures: int = Field(default=5, ge=1, le=10_000)
+    # failures from one address, whatever the keys, before it is answered 429
     login_address_failures: int = Field(default=20, ge=1, le=100_000)
+    # the window a count lasts, from its first failure, seconds
     login_window_s: float = Field(default=300.0, gt=0, le=86_400)
 
     @field_validator("jwt_secret")
