@@ -244,9 +244,3 @@ def _read_models(settings: Settings, events: list[Any], report: Report) -> None:
 
 def _workflow_of(report: Report, task_id: str) -> str:
     return next((wf for wf, st in report.states.items() if task_id in st.tasks), "?")
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(replay)
-    cli.add_command(audit_group)
-    cli.add_command(projections)

@@ -385,10 +385,3 @@ def push(paths: tuple[Path, ...]) -> None:
             sys.exit(1)
     for key in keys:
         click.echo(f"pushed {key}")
-
-
-def register(cli: click.Group, defs: click.Group) -> None:
-    """Attach the command side to the ``es-sched`` group and ``push`` to ``es-sched defs``."""
-    for command in (submit, cancel, terminate, retry, pause, resume, signal, restart, rerun):
-        cli.add_command(command)
-    defs.add_command(push)

@@ -127,7 +127,3 @@ def show(as_json: bool) -> None:
         click.echo("(no run-time config)")
     for key in sorted(settings):
         click.echo(f"{key}  {json.dumps(settings[key], sort_keys=True)}")
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(config)

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from es_sched import bootstrap
+from es_sched.cli.lazy import LazyGroup
 from es_sched.commands import files
 from es_sched.domain.validation import sub_workflow_cycles, validate_workflow
 from es_sched.errors import SchemaError
@@ -21,7 +22,8 @@ from es_sched.simulate import Simulation
 out = Console(width=None if sys.stdout.isatty() else 120)
 
 
-@click.group()
+# ``push`` writes to Kafka (``cli.commands``): imported only when it runs (``LazyGroup``).
+@click.group(cls=LazyGroup, lazy={"push": "es_sched.cli.commands:push"})
 def defs() -> None:
     """Workflow definitions (Conductor format, JSON or YAML)."""
 

@@ -1,4 +1,4 @@
-"""The ``es-sched`` command line.
+"""The ``es-sched`` command line: the root group, each command imported only when it runs.
 
 Every command loads and validates settings once, and turns any ``EsSchedError`` into a one-line
 message on stderr and exit status 1 (2 for bad settings), never a traceback.
@@ -6,154 +6,47 @@ message on stderr and exit status 1 (2 for bad settings), never a traceback.
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-from collections.abc import Callable
-from typing import TypeVar
-
 import click
-from rich.console import Console
-from rich.table import Table
 
-from es_sched.cli.api import api
-from es_sched.cli.audit import register as register_audit
-from es_sched.cli.commands import register as register_commands
-from es_sched.cli.config import register as register_config
-from es_sched.cli.defs import defs
-from es_sched.cli.demo.command import demo_command
 from es_sched.cli.entry import invoke
-from es_sched.cli.read import register as register_read
-from es_sched.cli.run import run
-from es_sched.cli.stats import stats
-from es_sched.cli.worker import worker
-from es_sched.cli.workers import workers
-from es_sched.errors import ConfigError
-from es_sched.settings import Settings, load_settings
-from es_sched.stack import ROLES, Role, ServiceStatus, Stack
+from es_sched.cli.lazy import LazyGroup
 
-F = TypeVar("F", bound=Callable[..., object])
-# Piped output (CI logs, `| less`) gets a fixed width instead of rich's 80-column fallback.
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
-out = Console(width=None if sys.stdout.isatty() else 120)
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        err.print(f"[red]configuration error:[/] {exc}")
-        sys.exit(2)
-
-
-def _roles(only: str | None) -> tuple[Role, ...]:
-    if not only:
-        return ROLES
-    picked = tuple(r.strip() for r in only.split(",") if r.strip())
-    unknown = [r for r in picked if r not in ROLES]
-    if unknown:
-        raise click.BadParameter(f"unknown service {unknown}; choose from {', '.join(ROLES)}")
-    return tuple(r for r in ROLES if r in picked)
-
-
-def _report(role: str, message: str) -> None:
-    err.print(f"[bold cyan]{role:>8}[/] {message}")
-
-
-def _status_table(statuses: list[ServiceStatus]) -> Table:
-    table = Table(title="es-sched stack")
-    for col in ("service", "endpoint", "healthy", "managed", "pid", "MiB"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for s in statuses:
-        table.add_row(
-            s.service,
-            s.endpoint,
-            "[green]yes[/]" if s.healthy else "[red]no[/]",
-            s.managed,
-            str(s.pid or ""),
-            f"{s.memory_mb:.0f}" if s.memory_mb is not None else "",
-            s.detail,
+# Each command and the module it is in (``LazyGroup``): a call imports its own command only.
+COMMANDS = {
+    "stack": "es_sched.cli.stack:stack",
+    "defs": "es_sched.cli.defs:defs",
+    "run": "es_sched.cli.run:run",
+    "api": "es_sched.cli.api:api",
+    **{
+        name: f"es_sched.cli.commands:{name}"
+        for name in (
+            "submit",
+            "cancel",
+            "terminate",
+            "retry",
+            "pause",
+            "resume",
+            "signal",
+            "restart",
+            "rerun",
         )
-    return table
+    },
+    "config": "es_sched.cli.config:config",
+    **{name: f"es_sched.cli.read:{name}" for name in ("status", "query", "search", "history")},
+    "demo": "es_sched.cli.demo.command:demo_command",
+    "replay": "es_sched.cli.audit:replay",
+    "audit": "es_sched.cli.audit:audit_group",
+    "projections": "es_sched.cli.audit:projections",
+    "worker": "es_sched.cli.worker:worker",
+    "workers": "es_sched.cli.workers:workers",
+    "stats": "es_sched.cli.stats:stats",
+}
 
 
-@click.group()
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.version_option(package_name="es-sched")
 def cli() -> None:
     """es-sched: an event-sourced DAG task scheduler for media pipelines over Kafka."""
-
-
-@cli.group()
-def stack() -> None:
-    """Run the services es-sched needs: Kafka, PostgreSQL and OpenSearch/Elasticsearch."""
-
-
-ONLY = click.option("--only", help="Comma-separated subset of kafka,postgres,search.")
-
-
-@stack.command("up")
-@ONLY
-@click.option(
-    "--kafka-brokers",
-    type=click.IntRange(1, 5),
-    default=None,
-    help="Run Kafka as this many KRaft nodes (3: replication 3, min.insync.replicas 2); "
-    "default ES_SCHED_STACK_KAFKA_BROKERS (1), or the size the state folder was formatted as.",
-)
-def stack_up(only: str | None, kafka_brokers: int | None) -> None:
-    """Install (first time) and start the stack; waits until every service is ready."""
-    started = time.monotonic()
-    stack_ = Stack(_settings(), _roles(only), kafka_brokers)
-    statuses = stack_.up(report=_report)
-    _report("stack", f"up in {time.monotonic() - started:.1f}s")
-    kafka = [s.endpoint for s in statuses if s.role == "kafka"]
-    if len(kafka) > 1:
-        _report(
-            "kafka",
-            f"{len(kafka)} brokers: ES_SCHED_KAFKA_BOOTSTRAP_SERVERS="
-            f"{','.join(e.split(',')[0] for e in kafka)}",
-        )
-    out.print(_status_table(statuses))
-    if not all(s.healthy for s in statuses):
-        sys.exit(1)
-
-
-@stack.command("down")
-@ONLY
-def stack_down(only: str | None) -> None:
-    """Stop exactly the processes this state folder started."""
-    Stack(_settings(), _roles(only)).down(report=_report)
-
-
-@stack.command("status")
-@ONLY
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def stack_status(only: str | None, as_json: bool) -> None:
-    """Probe every service; exit 1 when one is not healthy."""
-    stack_ = Stack(_settings(), _roles(only))
-    statuses = stack_.status()
-    if as_json:
-        doc: dict[str, object] = {"mode": stack_.mode()}
-        doc.update({s.key: s.as_json() for s in statuses})
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        out.print(_status_table(statuses))
-    if not all(s.healthy for s in statuses):
-        sys.exit(1)
-
-
-cli.add_command(defs)
-cli.add_command(run)
-cli.add_command(api)
-register_commands(cli, defs)
-register_config(cli)
-register_read(cli)
-cli.add_command(demo_command)
-register_audit(cli)
-cli.add_command(worker)
-cli.add_command(workers)
-cli.add_command(stats)
 
 
 def main() -> None:

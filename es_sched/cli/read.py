@@ -212,8 +212,3 @@ def history(wf_id: str, as_json: bool) -> None:
         )
         table.add_row(str(e.seq), _when(e.occurred_at), e.type, detail)
     out.print(table)
-
-
-def register(cli: click.Group) -> None:
-    for command in (status, query, search, history):
-        cli.add_command(command)

@@ -9,11 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-import click
 import pytest
 from click.testing import CliRunner
 
-from es_sched.cli.commands import read_jsonl, register, submit
+from es_sched.cli.commands import read_jsonl, submit
 from es_sched.commands import UnknownDefinition, definition_problems, files, prepare, resolve
 from es_sched.commands.prepare import Outcome, awaited_final, caused_by, terminal_status
 from es_sched.domain import commands as c
@@ -342,20 +341,3 @@ def test_submit_refuses_a_bad_line_before_connecting(tmp_path: Path) -> None:
     result = CliRunner().invoke(submit, ["flow", "--input", "[1]"])
     assert isinstance(result.exception, SchemaError)
     assert "--input must be a JSON object, got list" in str(result.exception)
-
-
-def test_register_attaches_the_commands() -> None:
-    cli, defs = click.Group("cli"), click.Group("defs")
-    register(cli, defs)
-    assert set(cli.commands) == {
-        "submit",
-        "cancel",
-        "terminate",
-        "retry",
-        "pause",
-        "resume",
-        "signal",
-        "restart",
-        "rerun",
-    }
-    assert set(defs.commands) == {"push"}
