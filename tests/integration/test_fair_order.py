@@ -28,12 +28,15 @@ from typing import Any
 import pytest
 
 from es_sched.domain.events import Event
+from es_sched.serialization import decode_event
 from es_sched.workers import TaskContext, Worker
+from testkit.kafka import Reader
 from testkit.runtime import Env, Role, assert_log_invariants, read_events
 from testkit.scale import pick
 from testkit.wait import wait_until
 
-pytestmark = pytest.mark.integration
+# A backlog at full scale runs for minutes a test (10,000 workflows on one worker's 2 slots)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(pick(ci=300, full=3600))]
 JSON = dict[str, Any]
 BACKLOG = pick(ci=120, full=10_000)
 LATE = 10
@@ -104,11 +107,29 @@ def completion(events: list[Event]) -> tuple[datetime, float] | None:
 
 
 def wait_completed(env: Env, ids: list[str]) -> None:
-    def all_done() -> bool:
-        by_wf = read_events(env)
-        return all(completion(by_wf.get(wf, [])) is not None for wf in ids)
+    """Until every one of ``ids`` has its ``workflow.completed``, reading the events topic
+    once, as it grows (at full scale, reading it whole on every check falls behind)."""
+    want, done, reader, seen = set(ids), set[str](), Reader(env.topics.events), 0
 
-    wait_until(all_done, pick(ci=120, full=1800), f"{len(ids)} completed", every_s=0.5)
+    def all_done() -> bool:
+        nonlocal seen
+        while len(reader.read()) > seen:
+            for msg in reader.messages[seen:]:
+                event = decode_event(msg.value() or b"")
+                if event.type == "workflow.completed":
+                    done.add(event.workflow_id)
+            seen = len(reader.messages)
+        return want <= done
+
+    try:
+        wait_until(
+            all_done,
+            pick(ci=120, full=1800),
+            lambda: f"{len(want - done)} of {len(ids)} not completed",
+            every_s=0.5,
+        )
+    finally:
+        reader.close()
 
 
 def backlog_then_late(env: Env, tag: str, fair: bool) -> tuple[list[str], list[str]]:
