@@ -69,7 +69,7 @@ class Verdict:
 class Settler:
     """The waiting, with its three dependencies as functions (fakes in unit tests)."""
 
-    token_of: Callable[[str], str | None]  # workflow id -> the last command's token
+    token_of: Callable[[Submitted], str | None]  # a command -> its own token
     wait: Callable[[Token, float], None]  # block until the read model reflects the token
     refusal: Callable[[str, str], tuple[str, bool] | None]  # (workflow, command) -> verdict
     timeout_s: float
@@ -109,8 +109,8 @@ class Settler:
         return verdicts
 
     def _token(self, sent: Submitted) -> Token:
-        text = self.token_of(sent.workflow_id)
-        if text is None:  # a delivered command always has one: the client lost track of it
+        text = self.token_of(sent)
+        if text is None:  # a delivered command always has one
             raise ApiError(503, f"no read-your-writes token for workflow {sent.workflow_id}")
         return Token.parse(text)
 
@@ -125,7 +125,7 @@ def settler(svc: Services) -> Settler:
             wait_projected(svc.settings, svc.pg.get(), token, timeout_s, probe)
 
         return Settler(
-            token_of=lambda wf_id: svc.commands.get().token(wf_id),
+            token_of=lambda sent: sent.token,
             wait=wait,
             refusal=lambda wf_id, cmd_id: queries.refusal_of(svc.engine, wf_id, cmd_id),
             timeout_s=svc.settings.api.read_your_writes_timeout_s,

@@ -133,7 +133,7 @@ def submit(
             sources=sources,
             actor=actor(),
         )
-        tokens = {s.workflow_id: client.token(s.workflow_id) for s in submitted}
+        tokens = {s.workflow_id: s.token for s in submitted}
         if wait_s is None:
             _print_submitted(submitted, None, as_json, tokens)
             return

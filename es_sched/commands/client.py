@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -71,10 +71,34 @@ SETTLING = frozenset(  # errors of a topic created a moment ago, before its lead
 
 @dataclass(frozen=True)
 class Submitted:
-    """A command accepted by Kafka: the workflow it addresses and its idempotency key."""
+    """A command accepted by Kafka: the workflow it addresses, its idempotency key and its
+    read-your-writes token (``PARTITION:OFFSET`` of its own record on the commands topic; see
+    ``es_sched.projections.read_your_writes``)."""
 
     workflow_id: str
     command_id: str
+    token: str | None = None
+
+
+class _Delivery:
+    """One produced record's fate, set by its delivery report on whichever thread serves it.
+
+    The API shares one client between its threads, and another thread's ``flush`` may serve
+    this record's report after this thread's ``flush`` returned: so a caller waits for its own
+    records, never reads "the last delivered" (that answered a terminate with the token of an
+    older command, and the next read still showed RUNNING)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.token = ""
+
+    def report(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.error = f"{msg.topic()} key {msg.key()!r}: {err.str()}"
+        else:
+            self.token = f"{msg.partition() or 0}:{msg.offset() or 0}"
+        self.done.set()
 
 
 class CommandClient:
@@ -87,8 +111,6 @@ class CommandClient:
         self._producer: KafkaProducer | None = None
         self._registry: DefinitionRegistry | None = None
         self._topics_ready = False
-        self._errors: list[str] = []
-        self._delivered: dict[bytes, tuple[int, int]] = {}  # command key -> (partition, offset)
         # The registry's consumer and dicts are not thread-safe; the API calls from many threads.
         self._registry_lock = threading.Lock()
 
@@ -182,10 +204,8 @@ class CommandClient:
                 label = sources[i] if sources is not None else f"input {i + 1} of {len(inputs)}"
                 raise SchemaError(f"{label}: {exc}") from None
             submitted.append(Submitted(workflow_id, command_id))
-        for key, value in records:
-            self._produce(self.topics.commands, key, value)
-        self.flush(self.flush_timeout_s)
-        return submitted
+        sent = self._deliver([self._produce(self.topics.commands, k, v) for k, v in records])
+        return [replace(s, token=d.token) for s, d in zip(submitted, sent, strict=True)]
 
     # -- acting on running workflows --------------------------------------------------------
     def cancel(
@@ -361,9 +381,8 @@ class CommandClient:
         )
         value = self._prepare(cmd)
         self.ensure_topics()
-        self._produce(self.topics.commands, wf_id, value)
-        self.flush(self.flush_timeout_s)
-        return Submitted(wf_id, command_id)
+        (sent,) = self._deliver([self._produce(self.topics.commands, wf_id, value)])
+        return Submitted(wf_id, command_id, sent.token)
 
     def _prepare(self, cmd: c.Input) -> bytes:
         return prepare(cmd, self._catalog, self.settings.runtime.command_max_bytes)
@@ -382,9 +401,7 @@ class CommandClient:
             (key_of("taskdef", td), encode_definition(td)) for td in docs.taskdefs
         ]
         self.ensure_topics()
-        for key, value in records:
-            self._produce(self.topics.definitions, key, value)
-        self.flush(self.flush_timeout_s)
+        self._deliver([self._produce(self.topics.definitions, k, v) for k, v in records])
         return [key for key, _ in records]
 
     # -- waiting for outcomes ---------------------------------------------------------------
@@ -431,14 +448,10 @@ class CommandClient:
 
     # -- Kafka plumbing ---------------------------------------------------------------------
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait for every produced record; raise if one was refused or is still undelivered."""
+        """Wait for every produced record; raise if one is still undelivered."""
         if self._producer is None:
             return
         remaining = self._producer.flush(timeout_s)
-        errors, self._errors = self._errors, []
-        if errors:
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            raise InfrastructureError(f"Kafka refused a record: {errors[0]}{more}")
         if remaining:
             raise InfrastructureError(
                 f"{remaining} record(s) still undelivered after {timeout_s:g}s: "
@@ -485,33 +498,37 @@ class CommandClient:
         _settled(f"reading {self.topics.definitions}", registry.catch_up)
         return registry
 
-    def _produce(self, topic: str, key: str, value: bytes) -> None:
+    def _produce(self, topic: str, key: str, value: bytes) -> _Delivery:
         if self._producer is None:
             self._producer = clients.producer(self._bootstrap)
+        delivery = _Delivery()
         while True:
             try:
-                self._producer.produce(topic, value, key.encode(), on_delivery=self._on_delivery)
+                self._producer.produce(topic, value, key.encode(), on_delivery=delivery.report)
                 break
             except BufferError:  # the local queue is full: let deliveries drain, then retry
                 self._producer.poll(0.5)
             except KafkaException as exc:
                 raise InfrastructureError(f"cannot produce to {topic}: {exc}") from exc
         self._producer.poll(0)
+        return delivery
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._errors.append(f"{msg.topic()} key {msg.key()!r}: {err.str()}")
-        elif msg.topic() == self.topics.commands:
-            key = msg.key()
-            if isinstance(key, bytes):
-                self._delivered[key] = (msg.partition() or 0, msg.offset() or 0)
-
-    def token(self, workflow_id: str) -> str | None:
-        """The read-your-writes token of the last command delivered for this workflow
-        (``PARTITION:OFFSET`` on the commands topic; see
-        ``es_sched.projections.read_your_writes``)."""
-        where = self._delivered.get(workflow_id.encode())
-        return None if where is None else f"{where[0]}:{where[1]}"
+    def _deliver(self, sent: list[_Delivery]) -> list[_Delivery]:
+        """Wait for these records' own delivery reports; raise if one was refused or is still
+        undelivered after the flush timeout."""
+        deadline = time.monotonic() + self.flush_timeout_s
+        self.flush(self.flush_timeout_s)
+        late = [d for d in sent if not d.done.wait(max(0.0, deadline - time.monotonic()))]
+        if late:
+            raise InfrastructureError(
+                f"{len(late)} record(s) without a delivery report after "
+                f"{self.flush_timeout_s:g}s: is Kafka reachable at {self._bootstrap}?"
+            )
+        errors = [d.error for d in sent if d.error is not None]
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise InfrastructureError(f"Kafka refused a record: {errors[0]}{more}")
+        return sent
 
 
 def _settled(what: str, read: Callable[[], T], patience_s: float = 15.0) -> T:

@@ -200,6 +200,29 @@ def test_control_commands_are_keyed_by_their_workflow(
     assert len(read_all(settings, client.topics.commands)) == 6
 
 
+def test_each_command_answers_with_its_own_token_when_threads_share_the_client(
+    client: CommandClient, settings: Settings
+) -> None:
+    """The API shares one client between its threads, and one thread's ``flush`` may serve
+    another's delivery report. Every command's token must name its own record: a token read
+    as "the last delivered for this workflow" once answered a terminate with an older
+    command's offset, and the next read still showed RUNNING."""
+    workflows = [f"wf-{n % 4}" for n in range(200)]  # four workflows, many commands each
+
+    def pause(wf: str) -> tuple[str, str, str | None]:
+        sent = client.pause(wf)
+        return wf, sent.command_id, sent.token
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(pause, workflows))
+    at = {
+        f"{msg.partition()}:{msg.offset()}": decode_input(msg.value() or b"").command_id
+        for msg in read_to_end(client.topics.commands, "read_committed")
+    }
+    assert len(at) == len(workflows)
+    assert [at.get(token or "") for _, _, token in answers] == [cmd for _, cmd, _ in answers]
+
+
 # -- definitions --------------------------------------------------------------------------------
 def test_push_writes_every_document_under_its_key(
     client: CommandClient, settings: Settings

@@ -25,7 +25,7 @@ def settler(refusals: dict[str, tuple[str, bool]], waited: list[Token]) -> write
             raise NotFreshYet("pg projection is at events[2]@40, the command's events end at 44")
 
     return writes.Settler(
-        token_of=TOKENS.get,
+        token_of=lambda sent: TOKENS.get(sent.workflow_id),
         wait=wait,
         refusal=lambda wf_id, cmd_id: refusals.get(cmd_id),
         timeout_s=2.5,

@@ -14,7 +14,7 @@ def fake_settler(svc: Services, refusals: dict[str, tuple[str, bool]] | None = N
     said = refusals if refusals is not None else {}
     svc.settler.put(
         Settler(
-            token_of=lambda wf_id: f"0:{len(wf_id)}",
+            token_of=lambda sent: f"0:{len(sent.workflow_id)}",
             wait=lambda token, _timeout: waited.append(token),
             refusal=lambda wf_id, _cmd: said.get(wf_id),
             timeout_s=1.0,
