@@ -23,14 +23,23 @@ logs them, ``consume`` returns none: with a node of three killed, that log line 
 request in flight with nothing received for ``UNANSWERED_S`` (librdkafka's statistics each
 second: ``waitresp_cnt``, ``rxidle``). That last one is all an idle decider sees of a broker
 paused (SIGSTOP): no connection fails and no call of its times out, and it is fenced on SIGCONT
-(``tests/integration/test_unanswered_broker.py``). A twin arrives out of a quiet sky. So
-``InstanceFenced.after_trouble`` says whether the loop saw trouble within ``TROUBLE_WINDOW_S``,
+(``tests/integration/test_broker_faults.py``). A twin arrives out of a quiet sky. So
+``Fenced.after_trouble`` says whether the loop saw trouble within ``TROUBLE_WINDOW_S``,
 ``StaticMember.troubled`` whether its consumer did: without either the role stops, with one
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
 transactional producer, as a restarted process would), at most ``MAX_REJOINS`` times in a row.
 A twin started within that window of an outage is the one that stops: the rejoining process
 initialises the transactional id again (fencing the twin's producer) and its consumer fences the
 twin's, which reaches the twin out of a quiet sky. Either way one process keeps the instance.
+
+The transactional producer's fence follows the same rule. Its epoch is bumped by a twin's
+``init_transactions``, and also by the transaction coordinator when it aborts a transaction that
+outlived ``transaction.timeout.ms``: after a broker paused for as long as that timeout, the
+coordinator aborted one as it woke while the role's transaction of the same epoch was under way,
+and the role stopped as if a twin ran (CI, stop 57: the whole ``es-sched run`` exited, 398
+workflows stalled). A producer fence rejoins when the consumer saw the broker away
+(``troubled``); the loop's own trouble does not count for it, as a rebalance's aborted
+transaction is no outage and a twin may follow one.
 """
 
 from __future__ import annotations
@@ -59,9 +68,10 @@ UNANSWERED_S = 5.0
 STATS_EVERY_MS = 1000
 
 
-class InstanceFenced(InfrastructureError):
-    """The role's consumer was fenced off its ``group.instance.id``; ``after_trouble``: Kafka
-    errors came shortly before (a self-fence is likely), else a twin is."""
+class Fenced(InfrastructureError):
+    """The role was fenced: its consumer off its ``group.instance.id``, or its transactional
+    producer by a newer epoch; ``after_trouble``: Kafka errors came shortly before (a self-fence
+    or the coordinator's abort is likely), else a twin is."""
 
     def __init__(self, message: str, after_trouble: bool = False) -> None:
         super().__init__(message)
@@ -142,7 +152,7 @@ def rejoining(
         try:
             session()
             return
-        except InstanceFenced as fenced:
+        except Fenced as fenced:
             if stop.is_set():
                 return
             if not (fenced.after_trouble or member.troubled()):
@@ -153,8 +163,9 @@ def rejoining(
             if rejoins > MAX_REJOINS:
                 raise
             log.warning(
-                "%s: consumer fenced off group.instance.id %r right after Kafka errors (a "
-                "self-fence after a coordinator change, confluent-kafka-go #494); rejoining (%d)",
+                "%s: fenced off %r right after Kafka errors (a self-fence after a coordinator "
+                "change, confluent-kafka-go #494, or the coordinator's abort of a timed-out "
+                "transaction); rejoining (%d)",
                 member.client_id,
                 member.instance_id,
                 rejoins,

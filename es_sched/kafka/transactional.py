@@ -26,10 +26,13 @@ handling: INTRODUCTION.md and ``rdkafka.h``):
   Except ``_CONFLICT`` (another call, our timed-out commit, still runs): counted as fatal.
 - abortable: ``abort_transaction``, then ``role.rewind(producer_lost=False)``: the batch is
   known not to be committed.
-- fenced: ``InfrastructureError`` naming the transactional id; the role stops. Except once
-  the transaction has outlived its timeout: the coordinator's abort fences the old epoch too,
-  so that fence counts as fatal (``_timed_out``); a twin started meanwhile is fenced back by
-  the new producer and stops (one of the two runs on, never both).
+- fenced: ``Fenced`` naming the transactional id; the role stops, or rejoins when its
+  consumer saw the broker away before the fence (``kafka/static_membership.py``: a twin
+  arrives out of a quiet sky, the coordinator's abort after a pause does not). Except once the
+  transaction has
+  outlived its timeout: the coordinator's abort fences the old epoch too, so that fence counts
+  as fatal (``_timed_out``); a twin started meanwhile is fenced back by the new producer and
+  stops (one of the two runs on, never both).
 - fatal, a failed abort, or a call that never returns: the producer is left behind and a new
   one initialised (``init_transactions`` fences our older epoch and completes or aborts its
   open transaction), then ``role.rewind(producer_lost=True)``: the batch may have committed or
@@ -68,7 +71,7 @@ from es_sched.kafka.failures import (
     instance_fenced,
     wait,
 )
-from es_sched.kafka.static_membership import TROUBLE_WINDOW_S, InstanceFenced
+from es_sched.kafka.static_membership import TROUBLE_WINDOW_S, Fenced
 from es_sched.kafka.txn_role import (
     TP,
     Batch,
@@ -168,9 +171,9 @@ class TransactionalLoop:
                 out.append(msg)
             elif instance_fenced(err):
                 # a twin or a self-fence: kafka/static_membership.py tells them apart
-                fenced = self._fenced(f"group.instance.id {self.txn_id!r}: {err}")
                 quiet_s = time.monotonic() - self._trouble_at
-                raise InstanceFenced(str(fenced), after_trouble=quiet_s < TROUBLE_WINDOW_S)
+                what = f"group.instance.id {self.txn_id!r}: {err}"
+                raise self._fenced(what, after_trouble=quiet_s < TROUBLE_WINDOW_S)
             elif consumer_fatal(err):
                 raise InfrastructureError(f"{self.role} consumer: {err}")
             elif err.code() != KafkaError._PARTITION_EOF:
@@ -302,14 +305,14 @@ class TransactionalLoop:
     ) -> None:
         """``deadline``: when the coordinator may abort the transaction (``_timed_out``)."""
         failed = self._timed_out(failed, deadline)
-        # A twin's fence may reach the producer before the consumer (CI, stop 22: the aborted
-        # transaction counted as trouble, the decider rejoined and fenced the twin instead of
-        # stopping); only what came before the fence tells a self-fence
-        # (kafka/static_membership.py).
-        if not failed.instance_fence:
-            self._trouble_at = time.monotonic()
+        # Only what came before a fence tells a self-fence (kafka/static_membership.py): the
+        # fence itself is no trouble. A twin's fence may reach the producer before the consumer
+        # (CI, stop 22: the aborted transaction counted as trouble, the decider rejoined and
+        # fenced the twin instead of stopping).
         if failed.kind is Kind.FENCED:
             raise self._fenced(failed.reason) from None
+        if not failed.instance_fence:
+            self._trouble_at = time.monotonic()
         self.m_aborts.inc(role=self.role)
         if stop.is_set():
             # Leave the transaction open: the coordinator aborts it after the transaction
@@ -341,11 +344,16 @@ class TransactionalLoop:
         log.warning("%s %s: transaction aborted: %s", self.role, self.txn_id, failed.reason)
         return True
 
-    def _fenced(self, reason: str) -> InfrastructureError:
-        return InfrastructureError(
+    def _fenced(self, reason: str, after_trouble: bool = False) -> Fenced:
+        """The fence. A producer's is never ``after_trouble`` by the loop's own account: a
+        rebalance aborts transactions too, and a twin may follow one. ``rejoining`` rejoins
+        only when the consumer saw the broker away (``StaticMember.troubled``), as it does
+        before the coordinator's abort of a transaction that outlived a broker's pause."""
+        return Fenced(
             f"{self.role} stops: transactional.id {self.txn_id!r} was fenced, another process "
             f"took it (or its group.instance.id) after this one (ES_SCHED_RUN_INSTANCE must be "
-            f"unique among running processes); {reason}"
+            f"unique among running processes); {reason}",
+            after_trouble=after_trouble,
         )
 
     def _open(self, stop: threading.Event, first: bool) -> None:

@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Messag
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.bounded_caller import BoundedCaller, Wedged
 from es_sched.kafka.failures import Kind, Stopped, classify, rejoins, seek_to_committed
+from es_sched.kafka.static_membership import Fenced
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out
 from testkit.fake_txn import (
@@ -205,6 +206,7 @@ def test_fenced_stops_the_role_with_a_message_naming_the_transactional_id(where:
     with pytest.raises(InfrastructureError, match=r"'p-decider-0' was fenced") as caught:
         loop.run(stop, FakeConsumer(), role, 100, 0.0)
     assert "ES_SCHED_RUN_INSTANCE" in str(caught.value)
+    assert isinstance(caught.value, Fenced) and not caught.value.after_trouble  # a twin
     assert committed == [] and role.rewinds == [] and len(clients.made) == 1
     assert p.closed.wait(5), "the fenced producer is closed on its own thread"
 
