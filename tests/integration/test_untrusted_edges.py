@@ -9,8 +9,8 @@ process.
   definitions after them. Each hostile one ends FAILED with its breach recorded in
   ``task.failed`` (the globals: COMPLETED, finding none); the ordinary ones, decided after them
   by the same decider process, complete. The audit over the log replays the breaches from it.
-- Callbacks (ADR 77): the README's receiver, extracted from the README and run as it is, takes
-  the signed callback of a real workflow's ``media.callback`` task; the same request sent
+- Callbacks (ADR 77): the documented receiver, extracted from docs/security.md and run as it
+  is, takes the signed callback of a real workflow's ``media.callback`` task; the same request sent
   again is "seen", 301 s later (the snippet's clock moved) "stale", with a changed body
   "forged".
 - Log-ins (``api.throttle``): after the key's limit of wrong secrets from one address, every
@@ -231,18 +231,19 @@ def test_hostile_scripts_fail_their_workflow_and_the_decider_goes_on(system: Sys
 
 # -- callbacks (ADR 77) ----------------------------------------------------------------------
 def readme_receiver() -> dict[str, Any]:
-    """The README's receiver, run as it is: the python block after its marker comment."""
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- receiver: [^>]*-->\n```python\n(.*?)```", readme, re.S)
-    assert found, "the README's receiver block is missing"
+    """The documented receiver (docs/security.md), run as it is: the python block after its
+    marker comment."""
+    page = (ROOT / "docs" / "security.md").read_text()
+    found = re.search(r"<!-- receiver: [^>]*-->\n```python\n(.*?)```", page, re.S)
+    assert found, "the receiver block of docs/security.md is missing"
     namespace: dict[str, Any] = {}
-    exec(compile(found[1], "README.md receiver", "exec"), namespace)  # noqa: S102
+    exec(compile(found[1], "docs/security.md receiver", "exec"), namespace)  # noqa: S102
     return namespace
 
 
 @dataclass
 class Receiver:
-    """An HTTP server answering with the README receiver's verdict (200 new/seen, else 401)."""
+    """An HTTP server answering with the documented receiver's verdict (200 new/seen, else 401)."""
 
     code: dict[str, Any] = field(default_factory=readme_receiver)
     requests: list[tuple[dict[str, str], bytes, str]] = field(default_factory=list)
@@ -266,7 +267,7 @@ class Receiver:
         return server
 
 
-def test_the_readme_receiver_takes_a_real_callback_and_refuses_its_replays(
+def test_the_documented_receiver_takes_a_real_callback_and_refuses_its_replays(
     system: System,
 ) -> None:
     receiver = Receiver()

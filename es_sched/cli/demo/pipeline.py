@@ -32,7 +32,7 @@ from es_sched.errors import ConfigError
 from es_sched.workers.media.callback import received, verify
 
 LADDER = ((854, 480), (1280, 720), (1920, 1080))
-MAX_AGE_S = 300  # the README receiver's bound on a callback's age (ADR 77)
+MAX_AGE_S = 300  # the documented receiver's bound (docs/security.md) on a callback's age (ADR 77)
 
 
 @dataclass

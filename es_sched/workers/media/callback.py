@@ -7,8 +7,8 @@ drop duplicates: delivery is at least once), ``X-Es-Sched-Timestamp: <unix secon
 this POST was signed; a retry is signed afresh) and ``X-Es-Sched-Signature: sha256=<hex
 HMAC-SHA256 of "<timestamp>.<delivery>." + body>`` keyed with ``ES_SCHED_MEDIA_CALLBACK_SECRET``.
 The timestamp and the id are inside the signed bytes, so a receiver that refuses an old
-timestamp and an id it has taken refuses every replay (ADR 77; the README's receiver does
-exactly that). Within one task attempt, connection errors,
+timestamp and an id it has taken refuses every replay (ADR 77; the receiver in
+docs/security.md does exactly that). Within one task attempt, connection errors,
 timeouts, 408, 429 and 5xx answers are retried after ``ES_SCHED_MEDIA_CALLBACK_BACKOFF_S``,
 doubling each time, up to ``ES_SCHED_MEDIA_CALLBACK_ATTEMPTS`` POSTs; then the task fails
 retryable (the TaskDef's retries take over). Any other 4xx (or 3xx) fails it for good.
@@ -67,7 +67,7 @@ def verify(
 ) -> bool:
     """A genuine and fresh POST, given its (timestamp, delivery, signature) headers: its HMAC
     recomputed and compared in constant time, its timestamp within ``max_age_s`` of ``now``.
-    Refusing a delivery id already taken is the receiver's part (the README's receiver)."""
+    Refusing a delivery id already taken is the receiver's part (docs/security.md has one)."""
     timestamp, delivery, signature = received
     genuine = hmac.compare_digest(sign(body, secret, timestamp, delivery), signature)
     return genuine and timestamp.isdigit() and abs(now - int(timestamp)) <= max_age_s
