@@ -175,18 +175,29 @@ class LocalSecurity:
         t = self.tls
         ext = t / "san.cnf"
         ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        files = {
+            "ca": self.ca,
+            "ca_key": t / "ca.key",
+            "ca_subject": "/CN=es-sched local CA",
+            "key_pem": t / "broker.key.pem",
+            "csr": t / "broker.csr",
+            "crt": t / "broker.crt",
+            "key": t / "broker.key",
+            "san": ext,
+        }
+        # Split before the names are filled in: a path or subject may hold spaces.
         steps = [
-            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj",
-             "/CN=es-sched local CA", "-keyout", str(t / "ca.key"), "-out", str(self.ca)],
-            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-             "-keyout", str(t / "broker.key.pem"), "-out", str(t / "broker.csr")],
-            ["x509", "-req", "-in", str(t / "broker.csr"), "-CA", str(self.ca), "-CAkey",
-             str(t / "ca.key"), "-CAcreateserial", "-days", "365", "-extfile", str(ext),
-             "-out", str(t / "broker.crt")],
-            # Kafka's PEM key store wants the key as PKCS#8.
-            ["pkcs8", "-topk8", "-nocrypt", "-in", str(t / "broker.key.pem"),
-             "-out", str(t / "broker.key")],
-        ]  # fmt: skip
+            [word.format(**files) for word in line.split()]
+            for line in (
+                "req -x509 -newkey rsa:2048 -nodes -days 365 -subj {ca_subject}"
+                " -keyout {ca_key} -out {ca}",
+                "req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout {key_pem} -out {csr}",
+                "x509 -req -in {csr} -CA {ca} -CAkey {ca_key} -CAcreateserial -days 365"
+                " -extfile {san} -out {crt}",
+                # Kafka's PEM key store wants the key as PKCS#8.
+                "pkcs8 -topk8 -nocrypt -in {key_pem} -out {key}",
+            )
+        ]
         for step in steps:
             done = subprocess.run(["openssl", *step], capture_output=True, text=True, check=False)
             if done.returncode != 0:

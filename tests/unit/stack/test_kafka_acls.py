@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from es_sched.kafka.connection import ROLE_PRINCIPALS
 from es_sched.kafka.topics import Topics, assignment_topic
+from es_sched.settings import StackSettings, load_settings
 from es_sched.stack.kafka import server_properties
-from es_sched.stack.kafka_security import ADMIN, grants, principals
+from es_sched.stack.kafka_security import ADMIN, LocalSecurity, grants, principals
 
 pytestmark = pytest.mark.unit
 POOLS = ["default", "gpu"]
@@ -57,3 +62,30 @@ def test_a_secured_node_listens_on_sasl_ssl_and_keeps_the_operators_extras() -> 
     text = server_properties(9092, 9093, "/d", extra={"x.y": "2"}, secured=secured)
     assert "listeners=SASL_SSL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n" in text
     assert "x.y=2\n" in text and "x.y=1" not in text
+
+
+def test_the_local_ca_signs_a_broker_certificate_for_loopback(tmp_path: Path) -> None:
+    """openssl's four steps, in a state folder whose path holds a space: the broker's PEM
+    holds a PKCS#8 key and a certificate for 127.0.0.1 that the CA verifies."""
+    state = tmp_path / "stack state"
+    settings = load_settings()
+    local = LocalSecurity(replace(settings, stack=StackSettings(state_dir=state)))
+    local.prepare()
+    pem = local.broker_pem.read_text()
+    assert pem.startswith("-----BEGIN PRIVATE KEY-----")  # PKCS#8, as Kafka's PEM store wants
+    crt = local.tls / "broker.crt"
+    verified = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(local.ca), str(crt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stderr
+    text = subprocess.run(
+        ["openssl", "x509", "-in", str(crt), "-noout", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text
+    assert oct(local.broker_pem.stat().st_mode & 0o777) == "0o600"
