@@ -356,7 +356,11 @@ class RuntimeSettings(BaseSettings):
     instance: str = "0"  # stable per process slot: the decider's transactional.id suffix
     batch_max_records: int = Field(default=500, ge=1)
     batch_max_ms: int = Field(default=50, ge=1)  # an idle decider's wait for input (ADR 41)
-    transaction_timeout_ms: int = Field(default=30_000, ge=1000)
+    # A stopped (SIGSTOP, a stalled VM) role's open transaction holds its partitions' committed
+    # offsets unstable (KIP-447) until the coordinator aborts it, so a successor waits this long
+    # plus the broker's cleanup interval before it reads them. Kafka Streams' exactly-once
+    # default (apache/kafka PR 15162): a role's transaction is one batch, well under a second.
+    transaction_timeout_ms: int = Field(default=10_000, ge=1000)
     command_max_bytes: int = Field(default=256 * 1024, ge=1024)
     retry_tiers_s: str = "5,30,300,3600"
     retry_release_per_s: float = Field(default=200.0, gt=0)
@@ -412,7 +416,9 @@ class DispatchSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ES_SCHED_DISPATCH_", frozen=True)
 
     heartbeat_s: float = Field(default=5.0, gt=0)
-    lease_k: int = Field(default=4, ge=3, le=6)  # a lease lasts lease_k heartbeats
+    # A lease lasts lease_k heartbeats: a dead worker's tasks are back within that many of its
+    # last heartbeat (issue 52: within three), a live one may miss lease_k - 1 in a row.
+    lease_k: int = Field(default=3, ge=3, le=6)
     suspect_after_s: float = Field(default=15.0, gt=0)
     dead_after_s: float = Field(default=60.0, gt=0)
     aging_s: float = Field(default=60.0, ge=0)
@@ -597,7 +603,7 @@ class ApiSettings(BaseSettings):
     # counted, in PostgreSQL for every API process, per key id at one address and per
     # address, in a window from the first failure; past either limit an attempt is answered
     # 429 with Retry-After until that window ends. A success clears its key-at-address count.
-    # failures of one key at one address before it is answered 429
+    # Failures of one key at one address before it is answered 429.
     login_key_failures: int = Field(default=5, ge=1, le=10_000)
     # failures from one address, whatever the keys, before it is answered 429
     login_address_failures: int = Field(default=20, ge=1, le=100_000)

@@ -41,7 +41,11 @@ from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
-FAST = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "50"}
+FAST = {
+    "ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5",
+    "ES_SCHED_DISPATCH_LEASE_K": "4",
+    "ES_SCHED_DISPATCH_TICK_MS": "50",
+}
 CHAIN = {
     "name": "http_chain",
     "version": 1,

@@ -325,7 +325,10 @@ def test_the_broker_killed_then_stopped_under_load_every_workflow_completes(
     kafka: PrivateKafka,
 ) -> None:
     # Leases of 4 x 10 s outlast the outage, so no task is taken back from the live worker.
-    env = Env(bootstrap=kafka.bootstrap, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "10"})
+    env = Env(
+        bootstrap=kafka.bootstrap,
+        extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "10", "ES_SCHED_DISPATCH_LEASE_K": "4"},
+    )
     env.create()
     env.push_files(*MEDIA)
     fired: list[Fired] = []

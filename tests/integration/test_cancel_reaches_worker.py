@@ -29,7 +29,9 @@ def _ticks(path: Path) -> list[str]:
 def test_a_cancelled_workflows_running_handler_stops_within_two_heartbeats(
     tmp_path: Path,
 ) -> None:
-    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": str(HEARTBEAT_S)})
+    env = Env(
+        extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": str(HEARTBEAT_S), "ES_SCHED_DISPATCH_LEASE_K": "4"}
+    )
     env.create()
     env.push(TICKING, [{"name": "tick.step", "retryCount": 0, "responseTimeoutSeconds": 600}])
     ticks = tmp_path / "ticks.txt"

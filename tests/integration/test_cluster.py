@@ -132,7 +132,8 @@ def test_a_three_node_cluster_loses_one_node_then_two_and_nothing_acknowledged_i
     env = Env(
         bootstrap=cluster.bootstrap,
         extra={
-            "ES_SCHED_DISPATCH_HEARTBEAT_S": "10",  # leases of 4 x 10 s outlast the outage
+            "ES_SCHED_DISPATCH_HEARTBEAT_S": "10",
+            "ES_SCHED_DISPATCH_LEASE_K": "4",  # leases of 4 x 10 s outlast the outage
             "ES_SCHED_KAFKA_REPLICATION_FACTOR": "3",
             "ES_SCHED_KAFKA_MIN_INSYNC_REPLICAS": "2",
         },

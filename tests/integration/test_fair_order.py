@@ -65,7 +65,11 @@ FLOW = {
 }
 FLOOD = pick(ci=50, full=2_000)  # workflows, submitted at RATE a second
 RATE = 15.0  # more than the worker's 2 slots finish: the flood
-SETTINGS = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "20"}
+SETTINGS = {
+    "ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5",
+    "ES_SCHED_DISPATCH_LEASE_K": "4",
+    "ES_SCHED_DISPATCH_TICK_MS": "20",
+}
 
 
 @pytest.fixture(scope="module")

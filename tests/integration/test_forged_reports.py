@@ -47,7 +47,7 @@ def _rejections(events: list[Event]) -> dict[str, Event]:
 
 
 def test_a_report_forged_by_a_worker_of_the_same_pool_is_refused() -> None:
-    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1"})
+    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1", "ES_SCHED_DISPATCH_LEASE_K": "4"})
     env.create()
     env.push(ONE, [{"name": GATED, "retryCount": 0}])
     thief_id = _thief_id(env.settings.dispatch.assignment_partitions)

@@ -33,7 +33,10 @@ def _two_types_on_two_partitions(partitions: int) -> tuple[str, str]:
 
 
 def test_two_dispatchers_never_overcommit_a_shared_worker() -> None:
-    env = Env(partitions=2, extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5"})
+    env = Env(
+        partitions=2,
+        extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_LEASE_K": "4"},
+    )
     env.create()
     a, b = _two_types_on_two_partitions(env.partitions)
     pair = {

@@ -39,7 +39,13 @@ def _submit(env: Env, command_id: str, tier: str, deadline_s: float | None = Non
 
 def test_a_p0_goes_before_a_p3_backlog_and_a_late_p3_is_breached() -> None:
     # P0 tasks get 2 retries whatever their TaskDef says (none here); P3 keeps the TaskDef's
-    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": "1", "ES_SCHED_SLA_RETRIES_P0": "2"})
+    env = Env(
+        extra={
+            "ES_SCHED_DISPATCH_HEARTBEAT_S": "1",
+            "ES_SCHED_DISPATCH_LEASE_K": "4",
+            "ES_SCHED_SLA_RETRIES_P0": "2",
+        }
+    )
     env.create()
     env.push(ONE, [{"name": "slow.step", "retryCount": 0}])
     run = Role(env, "sla", ["run", "--role", "decider", "--role", "timers", "--role", "dispatcher"])

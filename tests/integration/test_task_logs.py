@@ -33,7 +33,11 @@ from tests.integration.worker_harness import Running, make_worker
 
 pytestmark = pytest.mark.integration
 JSON = dict[str, Any]
-FAST = {"ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5", "ES_SCHED_DISPATCH_TICK_MS": "50"}
+FAST = {
+    "ES_SCHED_DISPATCH_HEARTBEAT_S": "0.5",
+    "ES_SCHED_DISPATCH_LEASE_K": "4",
+    "ES_SCHED_DISPATCH_TICK_MS": "50",
+}
 TYPES = ("native.log", "native.raise", "sdk.logs", "sdk.raise", "http.log")
 REASON = (
     "cannot write /scratch/ep1042/720p.mp4: no space left on device (errno 28) while "

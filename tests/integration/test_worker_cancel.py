@@ -53,7 +53,7 @@ def _iso(at: datetime) -> str:
 
 @pytest.mark.fault
 def test_a_woken_worker_starts_nothing_whose_lease_ended(tmp_path: Path) -> None:
-    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": str(H)})
+    env = Env(extra={"ES_SCHED_DISPATCH_HEARTBEAT_S": str(H), "ES_SCHED_DISPATCH_LEASE_K": "4"})
     env.create()
     starts = tmp_path / "starts.txt"
     worker = Role(

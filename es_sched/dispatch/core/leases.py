@@ -31,7 +31,7 @@ class Lease:
 @dataclass
 class LeaseTable:
     heartbeat_s: float = 5.0
-    k: int = 4
+    k: int = 3  # the setting's default (ES_SCHED_DISPATCH_LEASE_K)
     leases: dict[str, Lease] = field(default_factory=dict)  # task id -> lease
     epochs: dict[str, int] = field(default_factory=dict)  # task id -> last epoch granted
 
