@@ -358,9 +358,9 @@ class RuntimeSettings(BaseSettings):
     batch_max_ms: int = Field(default=50, ge=1)  # an idle decider's wait for input (ADR 41)
     # A stopped (SIGSTOP, a stalled VM) role's open transaction holds its partitions' committed
     # offsets unstable (KIP-447) until the coordinator aborts it, so a successor waits this long
-    # plus the broker's cleanup interval before it reads them. Kafka Streams' exactly-once
-    # default (apache/kafka PR 15162): a role's transaction is one batch, well under a second.
-    transaction_timeout_ms: int = Field(default=10_000, ge=1000)
+    # plus the broker's cleanup interval before it reads them. Shorter is not safer: with 10 s a
+    # broker paused for 30 s left the decider's group offsets unstable for good (docs/adr/0078).
+    transaction_timeout_ms: int = Field(default=30_000, ge=1000)
     command_max_bytes: int = Field(default=256 * 1024, ge=1024)
     retry_tiers_s: str = "5,30,300,3600"
     retry_release_per_s: float = Field(default=200.0, gt=0)
