@@ -60,6 +60,10 @@ from es_sched.settings import Settings
 
 log = logging.getLogger(__name__)
 STOP_POLL_S = 0.2
+# faust's App.stop waits for its consumer to commit and leave the group; with the app's internal
+# topics deleted under it (an operator's cleanup, a test's teardown) it retries "topic not
+# found" without end. A role must stop when asked, inside ``es-sched run``'s STOP_GRACE_S.
+FAUST_STOP_S = 10.0
 Pending = tuple[Kind, str, str, float, dict[str, Any]]
 
 
@@ -142,7 +146,14 @@ class Analytics:
         finally:
             if not starting.done():
                 starting.cancel()
-            await app.stop()
+            try:
+                await asyncio.wait_for(app.stop(), FAUST_STOP_S)
+            except TimeoutError:
+                log.warning(
+                    "analytics: faust did not stop within %.0fs (were its internal topics "
+                    "deleted?); leaving it behind",
+                    FAUST_STOP_S,
+                )
 
     def _learn_workers(self, reader: roster.RosterReader) -> None:
         for p in reader.records():

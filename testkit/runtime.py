@@ -287,6 +287,13 @@ def count_records(env: Env, topic: str, isolation: str) -> int:
     return len(read_to_end(topic, isolation, bootstrap=env.bootstrap))
 
 
+def assert_audit_clean(env: Env) -> None:
+    """I1-I3 and I5 of ``es-sched audit check`` over the log as it is (other cases may still
+    run, so not idle)."""
+    report = check(read_log(env.settings), False, bootstrap.script_engine())
+    assert report.ok, "\n".join(v.line() for v in report.violations[:20])
+
+
 def assert_log_invariants(
     env: Env, ids: set[str], status: str = "COMPLETED", read_models: bool = False
 ) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import socket
 import time
 import uuid
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from es_sched import analytics
 from es_sched.domain.events import (
@@ -44,7 +46,7 @@ from es_sched.kafka.clients import consumer, producer, read_partitions
 from es_sched.kafka.stats import StatsView
 from es_sched.metrics import Registry
 from es_sched.serialization import encode_event
-from testkit.runtime import Env, roles
+from testkit.runtime import Env, Role, assert_audit_clean, roles
 from testkit.settings import kafka_connection
 from testkit.wait import wait_until
 
@@ -213,3 +215,31 @@ def test_proposes_run_time_percentiles_and_failure_rates_across_a_restart(env: E
         view.close()
         beacon.close()
         reader.close()
+
+
+@pytest.mark.fault
+def test_the_role_stops_when_its_internal_topics_were_deleted(env: Env) -> None:
+    """An operator (or a test's teardown) deletes the faust app's internal topics while the
+    role runs: faust's own stop then retries "topic not found" without end, and ``es-sched
+    run`` left the role behind and exited 1 after its 30 s grace. The role bounds faust's stop
+    and exits cleanly. Proof the fault fired: the topics are listed before and gone after the
+    delete."""
+    group = analytics.app_id(env.prefix)
+    admin = AdminClient(kafka_connection(env.settings.kafka.bootstrap_servers).config())
+
+    def internal() -> list[str]:
+        return sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(group))
+
+    role = Role(env, "analytics", ES_SCHED_ANALYTICS_PUBLISH_INTERVAL_S="0.5")
+    try:
+        role.wait_log("started", 60)
+        wait_until(lambda: len(internal()) >= 2, 60, lambda: f"faust's topics: {internal()}")
+        made = internal()
+        for future in admin.delete_topics(made, operation_timeout=30).values():
+            future.result(30)
+        wait_until(lambda: not internal(), 30, lambda: f"the topics gone: {internal()}")
+    finally:
+        role.proc.send_signal(signal.SIGTERM)
+        code = role.proc.wait(analytics.FAUST_STOP_S + 60)
+    assert code == 0, f"exit {code} after the internal topics {made} were deleted:\n{role.text()}"
+    assert_audit_clean(env)

@@ -27,12 +27,16 @@ from typing import Any
 
 import pytest
 
-from es_sched import bootstrap
-from es_sched.audit.check import check
-from es_sched.audit.read import read_log
 from es_sched.domain.events import Event, TaskScheduled, WorkflowStartRequested
 from testkit import ROOT
-from testkit.runtime import Env, assert_read_models, final_status, read_events, roles
+from testkit.runtime import (
+    Env,
+    assert_audit_clean,
+    assert_read_models,
+    final_status,
+    read_events,
+    roles,
+)
 from testkit.simulated import Script, ScriptedWorker, assert_same, family, simulated
 from testkit.wait import wait_until
 
@@ -450,13 +454,6 @@ def run_case(system: System, name: str) -> list[list[Event]]:
     wait_until(lambda: ended(family(read_events(env), root)), END_S, f"{name}: every run ended")
     system.runs[name] = family(read_events(env), root)
     return system.runs[name]
-
-
-def assert_audit_clean(env: Env) -> None:
-    """I1-I3 and I5 of ``es-sched audit check`` over the log as it is (other cases may still
-    run, so not idle)."""
-    report = check(read_log(env.settings), False, bootstrap.script_engine())
-    assert report.ok, "\n".join(v.line() for v in report.violations[:20])
 
 
 @pytest.mark.parametrize("name", list(CASES))

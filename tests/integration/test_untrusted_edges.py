@@ -39,15 +39,12 @@ from typing import Any
 import httpx
 import pytest
 
-from es_sched import bootstrap
-from es_sched.audit.check import check
-from es_sched.audit.read import read_log
 from es_sched.domain.events import Event, TaskFailed
 from es_sched.domain.scripts import breach, recorded_breach
 from es_sched.workers.media import register_media
 from testkit import ROOT
 from testkit.api import Api, api, keyed_env
-from testkit.runtime import Env, Role, final_status, read_events, roles
+from testkit.runtime import Env, Role, assert_audit_clean, final_status, read_events, roles
 from testkit.wait import wait_until
 from tests.integration.worker_harness import Running, make_worker
 
@@ -183,11 +180,6 @@ def failure(events: list[Event]) -> str:
     reasons = [e.payload.reason for e in events if isinstance(e.payload, TaskFailed)]
     assert len(reasons) == 1, reasons
     return reasons[0]
-
-
-def assert_audit_clean(env: Env) -> None:
-    report = check(read_log(env.settings), False, bootstrap.script_engine())
-    assert report.ok, "\n".join(v.line() for v in report.violations[:20])
 
 
 # -- scripts (ADR 76) ------------------------------------------------------------------------
