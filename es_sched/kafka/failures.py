@@ -99,6 +99,10 @@ REJOIN = frozenset(
 )
 
 
+# The client lost its brokers: what a broker's kill, restart or network cut looks like.
+BROKER_AWAY = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+
+
 def rejoins(err: KafkaError) -> bool:
     """True if a failed consumer-group call (commit, committed) may simply be tried later."""
     return not err.fatal() and (err.code() in REJOIN or err.retriable())

@@ -37,6 +37,11 @@ handling: INTRODUCTION.md and ``rdkafka.h``):
   one initialised (``init_transactions`` fences our older epoch and completes or aborts its
   open transaction), then ``role.rewind(producer_lost=True)``: the batch may have committed or
   not, so the role rebuilds from the log whatever depends on the outcome.
+- a producer that lived through a broker outage (its consumer lost the brokers since the
+  producer was made) is replaced before the next transaction, none being open: after a broker's
+  kill -9 and restart, the first ``send_offsets_to_transaction`` of the old producer never
+  returned (librdkafka #5456) and the decider wrote nothing for 15 s, its call limit and grace.
+  A new producer costs one ``init_transactions``.
 - stopped (the stop flag) while a transaction fails: ``run`` returns and leaves it open; the
   coordinator aborts it after the transaction timeout, or the next owner's
   ``init_transactions`` does at once.
@@ -62,6 +67,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from es_sched.errors import InfrastructureError
 from es_sched.kafka.bounded_caller import BoundedCaller, Wedged
 from es_sched.kafka.failures import (
+    BROKER_AWAY,
     GroupConsumer,
     Kind,
     Stopped,
@@ -111,8 +117,13 @@ class TransactionalLoop:
         grace_s: float = 5.0,
         registry: Registry | None = None,
         prompt: bool = False,
+        brokers_away_at: Callable[[], float] = lambda: -math.inf,
     ) -> None:
+        """``brokers_away_at``: when (``time.monotonic``) the role's consumer last saw its
+        brokers away; librdkafka logs a lost connection, ``consume`` does not return it
+        (``StaticMember.trouble_at``)."""
         self.clients, self.txn_id, self.role = clients, transactional_id, role
+        self.brokers_away_at = brokers_away_at
         self.prompt = prompt  # the decider's (ADR 41): a transaction as soon as input comes
         self.txn_s, self.grace_s = transaction_timeout_ms / 1000, grace_s
         self.call_timeout_s = min(call_timeout_s, self.txn_s)
@@ -121,6 +132,8 @@ class TransactionalLoop:
         self._caller: BoundedCaller | None = None
         self._errors_at, self._errors_quiet = 0.0, 0
         self._trouble_at = -math.inf  # the last consumer error, retried call or failed txn
+        self._away_at = -math.inf  # the last lost-brokers error ``consume`` returned
+        self._opened_at = math.inf  # when the producer in use finished init_transactions
         r = registry or Registry()
         self.m_commits = r.counter("es_sched_txn_commits_total", "Transactions committed.")
         self.m_aborts = r.counter("es_sched_txn_aborts_total", "Transactions aborted or lost.")
@@ -184,6 +197,8 @@ class TransactionalLoop:
         # A broker away repeats its transport errors many times a second: one line per
         # ERROR_LOG_EVERY_S.
         now = self._trouble_at = time.monotonic()
+        if err.code() in BROKER_AWAY:
+            self._away_at = now
         if now - self._errors_at < ERROR_LOG_EVERY_S:
             self._errors_quiet += 1
             return
@@ -196,6 +211,13 @@ class TransactionalLoop:
         self, stop: threading.Event, consumer: GroupConsumer, role: TransactionalRole, batch: Batch
     ) -> bool:
         """Commit ``batch``; on failure recover (see the module docstring) and return False."""
+        if max(self._away_at, self.brokers_away_at()) > self._opened_at:
+            log.warning(
+                "%s %s: the brokers were away since this producer was made; a new one first",
+                self.role,
+                self.txn_id,
+            )
+            self._open(stop, first=False)
         deadline = time.monotonic() + self.txn_s
         p = self._producer
         assert p is not None, "run() opens the producer first"
@@ -391,6 +413,7 @@ class TransactionalLoop:
                 continue
             if not first:
                 self.m_restarts.inc(role=self.role)
+            self._opened_at = time.monotonic()
             return
 
     def _retire(self) -> None:

@@ -153,6 +153,7 @@ class Decider:
             settings.runtime.transaction_timeout_ms,
             registry=r,
             prompt=True,
+            brokers_away_at=lambda: self.member.trouble_at,
         )
         self._stop = threading.Event()
 

@@ -200,7 +200,12 @@ class RetryRelay:
         self._logged_at, self._logged_total = monotonic(), 0
         self._stop = threading.Event()  # the role's, once it runs
         self._loop = TransactionalLoop(
-            self._clients, self._txn_id, ROLE, settings.runtime.transaction_timeout_ms, registry=r
+            self._clients,
+            self._txn_id,
+            ROLE,
+            settings.runtime.transaction_timeout_ms,
+            registry=r,
+            brokers_away_at=lambda: self._member.trouble_at,
         )
 
     def run(self, stop: threading.Event) -> None:

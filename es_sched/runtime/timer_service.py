@@ -195,7 +195,12 @@ class TimerService:
         self.m_pending = r.gauge("es_sched_timers_pending", "Timers waiting to fire.")
         self.lag = LagGauge(r, "timers")
         self._loop = TransactionalLoop(
-            self._clients, self._txn_id, ROLE, settings.runtime.transaction_timeout_ms, registry=r
+            self._clients,
+            self._txn_id,
+            ROLE,
+            settings.runtime.transaction_timeout_ms,
+            registry=r,
+            brokers_away_at=lambda: self._member.trouble_at,
         )
         self._stop = threading.Event()
 

@@ -8,6 +8,7 @@ the next scripted outcome (success, a ``KafkaError``, or a hang), so every class
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -325,6 +326,35 @@ def test_consumer_errors_are_not_records_and_only_a_fatal_one_stops_the_role() -
     broken = Message(error=KafkaError(KafkaError._FATAL, "gone", fatal=True))
     with pytest.raises(InfrastructureError, match="gone"):
         run_loop(FakeClients(), consumer=FakeConsumer([[broken]]))
+
+
+def test_a_producer_that_lived_through_a_broker_outage_is_replaced_before_the_next_batch() -> None:
+    """A broker's kill -9 and restart: the old producer's first ``send_offsets_to_transaction``
+    never returned (librdkafka #5456), 15 s without a decision. A consumer that lost its
+    brokers since the producer was made gets a new producer before the next transaction, with
+    nothing to rewind (no transaction was open); any other consumer error does not."""
+    ok = Message(topic="in", partition=0, offset=3, value=b"x")
+    for error, producers in ((KafkaError._ALL_BROKERS_DOWN, 2), (KafkaError._MSG_TIMED_OUT, 1)):
+        committed: list[str] = []
+        clients = FakeClients()
+        after = Message(error=KafkaError(error))
+        role, _ = run_loop(
+            clients, batch(committed), consumer=FakeConsumer([[after], [ok]]), prompt=True
+        )
+        assert len(clients.made) == producers, error
+        assert clients.made[-1].names()[:2] == ["init_transactions", "begin_transaction"]
+        assert committed == ["b1"] and role.rewinds == []
+    # What a broker kill shows most often: no error from consume, only the consumer's logged
+    # connection failures (``StaticMember.trouble_at``), after the producer was made.
+    committed, clients, stop = [], FakeClients(), threading.Event()
+    seen: list[float] = []
+    loop = TransactionalLoop(
+        clients, "p-decider-0", "decider", 30_000, brokers_away_at=lambda: seen[-1]
+    )
+    logged = FakeRole(stop, batch(committed))
+    seen.append(time.monotonic() + 3600)  # a connection failure logged after the init
+    loop.run(stop, FakeConsumer(), logged, 100, 0.0)
+    assert len(clients.made) == 2 and committed == ["b1"] and logged.rewinds == []
 
 
 def test_a_static_member_fenced_by_its_instance_id_stops_the_role_naming_the_instance() -> None:
