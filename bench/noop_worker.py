@@ -33,8 +33,8 @@ def probe(_ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
     return {**PROBED, "uri": task_input.get("uri")}
 
 
-def noop_1080(worker: Worker, types: list[str]) -> Worker:
-    _echo_all(worker, [t for t in types if t != "media.probe"])
+def noop_1080(worker: Worker, types: list[str], hold_s: float = 0.0) -> Worker:
+    _echo_all(worker, [t for t in types if t != "media.probe"], hold_s)
     if "media.probe" in types:
         worker.task("media.probe")(probe)
     return worker

@@ -1,8 +1,10 @@
-"""Time to recover: kill -9 of the decider, the dispatcher and a worker at half load.
+"""Time to recover: kill -9 of the decider, the dispatcher and a worker, and a second decider
+paused in a transaction, at half load.
 
 A private single-node Kafka (ports 19150/19151, a temporary state folder, started as
 testkit/private_kafka.py does) runs one ``es-sched run --role X`` process per role
-(decider, timers, retry relay, dispatcher) and two ``es-sched worker --noop`` workers. A feeder
+(decider, timers, retry relay, dispatcher) and two ``es-sched worker --noop --noop-s 0.2``
+workers (each task held 0.2 s, so a worker holds leases when it dies). A feeder
 starts small workflows (task, WAIT 5 s, task, task) at ``--rate`` per second, so a few hundred
 are in flight. Each round, on fresh topics and processes, kills in turn:
 
@@ -12,12 +14,18 @@ are in flight. Each round, on fresh topics and processes, kills in turn:
   after the kill, read from the assignments topic;
 - one worker (not restarted): first new event = the first of the tasks leased to it that another
   worker completed (its lease expired, the task was leased again at the next epoch);
+- a second decider (instance ``b``, ``tests/integration/faulty_role`` so that it can be stopped
+  inside an open transaction with its records flushed): SIGSTOP there, SIGCONT once the first
+  decider wrote on each of its partitions. First new event = the first event on one of its
+  partitions; also the last of them (``all_its_partitions_back_s``) and the longest pause of
+  events on the first decider's own partitions (``own_partitions_longest_pause_s``: a successor
+  reading committed offsets waits for the stopped one's transaction, KIP-447).
 
-Each round runs twice, interleaved, on fresh topics: with static group membership off (the old
-behaviour: the restarted decider waits for the group to drop the dead member) and on (ADR 21:
-``group.instance.id`` = the instance's transactional id, the restarted member takes over at
-once); ``--modes`` picks them. The changelog restore is the same in both (one consumer for all
-partitions since ADR 21).
+Each round runs once per mode, interleaved, on fresh topics; a mode is a set of settings
+(``MODES``): ``off`` is static group membership off (before ADR 21: the restarted decider waits
+for the group to drop the dead member), ``earlier`` the defaults before issue 52 (static
+membership on, leases of 4 heartbeats), ``now`` today's defaults (leases of 3 heartbeats),
+``txn10`` 10 s transactions (measured, not kept: ADR 78); ``--modes`` picks them.
 
 "Back to full throughput" = the end of the first one-second bin after the kill (and, for
 the decider and dispatcher, after the first new event) in which ``task.completed`` events reach
@@ -28,7 +36,8 @@ the decider, ``restored`` (its changelog read and decoded) and ``changelog_resto
 decider's own figure: the read alone until 2026-12-06, the read and the states' decoding since).
 The workflows the feed started are all
 checked completed at the end of a round (``submitted``/``completed``). Figures are medians of
-``--rounds`` rounds (default 3); every round and the load average are kept in the JSON.
+``--rounds`` rounds (default 3); every round and the load average are kept in the JSON. A run
+of some ``--faults`` keeps the previous file's medians of the others.
 
 Needs java and mvn (the local stack's Kafka build), not the shared stack; prints a table, writes
 bench/results/current/recovery.json. Rerun: `.venv/bin/python bench/recovery.py [--rounds 3
@@ -39,10 +48,13 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -56,28 +68,57 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from recovery_parts import FLOW, TASKDEFS, Tail, feed, log_times, restored_s  # noqa: E402
+from recovery_parts import (  # noqa: E402
+    FLOW,
+    TASKDEFS,
+    Tail,
+    feed,
+    log_times,
+    restored_records,
+    restored_s,
+)
 
 from es_sched.serialization import wire  # noqa: E402
 from testkit.private_kafka import PrivateKafka  # noqa: E402
 from testkit.runtime import Env, Role  # noqa: E402
+from tests.integration.faulty_role import MODULE as FAULTY  # noqa: E402
 
 PORT, CONTROLLER_PORT = 19150, 19151
 PARTITIONS = 4
-FAULTS = ("decider", "dispatcher", "worker")
+FAULTS = ("decider", "dispatcher", "worker", "paused")
 BASELINE_S, BIN_S, FULL = 10.0, 1.0, 0.9
+EXTRA = {  # figures of a fault besides its first new event, their medians kept too
+    "worker": ("first_leased_again_s",),
+    "paused": ("all_its_partitions_back_s", "own_partitions_longest_pause_s"),
+}
+
+
+def last_assigned(log: str) -> set[int]:
+    """The partitions a decider's log says it was assigned last."""
+    found = re.findall(r"assigned partitions \[([\d, ]*)\]", log)
+    return {int(n) for n in found[-1].split(",") if n.strip()} if found else set()
+
+
+MODES: dict[str, dict[str, str]] = {
+    "off": {"ES_SCHED_RUN_STATIC_MEMBERSHIP": "false"},
+    "earlier": {"ES_SCHED_DISPATCH_LEASE_K": "4"},
+    "txn10": {"ES_SCHED_RUN_TRANSACTION_TIMEOUT_MS": "10000"},  # tried, not kept (ADR 78)
+    "now": {},
+}
 
 
 class Round:
-    def __init__(self, broker: PrivateKafka, rate: float, static: bool, max_wait: float) -> None:
-        self.env = Env(
-            bootstrap=broker.bootstrap,
-            partitions=PARTITIONS,
-            extra={"ES_SCHED_RUN_STATIC_MEMBERSHIP": str(static).lower()},
-        )
+    def __init__(
+        self, broker: PrivateKafka, rate: float, mode: str, max_wait: float, faults: list[str]
+    ) -> None:
+        # spread: both workers hold leases (binpack fills one first, and the one killed may
+        # hold none)
+        extra = {"ES_SCHED_DISPATCH_POLICY": "spread", **MODES[mode]}
+        self.env = Env(bootstrap=broker.bootstrap, partitions=PARTITIONS, extra=extra)
         self.env.create()
         self.env.push(FLOW, TASKDEFS)
         self.rate, self.max_wait = rate, max_wait
+        self.held: set[int] = set()  # the killed decider's partitions
         self.offered = 3 * rate  # worker tasks per second the feed asks for
         self.procs = {r: Role(self.env, r) for r in ("decider", "timers", "retry", "dispatcher")}
         worker = [
@@ -87,6 +128,8 @@ class Round:
             "rec.step",
             "--concurrency",
             "64",
+            "--noop-s",  # a worker holds about rate x 3 x 0.2 / 2 leases when it is killed
+            "0.2",
             "--cpu",
             "128",
             "--memory-mb",
@@ -94,8 +137,16 @@ class Round:
         ]
         for w in ("w0", "w1"):
             self.procs[w] = Role(self.env, w, [*worker, "--worker-id", w])
-        for role in self.procs.values():
-            role.wait_log("started", 120)
+        self.pause_file = Path(tempfile.mkdtemp(prefix="es-sched-recovery-pause-")) / "now"
+        if "paused" in faults:  # a second decider, of another instance, to be paused
+            # tests/integration/faulty_role: it pauses inside its next transaction once the
+            # file exists, and this SIGSTOPs it there (issue 52's worst case)
+            second = ["--role", "decider", "--pause-when", str(self.pause_file), "--pause-s", "1"]
+            self.procs["decider-b"] = Role(
+                self.env, "decider-b", second, module=FAULTY, ES_SCHED_RUN_INSTANCE="b"
+            )
+        for name, role in self.procs.items():
+            role.wait_log("started" if name != "decider-b" else "assigned partitions [", 120)
         topics = self.env.topics
         self.events = Tail(self.env, topics.events, PARTITIONS, json.loads)
         parts = int(self.env.vars["ES_SCHED_DISPATCH_ASSIGNMENT_PARTITIONS"])
@@ -134,8 +185,11 @@ class Round:
             k += 1
         return None
 
-    def first_new_event(self, kill: float) -> float | None:
-        return min((at for at, ts, _ in self.events.rows if ts > kill), default=None)
+    def first_new_event(self, kill: float, partitions: set[int]) -> float | None:
+        """The first event created after ``kill`` on these partitions (the killed decider's:
+        with a second decider running, the others never stop)."""
+        rows = zip(self.events.rows, self.events.partitions, strict=False)
+        return min((at for (at, ts, _), p in rows if ts > kill and p in partitions), default=None)
 
     def first_new_dispatch(self, kill: float) -> float | None:
         return min((at for at, ts, _ in self.assigned.rows if ts > kill), default=None)
@@ -158,7 +212,7 @@ class Round:
 
     def first(self, name: str, kill: float) -> tuple[float | None, int, float]:
         if name == "decider":
-            return self.first_new_event(kill), 0, 0.0
+            return self.first_new_event(kill, self.held), 0, 0.0
         if name == "dispatcher":
             return self.first_new_dispatch(kill), 0, 0.0
         return self.first_relet_completed(kill, "w1")
@@ -167,6 +221,7 @@ class Round:
         before = time.time()
         base, flying, load = self.baseline(before), self.in_flight(), os.getloadavg()
         target = "w1" if name == "worker" else name
+        self.held = last_assigned(self.procs["decider"].text()) or set(range(PARTITIONS))
         kill = time.time()
         self.procs[target].kill()
         kill_done = time.time()
@@ -200,6 +255,7 @@ class Round:
         }
         if name == "worker":
             row["tasks_leased_again"] = relet
+            row["first_leased_again_s"] = self._first_relet(kill)
             row["last_relet_completed_s"] = round(last_relet - kill, 2) if last_relet else None
         else:
             new = self.procs[name]
@@ -212,6 +268,7 @@ class Round:
             row["log"] = {k: round(v - kill, 2) for k, v in t.items()}
             if name == "decider":
                 row["log"]["changelog_restore_s"] = round(restored_s(new), 2)
+                row["changelog_records_restored"] = restored_records(new)
                 dispatched = min(
                     (
                         at
@@ -225,6 +282,60 @@ class Round:
                 )
         console.print(row)
         return row
+
+    def paused(self, console: Console) -> dict[str, Any]:
+        """SIGSTOP of the second decider, in whatever transaction it has open, then SIGCONT
+        once the first took its partitions over: from the stop to the first event on each of
+        its partitions, and the longest pause of events on the first decider's own ones (a
+        successor reading committed offsets waits for the stopped one's open transaction)."""
+        b = self.procs["decider-b"]
+        held = last_assigned(b.text())
+        own = set(range(PARTITIONS)) - held
+        base, flying, load = self.baseline(time.time()), self.in_flight(), os.getloadavg()
+        self.pause_file.touch()
+        b.wait_log("fault: transaction open with records flushed", 60)
+        b.proc.send_signal(signal.SIGSTOP)
+        stop = time.time()
+        firsts: dict[int, float] = {}
+        while time.time() < stop + self.max_wait and len(firsts) < len(held):
+            time.sleep(0.5)
+            for (at, ts, _), part in zip(self.events.rows, self.events.partitions, strict=False):
+                if ts > stop and part in held and part not in firsts:
+                    firsts[part] = at
+        end = max(firsts.values(), default=time.time())
+        own_arrivals = [stop] + [
+            at
+            for (at, _, _), part in zip(self.events.rows, self.events.partitions, strict=False)
+            if part in own and stop < at <= end
+        ]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(own_arrivals)]
+        b.proc.send_signal(signal.SIGCONT)
+        first = min(firsts.values(), default=None)
+        full = self.back_to_full(stop, first or stop, time.time() - 1)
+        row: dict[str, Any] = {
+            "fault": "paused",
+            "workflows_in_flight": flying,
+            "task_completions_per_s_before": base,
+            "partitions_of_the_paused": sorted(held),
+            "first_new_event_s": round(first - stop, 2) if first else None,
+            "all_its_partitions_back_s": round(end - stop, 2) if firsts else None,
+            "own_partitions_longest_pause_s": round(max(gaps, default=end - stop), 2),
+            "back_to_full_throughput_s": round(full, 2) if full is not None else None,
+            "loadavg_at_kill": [round(x, 2) for x in load],
+        }
+        console.print(row)
+        return row
+
+    def _first_relet(self, kill: float) -> float | None:
+        """Seconds from the kill to the first lease of a dead worker's task to another: the
+        task back from the queue (its completion adds the task's run)."""
+        held = {a.task_id for _, _, a in self.assigned.rows if a.worker_id == "w1"}
+        again = [
+            at
+            for at, ts, a in self.assigned.rows
+            if ts > kill and a.worker_id != "w1" and a.task_id in held
+        ]
+        return round(min(again) - kill, 2) if again else None
 
     def _relet_done(self, kill: float) -> int:
         """How many of the dead worker's re-leased tasks have completed."""
@@ -256,6 +367,7 @@ class Round:
             time.sleep(1)
         for role in self.procs.values():
             role.stop()
+        shutil.rmtree(self.pause_file.parent, ignore_errors=True)
         for tail in (self.events, self.assigned):
             tail.stop.set()
             tail.thread.join(10)
@@ -263,19 +375,20 @@ class Round:
 
 
 def one_round(
-    broker: PrivateKafka, opts: argparse.Namespace, console: Console, static: bool
+    broker: PrivateKafka, opts: argparse.Namespace, console: Console, mode: str
 ) -> dict[str, Any]:
-    rnd = Round(broker, opts.rate, static, opts.max_wait)
+    rnd = Round(broker, opts.rate, mode, opts.max_wait, opts.faults)
     try:
         time.sleep(opts.warmup)  # the WAIT fills up: rate x 5 s workflows in flight
         faults = []
         for name in opts.faults:
-            faults.append(rnd.fault(name, console))
+            faults.append(rnd.paused(console) if name == "paused" else rnd.fault(name, console))
             time.sleep(opts.settle)  # steady again before the next baseline
     finally:
         end = rnd.close()
     return {
-        "static_membership": static,
+        "mode": mode,
+        "settings": MODES[mode],
         "faults": faults,
         **end,
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
@@ -288,8 +401,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=40, help="workflows started per second")
     parser.add_argument("--warmup", type=float, default=20)
     parser.add_argument("--settle", type=float, default=12, help="seconds between faults")
-    parser.add_argument("--modes", default="off,on", help="static membership, interleaved")
+    parser.add_argument("--modes", default="earlier,now", help="MODES to run, interleaved")
     parser.add_argument("--faults", default=",".join(FAULTS), help="which kills, in order")
+    parser.add_argument("--note", default="", help="kept in the JSON, e.g. what changed")
     parser.add_argument(
         "--max-wait",
         type=float,
@@ -307,26 +421,28 @@ def main() -> None:
     state = Path(tempfile.mkdtemp(prefix="es-sched-recovery-"))
     broker = PrivateKafka(state / "kafka", PORT, CONTROLLER_PORT)
     modes = [m.strip() for m in opts.modes.split(",")]
+    if not set(modes) <= set(MODES):
+        raise SystemExit(f"--modes: choose from {', '.join(MODES)}")
     rounds: list[dict[str, Any]] = []
     try:
         console.print(f"private broker up in {broker.start():.1f}s at {broker.bootstrap}")
         for i in range(opts.rounds):
             for mode in modes:
                 console.print(
-                    f"round {i + 1}/{opts.rounds}, static membership {mode}, "
+                    f"round {i + 1}/{opts.rounds}, mode {mode} {MODES[mode]}, "
                     f"load average {os.getloadavg()}"
                 )
-                rounds.append(one_round(broker, opts, console, mode == "on"))
+                rounds.append(one_round(broker, opts, console, mode))
     finally:
         broker.stop()
         shutil.rmtree(state, ignore_errors=True)
 
     def figures(fault: str, key: str, mode: str) -> list[float | None]:
-        chosen = [r for r in rounds if r["static_membership"] == (mode == "on")]
+        chosen = [r for r in rounds if r["mode"] == mode]
         return [next(f[key] for f in r["faults"] if f["fault"] == fault) for r in chosen]
 
     def log_figures(fault: str, key: str, mode: str) -> list[float | None]:
-        chosen = [r for r in rounds if r["static_membership"] == (mode == "on")]
+        chosen = [r for r in rounds if r["mode"] == mode]
         return [
             next(f.get("log", {}).get(key) for f in r["faults"] if f["fault"] == fault)
             for r in chosen
@@ -341,13 +457,14 @@ def main() -> None:
         f"({opts.rate:g} workflows/s, private broker)"
     )
     table.add_column("fault (kill -9)")
-    table.add_column("static membership")
+    table.add_column("mode")
     table.add_column("first new event (s)", justify="right")
     table.add_column("back to full throughput (s)", justify="right")
     labels = {
         "decider": "decider (restarted) -> first event",
         "dispatcher": "dispatcher (restarted) -> first dispatch",
         "worker": "worker (not restarted) -> its task done elsewhere",
+        "paused": "second decider SIGSTOPped in a transaction -> first event on its partitions",
     }
     medians: dict[str, Any] = {}
     for mode in modes:
@@ -359,6 +476,14 @@ def main() -> None:
                 "first_new_event_s": median(first),
                 "back_to_full_throughput_s": median(full),
             }
+            for key in EXTRA.get(fault, ()):
+                medians[mode][fault][key] = median(
+                    [
+                        next(f.get(key) for f in r["faults"] if f["fault"] == fault)
+                        for r in rounds
+                        if r["mode"] == mode
+                    ]
+                )
             if fault == "decider":  # the restarted decider's timeline, from the kill
                 medians[mode][fault]["log"] = {
                     key: median(log_figures(fault, key, mode))
@@ -381,39 +506,46 @@ def main() -> None:
         "load": {
             "workflows_per_second": opts.rate,
             "definition": FLOW,
-            "workers": "2 x noop, concurrency 64",
+            "workers": "2 x noop holding each task 0.2 s, concurrency 64, placement spread",
             "partitions": PARTITIONS,
         },
         "settings": {
             "group_session_timeout_ms": 10_000,
             "group_heartbeat_interval_ms": 2_000,
             "dispatch_heartbeat_s": 5.0,
-            "lease_k": 4,
             "suspect_after_s": 15.0,
-            "transaction_timeout_ms": 30_000,
-            "static_membership": "per round (ES_SCHED_RUN_STATIC_MEMBERSHIP), see per_round",
+            "modes": {m: MODES[m] or "the defaults" for m in modes},
         },
         "modes": modes,
         "rounds": opts.rounds,
         "median": medians,
         "per_round": rounds,
         "target": {"decider_kill_to_first_dispatch_s": 2.0},
+        "note": opts.note,
     }
     out = ROOT / "bench" / "results" / "current" / "recovery.json"
-    result["not_rerun"] = not_rerun(out, [f for f in FAULTS if f not in opts.faults])
+    kept_from_previous_run(out, result, modes, opts.faults)
     out.write_text(json.dumps(result, indent=2) + "\n")
 
 
-def not_rerun(out: Path, faults: list[str]) -> dict[str, Any]:
-    """The previous file's medians of the faults this run left out, kept with their date."""
-    earlier = json.loads(out.read_text()) if out.exists() and faults else {}
-    kept = dict(earlier.get("not_rerun", {}).get("median", {}))
-    for fault in faults:
-        old = earlier.get("median", {}).get(fault)  # a run before --modes: keyed by fault
-        if old is not None:
-            kept[fault] = old
-    kept = {f: v for f, v in kept.items() if f in faults}
-    return {"note": "earlier runs' medians, before ADR 21", "median": kept} if kept else {}
+def kept_from_previous_run(
+    out: Path, result: dict[str, Any], modes: list[str], faults: list[str]
+) -> None:
+    """A run of some faults keeps the previous file's medians of the others (same modes), and
+    its rounds, so one fault can be measured again without the rest."""
+    if not out.exists():
+        return
+    earlier = json.loads(out.read_text())
+    kept: set[str] = set()
+    for mode in modes:
+        for fault, figures in earlier.get("median", {}).get(mode, {}).items():
+            if fault not in faults:
+                result["median"][mode][fault] = figures
+                kept.add(fault)
+    result["kept_from_previous_run"] = {"faults": sorted(kept), "load": earlier.get("load")}
+    result["per_round_of_previous_run"] = [
+        r for r in earlier.get("per_round", []) if r.get("mode") in modes
+    ]
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class Tail:
 
     def __init__(self, env: Env, topic: str, parts: int, decode: Callable[[bytes], Any]) -> None:
         self.rows: list[tuple[float, float, Any]] = []  # (arrival, create time, record)
+        self.partitions: list[int] = []  # each row's partition
         self.completed_at: list[float] = []  # arrival of each task.completed, in order
         self.kinds: dict[str, int] = {}  # event type -> how many
         self.stop = threading.Event()
@@ -61,6 +62,7 @@ class Tail:
                 if msg.error() is None and msg.value():
                     now, record = time.time(), decode(msg.value() or b"")
                     self.rows.append((now, msg.timestamp()[1] / 1000, record))
+                    self.partitions.append(msg.partition() or 0)
                     if isinstance(record, dict):
                         self.kinds[record["type"]] = self.kinds.get(record["type"], 0) + 1
                         if record["type"] == "task.completed":
@@ -95,6 +97,13 @@ def log_times(role: Role, patterns: dict[str, str]) -> dict[str, float]:
             if m and name not in found and re.search(pattern, line):
                 found[name] = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
     return found
+
+
+def restored_records(role: Role) -> int:
+    """Changelog records the restarted decider read to restore its partitions."""
+    return sum(
+        int(n) for n in re.findall(r"restored \d+ partitions: (\d+) records in", role.text())
+    )
 
 
 def restored_s(role: Role) -> float:

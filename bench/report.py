@@ -381,10 +381,12 @@ HEADLINE: list[tuple[str, str, Callable[[Doc], str]]] = [
     ),
     (
         "recovery.json",
-        "decider killed: seconds to its first new event",
+        "decider killed: seconds to its first new event; a worker: to its task leased again",
         lambda d: ", ".join(
-            f"static membership {m} {num(d['median'][m]['decider']['first_new_event_s'])}"
+            f"{m}: {num(d['median'][m]['decider']['first_new_event_s'])}, "
+            f"{num(d['median'][m].get('worker', {}).get('first_leased_again_s'))}"
             for m in d["modes"]
+            if "decider" in d["median"][m]
         ),
     ),
 ]
@@ -936,17 +938,64 @@ def state(p: Page) -> None:
             f"kill -9 of the decider at {num(d['load']['workflows_per_second'])} workflows/s, "
             "restarted at once, seconds from the kill:"
         )
+        settings = d["settings"]["modes"]
         p.table(
-            ["static membership", "first new event", "back to full throughput", "restored"],
+            ["mode", "settings", "first new event", "back to full throughput", "restored"],
             [
                 [
                     mode,
+                    ", ".join(f"{k}={v}" for k, v in settings[mode].items())
+                    if isinstance(settings[mode], dict)
+                    else settings[mode],
                     num(x["first_new_event_s"]),
                     num(x["back_to_full_throughput_s"]),
                     num(x["log"]["restored"]),
                 ]
                 for mode in d["modes"]
-                for x in [d["median"][mode]["decider"]]
+                for x in [d["median"][mode].get("decider")]
+                if x is not None
+            ],
+        )
+        if d.get("note"):
+            p.text(f"Note of the run: {d['note']}.")
+        p.text(
+            "A worker killed (not restarted), seconds from the kill to the first of its tasks "
+            "completed by another worker; the dispatcher killed and restarted, to its first new "
+            "dispatch:"
+        )
+        p.table(
+            [
+                "mode",
+                "worker: its task leased again",
+                "worker: done elsewhere",
+                "dispatcher: first dispatch",
+            ],
+            [
+                [
+                    mode,
+                    num(d["median"][mode].get("worker", {}).get("first_leased_again_s")),
+                    num(d["median"][mode].get("worker", {}).get("first_new_event_s")),
+                    num(d["median"][mode].get("dispatcher", {}).get("first_new_event_s")),
+                ]
+                for mode in d["modes"]
+            ],
+        )
+        p.text(
+            "A second decider SIGSTOPped inside an open transaction: seconds from the stop to "
+            "the first decider's first event on its partitions, to the last of them, and the "
+            "first decider's longest pause on its own partitions meanwhile:"
+        )
+        p.table(
+            ["mode", "first of its partitions", "all of them", "own partitions paused"],
+            [
+                [
+                    mode,
+                    num(x.get("first_new_event_s")),
+                    num(x.get("all_its_partitions_back_s")),
+                    num(x.get("own_partitions_longest_pause_s")),
+                ]
+                for mode in d["modes"]
+                for x in [d["median"][mode].get("paused", {})]
             ],
         )
         p.sources("recovery.json")

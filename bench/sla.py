@@ -65,8 +65,9 @@ DEFINITION = {
 TASKDEFS = [{"name": TYPE, "retryCount": 0, "timeoutSeconds": 600, "responseTimeoutSeconds": 600}]
 
 
-def sleeper(worker: Worker, types: list[str]) -> Worker:
-    """``es-sched worker --noop`` whose tasks sleep their input's ``sleep_s``."""
+def sleeper(worker: Worker, types: list[str], hold_s: float = 0.0) -> Worker:
+    """``es-sched worker --noop`` whose tasks sleep their input's ``sleep_s`` (``hold_s``,
+    the CLI's --noop-s, is not used: the input says how long)."""
 
     def sleep(_ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         time.sleep(float(task_input.get("sleep_s") or 0))

@@ -1,16 +1,18 @@
 """``es-sched worker``: serve a pool's assignments from the command line.
 
 ``--noop`` registers, for every type in ``--types``, a handler that completes at once with its
-input echoed as output (tests and benchmarks). ``--media`` serves the built-in media handlers
-(``es_sched.workers.media``: media.probe, transcode, thumbnail, package, write_asset,
-callback), which need ffmpeg and ES_SCHED_MEDIA_CALLBACK_SECRET. Other handlers are Python:
-build an ``es_sched.workers.Worker`` and call ``run``. SIGINT/SIGTERM start the graceful
-shutdown: no new tasks, ``--grace-s`` for running ones, the rest handed back, then a status
-tombstone.
+input echoed as output (tests and benchmarks); ``--noop-s`` makes it hold each task that long
+first, so that a worker holds leases when it is killed (``bench/recovery.py``). ``--media``
+serves the built-in media handlers (``es_sched.workers.media``: media.probe, transcode,
+thumbnail, package, write_asset, callback), which need ffmpeg and
+ES_SCHED_MEDIA_CALLBACK_SECRET. Other handlers are Python: build an ``es_sched.workers.Worker``
+and call ``run``. SIGINT/SIGTERM start the graceful shutdown: no new tasks, ``--grace-s`` for
+running ones, the rest handed back, then a status tombstone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -36,12 +38,16 @@ def _types(value: str) -> list[str]:
     return [t.strip() for t in value.split(",") if t.strip()]
 
 
-def noop_worker(worker: Worker, types: list[str]) -> Worker:
+def noop_worker(worker: Worker, types: list[str], hold_s: float = 0.0) -> Worker:
     def echo(_ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         return dict(task_input)
 
+    async def held(_ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(hold_s)
+        return dict(task_input)
+
     for task_type in types:
-        worker.task(task_type)(echo)
+        worker.task(task_type)(held if hold_s > 0 else echo)
     return worker
 
 
@@ -83,6 +89,13 @@ def _custom(
 @click.option("--version", "worker_version", default="0.0.0", show_default=True)
 @click.option("--worker-id", default=None, help="Default: <host>-<pid>-<random>.")
 @click.option("--noop", is_flag=True, help="Complete every task at once, echoing its input.")
+@click.option(
+    "--noop-s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="With --noop: hold each task this long before completing it.",
+)
 @click.option("--media", is_flag=True, help="Serve the built-in media.* handlers (ffmpeg).")
 @click.option(
     "--heartbeat-s",
@@ -121,6 +134,7 @@ def worker(
     worker_version: str,
     worker_id: str | None,
     noop: bool,
+    noop_s: float,
     media: bool,
     heartbeat_s: float | None,
     cpu: float | None,
@@ -157,7 +171,7 @@ def worker(
     if media:
         register_media(w, settings)  # ConfigError (ffmpeg, the callback secret) stops us here
     else:
-        noop_worker(w, _types(types))
+        noop_worker(w, _types(types), noop_s)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -12,6 +12,8 @@ Faults (counted over every producer the role creates, each fires once):
   transaction's records (they are in the log, uncommitted) and logs ``fault: transaction open
   with records flushed``, then sleeps ``--pause-s`` inside the open transaction (a test kills
   the process meanwhile).
+- ``--pause-when PATH``: the same pause, at the first ``send_offsets_to_transaction`` after
+  ``PATH`` exists (``bench/recovery.py`` stops the process there, at a moment of its choosing).
 - ``--fail METHOD:N:KIND[:after]``: the N-th call of ``METHOD`` (a transactional call such as
   ``commit_transaction``) raises a ``KafkaError`` of KIND (retriable, abortable, fatal,
   fenced); with ``after`` it raises only after the real call succeeded, so the loop cannot
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
@@ -72,6 +75,7 @@ class Fail:
 class Faults:
     pause_after_txns: int = 0
     pause_s: float = 120.0
+    pause_when: str = ""  # a path: pause once it exists
     fails: list[Fail] = field(default_factory=list)
     corrupt: dict[str, int] = field(default_factory=dict)  # topic suffix -> nth record
     calls: Counter[str] = field(default_factory=Counter, repr=False)
@@ -123,7 +127,9 @@ class FaultyProducer(Producer):
         self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
     ) -> None:
         nth = self.faults.calls["send_offsets_to_transaction"] + 1
-        if nth == self.faults.pause_after_txns:
+        when = self.faults.pause_when
+        if nth == self.faults.pause_after_txns or (when and os.path.exists(when)):
+            self.faults.pause_when = ""  # once
             self.flush(30)
             log.warning(
                 "fault: transaction open with records flushed; pausing %.0fs", self.faults.pause_s
@@ -163,13 +169,14 @@ def main() -> None:
     parser.add_argument("--role", required=True, choices=("decider", "timers", "retry"))
     parser.add_argument("--pause-after-txns", type=int, default=0)
     parser.add_argument("--pause-s", type=float, default=120.0)
+    parser.add_argument("--pause-when", default="", metavar="PATH")
     parser.add_argument("--fail", type=Fail.parse, action="append", default=[])
     parser.add_argument("--corrupt", action="append", default=[], help="SUFFIX:N")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
     corrupt = {suffix: int(nth) for suffix, nth in (c.split(":") for c in args.corrupt)}
-    faults = Faults(args.pause_after_txns, args.pause_s, args.fail, corrupt)
+    faults = Faults(args.pause_after_txns, args.pause_s, args.pause_when, args.fail, corrupt)
     clients = FaultyClients(connection(settings.kafka, ROLE_PRINCIPALS[args.role]), faults)
     registry = Registry()
     serve(registry, settings.runtime.metrics_port)  # ES_SCHED_RUN_METRICS_PORT, as es-sched run
