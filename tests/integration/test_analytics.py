@@ -222,8 +222,10 @@ def test_the_role_stops_when_its_internal_topics_were_deleted(env: Env) -> None:
     """An operator (or a test's teardown) deletes the faust app's internal topics while the
     role runs: faust's own stop then retries "topic not found" without end, and ``es-sched
     run`` left the role behind and exited 1 after its 30 s grace. The role bounds faust's stop
-    and exits cleanly. Proof the fault fired: the topics are listed before and gone after the
-    delete."""
+    and exits cleanly. Proof the fault fired: the broker answers each topic's deletion. The
+    stop follows at once: the running app declares its topics again (CI saw them back within
+    30 s), so waiting for them to stay gone cannot work, and whether faust's stop then hangs
+    depends on how far it got; the bound makes the clean exit certain either way."""
     group = analytics.app_id(env.prefix)
     admin = AdminClient(kafka_connection(env.settings.kafka.bootstrap_servers).config())
 
@@ -236,8 +238,7 @@ def test_the_role_stops_when_its_internal_topics_were_deleted(env: Env) -> None:
         wait_until(lambda: len(internal()) >= 2, 60, lambda: f"faust's topics: {internal()}")
         made = internal()
         for future in admin.delete_topics(made, operation_timeout=30).values():
-            future.result(30)
-        wait_until(lambda: not internal(), 30, lambda: f"the topics gone: {internal()}")
+            future.result(30)  # raises unless the broker deleted the topic
     finally:
         role.proc.send_signal(signal.SIGTERM)
         code = role.proc.wait(analytics.FAUST_STOP_S + 60)
