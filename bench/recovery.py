@@ -14,7 +14,7 @@ are in flight. Each round, on fresh topics and processes, kills in turn:
   after the kill, read from the assignments topic;
 - one worker (not restarted): first new event = the first of the tasks leased to it that another
   worker completed (its lease expired, the task was leased again at the next epoch);
-- a second decider (instance ``b``, ``tests/integration/faulty_role`` so that it can be stopped
+- a second decider (instance ``b``, ``testkit/faulty_role`` so that it can be stopped
   inside an open transaction with its records flushed): SIGSTOP there, SIGCONT once the first
   decider wrote on each of its partitions. First new event = the first event on one of its
   partitions; also the last of them (``all_its_partitions_back_s``) and the longest pause of
@@ -79,9 +79,9 @@ from recovery_parts import (  # noqa: E402
 )
 
 from es_sched.serialization import wire  # noqa: E402
+from testkit.faulty_role import MODULE as FAULTY  # noqa: E402
 from testkit.private_kafka import PrivateKafka  # noqa: E402
 from testkit.runtime import Env, Role  # noqa: E402
-from tests.integration.faulty_role import MODULE as FAULTY  # noqa: E402
 
 PORT, CONTROLLER_PORT = 19150, 19151
 PARTITIONS = 4
@@ -139,7 +139,7 @@ class Round:
             self.procs[w] = Role(self.env, w, [*worker, "--worker-id", w])
         self.pause_file = Path(tempfile.mkdtemp(prefix="es-sched-recovery-pause-")) / "now"
         if "paused" in faults:  # a second decider, of another instance, to be paused
-            # tests/integration/faulty_role: it pauses inside its next transaction once the
+            # testkit/faulty_role: it pauses inside its next transaction once the
             # file exists, and this SIGSTOPs it there (issue 52's worst case)
             second = ["--role", "decider", "--pause-when", str(self.pause_file), "--pause-s", "1"]
             self.procs["decider-b"] = Role(

@@ -1,7 +1,7 @@
 """The decider on a real broker: exactly-once under crashes and rebalances, dead letters,
 idempotent starts (the suite's "N workflows complete" run is tests/e2e/test_run_and_workers.py).
 The test itself plays the workers (``testkit.runtime.Worker``). The crash test injects its pause
-through the role's Kafka clients (``tests.integration.faulty_role``), not through a hook in the
+through the role's Kafka clients (``testkit.faulty_role``), not through a hook in the
 decider."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from confluent_kafka import Message
 from es_sched.domain.events import Event
 from es_sched.kafka.clients import producer
 from es_sched.kafka.dead_letters import header_map
+from testkit.faulty_role import faulty
 from testkit.kafka import Reader
 from testkit.runtime import (
     MEDIA,
@@ -29,7 +30,6 @@ from testkit.runtime import (
 from testkit.scale import pick
 from testkit.settings import BOOTSTRAP, kafka_connection
 from testkit.wait import wait_until
-from tests.integration.faulty_role import faulty
 
 pytestmark = pytest.mark.integration
 # Workflows in flight across the kill -9 and across the rebalances (the test scale's).

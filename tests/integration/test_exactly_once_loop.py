@@ -1,6 +1,6 @@
 """The exactly-once loop's failure paths on a real broker, through the decider.
 
-Faults are injected through the role's Kafka clients (``tests.integration.faulty_role``); the
+Faults are injected through the role's Kafka clients (``testkit.faulty_role``); the
 unit tests (tests/unit/kafka/test_transactional_loop.py) cover each classification with fakes. Every
 test ends with the log's invariants: each submitted workflow completed, each workflow's seq is
 1..n without gaps or duplicates, no event id twice.
@@ -19,6 +19,7 @@ from es_sched.kafka.clients import consumer, read_partition
 from es_sched.kafka.failures import seek_to_committed
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, Out
+from testkit.faulty_role import MODULE, Faults, FaultyClients, faulty
 from testkit.runtime import (
     MEDIA,
     Env,
@@ -31,7 +32,6 @@ from testkit.runtime import (
 )
 from testkit.settings import BOOTSTRAP, kafka_connection, unique_name
 from testkit.wait import wait_until
-from tests.integration.faulty_role import MODULE, Faults, FaultyClients, faulty
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 

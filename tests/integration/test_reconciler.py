@@ -15,6 +15,7 @@ import pytest
 from es_sched.domain.events import Event
 from es_sched.kafka.dead_letters import header_map
 from es_sched.serialization.records import decode_ready
+from testkit.faulty_role import MODULE
 from testkit.kafka import read_to_end
 from testkit.net import free_port, metric, scrape
 from testkit.runtime import (
@@ -26,7 +27,6 @@ from testkit.runtime import (
     roles,
 )
 from testkit.wait import wait_until
-from tests.integration.faulty_role import MODULE
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 BOUND_S = 3.0

@@ -14,7 +14,7 @@ One system, the faults in turn:
    kill; each was leased again to another worker and finished. Recovery: kill -> the first of
    them leased to another worker.
 3. A zombie decider: a second decider (another instance id) shares the partitions. It runs
-   with ``tests.integration.faulty_role``'s pause inside an open transaction (its records
+   with ``testkit.faulty_role``'s pause inside an open transaction (its records
    flushed, uncommitted): the test SIGSTOPs it there, past the 10 s session timeout, until the
    first decider took its partitions, then SIGCONT. Proof: the other decider restored the
    zombie's partitions while it was stopped, and the zombie's log shows that transaction ended
@@ -42,12 +42,12 @@ import time
 import pytest
 
 from testkit import fault_report
+from testkit.faulty_role import MODULE
 from testkit.net import metric, scrape
 from testkit.runtime import Role, assert_log_invariants
 from testkit.scale import pick
 from testkit.wait import wait_until
 from tests.integration.fault_harness import ROLES, System, system
-from tests.integration.faulty_role import MODULE
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 AT_LEAST = pick(ci=200, full=1000)

@@ -1,7 +1,7 @@
 """A role whose transactional producer fails on purpose: fault injection without test hooks in
 production code.
 
-``python -m tests.integration.faulty_role --role decider [faults]`` builds the role through the
+``python -m testkit.faulty_role --role decider [faults]`` builds the role through the
 composition root (``es_sched.bootstrap.role``) exactly as ``es-sched run`` does, but hands it
 ``FaultyClients``: their transactional producers misbehave as the arguments say. Settings come
 from the ``ES_SCHED_*`` environment as usual; SIGTERM/SIGINT stop the role.
@@ -45,7 +45,7 @@ from es_sched.settings import load_settings
 from testkit.runtime import Env, Role
 
 log = logging.getLogger("es_sched.faulty")
-MODULE = "tests.integration.faulty_role"
+MODULE = "testkit.faulty_role"
 ERRORS = {
     "retriable": lambda: KafkaError(KafkaError._TIMED_OUT, "injected", retriable=True),
     "abortable": lambda: KafkaError(
