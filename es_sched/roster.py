@@ -36,12 +36,13 @@ from typing import Literal
 
 Health = Literal["alive", "stale", "stopped"]
 State = Literal["running", "stopped"]
-# Roles whose instance id names something only one process may hold: a transactional id and a
-# static group member (decider, timers, retry relay). The dispatcher, projectors and API share
-# their work among any number of processes (dynamic group members), so their records are keyed
-# by what is theirs alone (the instance with the host and pid; a worker's id), written as a
-# tombstone on a clean exit, and forgotten once their pid is gone (``forgotten``).
-CLAIMED_ROLES = frozenset({"decider", "timers", "retry"})
+# Roles whose instance id names something only one process may hold: a static group member
+# (decider, timers, retry relay, dispatcher: ADR 21, ADR 79) and, but for the dispatcher, a
+# transactional id. The projectors and API share their work among any number of processes
+# (dynamic group members), so their records are keyed by what is theirs alone (the instance
+# with the host and pid; a worker's id), written as a tombstone on a clean exit, and forgotten
+# once their pid is gone (``forgotten``).
+CLAIMED_ROLES = frozenset({"decider", "timers", "retry", "dispatcher"})
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def forgotten(
     records: Iterable[Presence], host: str, running: Callable[[int], bool]
 ) -> list[Presence]:
     """The records a process starting on ``host`` removes: those of unclaimed roles (keyed by
-    their process) on this host whose pid no longer runs. A crashed API process, dispatcher,
+    their process) on this host whose pid no longer runs. A crashed API process,
     projector or worker leaves a stale record until then; another host's, until a process
     starts there."""
     return [

@@ -372,8 +372,9 @@ class RuntimeSettings(BaseSettings):
     # retry, a late report, a duplicate command answered as before), then the decider forgets
     # it: its changelog snapshot is tombstoned and a small ended marker answers late inputs.
     retain_finished_s: float = Field(default=86_400.0, ge=0)
-    # Static group membership (ADR 21): the decider, timers and retry relay join their consumer
-    # groups as ``group.instance.id`` = their transactional id, so a process restarted under
+    # Static group membership (ADR 21, ADR 79): the decider, timers and retry relay join their
+    # consumer groups as ``group.instance.id`` = their transactional id, the dispatcher as
+    # ``<prefix>-dispatcher-<instance>``, so a process restarted under
     # the same instance gets its partitions back at once, without a rebalance; a stopped one
     # keeps them (idle) until it returns or its session ends. Off: dynamic members, which
     # hand their partitions over on a stop and are waited for a whole session after a crash.
@@ -419,6 +420,10 @@ class DispatchSettings(BaseSettings):
     # A lease lasts lease_k heartbeats: a dead worker's tasks are back within that many of its
     # last heartbeat (issue 52: within three), a live one may miss lease_k - 1 in a row.
     lease_k: int = Field(default=3, ge=3, le=6)
+    # The ready group's member is static under the run instance (ADR 79) when
+    # ES_SCHED_RUN_STATIC_MEMBERSHIP is on too; off: a dynamic member, waited for a whole
+    # session after a crash or a broker restart.
+    static_membership: bool = True
     suspect_after_s: float = Field(default=15.0, gt=0)
     dead_after_s: float = Field(default=60.0, gt=0)
     aging_s: float = Field(default=60.0, ge=0)

@@ -199,6 +199,12 @@ Policy = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
 """ready record -> ("COMPLETED" | "FAILED", output)."""
 
 
+def second_dispatcher(env: Env) -> Role:
+    """A second dispatcher process beside one of instance 0: the dispatcher is a static group
+    member under its instance, which only one live process may hold (ADR 79)."""
+    return Role(env, "dispatcher", ES_SCHED_RUN_INSTANCE="1")
+
+
 def complete_all(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if task["name"] == "media.probe":
         return "COMPLETED", {"height": 1080, "duration": 4.0}

@@ -164,7 +164,7 @@ def run(
 
 def instance_of(role: str, instance: str) -> str:
     """The instance a role's liveness record is keyed by: ``ES_SCHED_RUN_INSTANCE`` for the
-    roles that hold it alone (ADR 61); with this process's host and pid for the dispatcher and
+    roles that hold it alone (ADR 61, ADR 79); with this process's host and pid for the
     projectors, which any number of processes share; an API process's host and pid."""
     if role in CLAIMED_ROLES:
         return instance

@@ -6,7 +6,9 @@ its decoding; ``output`` produces and waits for deliveries; ``journal`` keeps th
 ``<prefix>.leases``; ``records`` maps records to the core's objects.
 
 Inputs:
-- ``ready`` in group ``<prefix>-dispatcher`` (several dispatchers share the task types: the
+- ``ready`` in group ``<prefix>-dispatcher``, a static member under the run instance (ADR 79:
+  back at once after a restart or a broker outage; a second live process of the instance is
+  refused at start, ``es_sched.roster``) (several dispatchers share the task types: the
   topic is keyed by task name, or rate-limit key). Each record becomes a queued ``ReadyTask``;
   the partitions owned set this dispatcher's share of every tenant limit (ADR 13).
 - ``worker-status`` (whole topic from the beginning, no group): a ``WorkerStatus`` updates the
@@ -121,6 +123,7 @@ from es_sched.errors import InfrastructureError
 from es_sched.kafka.clients import KafkaClients
 from es_sched.kafka.connection import connection
 from es_sched.kafka.failures import assign_at_committed, wait
+from es_sched.kafka.static_membership import Fenced, StaticMember, rejoining
 from es_sched.kafka.stats import StatsView
 from es_sched.kafka.tail import Tail
 from es_sched.kafka.topics import assignment_topic, ensure_topic, ensure_topics, topics_for
@@ -172,6 +175,11 @@ class Dispatcher:
         self.prefix = settings.kafka.topic_prefix
         self.bootstrap = connection(settings.kafka)
         self.group = f"{self.prefix}-dispatcher"
+        self.member = StaticMember(
+            self.group,
+            f"{self.prefix}-dispatcher-{settings.runtime.instance}",
+            settings.runtime.static_membership and settings.dispatch.static_membership,
+        )
         self.deployment = settings.system.deployment_id
         self._foreign: set[str] = set()  # workers of another deployment, logged once each
         self._keyless: set[str] = set()  # workers without a lease key, logged once each
@@ -298,8 +306,26 @@ class Dispatcher:
         self.stats = StatsView(self.bootstrap, self.topics.stats)
         if self.dispatch_settings.learned_cost:
             self.core.learned = self.stats.runtime
+        try:
+            rejoining(stop, self.member, lambda: self._session(stop), self._forget_all)
+        finally:
+            for reader in (self.config, self.status, self.events):
+                reader.close()
+            if self.stats is not None:
+                self.stats.close()
+            log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
+
+    def _session(self, stop: threading.Event) -> None:
+        """One membership of the ready group: subscribe, tick until stopped (or fenced).
+
+        A static member (ADR 79, ``group.instance.id`` = ``<prefix>-dispatcher-<instance>``): a
+        dispatcher restarted under its instance, or back after a broker outage outlived its
+        session, takes its partitions again at once; as a dynamic member it waited a whole
+        session for the group to drop its old member id first."""
         consumer = self.clients.consumer(
-            self.group, **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
+            self.group,
+            **{"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
+            **self.member.config(),
         )
         self.ready = ReadyReader(consumer, self.topics.ready, self.output, self.clock)
         self.ready.subscribe(self._on_assign, self._on_revoke, self._on_lost)
@@ -307,17 +333,23 @@ class Dispatcher:
             "dispatcher started (group %s, %d workers)", self.group, len(self.core.fleet.workers)
         )
         self.started.set()
+        fenced = False
         try:
             while not stop.is_set():
                 self.step(self.dispatch_settings.tick_ms / 1000)
+        except Fenced:
+            fenced = True  # nothing of a fenced member's may be committed
+            raise
         finally:
-            self._flush_and_commit()
+            if not fenced:
+                self._flush_and_commit()
             self.ready.close()
-            for reader in (self.config, self.status, self.events):
-                reader.close()
-            if self.stats is not None:
-                self.stats.close()
-            log.info("dispatcher stopped: %d dispatched", int(self.m_dispatched.value()))
+
+    def _forget_all(self) -> None:
+        """Before a rejoin: every partition's tasks, as if lost (the rejoined member resumes
+        what it is assigned from the journal)."""
+        owned = [TopicPartition(self.topics.ready, p) for p in sorted(self.owned)]
+        self._forget(owned, "lost")
 
     def step(self, wait_s: float) -> None:
         """One tick: read what arrived, expire, dispatch, deliver, commit."""

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException, TopicPartition
 
 from es_sched.errors import InfrastructureError
-from es_sched.kafka.failures import error_of, rejoins
+from es_sched.kafka.failures import consumer_fatal, error_of, rejoins
+from es_sched.kafka.static_membership import Fenced
 
 log = logging.getLogger("es_sched.dispatcher")
 TP = tuple[str, int]
@@ -89,6 +90,11 @@ class ReadyOffsets:
             done = commit(todo) or []
         except KafkaException as exc:
             err = error_of(exc)
+            if err is not None and consumer_fatal(err):
+                # A consumer's only fatal error is a static member's fence (librdkafka's
+                # CONFIGURATION.md, group.instance.id); the commit's text no longer says so.
+                # ``rejoining`` tells a self-fence after a broker outage from a twin (ADR 79).
+                raise Fenced(f"dispatcher: committing ready offsets: fenced: {exc}") from exc
             if err is None or not rejoins(err):
                 raise InfrastructureError(f"dispatcher: committing ready offsets: {exc}") from exc
             log.warning("dispatcher: committing ready offsets failed (%s); trying again", err)

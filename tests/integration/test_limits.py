@@ -34,6 +34,7 @@ from testkit.runtime import (
     assert_log_invariants,
     final_status,
     read_events,
+    second_dispatcher,
 )
 from testkit.settings import kafka_connection
 from testkit.wait import wait_until
@@ -157,7 +158,7 @@ def test_two_dispatcher_processes_together_never_exceed_a_tenant_limit() -> None
         "--heartbeat-s",
         "0.5",
     ]
-    dispatchers = [Role(env, "dispatcher"), Role(env, "dispatcher")]
+    dispatchers = [Role(env, "dispatcher"), second_dispatcher(env)]
     roles = [Role(env, "decider"), *dispatchers, Role(env, "worker", argv=worker)]
     with running(roles):
         wait_until(lambda: group_spread(env, 2), 90, "both dispatchers owning a ready partition")
@@ -218,7 +219,7 @@ def test_taskdef_concurrency_rate_and_a_shared_rate_limit_key_hold() -> None:
         worker.task(name)(instant)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-    with running([Role(env, "decider"), Role(env, "dispatcher"), Role(env, "dispatcher")]):
+    with running([Role(env, "decider"), Role(env, "dispatcher"), second_dispatcher(env)]):
         thread.start()
         wait_until(worker.ready.is_set, 30, "the worker")
         ids = [s.workflow_id for s in env.submit("limited", [{"region": "eu"}] * 6)]

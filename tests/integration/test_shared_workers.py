@@ -15,7 +15,7 @@ from es_sched.kafka.partitioner import partition_for
 from es_sched.workers import TaskContext, Worker
 from es_sched.workers.capacity import Capacity
 from testkit.peak import Peak
-from testkit.runtime import Env, Role, final_status, read_events
+from testkit.runtime import Env, Role, final_status, read_events, second_dispatcher
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -74,7 +74,7 @@ def test_two_dispatchers_never_overcommit_a_shared_worker() -> None:
     worker.task(b)(work)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-    roles = [Role(env, "decider"), Role(env, "dispatcher"), Role(env, "dispatcher")]
+    roles = [Role(env, "decider"), Role(env, "dispatcher"), second_dispatcher(env)]
     try:
         for r in roles:
             r.wait_log("started", 90)

@@ -123,8 +123,10 @@ def test_every_role_process_publishes_its_liveness_record(system: System) -> Non
     assert {found[r]["pid"] for r in OTHERS} == {system.others.proc.pid}
     assert found["api"]["pid"] == system.stack.role.proc.pid
     assert found["worker"]["pid"] == system.worker.proc.pid and found["worker"]["instance"] == "wa"
-    # Shared roles are keyed by their process: any number of dispatchers may run instance 0.
-    assert found["dispatcher"]["instance"] == f"0@{HOST}-{system.others.proc.pid}"
+    # The dispatcher is a static member under its instance (ADR 79); shared roles are keyed by
+    # their process: any number of projectors may run instance 0.
+    assert found["dispatcher"]["instance"] == "0"
+    assert found["projector-pg"]["instance"] == f"0@{HOST}-{system.others.proc.pid}"
     assert all(p["host"] == HOST and p["version"] for p in found.values())
     assert len({p["deployment"] for p in found.values()}) == 1
     # The decider holds every partition of its input topics and says how far behind it is.

@@ -8,7 +8,9 @@ Reads: ``poll(wait_s)`` waits up to ``wait_s`` for the first record, then takes 
 arrived without waiting (ADR 31). Decodes: each record into an ``Arrival``, a ``ReadyTask``
 (``dispatch.records.ready_task``; aging counts from the record's time) with the partition and
 offset it was read at and that time; a record that does not decode goes to the dead-letter
-topic. A consumer error is logged, or raised as ``InfrastructureError`` when fatal.
+topic. A consumer error is logged, or raised when it leaves the consumer unusable: ``Fenced``
+when another consumer took this one's ``group.instance.id`` (ADR 79: ``rejoining`` tells a
+self-fence after a broker outage from a twin), else ``InfrastructureError``.
 
 Position: ``offsets`` (``ReadyOffsets``) learns every offset read here, and from the dispatcher
 which tasks wait (``queued``) and which no longer hold the partition back (``done``); ``commit``
@@ -32,6 +34,8 @@ from es_sched.dispatch.output import Output
 from es_sched.dispatch.readers.message import value_bytes
 from es_sched.dispatch.ready_offsets import TP, ReadyOffsets
 from es_sched.errors import InfrastructureError, SchemaError
+from es_sched.kafka.failures import consumer_fatal, instance_fenced
+from es_sched.kafka.static_membership import Fenced
 
 log = logging.getLogger("es_sched.dispatcher")
 READY_BATCH = 500  # ready records read in one tick at most
@@ -83,7 +87,9 @@ class ReadyReader:
     def _read(self, msg: Message) -> Arrival | None:
         err = msg.error()
         if err is not None:
-            if err.fatal():
+            if instance_fenced(err):
+                raise Fenced(f"reading {self.topic}: fenced off its group.instance.id: {err}")
+            if consumer_fatal(err):
                 raise InfrastructureError(f"reading {self.topic}: {err}")
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("reading %s: %s", self.topic, err)

@@ -103,13 +103,14 @@ def test_foreign_lists_only_live_processes_of_another_deployment() -> None:
 def test_a_dead_process_keyed_record_of_this_host_is_forgotten_a_claimed_one_is_not() -> None:
     records = [
         held(),  # the decider: its instance is claimed, a restart replaces its record
-        held(role="dispatcher", instance="0@h1-100"),
-        held(role="dispatcher", instance="0@h1-101", pid=101),
+        held(role="projector-pg", instance="0@h1-100"),
+        held(role="projector-pg", instance="0@h1-101", pid=101),
         held(role="api", instance="h2-100", host="h2"),  # another host: not ours to judge
     ]
     gone = forgotten(records, "h1", lambda pid: pid == 101)
-    assert [p.key for p in gone] == ["dispatcher/0@h1-100"]
-    assert held().claims and not held(role="dispatcher").claims
+    assert [p.key for p in gone] == ["projector-pg/0@h1-100"]
+    assert held().claims and held(role="dispatcher").claims  # a static member (ADR 79)
+    assert not held(role="projector-pg").claims
 
 
 def test_same_deployment_accepts_ours_and_an_unstamped_record_only() -> None:
