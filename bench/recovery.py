@@ -1,5 +1,5 @@
-"""Time to recover: kill -9 of the decider, the dispatcher and a worker, and a second decider
-paused in a transaction, at half load.
+"""Time to recover: kill -9 of the decider, the dispatcher, a worker and the broker, and a
+second decider paused in a transaction, at half load.
 
 A private single-node Kafka (ports 19150/19151, a temporary state folder, started as
 testkit/private_kafka.py does) runs one ``es-sched run --role X`` process per role
@@ -19,12 +19,19 @@ are in flight. Each round, on fresh topics and processes, kills in turn:
   decider wrote on each of its partitions. First new event = the first event on one of its
   partitions; also the last of them (``all_its_partitions_back_s``) and the longest pause of
   events on the first decider's own partitions (``own_partitions_longest_pause_s``: a successor
-  reading committed offsets waits for the stopped one's transaction, KIP-447).
+  reading committed offsets waits for the stopped one's transaction, KIP-447). It publishes its
+  liveness record (``--roster``), as ``es-sched run`` does: the first decider ends its open
+  transaction by it (ADR 79);
+- the broker (kill -9, restarted on the same data ``BROKER_DOWN_S`` later): from the broker
+  answering again (``PrivateKafka.start``) to the first event and the first dispatch created
+  after it; also when the broker served a produce and both groups' coordinators
+  (``broker_serving_s``).
 
 Each round runs once per mode, interleaved, on fresh topics; a mode is a set of settings
 (``MODES``): ``off`` is static group membership off (before ADR 21: the restarted decider waits
 for the group to drop the dead member), ``earlier`` the defaults before issue 52 (static
-membership on, leases of 4 heartbeats), ``now`` today's defaults (leases of 3 heartbeats),
+membership on for the transactional roles, leases of 4 heartbeats, the dispatcher a dynamic
+member, no successor ending a stopped decider's transaction), ``now`` today's defaults,
 ``txn10`` 10 s transactions (measured, not kept: ADR 78); ``--modes`` picks them.
 
 "Back to full throughput" = the end of the first one-second bin after the kill (and, for
@@ -68,6 +75,8 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from confluent_kafka import KafkaException, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 from recovery_parts import (  # noqa: E402
     FLOW,
     TASKDEFS,
@@ -78,18 +87,22 @@ from recovery_parts import (  # noqa: E402
     restored_s,
 )
 
+from es_sched.kafka.topics import ensure_topic  # noqa: E402
 from es_sched.serialization import wire  # noqa: E402
 from testkit.faulty_role import MODULE as FAULTY  # noqa: E402
 from testkit.private_kafka import PrivateKafka  # noqa: E402
 from testkit.runtime import Env, Role  # noqa: E402
+from testkit.settings import kafka_connection  # noqa: E402
 
 PORT, CONTROLLER_PORT = 19150, 19151
 PARTITIONS = 4
-FAULTS = ("decider", "dispatcher", "worker", "paused")
+FAULTS = ("decider", "dispatcher", "worker", "paused", "broker")
+BROKER_DOWN_S = 20.0  # issue 52's probe: the single broker killed and restarted 20 s later
 BASELINE_S, BIN_S, FULL = 10.0, 1.0, 0.9
 EXTRA = {  # figures of a fault besides its first new event, their medians kept too
     "worker": ("first_leased_again_s",),
     "paused": ("all_its_partitions_back_s", "own_partitions_longest_pause_s"),
+    "broker": ("first_new_dispatch_s", "broker_serving_s", "first_dispatch_after_serving_s"),
 }
 
 
@@ -101,7 +114,11 @@ def last_assigned(log: str) -> set[int]:
 
 MODES: dict[str, dict[str, str]] = {
     "off": {"ES_SCHED_RUN_STATIC_MEMBERSHIP": "false"},
-    "earlier": {"ES_SCHED_DISPATCH_LEASE_K": "4"},
+    "earlier": {  # the defaults before issue 52 (ADR 78, 79)
+        "ES_SCHED_DISPATCH_LEASE_K": "4",
+        "ES_SCHED_DISPATCH_STATIC_MEMBERSHIP": "false",
+        "ES_SCHED_RUN_END_ORPHANED_TRANSACTIONS": "false",
+    },
     "txn10": {"ES_SCHED_RUN_TRANSACTION_TIMEOUT_MS": "10000"},  # tried, not kept (ADR 78)
     "now": {},
 }
@@ -117,6 +134,9 @@ class Round:
         self.env = Env(bootstrap=broker.bootstrap, partitions=PARTITIONS, extra=extra)
         self.env.create()
         self.env.push(FLOW, TASKDEFS)
+        self.broker = broker
+        if "broker" in faults:  # what broker_serving produces to
+            ensure_topic(kafka_connection(broker.bootstrap), f"{self.env.prefix}.probe", 1)
         self.rate, self.max_wait = rate, max_wait
         self.held: set[int] = set()  # the killed decider's partitions
         self.offered = 3 * rate  # worker tasks per second the feed asks for
@@ -142,6 +162,7 @@ class Round:
             # testkit/faulty_role: it pauses inside its next transaction once the
             # file exists, and this SIGSTOPs it there (issue 52's worst case)
             second = ["--role", "decider", "--pause-when", str(self.pause_file), "--pause-s", "1"]
+            second.append("--roster")  # its liveness record, as es-sched run publishes
             self.procs["decider-b"] = Role(
                 self.env, "decider-b", second, module=FAULTY, ES_SCHED_RUN_INSTANCE="b"
             )
@@ -326,6 +347,63 @@ class Round:
         console.print(row)
         return row
 
+    def broker_restart(self, console: Console) -> dict[str, Any]:
+        """kill -9 of the broker, restarted on the same data BROKER_DOWN_S later: from the
+        broker being ready again (``PrivateKafka.start`` returned: it answers a metadata
+        request) to the first event and the first dispatch created after that moment."""
+        base, flying, load = self.baseline(time.time()), self.in_flight(), os.getloadavg()
+        pid = self.broker.kill()
+        time.sleep(BROKER_DOWN_S)  # the fault's length, not a wait for something to happen
+        self.broker.start()
+        ready = time.time()
+        serving = self.broker_serving(ready + self.max_wait)
+        deadline, first, dispatch = ready + self.max_wait, None, None
+        while time.time() < deadline and (first is None or dispatch is None):
+            time.sleep(0.5)
+            first = min((at for at, ts, _ in self.events.rows if ts > ready), default=None)
+            dispatch = self.first_new_dispatch(ready)
+        full = self.back_to_full(ready, dispatch or ready, time.time() - 1)
+        row: dict[str, Any] = {
+            "fault": "broker",
+            "workflows_in_flight": flying,
+            "task_completions_per_s_before": base,
+            "proof": f"broker pid {pid} killed, down {BROKER_DOWN_S:.0f}s",
+            "first_new_event_s": round(first - ready, 2) if first else None,
+            "first_new_dispatch_s": round(dispatch - ready, 2) if dispatch else None,
+            "broker_serving_s": round(serving - ready, 2),
+            "first_dispatch_after_serving_s": round(dispatch - serving, 2) if dispatch else None,
+            "back_to_full_throughput_s": round(full, 2) if full is not None else None,
+            "loadavg_at_kill": [round(x, 2) for x in load],
+        }
+        console.print(row)
+        return row
+
+    def broker_serving(self, deadline: float) -> float:
+        """When the restarted broker serves what the roles need, not just metadata: a record
+        delivered (acks=all) to a probe topic, and the dispatcher's and decider's group
+        coordinators answering (loaded from ``__consumer_offsets`` after log recovery)."""
+        conn = kafka_connection(self.env.bootstrap)
+        probe = Producer({**conn.config(), "acks": "all", "message.timeout.ms": 5000})
+        admin = AdminClient(conn.config())
+        groups = [f"{self.env.prefix}-dispatcher", f"{self.env.prefix}-decider"]
+        delivered: list[bool] = []
+        while time.time() < deadline:
+            probe.produce(
+                f"{self.env.prefix}.probe",
+                b"x",
+                on_delivery=lambda e, _m: delivered.append(e is None),
+            )
+            probe.flush(5)
+            try:
+                answers = admin.describe_consumer_groups(groups, request_timeout=5)
+                loaded = all(f.result(timeout=5) is not None for f in answers.values())
+            except KafkaException:
+                loaded = False
+            if delivered and delivered[-1] and loaded:
+                return time.time()
+            time.sleep(0.2)
+        return time.time()
+
     def _first_relet(self, kill: float) -> float | None:
         """Seconds from the kill to the first lease of a dead worker's task to another: the
         task back from the queue (its completion adds the task's run)."""
@@ -382,7 +460,12 @@ def one_round(
         time.sleep(opts.warmup)  # the WAIT fills up: rate x 5 s workflows in flight
         faults = []
         for name in opts.faults:
-            faults.append(rnd.paused(console) if name == "paused" else rnd.fault(name, console))
+            if name == "paused":
+                faults.append(rnd.paused(console))
+            elif name == "broker":
+                faults.append(rnd.broker_restart(console))
+            else:
+                faults.append(rnd.fault(name, console))
             time.sleep(opts.settle)  # steady again before the next baseline
     finally:
         end = rnd.close()
@@ -465,6 +548,7 @@ def main() -> None:
         "dispatcher": "dispatcher (restarted) -> first dispatch",
         "worker": "worker (not restarted) -> its task done elsewhere",
         "paused": "second decider SIGSTOPped in a transaction -> first event on its partitions",
+        "broker": f"broker (restarted {BROKER_DOWN_S:.0f} s later) -> first event, from ready",
     }
     medians: dict[str, Any] = {}
     for mode in modes:

@@ -858,6 +858,11 @@ def read_side(p: Page) -> None:
 
 
 # -- decider state and recovery ---------------------------------------------------------------
+def fault_rows(d: dict[str, Any], fault: str, *keys: str) -> list[list[str]]:
+    """One row per mode of ``recovery.json``: the mode, then the fault's medians of ``keys``."""
+    return [
+        [mode, *(num(d["median"][mode].get(fault, {}).get(k)) for k in keys)] for mode in d["modes"]
+    ]
 
 
 def state(p: Page) -> None:
@@ -987,17 +992,26 @@ def state(p: Page) -> None:
         )
         p.table(
             ["mode", "first of its partitions", "all of them", "own partitions paused"],
-            [
-                [
-                    mode,
-                    num(x.get("first_new_event_s")),
-                    num(x.get("all_its_partitions_back_s")),
-                    num(x.get("own_partitions_longest_pause_s")),
-                ]
-                for mode in d["modes"]
-                for x in [d["median"][mode].get("paused", {})]
-            ],
+            fault_rows(
+                d,
+                "paused",
+                "first_new_event_s",
+                "all_its_partitions_back_s",
+                "own_partitions_longest_pause_s",
+            ),
         )
+        if any("broker" in d["median"][mode] for mode in d["modes"]):
+            p.text(
+                "The single broker killed and restarted 20 s later: seconds from the broker "
+                "answering again to the first dispatch and the first event, and to the broker "
+                "serving a produce and both groups' coordinators:"
+            )
+            p.table(
+                ["mode", "first dispatch", "first event", "broker serving"],
+                fault_rows(
+                    d, "broker", "first_new_dispatch_s", "first_new_event_s", "broker_serving_s"
+                ),
+            )
         p.sources("recovery.json")
 
 

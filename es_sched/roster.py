@@ -21,6 +21,8 @@ This module holds the record and the rules read from it; its bytes are
 - ``taken_over(mine, held)``: a process started later holds this process's key: it stops.
 - ``forgotten(records, host, running)``: the records of processes of this host that died
   holding no instance, which the next process to start here removes.
+- ``orphaned(records, role, mine, taken, members)``: the processes a successor ends the open
+  transaction of (ADR 79), named by the partitions it was just given.
 - ``same_deployment(theirs, ours)``: the check of an assignment by a worker, and of a worker's
   status by a dispatcher (ADR 63).
 
@@ -155,6 +157,32 @@ def taken_over(mine: Presence, held: Presence | None) -> bool:
         and (held.host, held.pid) != (mine.host, mine.pid)
         and held.started_at > mine.started_at
     )
+
+
+def orphaned(
+    records: Iterable[Presence],
+    role: str,
+    mine: str,
+    taken: Iterable[str],
+    members: Iterable[str],
+) -> list[Presence]:
+    """The processes of ``role`` whose open transaction may hold partitions just given to
+    instance ``mine`` (ADR 79): running by their last record, which listed one of ``taken``
+    ("topic[p]"), and no longer members of the group (``members``: the instances it holds
+    now). A process the group dropped without its saying so (killed, paused, cut off) may
+    have left a transaction open on them, and its successor reads nothing of theirs until the
+    transaction coordinator aborts it (KIP-447). Another member still in the group was handed
+    its partitions' work over in the rebalance: never one of these."""
+    taken, members = set(taken), set(members)
+    return [
+        p
+        for p in records
+        if p.role == role
+        and p.instance != mine
+        and p.state == "running"
+        and p.instance not in members
+        and taken & set(p.partitions)
+    ]
 
 
 def forgotten(

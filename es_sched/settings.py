@@ -379,6 +379,11 @@ class RuntimeSettings(BaseSettings):
     # keeps them (idle) until it returns or its session ends. Off: dynamic members, which
     # hand their partitions over on a stop and are waited for a whole session after a crash.
     static_membership: bool = True
+    # A decider given partitions ends the open transaction of the decider it took them from,
+    # once that one is no longer in the group (ADR 79, ``es_sched.kafka.successor``), instead
+    # of waiting for the coordinator to abort it (the transaction timeout and then some).
+    # Static members only: the group names them.
+    end_orphaned_transactions: bool = True
     # The young-generation GC threshold of a process running the decider, a projector or a
     # replay (ADR 30, es_sched.tuning): CPython's default runs the cycle collector every few
     # inputs over a batch's thousands of fresh, acyclic objects; 0 keeps the interpreter's

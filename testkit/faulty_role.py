@@ -21,6 +21,11 @@ Faults (counted over every producer the role creates, each fires once):
 - ``--corrupt SUFFIX:N``: the N-th record produced to ``<prefix>.SUFFIX`` (e.g. ``ready:1``)
   carries undecodable bytes instead of its value, and ``fault: corrupted`` is logged: its
   consumer must dead-letter it.
+
+``--roster`` publishes the process's liveness record as ``es-sched run`` does (ADR 61): a
+decider that takes its partitions finds it by that record and ends its open transaction (ADR
+79). Without it the process bypasses the roster, as a twin started around ``es-sched run``'s
+claim would.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from es_sched import bootstrap
+from es_sched.kafka import roster
 from es_sched.kafka.clients import KafkaClients, producer_config
 from es_sched.kafka.connection import ROLE_PRINCIPALS, connection
 from es_sched.metrics import Registry, serve
@@ -172,6 +178,7 @@ def main() -> None:
     parser.add_argument("--pause-when", default="", metavar="PATH")
     parser.add_argument("--fail", type=Fail.parse, action="append", default=[])
     parser.add_argument("--corrupt", action="append", default=[], help="SUFFIX:N")
+    parser.add_argument("--roster", action="store_true", help="publish its liveness record")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
@@ -184,8 +191,20 @@ def main() -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _n, _f: stop.set())
+    beacon = None
+    if args.roster:
+        own, keys = (
+            bootstrap.as_principal(settings, args.role),
+            [(args.role, settings.runtime.instance)],
+        )
+        reader = roster.claim(own, keys, replace=False)
+        beacon = roster.Beacon(own, keys, registry, reader, lambda _why: stop.set()).start()
     log.info("role %s started with faults %s", args.role, faults)
-    role.run(stop)
+    try:
+        role.run(stop)
+    finally:
+        if beacon is not None:
+            beacon.close()
     log.info("role %s stopped", args.role)
 
 

@@ -9,12 +9,13 @@
   at once. Returns the reader, which the beacon keeps reading.
 - ``Beacon``: a thread that publishes the process's records every
   ``ES_SCHED_SYSTEM_LIVENESS_INTERVAL_S`` (partitions and lag from the roles' ``LagGauge`` in
-  the process's metrics registry), and on ``close`` a ``stopped`` record of each claimed
-  instance and a tombstone of each other (a clean exit; a process killed leaves its last
-  record, which turns stale until ``roster.forgotten`` removes it). On start it removes the
-  records ``roster.forgotten`` names. Reading the topic between
-  beats, it calls ``on_lost`` when a process started later took one of its keys (``--replace``,
-  or a takeover from another host after this one's record went stale): newest start wins.
+  the process's metrics registry), at once when a role's partitions changed (ADR 79), and on
+  ``close`` a ``stopped`` record of each claimed instance and a tombstone of each other (a
+  clean exit; a process killed leaves its last record, which turns stale until
+  ``roster.forgotten`` removes it). On start it removes the records ``roster.forgotten``
+  names. Reading the topic between beats, it calls ``on_lost`` when a process started later
+  took one of its keys (``--replace``, or a takeover from another host after this one's
+  record went stale): newest start wins.
 
 Records are produced idempotently with ``acks=all``, outside any role's transaction: a record is
 a report, never an input of a decision.
@@ -189,6 +190,7 @@ class Beacon:
         self._producer = producer(connection(settings.kafka))
         self._stop = threading.Event()
         self._lost: set[str] = set()
+        self._held: dict[str, tuple[str, ...]] = {}  # each key's partitions as last published
         self._next = 0.0  # monotonic time of the next renewal
         self._thread = threading.Thread(target=self._run, name="es-sched-beacon", daemon=True)
 
@@ -207,7 +209,7 @@ class Beacon:
             if key in self._lost:
                 continue
             lag = self.registry.lags.get(p.role)
-            held = lag.partitions if lag is not None else ()
+            held = self._held[key] = lag.partitions if lag is not None else ()
             renewed = p.renewed(now, held, lag.records if lag is not None else None)
             self._producer.produce(self.topic, records.encode_liveness(renewed), key.encode())
         self._producer.poll(0)
@@ -218,7 +220,7 @@ class Beacon:
             try:
                 self.reader.poll(min(interval, 0.5))
                 self._check_taken()
-                if self._due():
+                if self._due() or self._moved():
                     self.publish()
             except Exception:  # a report must never stop its roles
                 log.exception("liveness record not published")
@@ -230,6 +232,16 @@ class Beacon:
             return False
         self._next = now + self.settings.system.liveness_interval_s
         return True
+
+    def _moved(self) -> bool:
+        """Whether a role's partitions changed since the last record: published at once, so
+        that a decider that takes them over finds who held them even when that process
+        stopped within an interval of getting them (ADR 79, ``es_sched.kafka.successor``)."""
+        for key, p in self.mine.items():
+            lag = self.registry.lags.get(p.role)
+            if lag is not None and lag.partitions != self._held.get(key, ()):
+                return True
+        return False
 
     def _check_taken(self) -> None:
         for key, mine in self.mine.items():

@@ -23,7 +23,10 @@ logs them, ``consume`` returns none: with a node of three killed, that log line 
 request in flight with nothing received for ``UNANSWERED_S`` (librdkafka's statistics each
 second: ``waitresp_cnt``, ``rxidle``). That last one is all an idle decider sees of a broker
 paused (SIGSTOP): no connection fails and no call of its times out, and it is fenced on SIGCONT
-(``tests/integration/test_broker_faults.py``). A twin arrives out of a quiet sky. So
+(``tests/integration/test_broker_faults.py``). The process itself having been away counts too
+(no statistics served for ``UNANSWERED_S``: SIGSTOP, a stalled VM): its session ended
+meanwhile, and the decider that took its partitions ends its open transaction (ADR 79), which
+fences it. A twin arrives out of a quiet sky. So
 ``Fenced.after_trouble`` says whether the loop saw trouble within ``TROUBLE_WINDOW_S``,
 ``StaticMember.troubled`` whether its consumer did: without either the role stops, with one
 ``rejoining`` drops the role's partitions and runs the session again (a new consumer and a new
@@ -87,12 +90,14 @@ class StaticMember:
         # process re-creates.
         self.client_id = f"{instance_id}/{os.getpid()}/{secrets.token_hex(3)}"
         self.trouble_at = -math.inf  # the consumer's last broker connection failure
+        self.served_at = time.monotonic()  # the consumer's last statistics served
 
     def config(self) -> dict[str, Any]:
         """Consumer settings: none when static membership is turned off. The consumer's log
         goes through ``log`` (confluent-kafka's ``logger``), which notes trouble."""
         if not self.enabled:
             return {}
+        self.served_at = time.monotonic()  # a new consumer: its statistics start now
         return {
             "group.instance.id": self.instance_id,
             "client.id": self.client_id,
@@ -111,13 +116,22 @@ class StaticMember:
         librdkafka.log(level, msg, *args)
 
     def stats(self, report: str) -> None:
-        """librdkafka's statistics (served by ``consume``): a broker that stopped answering is
-        trouble, as a failed connection is."""
-        if unanswered(report, UNANSWERED_S):
-            self.trouble_at = time.monotonic()
+        """librdkafka's statistics (served by ``consume`` each second): a broker that stopped
+        answering is trouble, as a failed connection is; so is this process itself having been
+        away (no statistics served for ``UNANSWERED_S``: SIGSTOP, a stalled VM, a callback
+        that blocked), as its session may have ended meanwhile."""
+        now = time.monotonic()
+        if now - self.served_at > UNANSWERED_S or unanswered(report, UNANSWERED_S):
+            self.trouble_at = now
+        self.served_at = now
 
     def troubled(self) -> bool:
-        return time.monotonic() - self.trouble_at < TROUBLE_WINDOW_S
+        """Trouble within ``TROUBLE_WINDOW_S``, or away now: a process paused inside a
+        transaction meets the fence (a successor ended its transaction, ADR 79) before its
+        consumer serves the statistics that would say it was away."""
+        now = time.monotonic()
+        away = self.enabled and now - self.served_at > UNANSWERED_S
+        return away or now - self.trouble_at < TROUBLE_WINDOW_S
 
 
 def unanswered(report: str, after_s: float) -> list[str]:
@@ -163,11 +177,13 @@ def rejoining(
             if rejoins > MAX_REJOINS:
                 raise
             log.warning(
-                "%s: fenced off %r right after Kafka errors (a self-fence after a coordinator "
-                "change, confluent-kafka-go #494, or the coordinator's abort of a timed-out "
-                "transaction); rejoining (%d)",
+                "%s: fenced off %r right after Kafka errors or an absence (a self-fence after a "
+                "coordinator change, confluent-kafka-go #494, the coordinator's abort of a "
+                "timed-out transaction, or a successor's end of this one's, ADR 79); "
+                "rejoining (%d): %s",
                 member.client_id,
                 member.instance_id,
                 rejoins,
+                fenced,
             )
             drop_all()

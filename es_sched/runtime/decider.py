@@ -70,6 +70,7 @@ from es_sched.kafka.failures import assign_at_committed, seek_to_committed, wait
 from es_sched.kafka.registry import DefinitionRegistry
 from es_sched.kafka.static_membership import StaticMember, rejoining
 from es_sched.kafka.stats import StatsView
+from es_sched.kafka.successor import Successor
 from es_sched.kafka.topics import ensure_topics, topics_for
 from es_sched.kafka.transactional import TransactionalLoop
 from es_sched.kafka.txn_role import Batch, BatchSizer
@@ -110,7 +111,8 @@ class Decider:
         self.bootstrap = connection(settings.kafka)
         self.clients = clients or KafkaClients(self.bootstrap)
         self.group = f"{settings.kafka.topic_prefix}-decider"
-        self.txn_id = f"{settings.kafka.topic_prefix}-decider-{settings.runtime.instance}"
+        self.instance = settings.runtime.instance
+        self.txn_id = f"{settings.kafka.topic_prefix}-decider-{self.instance}"
         self.member = StaticMember(self.group, self.txn_id, settings.runtime.static_membership)
         self.states = KeptStates()  # decoded, or resting as read (ADR 52)
         self.partition_of: dict[str, int] = {}
@@ -156,6 +158,14 @@ class Decider:
             brokers_away_at=lambda: self.member.trouble_at,
         )
         self._stop = threading.Event()
+        # Ends the open transaction of a decider dropped from the group with our new
+        # partitions (ADR 79); its group.instance.id is needed to tell, so static members only.
+        self.successor: Successor | None = None
+        if self.member.enabled and settings.runtime.end_orphaned_transactions:
+            prefix = f"{settings.kafka.topic_prefix}-decider-"
+            self.successor = Successor(
+                self.clients, self.topics.system, self.group, prefix, "decider", self.instance
+            )
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -170,6 +180,8 @@ class Decider:
             rejoining(stop, self.member, lambda: self._session(stop), self._drop_all)
         finally:
             self.registry.close()
+            if self.successor is not None:
+                self.successor.close()
             if self.stats_view is not None:
                 self.stats_view.close()
             log.info("decider %s stopped: %s", self.txn_id, self.stats)
@@ -220,6 +232,8 @@ class Decider:
     def _on_assign(self, cons: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = {tp.partition for tp in partitions}
         log.info("assigned partitions %s", sorted(numbers))
+        if self.successor is not None:  # before any read_committed read of them
+            self.successor.end(f"{self.topics.commands}[{n}]" for n in sorted(numbers))
         self._restore(numbers)
         assign_at_committed(cons, partitions, self._stop)
 

@@ -16,12 +16,11 @@ One system, the faults in turn:
 3. A zombie decider: a second decider (another instance id) shares the partitions. It runs
    with ``testkit.faulty_role``'s pause inside an open transaction (its records
    flushed, uncommitted): the test SIGSTOPs it there, past the 10 s session timeout, until the
-   first decider took its partitions, then SIGCONT. Proof: the other decider restored the
-   zombie's partitions while it was stopped, and the zombie's log shows that transaction ended
-   uncommitted (``ENDED``: aborted, or fenced by its producer's re-creation once its call had
-   not returned in time, or refused as fenced by the coordinator's own abort of the timed-out
-   transaction, which the zombie answers by re-creating its producer) before it left the group
-   and rejoined.
+   first decider took its partitions, then SIGCONT. Proof: the other decider ended the
+   zombie's open transaction (ADR 79: the zombie publishes its liveness record, ``--roster``)
+   and restored its partitions while it was stopped, and the zombie's log shows that
+   transaction ended uncommitted (``ENDED``: fenced, aborted, or its producer re-created)
+   before it left the group and rejoined.
 4. A decider started with the first decider's instance id fences it at once: the fenced
    process stops saying so. Proof: its log line and its exit.
 5. PostgreSQL and the search engine stopped for the projectors (their forwarders taken down):
@@ -54,7 +53,9 @@ AT_LEAST = pick(ci=200, full=1000)
 # How a decider's log says a transaction ended without committing: aborted (its offsets refused
 # for a group generation it lost, KIP-447), or its producer given up as lost and re-created,
 # whose init_transactions bumps the epoch and so aborts (fences) the open transaction.
-ENDED = ("transaction aborted", "re-creating the transactional producer")
+# How the zombie's log says its open transaction ended uncommitted: aborted, its producer
+# re-created, or fenced (the decider that took its partitions ended it, ADR 79).
+ENDED = ("transaction aborted", "re-creating the transactional producer", "was fenced")
 
 
 def restored(log: str) -> set[int]:
@@ -200,7 +201,7 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
         zombie = s.roles["decider-z"] = Role(
             s.env,
             "decider-z",
-            ["--role", "decider", "--pause-after-txns", "30", "--pause-s", "10"],
+            ["--role", "decider", "--pause-after-txns", "30", "--pause-s", "10", "--roster"],
             module=MODULE,
             ES_SCHED_RUN_INSTANCE="z",
         )
@@ -239,6 +240,10 @@ def test_every_role_killed_in_turn_a_zombie_and_a_twin_decider() -> None:
             ),
         )
         aborted = ended_txn()[0]
+        # ADR 79: the decider that took the partitions ended the zombie's transaction itself
+        # (by its roster record, ``--roster``) rather than waiting for the coordinator's abort.
+        successor = f"ended the open transaction of {s.env.prefix}-decider-z"
+        assert successor in main.text()[main_mark:], main.text()[main_mark:][-3000:]
         rows.append(
             (
                 "zombie decider (SIGSTOP in an open transaction past the session timeout, SIGCONT)",

@@ -30,7 +30,14 @@ from testkit.fake_txn import (
     run_loop,
 )
 
-MEMBER = StaticMember("g", "p-decider-0", enabled=True)
+
+def member() -> StaticMember:
+    """A member whose consumer was just made (``config``): not away."""
+    made = StaticMember("g", "p-decider-0", enabled=True)
+    made.config()
+    return made
+
+
 FENCED_TEXT = (
     "Fatal error: Broker: Static consumer fenced by other consumer with same group.instance.id"
 )
@@ -50,7 +57,7 @@ def sessions(fences: int, after_trouble: bool) -> tuple[list[int], Callable[[], 
 def test_a_fence_right_after_kafka_errors_drops_every_partition_and_rejoins() -> None:
     dropped: list[bool] = []
     ran, session = sessions(fences=1, after_trouble=True)
-    rejoining(threading.Event(), MEMBER, session, lambda: dropped.append(True))
+    rejoining(threading.Event(), member(), session, lambda: dropped.append(True))
     assert (len(ran), dropped) == (2, [True])
 
 
@@ -58,14 +65,14 @@ def test_a_fence_out_of_a_quiet_sky_is_a_twin_and_stops_the_role() -> None:
     dropped: list[bool] = []
     _, session = sessions(fences=1, after_trouble=False)
     with pytest.raises(Fenced, match="was fenced"):
-        rejoining(threading.Event(), MEMBER, session, lambda: dropped.append(True))
+        rejoining(threading.Event(), member(), session, lambda: dropped.append(True))
     assert dropped == []
 
 
 def test_a_fence_that_keeps_coming_back_stops_the_role() -> None:
     ran, session = sessions(fences=MAX_REJOINS + 1, after_trouble=True)
     with pytest.raises(Fenced):
-        rejoining(threading.Event(), MEMBER, session, lambda: None)
+        rejoining(threading.Event(), member(), session, lambda: None)
     assert len(ran) == MAX_REJOINS + 1
 
 
@@ -73,7 +80,7 @@ def test_a_fence_while_stopping_just_ends_the_role() -> None:
     stop = threading.Event()
     stop.set()
     ran, session = sessions(fences=1, after_trouble=True)
-    rejoining(stop, MEMBER, session, lambda: None)
+    rejoining(stop, member(), session, lambda: None)
     assert len(ran) == 1
 
 
@@ -213,3 +220,23 @@ def test_a_producer_fence_rejoins_only_after_the_consumer_saw_the_broker_away(
         with pytest.raises(Fenced, match="was fenced") as caught:
             rejoining(threading.Event(), member, session, lambda: None)
         assert not caught.value.after_trouble and len(ran) == 1
+
+
+def test_a_fence_after_this_process_was_away_rejoins() -> None:
+    """The zombie decider of ``test_role_faults`` and ``bench/recovery.py``: SIGSTOPped inside a
+    transaction past its session; the decider that took its partitions ended that transaction
+    (ADR 79), and on SIGCONT the commit meets the fence before the consumer serves a statistics
+    report. No statistics for ``UNANSWERED_S`` is an absence: trouble now, and once served,
+    trouble for the window. A member serving them each second is not away."""
+    away = member()
+    away.served_at -= UNANSWERED_S + 1  # the statistics last served before the pause
+    assert away.troubled()
+    ran, fenced = sessions(fences=1, after_trouble=False)
+    rejoining(threading.Event(), away, fenced, lambda: None)
+    assert len(ran) == 2
+    away.stats(report())  # served at last: the gap is noted as trouble
+    assert away.troubled() and away.trouble_at == away.served_at
+    present = member()
+    present.config()["stats_cb"](report())
+    assert not present.troubled()
+    assert not StaticMember("g", "p-decider-0", enabled=False).troubled()

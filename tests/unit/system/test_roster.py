@@ -22,6 +22,7 @@ from es_sched.roster import (
     foreign,
     forgotten,
     health,
+    orphaned,
     same_deployment,
 )
 from es_sched.serialization.records import decode_liveness, encode_liveness
@@ -111,6 +112,23 @@ def test_a_dead_process_keyed_record_of_this_host_is_forgotten_a_claimed_one_is_
     assert [p.key for p in gone] == ["projector-pg/0@h1-100"]
     assert held().claims and held(role="dispatcher").claims  # a static member (ADR 79)
     assert not held(role="projector-pg").claims
+
+
+def test_the_orphans_are_running_processes_of_the_role_out_of_the_group_that_held_them() -> None:
+    """ADR 79: whose open transaction a decider given commands[2] and [3] ends."""
+    held_them = ("t.commands[2]", "t.task-results[2]")
+    records = [
+        held(instance="b", partitions=held_them),  # the orphan
+        held(instance="c", partitions=("t.commands[3]",)),  # still a member: rebalanced away
+        held(instance="d", partitions=held_them, state="stopped"),  # said it stopped
+        held(instance="e", partitions=("t.commands[0]",)),  # held none of them
+        held(instance="a", partitions=held_them),  # this process's own instance
+        held(role="timers", instance="f", partitions=held_them),  # another role
+    ]
+    taken = ["t.commands[2]", "t.commands[3]"]
+    found = orphaned(records, "decider", "a", taken, members={"a", "c"})
+    assert [p.instance for p in found] == ["b"]
+    assert orphaned(records, "decider", "a", [], members=()) == []
 
 
 def test_same_deployment_accepts_ours_and_an_unstamped_record_only() -> None:
