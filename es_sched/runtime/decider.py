@@ -176,6 +176,8 @@ class Decider:
         self.registry = DefinitionRegistry(self.bootstrap, self.topics.definitions)
         self.registry.catch_up()
         self.stats_view = self.stats_view_of() if self.stats_view_of is not None else None
+        if self.successor is not None:
+            self.successor.prepare()  # the roster read while the group assigns
         try:
             rejoining(stop, self.member, lambda: self._session(stop), self._drop_all)
         finally:

@@ -89,3 +89,12 @@ def test_what_it_cannot_read_or_end_is_logged_and_the_successor_goes_on(
     producers = Producers(fail="p-decider-b")
     assert successor(producers, records, set()).end(["p.commands[2]"]) == ["p-decider-z"]
     assert "could not end p-decider-b's open transaction" in caplog.text
+
+
+def test_the_roster_read_ahead_on_a_thread_is_waited_for_then_used() -> None:
+    """``prepare`` reads the roster while the decider joins its group (off its restart's path
+    from assignment to first event); ``end`` waits for that read, then uses the reader."""
+    records = [replace(BASE, instance="b", partitions=("p.commands[1]",))]
+    found = successor(Producers(), records, set())
+    found.prepare()
+    assert found.end(["p.commands[1]"]) == ["p-decider-b"]
