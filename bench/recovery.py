@@ -97,7 +97,13 @@ from testkit.settings import kafka_connection  # noqa: E402
 PORT, CONTROLLER_PORT = 19150, 19151
 PARTITIONS = 4
 FAULTS = ("decider", "dispatcher", "worker", "paused", "broker")
-BROKER_DOWN_S = 20.0  # issue 52's probe: the single broker killed and restarted 20 s later
+BROKER_DOWN_S = 20.0
+# The broker fault's probes, made once and kept for the process's life (see broker_serving).
+_CONN = kafka_connection(f"127.0.0.1:{PORT}")
+PROBE = Producer({**_CONN.config(), "acks": "all", "message.timeout.ms": 5000})
+ADMIN = AdminClient(
+    _CONN.config()
+)  # issue 52's probe: the single broker killed and restarted 20 s later
 BASELINE_S, BIN_S, FULL = 10.0, 1.0, 0.9
 EXTRA = {  # figures of a fault besides its first new event, their medians kept too
     "worker": ("first_leased_again_s",),
@@ -382,23 +388,24 @@ class Round:
         """When the restarted broker serves what the roles need, not just metadata: a record
         delivered (acks=all) to a probe topic, and the dispatcher's and decider's group
         coordinators answering (loaded from ``__consumer_offsets`` after log recovery)."""
-        conn = kafka_connection(self.env.bootstrap)
-        probe = Producer({**conn.config(), "acks": "all", "message.timeout.ms": 5000})
-        admin = AdminClient(conn.config())
         groups = [f"{self.env.prefix}-dispatcher", f"{self.env.prefix}-decider"]
         delivered: list[bool] = []
         while time.time() < deadline:
-            probe.produce(
+            PROBE.produce(
                 f"{self.env.prefix}.probe",
                 b"x",
                 on_delivery=lambda e, _m: delivered.append(e is None),
             )
-            probe.flush(5)
-            try:
-                answers = admin.describe_consumer_groups(groups, request_timeout=5)
-                loaded = all(f.result(timeout=5) is not None for f in answers.values())
-            except KafkaException:
-                loaded = False
+            PROBE.flush(10)
+            # Each answer awaited whole (an admin client destroyed with requests in flight
+            # trips librdkafka's rd_kafka_enq_once assertion, and the process aborts).
+            answers = ADMIN.describe_consumer_groups(groups, request_timeout=5)
+            loaded = True
+            for future in answers.values():
+                try:
+                    future.result()
+                except KafkaException:
+                    loaded = False
             if delivered and delivered[-1] and loaded:
                 return time.time()
             time.sleep(0.2)

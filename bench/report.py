@@ -19,6 +19,7 @@ reads the same files).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -565,6 +566,22 @@ def decider(p: Page) -> None:
         p.text("The pure core on one core (a 1080p media run):")
         p.table(["figure", "value"], rows)
         p.sources("core.json")
+    if p.has("fuzz.json"):
+        d = p.r["fuzz.json"]
+        wps, paired = d["median_workflows_per_s"], paired_ratios(d)
+        p.text(
+            "Legitimate workflows/s from a backlog with the hostile campaign interleaved (one "
+            "hostile record after every K starts; target: at least 0.8 of clean), "
+            f"{d['core']} core:"
+        )
+        p.table(
+            ["variant", "workflows/s", "ratio of medians", "median ratio in its round"],
+            [
+                [v, num(m), num(d["ratio_to_clean"].get(v)), num(paired.get(v))]
+                for v, m in wps.items()
+            ],
+        )
+        p.sources("fuzz.json")
 
 
 def dispatch(p: Page) -> None:
@@ -858,6 +875,20 @@ def read_side(p: Page) -> None:
 
 
 # -- decider state and recovery ---------------------------------------------------------------
+def paired_ratios(d: Doc) -> dict[str, float]:
+    """``fuzz.json``: each campaign's median ratio to the clean round of the same turn (its
+    rounds are stored turn by turn, every variant once a turn)."""
+    per_turn = 1 + len(d["ratio_to_clean"])
+    ratios: dict[str, list[float]] = {}
+    for start in range(0, len(d["rounds"]), per_turn):
+        turn = d["rounds"][start : start + per_turn]
+        clean = next(x["workflows_per_s"] for x in turn if x["variant"] == "clean")
+        for x in turn:
+            if x["variant"] != "clean":
+                ratios.setdefault(x["variant"], []).append(x["workflows_per_s"] / clean)
+    return {v: round(statistics.median(rs), 3) for v, rs in ratios.items()}
+
+
 def fault_rows(d: dict[str, Any], fault: str, *keys: str) -> list[list[str]]:
     """One row per mode of ``recovery.json``: the mode, then the fault's medians of ``keys``."""
     return [
